@@ -1,0 +1,149 @@
+"""The option names the ``delta`` source accepts, parsed into frozen objects.
+
+Names and meanings follow delta-spark (``DeltaOptions.scala``). Spark hands
+options over case-insensitively; unknown keys are refused with the list of valid
+ones so that a typo never silently changes what a query does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from deltaflow.errors import InvalidOptionError
+
+_COMMON = ("path",)
+READ_OPTIONS = (
+    *_COMMON,
+    "versionAsOf",
+    "timestampAsOf",
+)
+WRITE_OPTIONS = (
+    *_COMMON,
+    "partitionBy",
+    "mergeSchema",
+    "overwriteSchema",
+    "replaceWhere",
+    "txnAppId",
+    "txnVersion",
+    "userMetadata",
+    "maxRecordsPerFile",
+    "compression",
+)
+# Keys Spark itself may add to a source's options (SQL tables, DataFrameWriter).
+_SPARK_INTERNAL = ("__partition_columns", "__path_provider", "location")
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    path: str
+    version_as_of: int | None = None
+    timestamp_as_of: str | None = None
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    path: str
+    partition_by: tuple[str, ...] = ()
+    merge_schema: bool = False
+    overwrite_schema: bool = False
+    replace_where: str | None = None
+    txn_app_id: str | None = None
+    txn_version: int | None = None
+    user_metadata: str | None = None
+    max_records_per_file: int = 0
+    compression: str = "snappy"
+    table_properties: dict[str, str] = field(default_factory=dict)
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {k.lower(): v for k, v in options.items() if v is not None}
+
+
+def _check_known(options: dict[str, str], valid: tuple[str, ...], kind: str) -> None:
+    known = {v.lower() for v in valid} | set(_SPARK_INTERNAL)
+    for key in options:
+        if key in known or key.startswith("delta.") or key.startswith("spark."):
+            continue
+        raise InvalidOptionError(
+            f"Unknown {kind} option '{key}' for format('delta'). Valid options:"
+            f" {', '.join(valid)}, and table properties named 'delta.*'.",
+            option=key,
+            valid=valid,
+        )
+
+
+def _path(options: dict[str, str]) -> str:
+    path = options.get("path") or options.get("location")
+    if not path:
+        raise InvalidOptionError(
+            "format('delta') needs a table location: use .load(uri) / .save(uri), or"
+            " CREATE TABLE ... USING delta LOCATION 'uri'.",
+            option="path",
+        )
+    return path
+
+
+def _bool(options: dict[str, str], key: str) -> bool:
+    raw = options.get(key.lower(), "false").strip().lower()
+    if raw not in ("true", "false"):
+        raise InvalidOptionError(
+            f"Option '{key}' must be 'true' or 'false', not {raw!r}.", option=key, valid=("true", "false")
+        )
+    return raw == "true"
+
+
+def _int(options: dict[str, str], key: str) -> int | None:
+    raw = options.get(key.lower())
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidOptionError(
+            f"Option '{key}' must be an integer, not {raw!r}.", option=key
+        ) from None
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+    lowered = _lower(options)
+    _check_known(lowered, READ_OPTIONS, "read")
+    version = _int(lowered, "versionAsOf")
+    timestamp = lowered.get("timestampasof")
+    if version is not None and timestamp is not None:
+        raise InvalidOptionError(
+            "Give either versionAsOf or timestampAsOf, not both.", option="timestampAsOf"
+        )
+    return ReadOptions(path=_path(lowered), version_as_of=version, timestamp_as_of=timestamp)
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    lowered = _lower(options)
+    _check_known(lowered, WRITE_OPTIONS, "write")
+    partition_raw = lowered.get("partitionby") or lowered.get("__partition_columns") or ""
+    partition_by = tuple(p.strip().strip("`") for p in partition_raw.strip("[]").split(",") if p.strip())
+    partition_by = tuple(p.strip('"') for p in partition_by)
+    app_id, app_version = lowered.get("txnappid"), _int(lowered, "txnVersion")
+    if (app_id is None) != (app_version is None):
+        raise InvalidOptionError(
+            "txnAppId and txnVersion go together: set both for an idempotent write, or neither.",
+            option="txnAppId" if app_id is None else "txnVersion",
+        )
+    properties = {
+        key: value
+        for key, value in options.items()
+        if key.lower().startswith("delta.") and value is not None
+    }
+    return WriteOptions(
+        path=_path(lowered),
+        partition_by=partition_by,
+        merge_schema=_bool(lowered, "mergeSchema"),
+        overwrite_schema=_bool(lowered, "overwriteSchema"),
+        replace_where=lowered.get("replacewhere"),
+        txn_app_id=app_id,
+        txn_version=app_version,
+        user_metadata=lowered.get("usermetadata"),
+        max_records_per_file=_int(lowered, "maxRecordsPerFile") or 0,
+        compression=lowered.get("compression", "snappy"),
+        table_properties=properties,
+    )

@@ -1,0 +1,60 @@
+"""The ``delta`` data source: what Spark calls for ``format("delta")``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.types import StructType
+
+from deltaflow.spark._options import parse_read_options, parse_write_options
+from deltaflow.spark._reader import DeltaBatchReader
+from deltaflow.spark._writer import DeltaBatchWriter, plan_write
+from deltaflow.spark._writer_compat import SAVE_MODE_OPTION
+from deltaflow.table import _schema, _uri
+from deltaflow.table._snapshot import Snapshot, load_snapshot
+
+
+
+class DeltaDataSource(DataSource):
+    """Delta Lake tables for ``spark.read`` / ``df.write`` ``.format("delta")``.
+
+    The snapshot is resolved once, in ``schema()``, and pinned: the pickled
+    source carries it to planning and to every task, so one query reads one
+    version even while writers commit.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._snapshot: Snapshot | None = None
+
+    @classmethod
+    def name(cls) -> str:
+        return "delta"
+
+    def _load(self) -> Snapshot:
+        if self._snapshot is None:
+            read = parse_read_options(self.options)
+            self._snapshot = load_snapshot(
+                _uri.normalize_uri(read.path),
+                version=read.version_as_of,
+                timestamp=read.timestamp_as_of,
+            )
+        return self._snapshot
+
+    def schema(self) -> StructType:
+        snapshot = self._load()
+        return StructType.fromJson(_schema.logical_schema(snapshot.schema))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return DeltaBatchReader(self._load(), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        options = parse_write_options(_without(self.options, SAVE_MODE_OPTION))
+        mode = self.options.get(SAVE_MODE_OPTION) or ("overwrite" if overwrite else "append")
+        plan = plan_write(_uri.normalize_uri(options.path), schema.jsonValue(), mode, options)
+        return DeltaBatchWriter(plan, schema)
+
+
+def _without(options: Any, key: str) -> dict[str, str]:
+    return {k: v for k, v in dict(options).items() if k.lower() != key.lower()}

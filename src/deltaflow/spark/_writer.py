@@ -1,0 +1,448 @@
+"""Batch writes: executors write Parquet files in parallel, the driver commits once.
+
+``plan_write`` runs on the driver before any data moves: it settles the table's
+schema and partitioning and refuses bad input early. ``write`` runs in each task
+and returns the files it wrote; ``commit`` turns all of them into one Delta
+commit. Files of a failed or aborted job are never referenced by the log;
+``abort`` deletes them right away and VACUUM would remove any it missed.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from deltaflow.spark._options import WriteOptions
+from deltaflow.table import _arrow, _commit, _partitions, _schema, _stats, _uri
+from deltaflow.table._snapshot import load_snapshot, table_exists
+from deltaflow.table.errors import (
+    SchemaMismatchError,
+    TableAlreadyExistsError,
+    UnsupportedFeatureError,
+)
+
+log = logging.getLogger("deltaflow.write")
+
+# Roll to a new file after this many rows when the user set no maxRecordsPerFile:
+# keeps files near Spark's 128 MiB scan split for typical 50-200 byte rows.
+DEFAULT_MAX_ROWS_PER_FILE = 2_000_000
+
+SUPPORTED_WRITER_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "changeDataFeed",
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "domainMetadata",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "typeWidening",
+        "typeWidening-preview",
+    }
+)
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    table_uri: str
+    mode: str  # "append" | "overwrite" | "error" | "ignore"
+    schema: dict[str, Any]  # the table schema after this write (logical, Delta JSON)
+    physical_schema: dict[str, Any]
+    partition_columns: tuple[str, ...]
+    read_version: int | None
+    new_columns: tuple[dict[str, Any], ...]
+    configuration: dict[str, str]
+    num_indexed_cols: int
+    options: WriteOptions
+    column_mapping: bool = False
+    skip: bool = False  # mode "ignore" on an existing table
+    partition_physical: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class DeltaCommitMessage(WriterCommitMessage):
+    files: list[_commit.AddedFile]
+    num_rows: int
+
+
+def _all_nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(schema)
+
+    def visit(t: Any) -> None:
+        if isinstance(t, dict):
+            if t.get("type") == "struct":
+                for f in t["fields"]:
+                    f["nullable"] = True
+                    visit(f["type"])
+            elif t.get("type") == "array":
+                t["containsNull"] = True
+                visit(t["elementType"])
+            elif t.get("type") == "map":
+                t["valueContainsNull"] = True
+                visit(t["keyType"])
+                visit(t["valueType"])
+
+    visit(out)
+    return out
+
+
+def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOptions) -> WritePlan:
+    """Decide schema, partitioning and mode for writing ``incoming`` to ``uri``."""
+    exists = table_exists(uri)
+    if not exists:
+        for column in options.partition_by:
+            if column.lower() not in {f["name"].lower() for f in incoming["fields"]}:
+                raise SchemaMismatchError(
+                    f"partitionBy column '{column}' is not in the data written to {uri}. Columns:"
+                    f" {', '.join(f['name'] for f in incoming['fields'])}.",
+                    table_uri=uri,
+                    columns=(column,),
+                )
+        schema = _all_nullable(incoming)
+        names = {f["name"].lower(): f["name"] for f in schema["fields"]}
+        partitions = tuple(names[c.lower()] for c in options.partition_by)
+        return WritePlan(
+            table_uri=uri,
+            mode="append" if mode in ("error", "ignore") else mode,
+            schema=schema,
+            physical_schema=schema,
+            partition_columns=partitions,
+            read_version=None,
+            new_columns=(),
+            configuration=dict(options.table_properties),
+            num_indexed_cols=_stats.num_indexed_cols(dict(options.table_properties)),
+            options=options,
+        )
+    if mode == "error":
+        raise TableAlreadyExistsError(
+            f"Table {uri} already exists and the save mode is 'error'. Use mode('append') to add"
+            " rows or mode('overwrite') to replace them.",
+            table_uri=uri,
+        )
+    snapshot = load_snapshot(uri)
+    _check_writer_features(snapshot.uri, snapshot.writer_features)
+    table_logical = _schema.logical_schema(snapshot.schema)
+    replace_schema = mode == "overwrite" and options.overwrite_schema
+    if mode == "overwrite" and snapshot.configuration.get("delta.appendOnly") == "true":
+        raise UnsupportedFeatureError(
+            f"Table {uri} is append-only (delta.appendOnly=true): overwrite is not allowed.",
+            table_uri=uri,
+            feature="appendOnly",
+        )
+    partitions = snapshot.partition_columns
+    new_columns: tuple[dict[str, Any], ...] = ()
+    if replace_schema:
+        schema = _all_nullable(incoming)
+        partitions = options.partition_by or tuple(
+            p for p in partitions if p.lower() in {f["name"].lower() for f in schema["fields"]}
+        )
+    else:
+        problems = _schema.struct_mismatches(incoming, table_logical, allow_new=options.merge_schema)
+        if problems:
+            raise SchemaMismatchError(
+                f"The data does not match the schema of table {uri}: {'; '.join(problems)}. To add"
+                " the new columns, write with .option('mergeSchema', 'true'); to replace the"
+                " schema, overwrite with .option('overwriteSchema', 'true').",
+                table_uri=uri,
+                columns=tuple(p.split(" (")[0] for p in problems),
+            )
+        schema = snapshot.schema
+        if options.merge_schema:
+            merged = _schema.merge_schemas(table_logical, incoming)
+            known = {f["name"].lower() for f in table_logical["fields"]}
+            new_columns = tuple(
+                _all_nullable({"type": "struct", "fields": [f]})["fields"][0]
+                for f in merged["fields"]
+                if f["name"].lower() not in known
+            )
+            nested_change = [
+                f["name"]
+                for f, g in zip(merged["fields"], table_logical["fields"])
+                if f["type"] != g["type"]
+            ]
+            if nested_change:
+                raise UnsupportedFeatureError(
+                    f"mergeSchema would add nested fields to {', '.join(nested_change)} of table"
+                    f" {uri}; deltaflow can add top-level columns only so far.",
+                    table_uri=uri,
+                    feature="mergeSchema-nested",
+                )
+            if new_columns and snapshot.column_mapping_mode != "none":
+                raise UnsupportedFeatureError(
+                    f"mergeSchema on column-mapped table {uri} is not supported yet.",
+                    table_uri=uri,
+                    feature="columnMapping",
+                )
+            schema = {**snapshot.schema, "fields": snapshot.schema["fields"] + list(new_columns)}
+        if options.partition_by and tuple(c.lower() for c in options.partition_by) != tuple(
+            c.lower() for c in partitions
+        ):
+            raise SchemaMismatchError(
+                f"partitionBy {list(options.partition_by)} does not match the partition columns"
+                f" {list(partitions)} of table {uri}. Omit partitionBy, or overwrite with"
+                " .option('overwriteSchema', 'true') to repartition.",
+                table_uri=uri,
+                columns=tuple(options.partition_by),
+            )
+    column_mapping = snapshot.column_mapping_mode != "none" and not replace_schema
+    physical = _schema.physical_schema(schema) if column_mapping else _schema.logical_schema(schema)
+    physical_names = _schema.top_level_physical_names(schema) if column_mapping else {}
+    return WritePlan(
+        table_uri=uri,
+        mode="append" if mode == "ignore" else mode,
+        schema=_schema.logical_schema(schema) if not column_mapping else schema,
+        physical_schema=physical,
+        partition_columns=tuple(partitions),
+        read_version=snapshot.version,
+        new_columns=new_columns,
+        configuration={},
+        num_indexed_cols=_stats.num_indexed_cols(snapshot.configuration),
+        options=options,
+        column_mapping=column_mapping,
+        skip=mode == "ignore",
+        partition_physical={p: physical_names.get(p, p) for p in partitions},
+    )
+
+
+def _check_writer_features(uri: str, features: tuple[str, ...]) -> None:
+    for feature in features:
+        if feature not in SUPPORTED_WRITER_FEATURES:
+            raise UnsupportedFeatureError(
+                f"Table {uri} uses the Delta writer feature '{feature}', which deltaflow cannot"
+                " write yet; writing could break the table's guarantees, so nothing was written.",
+                table_uri=uri,
+                feature=feature,
+            )
+
+
+class DeltaBatchWriter(DataSourceArrowWriter):
+    def __init__(self, plan: WritePlan, spark_schema: StructType) -> None:
+        self.plan = plan
+        self.input_schema_json = spark_schema.jsonValue()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+        if self.plan.skip:
+            return DeltaCommitMessage(files=[], num_rows=0)
+        writer = _FileSetWriter(self.plan)
+        try:
+            for batch in iterator:
+                writer.write(batch)
+            return writer.close()
+        except BaseException:
+            writer.discard()
+            raise
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.plan.skip:
+            return
+        adds = [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files]
+        opts = self.plan.options
+        request = _commit.CommitRequest(
+            table_uri=self.plan.table_uri,
+            schema=self.plan.schema,
+            partition_columns=self.plan.partition_columns,
+            adds=adds,
+            mode="overwrite" if self.plan.mode == "overwrite" else "append",
+            read_version=self.plan.read_version,
+            new_columns=self.plan.new_columns,
+            configuration=self.plan.configuration,
+            app_id=opts.txn_app_id,
+            app_version=opts.txn_version,
+            user_metadata=opts.user_metadata,
+        )
+        started = time.perf_counter()
+        result = _commit.commit(request)
+        if result.skipped:
+            _delete_files(self.plan.table_uri, adds)
+        log.info(
+            "deltaflow commit to %s: version %s, %d files, %.1f ms%s",
+            self.plan.table_uri,
+            result.version,
+            len(adds),
+            (time.perf_counter() - started) * 1000,
+            " (duplicate app transaction, skipped)" if result.skipped else "",
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        adds = [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files]
+        _delete_files(self.plan.table_uri, adds)
+
+
+def _delete_files(table_uri: str, files: list[_commit.AddedFile]) -> None:
+    for added in files:
+        fs, path = _uri.filesystem(_uri.join(table_uri, added.path))
+        try:
+            fs.delete_file(path)
+        except OSError:
+            log.warning("could not delete uncommitted file %s", added.path)
+
+
+class _OpenFile:
+    def __init__(self, fs: Any, relative: str, full_path: str, schema: pa.Schema, plan: WritePlan,
+                 partition_values: dict[str, str | None]) -> None:
+        self.relative = relative
+        self.full_path = full_path
+        self.stream = fs.open_output_stream(full_path)
+        self.writer = pq.ParquetWriter(self.stream, schema, compression=plan.options.compression)
+        self.stats = _stats.StatsAccumulator(plan.num_indexed_cols)
+        self.partition_values = partition_values
+        self.rows = 0
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.writer.write_batch(batch)
+        self.stats.add(batch)
+        self.rows += batch.num_rows
+
+    def close(self, fs: Any) -> _commit.AddedFile:
+        self.writer.close()
+        self.stream.close()
+        size = fs.get_file_info(self.full_path).size
+        return _commit.AddedFile(
+            path=self.relative,
+            size=size,
+            partition_values=self.partition_values,
+            modification_time=int(time.time() * 1000),
+            stats=self.stats.to_json(),
+        )
+
+
+class _FileSetWriter:
+    """Writes one task's rows: one open file per partition, rolled by row count."""
+
+    def __init__(self, plan: WritePlan) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.plan = plan
+        self.fs, self.root = _uri.filesystem(plan.table_uri)
+        partitions = {c.lower() for c in plan.partition_columns}
+        logical = StructType.fromJson(_schema.logical_schema(plan.schema))
+        physical = StructType.fromJson(plan.physical_schema)
+        self.logical_target = to_arrow_schema(logical, timezone="UTC")
+        physical_arrow = to_arrow_schema(physical, timezone="UTC")
+        data_positions = [i for i, f in enumerate(logical.fields) if f.name.lower() not in partitions]
+        self.data_positions = data_positions
+        self.file_schema = pa.schema([physical_arrow.field(i) for i in data_positions])
+        self.logical_data_types = [self.logical_target.field(i) for i in data_positions]
+        self.max_rows = plan.options.max_records_per_file or DEFAULT_MAX_ROWS_PER_FILE
+        self.open: dict[tuple[str | None, ...], _OpenFile] = {}
+        self.done: list[_commit.AddedFile] = []
+        self.rows = 0
+        self.task_id = uuid.uuid4().hex[:8]
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        batch = self._to_table_shape(batch)
+        self.rows += batch.num_rows
+        if not self.plan.partition_columns:
+            self._append((), {}, batch)
+            return
+        for values, part in _split_by_partition(batch, self.plan.partition_columns):
+            serialized = {c: _partitions.serialize_partition_value(v) for c, v in zip(self.plan.partition_columns, values)}
+            self._append(tuple(serialized.values()), serialized, part)
+
+    def _to_table_shape(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """Reorder by name, cast to table types, fill missing columns with nulls."""
+        by_name = {name.lower(): i for i, name in enumerate(batch.schema.names)}
+        columns = []
+        for target in self.logical_target:
+            position = by_name.get(target.name.lower())
+            array = batch.column(position) if position is not None else None
+            # Struct children are matched by the table's own names, so pass the target twice.
+            columns.append(_arrow.conform(array, target.type, target.type, batch.num_rows))
+            if not target.nullable and columns[-1].null_count:
+                raise SchemaMismatchError(
+                    f"Column '{target.name}' of table {self.plan.table_uri} is NOT NULL but the"
+                    f" data has {columns[-1].null_count} null values in it.",
+                    table_uri=self.plan.table_uri,
+                    columns=(target.name,),
+                )
+        return pa.RecordBatch.from_arrays(columns, schema=self.logical_target)
+
+    def _append(
+        self, key: tuple[str | None, ...], values: dict[str, str | None], batch: pa.RecordBatch
+    ) -> None:
+        data = pa.RecordBatch.from_arrays(
+            [
+                _arrow.conform(batch.column(i), field.type, self.file_schema.field(n).type, batch.num_rows)
+                for n, (i, field) in enumerate(zip(self.data_positions, self.logical_data_types))
+            ],
+            schema=self.file_schema,
+        )
+        start = 0
+        while start < data.num_rows:
+            handle = self.open.get(key)
+            if handle is None:
+                handle = self.open[key] = self._new_file(values)
+            room = self.max_rows - handle.rows
+            chunk = data.slice(start, room)
+            handle.write(chunk)
+            start += chunk.num_rows
+            if handle.rows >= self.max_rows:
+                self.done.append(handle.close(self.fs))
+                del self.open[key]
+
+    def _new_file(self, values: dict[str, str | None]) -> _OpenFile:
+        name = f"part-{len(self.done) + len(self.open):05d}-{self.task_id}-{uuid.uuid4()}-c000.{self.plan.options.compression}.parquet"
+        if self.plan.column_mapping:
+            # Column-mapped tables use random prefixes instead of Hive-style directories.
+            directory = uuid.uuid4().hex[:2]
+        else:
+            directory = _partitions.partition_dir(list(self.plan.partition_columns), values)
+        relative = f"{directory}/{name}" if directory else name
+        full = self.root.rstrip("/") + "/" + relative
+        if directory:
+            self.fs.create_dir(self.root.rstrip("/") + "/" + directory, recursive=True)
+        log_values = {self.plan.partition_physical.get(k, k): v for k, v in values.items()}
+        return _OpenFile(self.fs, relative, full, self.file_schema, self.plan, log_values)
+
+    def close(self) -> DeltaCommitMessage:
+        for handle in self.open.values():
+            self.done.append(handle.close(self.fs))
+        self.open.clear()
+        return DeltaCommitMessage(files=self.done, num_rows=self.rows)
+
+    def discard(self) -> None:
+        for handle in self.open.values():
+            try:
+                handle.writer.close()
+                handle.stream.close()
+            except Exception:  # noqa: BLE001 - best effort while already failing
+                pass
+        self.open.clear()
+        _delete_files(self.plan.table_uri, self.done)
+
+
+def _split_by_partition(
+    batch: pa.RecordBatch, columns: tuple[str, ...]
+) -> Iterator[tuple[tuple[Any, ...], pa.RecordBatch]]:
+    table = pa.Table.from_batches([batch])
+    keys = table.select(list(columns)).group_by(list(columns), use_threads=False).aggregate([])
+    if keys.num_rows == 1:
+        yield tuple(keys.column(c)[0].as_py() for c in columns), batch
+        return
+    for row in keys.to_pylist():
+        mask = None
+        for column in columns:
+            value = row[column]
+            condition = pc.is_null(table.column(column)) if value is None else pc.equal(
+                table.column(column), pa.scalar(value, table.schema.field(column).type)
+            )
+            condition = pc.fill_null(condition, False)
+            mask = condition if mask is None else pc.and_(mask, condition)
+        part = table.filter(mask).combine_chunks()
+        for chunk in part.to_batches():
+            yield tuple(row[c] for c in columns), chunk

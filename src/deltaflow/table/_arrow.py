@@ -1,0 +1,85 @@
+"""Arrow data shaping: make what a Parquet file holds look exactly like the table.
+
+Files may lack columns added later, hold narrower types (type widening), use
+physical column names (column mapping) or other timestamp units. ``conform``
+rebuilds an array to the target type, matching struct children by the physical
+name tree, so the batch Spark receives always has the table's Arrow schema.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_CAST = pc.CastOptions  # alias keeps lines short
+
+
+def conform(array: pa.Array | None, physical: pa.DataType, target: pa.DataType, length: int) -> pa.Array:
+    """``array`` (stored with ``physical`` names) as an array of ``target`` type.
+
+    ``physical`` and ``target`` have the same shape; they differ only in field names
+    (column mapping) and possibly in primitive types. A missing array becomes nulls.
+    """
+    if array is None:
+        return pa.nulls(length, target)
+    if array.type.equals(target):
+        return array
+    if pa.types.is_struct(target):
+        return _conform_struct(array, physical, target)
+    if pa.types.is_map(target):
+        return _conform_map(array, physical, target)
+    if pa.types.is_list(target) or pa.types.is_large_list(target):
+        return _conform_list(array, physical, target)
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+        if array.type.equals(target):
+            return array
+    return pc.cast(array, options=_CAST(target, allow_time_truncate=True))
+
+
+def _validity(array: pa.Array) -> pa.Array | None:
+    return pc.is_null(array) if array.null_count else None
+
+
+def _conform_struct(array: pa.Array, physical: pa.DataType, target: pa.DataType) -> pa.Array:
+    if not pa.types.is_struct(array.type):
+        raise TypeError(f"expected a struct, found {array.type}")
+    children = array.flatten()
+    index = {array.type.field(i).name: i for i in range(array.type.num_fields)}
+    lowered = {name.lower(): i for name, i in index.items()}
+    conformed = []
+    for i in range(target.num_fields):
+        physical_field = physical.field(i)
+        position = index.get(physical_field.name, lowered.get(physical_field.name.lower()))
+        child = children[position] if position is not None else None
+        conformed.append(conform(child, physical_field.type, target.field(i).type, len(array)))
+    return pa.StructArray.from_arrays(
+        conformed, fields=list(target), mask=_validity(array)
+    )
+
+
+def _conform_list(array: pa.Array, physical: pa.DataType, target: pa.DataType) -> pa.Array:
+    values = conform(array.values, physical.value_type, target.value_type, len(array.values))
+    offsets = array.offsets
+    cls = pa.LargeListArray if pa.types.is_large_list(target) else pa.ListArray
+    return cls.from_arrays(offsets, values, type=target, mask=_validity(array))
+
+
+def _conform_map(array: pa.Array, physical: pa.DataType, target: pa.DataType) -> pa.Array:
+    keys = conform(array.keys, physical.key_type, target.key_type, len(array.keys))
+    items = conform(array.items, physical.item_type, target.item_type, len(array.items))
+    return pa.MapArray.from_arrays(array.offsets, keys, items, type=target, mask=_validity(array))
+
+
+def constant_array(value: object, target: pa.DataType, length: int) -> pa.Array:
+    """``length`` copies of ``value`` (a partition value) without a Python loop."""
+    if value is None:
+        return pa.nulls(length, target)
+    single = pa.array([value], type=target)
+    return single.take(_zeros(length))
+
+
+def _zeros(length: int) -> pa.Array:
+    import numpy as np
+
+    return pa.array(np.zeros(length, dtype=np.int32))

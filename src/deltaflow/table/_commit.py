@@ -1,0 +1,208 @@
+"""Commits: turn files that executors wrote into exactly one Delta commit.
+
+delta-rs writes the log entry (atomic put-if-absent on every store it supports),
+retries when another writer took the version it wanted and checks the winner for
+conflicts. This module adds what Spark-side writers need on top: app-transaction
+idempotency (``txnAppId`` / ``txnVersion``), creation with data in one commit,
+schema evolution, and typed errors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake.exceptions import CommitFailedError, DeltaError
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+from deltaflow.table import _uri
+from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
+
+log = logging.getLogger(__name__)
+
+# delta-rs retries a commit whose version was taken after re-checking conflicts;
+# 15 attempts cover bursts of concurrent appenders without hiding a livelock.
+MAX_COMMIT_RETRIES = 15
+
+_CONFLICT_KINDS = (
+    "ConcurrentAppend",
+    "ConcurrentDeleteRead",
+    "ConcurrentDeleteDelete",
+    "MetadataChanged",
+    "ConcurrentTransaction",
+    "ProtocolChanged",
+)
+
+
+@dataclass(frozen=True)
+class AddedFile:
+    """A data file an executor wrote, ready to be referenced by a commit."""
+
+    path: str  # relative to the table root, not percent-encoded
+    size: int
+    partition_values: dict[str, str | None]
+    modification_time: int
+    stats: str
+    data_change: bool = True
+
+    def to_action(self) -> AddAction:
+        return AddAction(
+            self.path,
+            self.size,
+            self.partition_values,
+            self.modification_time,
+            self.data_change,
+            self.stats,
+        )
+
+
+@dataclass(frozen=True)
+class RemovedFile:
+    path: str
+    size: int
+    partition_values: dict[str, Any]
+    data_change: bool = True
+
+    def to_action(self, now_ms: int) -> RemoveAction:
+        return RemoveAction(
+            self.path,
+            self.data_change,
+            now_ms,
+            size=self.size,
+            partition_values=self.partition_values,
+        )
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    """Everything one commit needs; built on the driver from the executors' messages."""
+
+    table_uri: str
+    schema: dict[str, Any]
+    partition_columns: tuple[str, ...]
+    adds: Sequence[AddedFile]
+    removes: Sequence[RemovedFile] = ()
+    mode: Literal["append", "overwrite"] = "append"
+    read_version: int | None = None  # None: the table did not exist when the write started
+    new_columns: Sequence[dict[str, Any]] = ()  # mergeSchema: fields to add before appending
+    configuration: dict[str, str] = field(default_factory=dict)
+    app_id: str | None = None
+    app_version: int | None = None
+    user_metadata: str | None = None
+    storage_options: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    version: int | None  # None when the commit was skipped as a duplicate
+    skipped: bool
+    num_files: int
+
+
+def already_committed(table: DeltaTable, app_id: str | None, app_version: int | None) -> bool:
+    """True when an app transaction at or above ``app_version`` is in the log."""
+    if app_id is None or app_version is None:
+        return False
+    seen = table.transaction_version(app_id)
+    return seen is not None and seen >= app_version
+
+
+def commit(request: CommitRequest) -> CommitResult:
+    """Commit ``request`` as one Delta transaction, or skip it if its app txn is recorded."""
+    location = _uri.delta_rs_uri(request.table_uri)
+    properties = _commit_properties(request)
+    schema = Schema.from_json(json.dumps(request.schema))
+    if request.read_version is None:
+        try:
+            create_table_with_add_actions(
+                location,
+                schema,
+                [a.to_action() for a in request.adds],
+                mode="error",
+                partition_by=list(request.partition_columns) or None,
+                configuration=request.configuration or None,
+                storage_options=request.storage_options,
+                commit_properties=properties,
+            )
+            return CommitResult(0, False, len(request.adds))
+        except DeltaError as exc:
+            if "already exists" not in str(exc).lower():
+                raise
+            raise TableAlreadyExistsError(
+                f"Table {request.table_uri} was created by another writer while this write ran."
+                " Retry the write: it will append to (or overwrite) the new table.",
+                table_uri=request.table_uri,
+            ) from exc
+
+    # Appends are blind and commit on the newest version. Anything that removes files
+    # commits against the version it read, so delta-rs checks every commit since then
+    # for conflicts (e.g. an append that an overwrite would silently drop).
+    pinned = request.mode == "overwrite" or bool(request.removes)
+    table = DeltaTable(
+        location,
+        version=request.read_version if pinned else None,
+        storage_options=request.storage_options,
+    )
+    if already_committed(table, request.app_id, request.app_version):
+        log.info(
+            "skipping commit to %s: app transaction %s/%s is already recorded",
+            request.table_uri,
+            request.app_id,
+            request.app_version,
+        )
+        return CommitResult(None, True, 0)
+    if request.new_columns:
+        from deltalake.schema import Field as DeltaField
+
+        fields = [DeltaField.from_json(json.dumps(f)) for f in request.new_columns]
+        # delta-rs cannot change the schema inside a write transaction, so the new
+        # columns land one commit earlier; readers of that version see them empty.
+        table.alter.add_columns(fields)
+        table = DeltaTable(location, storage_options=request.storage_options)
+    now_ms = int(time.time() * 1000)
+    actions: list[AddAction | RemoveAction] = [a.to_action() for a in request.adds]
+    actions.extend(r.to_action(now_ms) for r in request.removes)
+    try:
+        table.create_write_transaction(
+            actions,
+            request.mode,
+            schema,
+            list(request.partition_columns) or None,
+            commit_properties=properties,
+        )
+    except CommitFailedError as exc:
+        kind = next((k for k in _CONFLICT_KINDS if k.lower() in str(exc).lower()), "Conflict")
+        raise ConcurrentWriteError(
+            f"Commit to {request.table_uri} conflicted with a concurrent writer ({kind}): {exc}."
+            " Nothing was committed; retry the operation on the current version of the table.",
+            table_uri=request.table_uri,
+            kind=kind,
+            read_version=request.read_version,
+            attempts=MAX_COMMIT_RETRIES,
+        ) from exc
+    # delta-rs does not hand back the version it committed; the newest one is ours unless
+    # another writer raced in right after, which only makes the reported number later.
+    return CommitResult(_latest_version(location, request), False, len(request.adds))
+
+
+def _latest_version(location: str, request: CommitRequest) -> int:
+    return int(DeltaTable(location, storage_options=request.storage_options).version())
+
+
+def _commit_properties(request: CommitRequest) -> CommitProperties:
+    transactions = None
+    if request.app_id is not None and request.app_version is not None:
+        transactions = [Transaction(request.app_id, request.app_version)]
+    custom: dict[str, Any] = {}
+    if request.user_metadata is not None:
+        custom["userMetadata"] = request.user_metadata
+    return CommitProperties(
+        custom_metadata=custom or None,
+        max_commit_retries=MAX_COMMIT_RETRIES,
+        app_transactions=transactions,
+    )

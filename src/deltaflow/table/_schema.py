@@ -1,0 +1,208 @@
+"""Delta schemas as JSON trees: the common language of Delta, Spark and Arrow.
+
+A Delta ``schemaString`` uses Spark's StructType JSON format, so a schema moves
+between the two without a lossy mapping. This module works on those JSON trees
+(plain dicts) so that the table layer never imports Spark: column-mapping
+physical names, schema enforcement and ``mergeSchema`` live here.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterator
+from typing import Any
+
+JsonType = Any  # str for primitives, dict for struct / array / map
+Field = dict[str, Any]
+
+PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
+FIELD_ID_KEY = "delta.columnMapping.id"
+# Metadata keys that describe storage, not the logical column; hidden from Spark.
+_INTERNAL_METADATA = re.compile(r"^delta\.(columnMapping\.|identity\.)")
+
+_INTEGRAL_WIDTH = {"byte": 1, "short": 2, "integer": 4, "long": 8}
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+
+
+def column_mapping_mode(configuration: dict[str, str | None]) -> str:
+    mode = (configuration.get("delta.columnMapping.mode") or "none").lower()
+    return mode
+
+
+def logical_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema as Spark should see it: column-mapping metadata removed."""
+    return _map_fields(schema, _strip_internal)
+
+
+def physical_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with every field renamed to its physical (in-file) name."""
+
+    def rename(field: Field) -> Field:
+        field = _strip_internal(field)
+        physical = field.get("_physical")
+        if physical:
+            field["name"] = physical
+        field.pop("_physical", None)
+        return field
+
+    annotated = _map_fields(schema, _annotate_physical)
+    return _map_fields(annotated, rename)
+
+
+def _annotate_physical(field: Field) -> Field:
+    physical = field.get("metadata", {}).get(PHYSICAL_NAME_KEY)
+    out = dict(field)
+    if physical:
+        out["_physical"] = physical
+    return out
+
+
+def _strip_internal(field: Field) -> Field:
+    out = dict(field)
+    metadata = {k: v for k, v in field.get("metadata", {}).items() if not _INTERNAL_METADATA.match(k)}
+    out["metadata"] = metadata
+    return out
+
+
+def _map_fields(schema: dict[str, Any], fn: Any) -> dict[str, Any]:
+    def visit_type(t: JsonType) -> JsonType:
+        if isinstance(t, str):
+            return t
+        kind = t["type"]
+        if kind == "struct":
+            return {"type": "struct", "fields": [visit_field(f) for f in t["fields"]]}
+        if kind == "array":
+            return {**t, "elementType": visit_type(t["elementType"])}
+        if kind == "map":
+            return {**t, "keyType": visit_type(t["keyType"]), "valueType": visit_type(t["valueType"])}
+        return copy.deepcopy(t)
+
+    def visit_field(field: Field) -> Field:
+        mapped = fn(field)
+        mapped["type"] = visit_type(field["type"])
+        return mapped  # type: ignore[no-any-return]
+
+    return visit_type(schema)  # type: ignore[no-any-return]
+
+
+def top_level_physical_names(schema: dict[str, Any]) -> dict[str, str]:
+    """Logical -> physical name of each top-level column (identity without column mapping)."""
+    return {
+        f["name"]: f.get("metadata", {}).get(PHYSICAL_NAME_KEY, f["name"]) for f in schema["fields"]
+    }
+
+
+def leaf_columns(schema: dict[str, Any], limit: int | None = None) -> list[tuple[str, ...]]:
+    """Paths of primitive leaf columns in schema order, nested structs flattened."""
+    out: list[tuple[str, ...]] = []
+
+    def walk(fields: list[Field], prefix: tuple[str, ...]) -> None:
+        for f in fields:
+            t = f["type"]
+            if isinstance(t, dict) and t["type"] == "struct":
+                walk(t["fields"], (*prefix, f["name"]))
+            else:
+                out.append((*prefix, f["name"]))
+
+    walk(schema["fields"], ())
+    return out if limit is None else out[:limit]
+
+
+def iter_fields(schema: dict[str, Any]) -> Iterator[Field]:
+    yield from schema["fields"]
+
+
+def type_to_string(t: JsonType) -> str:
+    if isinstance(t, str):
+        return t
+    kind = t["type"]
+    if kind == "struct":
+        inner = ", ".join(f"{f['name']}: {type_to_string(f['type'])}" for f in t["fields"])
+        return f"struct<{inner}>"
+    if kind == "array":
+        return f"array<{type_to_string(t['elementType'])}>"
+    if kind == "map":
+        return f"map<{type_to_string(t['keyType'])}, {type_to_string(t['valueType'])}>"
+    return str(kind)
+
+
+def is_widening(source: JsonType, target: JsonType) -> bool:
+    """True when values of type ``source`` fit losslessly in ``target`` (a safe implicit cast)."""
+    if source == target:
+        return True
+    if isinstance(source, str) and isinstance(target, str):
+        if source in _INTEGRAL_WIDTH and target in _INTEGRAL_WIDTH:
+            return _INTEGRAL_WIDTH[source] <= _INTEGRAL_WIDTH[target]
+        if source == "float" and target == "double":
+            return True
+        if source in _INTEGRAL_WIDTH and target == "double" and source != "long":
+            return True
+        src_dec, tgt_dec = _DECIMAL.match(source), _DECIMAL.match(target)
+        if src_dec and tgt_dec:
+            sp, ss = map(int, src_dec.groups())
+            tp, ts = map(int, tgt_dec.groups())
+            return ss <= ts and (sp - ss) <= (tp - ts)
+        return False
+    if isinstance(source, dict) and isinstance(target, dict) and source["type"] == target["type"]:
+        if source["type"] == "array":
+            return is_widening(source["elementType"], target["elementType"])
+        if source["type"] == "map":
+            return is_widening(source["keyType"], target["keyType"]) and is_widening(
+                source["valueType"], target["valueType"]
+            )
+        if source["type"] == "struct":
+            return not struct_mismatches(source, target, allow_new=False)
+    return False
+
+
+def struct_mismatches(
+    incoming: dict[str, Any], table: dict[str, Any], *, allow_new: bool, prefix: str = ""
+) -> list[str]:
+    """Human-readable problems writing ``incoming`` into ``table`` (empty when compatible).
+
+    Names match case-insensitively, as in delta-spark. Columns the table has and the
+    data lacks are fine (they are written as nulls). New columns are problems
+    unless ``allow_new`` (``mergeSchema``).
+    """
+    problems: list[str] = []
+    by_name = {f["name"].lower(): f for f in table["fields"]}
+    for field in incoming["fields"]:
+        path = prefix + field["name"]
+        target = by_name.get(field["name"].lower())
+        if target is None:
+            if not allow_new:
+                problems.append(f"{path} (new column of type {type_to_string(field['type'])})")
+            continue
+        src_t, tgt_t = field["type"], target["type"]
+        if isinstance(src_t, dict) and isinstance(tgt_t, dict) and src_t["type"] == tgt_t["type"] == "struct":
+            problems.extend(struct_mismatches(src_t, tgt_t, allow_new=allow_new, prefix=path + "."))
+        elif not is_widening(src_t, tgt_t):
+            problems.append(
+                f"{path} (data type {type_to_string(src_t)}, table type {type_to_string(tgt_t)})"
+            )
+    return problems
+
+
+def merge_schemas(table: dict[str, Any], incoming: dict[str, Any]) -> dict[str, Any]:
+    """``table`` with the columns only ``incoming`` has appended (recursively, for structs)."""
+    merged = copy.deepcopy(table)
+    by_name = {f["name"].lower(): f for f in merged["fields"]}
+    for field in incoming["fields"]:
+        target = by_name.get(field["name"].lower())
+        if target is None:
+            new_field = copy.deepcopy(field)
+            new_field["nullable"] = True
+            merged["fields"].append(new_field)
+            continue
+        src_t, tgt_t = field["type"], target["type"]
+        if isinstance(src_t, dict) and isinstance(tgt_t, dict) and src_t["type"] == tgt_t["type"] == "struct":
+            target["type"] = merge_schemas(tgt_t, src_t)
+    return merged
+
+
+def field_type(schema: dict[str, Any], name: str) -> JsonType:
+    for f in schema["fields"]:
+        if f["name"] == name:
+            return f["type"]
+    raise KeyError(name)

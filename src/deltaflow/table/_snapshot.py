@@ -1,0 +1,291 @@
+"""Snapshots: one consistent version of a Delta table, as delta-rs replays it.
+
+delta-rs does the log replay (JSON commits, classic / multi-part / v2
+checkpoints). This module turns its answer into what a Spark scan needs: the
+schema as a JSON tree, typed partition values, per-file statistics and the rows
+deletion vectors remove.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+from deltalake.exceptions import TableNotFoundError as _DeltaRsTableNotFound
+
+from deltaflow.table import _schema, _uri
+from deltaflow.table.errors import TableNotFoundError, UnsupportedFeatureError, VersionNotFoundError
+
+log = logging.getLogger(__name__)
+
+# Reader features whose semantics deltaflow implements (protocol "Table Features").
+# typeWidening works because every column is cast to the table type on read.
+SUPPORTED_READER_FEATURES = frozenset(
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "typeWidening",
+        "typeWidening-preview",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+    }
+)
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One data file of a snapshot (an ``add`` action), with typed partition values."""
+
+    path: str  # relative to the table root, percent-decoded
+    size: int
+    modification_time: int
+    num_records: int | None
+    partition_values: dict[str, Any]
+    min_values: dict[str, Any] = field(default_factory=dict)
+    max_values: dict[str, Any] = field(default_factory=dict)
+    null_counts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A table at one version. Cheap to pickle: the file list is built on demand."""
+
+    uri: str
+    version: int
+    schema: dict[str, Any]  # the Delta schema JSON, column-mapping metadata included
+    partition_columns: tuple[str, ...]
+    configuration: dict[str, str | None]
+    min_reader_version: int
+    min_writer_version: int
+    reader_features: tuple[str, ...]
+    writer_features: tuple[str, ...]
+    storage_options: dict[str, str] | None = None
+
+    @property
+    def column_mapping_mode(self) -> str:
+        return _schema.column_mapping_mode(self.configuration)
+
+    @property
+    def has_deletion_vectors_enabled(self) -> bool:
+        return "deletionVectors" in self.reader_features
+
+    @cached_property
+    def delta_table(self) -> DeltaTable:
+        return DeltaTable(
+            _uri.delta_rs_uri(self.uri), version=self.version, storage_options=self.storage_options
+        )
+
+    def files(self) -> list[FileEntry]:
+        """Every live data file, stats keyed by logical column names."""
+        actions = pa.table(self.delta_table.get_add_actions(flatten=False))
+        physical_to_logical = _physical_to_logical(self.schema)
+        rows = actions.to_pylist()
+        entries = []
+        for row in rows:
+            entries.append(
+                FileEntry(
+                    path=row["path"],
+                    size=row["size_bytes"],
+                    modification_time=row["modification_time"],
+                    num_records=row.get("num_records"),
+                    partition_values=_rename(row.get("partition") or {}, physical_to_logical),
+                    min_values=_rename(row.get("min") or {}, physical_to_logical),
+                    max_values=_rename(row.get("max") or {}, physical_to_logical),
+                    null_counts=_rename(row.get("null_count") or {}, physical_to_logical),
+                )
+            )
+        return entries
+
+    def deleted_rows(self) -> dict[str, np.ndarray]:
+        """Relative path -> sorted indexes of rows removed by deletion vectors."""
+        if not self.has_deletion_vectors_enabled:
+            return {}
+        out: dict[str, np.ndarray] = {}
+        prefix = _uri.delta_rs_uri(self.uri).rstrip("/") + "/"
+        reader = self.delta_table.deletion_vectors()
+        table = pa.table(reader)
+        for file_uri, selection in zip(
+            table.column("filepath").to_pylist(), table.column("selection_vector").to_pylist()
+        ):
+            relative = _relative_path(file_uri, prefix)
+            keep = np.asarray(selection, dtype=bool)
+            out[relative] = np.flatnonzero(~keep).astype(np.int64)
+        return out
+
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        return list(self.delta_table.history(limit))
+
+
+def _relative_path(file_uri: str, prefix: str) -> str:
+    from urllib.parse import unquote, urlparse
+
+    path = file_uri
+    if path.startswith("file://"):
+        path = unquote(urlparse(path).path)
+    if path.startswith(prefix):
+        return path[len(prefix) :]
+    local_prefix = prefix[len("file://") :] if prefix.startswith("file://") else prefix
+    if path.startswith(local_prefix):
+        return path[len(local_prefix) :]
+    return path
+
+
+def _physical_to_logical(schema: dict[str, Any]) -> dict[str, str]:
+    return {physical: logical for logical, physical in _schema.top_level_physical_names(schema).items()}
+
+
+def _rename(values: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
+    return {mapping.get(k, k): v for k, v in values.items()}
+
+
+def table_exists(uri: str, storage_options: dict[str, str] | None = None) -> bool:
+    return bool(DeltaTable.is_deltatable(_uri.delta_rs_uri(uri), storage_options))
+
+
+def load_snapshot(
+    uri: str,
+    *,
+    version: int | None = None,
+    timestamp: str | dt.datetime | None = None,
+    storage_options: dict[str, str] | None = None,
+    check_readable: bool = True,
+) -> Snapshot:
+    """Load ``uri`` at the latest version, at ``version``, or as of ``timestamp``.
+
+    ``timestamp`` follows delta-spark's ``timestampAsOf``: the latest version
+    committed at or before it. Naive timestamps are UTC.
+    """
+    location = _uri.delta_rs_uri(uri)
+    try:
+        table = DeltaTable(location, storage_options=storage_options)
+    except _DeltaRsTableNotFound as exc:
+        raise TableNotFoundError(
+            f"No Delta table at {uri}: there is no _delta_log there. Check the path, or create "
+            f"the table first with df.write.format('delta').save('{uri}').",
+            table_uri=uri,
+        ) from exc
+    latest = table.version()
+    if timestamp is not None:
+        version = _version_at(table, uri, timestamp, latest)
+    if version is not None and version != latest:
+        if version < 0 or version > latest:
+            raise VersionNotFoundError(
+                f"Version {version} of table {uri} does not exist: the latest version is {latest}."
+                " Use a version between the earliest retained one and the latest (see history()).",
+                table_uri=uri,
+                version=version,
+                latest=latest,
+            )
+        try:
+            table = DeltaTable(location, version=version, storage_options=storage_options)
+        except DeltaError as exc:
+            raise VersionNotFoundError(
+                f"Version {version} of table {uri} cannot be reconstructed: its log files were"
+                f" removed by log cleanup ({exc}). Read a later version; the latest is {latest}.",
+                table_uri=uri,
+                version=version,
+                latest=latest,
+            ) from exc
+    snapshot = _snapshot_of(table, uri, storage_options)
+    if check_readable:
+        check_reader_features(snapshot)
+    return snapshot
+
+
+def _snapshot_of(table: DeltaTable, uri: str, storage_options: dict[str, str] | None) -> Snapshot:
+    metadata = table.metadata()
+    protocol = table.protocol()
+    schema = json.loads(table.schema().to_json())
+    return Snapshot(
+        uri=uri,
+        version=table.version(),
+        schema=schema,
+        partition_columns=tuple(metadata.partition_columns),
+        configuration=dict(metadata.configuration),
+        min_reader_version=protocol.min_reader_version,
+        min_writer_version=protocol.min_writer_version,
+        reader_features=tuple(protocol.reader_features or ()),
+        writer_features=tuple(protocol.writer_features or ()),
+        storage_options=storage_options,
+    )
+
+
+def check_reader_features(snapshot: Snapshot) -> None:
+    for feature in snapshot.reader_features:
+        if feature not in SUPPORTED_READER_FEATURES:
+            raise UnsupportedFeatureError(
+                f"Table {snapshot.uri} (version {snapshot.version}) uses the Delta reader feature"
+                f" '{feature}', which deltaflow cannot read yet. Supported reader features:"
+                f" {', '.join(sorted(SUPPORTED_READER_FEATURES))}.",
+                table_uri=snapshot.uri,
+                feature=feature,
+            )
+
+
+def parse_timestamp(value: str | dt.datetime) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        parsed = value
+    else:
+        text = value.strip().replace("T", " ")
+        if text.endswith("Z"):
+            text = text[:-1] + "+00:00"
+        parsed = dt.datetime.fromisoformat(text)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed
+
+
+def _version_at(table: DeltaTable, uri: str, timestamp: str | dt.datetime, latest: int) -> int:
+    try:
+        wanted = parse_timestamp(timestamp)
+    except ValueError as exc:
+        raise VersionNotFoundError(
+            f"timestampAsOf {timestamp!r} for table {uri} is not a timestamp: use"
+            " 'YYYY-MM-DD', 'YYYY-MM-DD HH:MM:SS' or ISO 8601 with an offset.",
+            table_uri=uri,
+            timestamp=str(timestamp),
+        ) from exc
+    wanted_ms = int(wanted.timestamp() * 1000)
+    commits = sorted((c["version"], c["timestamp"]) for c in table.history() if "version" in c)
+    if not commits:
+        return latest
+    earliest_version, earliest_ts = commits[0]
+    if wanted_ms < earliest_ts:
+        raise VersionNotFoundError(
+            f"The timestamp {wanted.isoformat()} is before the earliest available version"
+            f" ({earliest_version}, committed at {_fmt_ms(earliest_ts)}) of table {uri}. Use a"
+            " later timestamp.",
+            table_uri=uri,
+            timestamp=wanted.isoformat(),
+            earliest=earliest_version,
+            latest=latest,
+        )
+    latest_ts = commits[-1][1]
+    if wanted_ms > latest_ts:
+        raise VersionNotFoundError(
+            f"The timestamp {wanted.isoformat()} is after the latest version ({latest}, committed"
+            f" at {_fmt_ms(latest_ts)}) of table {uri}. Use a timestamp at or before"
+            f" {_fmt_ms(latest_ts)}, or versionAsOf={latest}.",
+            table_uri=uri,
+            timestamp=wanted.isoformat(),
+            earliest=earliest_version,
+            latest=latest,
+        )
+    chosen = earliest_version
+    for version, ts in commits:
+        if ts <= wanted_ms:
+            chosen = version
+    return chosen
+
+
+def _fmt_ms(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat()

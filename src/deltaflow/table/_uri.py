@@ -1,0 +1,55 @@
+"""Table locations: one normal form for every path a user may hand us.
+
+Tables are addressed by URI. Local paths become absolute ``file://`` URIs on the
+driver so that executors, which may run in other processes or other working
+directories, resolve the same place.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote, urlparse
+
+import pyarrow.fs as pafs
+
+_LOCAL_SCHEMES = ("", "file")
+
+
+def normalize_uri(location: str) -> str:
+    """Return ``location`` as a URI: ``file:///abs/path`` for local paths, unchanged otherwise."""
+    if not location:
+        raise ValueError("a table location must not be empty")
+    parsed = urlparse(location)
+    if parsed.scheme in _LOCAL_SCHEMES or (len(parsed.scheme) == 1 and os.name == "nt"):
+        path = unquote(parsed.path) if parsed.scheme == "file" else location
+        return "file://" + os.path.abspath(os.path.expanduser(path)).rstrip("/")
+    return location.rstrip("/")
+
+
+def is_local(uri: str) -> bool:
+    return urlparse(uri).scheme in _LOCAL_SCHEMES
+
+
+def local_path(uri: str) -> str:
+    """The filesystem path of a ``file://`` URI."""
+    parsed = urlparse(uri)
+    if parsed.scheme not in _LOCAL_SCHEMES:
+        raise ValueError(f"{uri!r} is not a local path")
+    return unquote(parsed.path) if parsed.scheme == "file" else uri
+
+
+def delta_rs_uri(uri: str) -> str:
+    """The form delta-rs accepts: plain absolute paths for local tables."""
+    return local_path(uri) if is_local(uri) else uri
+
+
+def join(uri: str, relative: str) -> str:
+    return uri.rstrip("/") + "/" + relative.lstrip("/")
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and the path of ``uri`` inside it."""
+    if is_local(uri):
+        return pafs.LocalFileSystem(), local_path(uri)
+    fs, path = pafs.FileSystem.from_uri(uri)
+    return fs, path

@@ -1,0 +1,93 @@
+"""Errors raised by the Delta table layer (snapshots, commits, schemas)."""
+
+from __future__ import annotations
+
+from deltaflow.errors import DeltaflowError
+
+
+class TableError(DeltaflowError):
+    """An error about one Delta table; ``table_uri`` names it."""
+
+
+class TableNotFoundError(TableError, FileNotFoundError):
+    """No Delta table (no ``_delta_log``) exists at ``table_uri``."""
+
+    def __init__(self, message: str, *, table_uri: str) -> None:
+        super().__init__(message, table_uri=table_uri)
+
+
+class TableAlreadyExistsError(TableError, FileExistsError):
+    """A write in mode ``error`` found a table at ``table_uri``."""
+
+    def __init__(self, message: str, *, table_uri: str) -> None:
+        super().__init__(message, table_uri=table_uri)
+
+
+class VersionNotFoundError(TableError, ValueError):
+    """A requested version or timestamp is outside the table's history."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table_uri: str,
+        version: int | None = None,
+        timestamp: str | None = None,
+        earliest: int | None = None,
+        latest: int | None = None,
+    ) -> None:
+        super().__init__(
+            message,
+            table_uri=table_uri,
+            version=version,
+            timestamp=timestamp,
+            earliest=earliest,
+            latest=latest,
+        )
+
+
+class UnsupportedFeatureError(TableError, NotImplementedError):
+    """The table uses a Delta protocol feature deltaflow cannot honour yet."""
+
+    def __init__(self, message: str, *, table_uri: str, feature: str) -> None:
+        super().__init__(message, table_uri=table_uri, feature=feature)
+
+
+class SchemaMismatchError(TableError, ValueError):
+    """Data does not match the table schema; ``columns`` lists the offending columns."""
+
+    def __init__(self, message: str, *, table_uri: str, columns: tuple[str, ...]) -> None:
+        super().__init__(message, table_uri=table_uri, columns=columns)
+
+
+class ReplaceWhereViolationError(TableError, ValueError):
+    """A ``replaceWhere`` overwrite received rows that do not satisfy its predicate."""
+
+    def __init__(self, message: str, *, table_uri: str, predicate: str) -> None:
+        super().__init__(message, table_uri=table_uri, predicate=predicate)
+
+
+class ConcurrentWriteError(TableError):
+    """A commit lost a race with another writer and could not be reconciled.
+
+    ``kind`` follows delta-spark's exception names (``ConcurrentAppend``,
+    ``ConcurrentDeleteRead``, ``ConcurrentDeleteDelete``, ``MetadataChanged``,
+    ``ConcurrentTransaction``, ``ProtocolChanged``). Retrying the whole operation
+    on a fresh snapshot usually succeeds, hence ``retryable``.
+    """
+
+    retryable = True
+
+    def __init__(
+        self, message: str, *, table_uri: str, kind: str, read_version: int | None, attempts: int
+    ) -> None:
+        super().__init__(
+            message, table_uri=table_uri, kind=kind, read_version=read_version, attempts=attempts
+        )
+
+
+class CorruptTableError(TableError):
+    """A file the log references is missing or unreadable (e.g. a deletion vector)."""
+
+    def __init__(self, message: str, *, table_uri: str, path: str) -> None:
+        super().__init__(message, table_uri=table_uri, path=path)
