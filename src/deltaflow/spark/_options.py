@@ -30,8 +30,50 @@ WRITE_OPTIONS = (
     "maxRecordsPerFile",
     "compression",
 )
+# Delta table properties that writer options may set at creation. Spark lowercases
+# option keys on their way to a data source, and Delta's property names are
+# case-sensitive, so known names are restored to their canonical spelling.
+TABLE_PROPERTIES = (
+    "delta.appendOnly",
+    "delta.autoOptimize.autoCompact",
+    "delta.autoOptimize.optimizeWrite",
+    "delta.checkpoint.writeStatsAsJson",
+    "delta.checkpoint.writeStatsAsStruct",
+    "delta.checkpointInterval",
+    "delta.checkpointPolicy",
+    "delta.columnMapping.maxColumnId",
+    "delta.columnMapping.mode",
+    "delta.dataSkippingNumIndexedCols",
+    "delta.dataSkippingStatsColumns",
+    "delta.deletedFileRetentionDuration",
+    "delta.enableChangeDataFeed",
+    "delta.enableDeletionVectors",
+    "delta.enableExpiredLogCleanup",
+    "delta.enableInCommitTimestamps",
+    "delta.enableRowTracking",
+    "delta.enableTypeWidening",
+    "delta.isolationLevel",
+    "delta.logRetentionDuration",
+    "delta.minReaderVersion",
+    "delta.minWriterVersion",
+    "delta.randomizeFilePrefixes",
+    "delta.randomPrefixLength",
+    "delta.setTransactionRetentionDuration",
+    "delta.targetFileSize",
+    "delta.tuneFileSizesForRewrites",
+)
+_FEATURES = (
+    "appendOnly", "changeDataFeed", "checkConstraints", "columnMapping", "deletionVectors",
+    "domainMetadata", "generatedColumns", "identityColumns", "invariants", "rowTracking",
+    "timestampNtz", "typeWidening", "v2Checkpoint", "vacuumProtocolCheck", "variantType",
+)
+_CANONICAL = {name.lower(): name for name in TABLE_PROPERTIES} | {
+    f"delta.feature.{name}".lower(): f"delta.feature.{name}" for name in _FEATURES
+}
 # Keys Spark itself may add to a source's options (SQL tables, DataFrameWriter).
-_SPARK_INTERNAL = ("__partition_columns", "__path_provider", "location")
+# CREATE TABLE passes location, owner, provider and each OPTIONS key a second time
+# with an "option." prefix.
+_SPARK_INTERNAL = ("__partition_columns", "__path_provider", "location", "owner", "provider")
 
 
 @dataclass(frozen=True)
@@ -63,7 +105,7 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
 def _check_known(options: dict[str, str], valid: tuple[str, ...], kind: str) -> None:
     known = {v.lower() for v in valid} | set(_SPARK_INTERNAL)
     for key in options:
-        if key in known or key.startswith("delta.") or key.startswith("spark."):
+        if key in known or key.startswith(("delta.", "spark.", "option.")):
             continue
         raise InvalidOptionError(
             f"Unknown {kind} option '{key}' for format('delta'). Valid options:"
@@ -130,7 +172,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             option="txnAppId" if app_id is None else "txnVersion",
         )
     properties = {
-        key: value
+        _CANONICAL.get(key.lower(), key): value
         for key, value in options.items()
         if key.lower().startswith("delta.") and value is not None
     }

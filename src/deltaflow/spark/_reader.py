@@ -7,7 +7,6 @@ batches shaped exactly like the table's Spark schema.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,10 +33,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from deltaflow.spark import _scan_report
+from deltaflow.spark._scan_report import ScanReport
 from deltaflow.table import _arrow, _pruning, _schema, _uri
 from deltaflow.table._snapshot import Snapshot
-
-log = logging.getLogger("deltaflow.scan")
 
 # Spark's own defaults for file scans (spark.sql.files.maxPartitionBytes / openCostInBytes):
 # a task reads up to 128 MiB, and each file costs as much as 4 MiB of data to open.
@@ -63,19 +62,6 @@ class FilePartition(InputPartition):
         super().__init__(index)
         self.index = index
         self.files = files
-
-
-@dataclass(frozen=True)
-class ScanReport:
-    """What a scan planned: how many files it reads out of the snapshot's."""
-
-    table_uri: str
-    version: int
-    files_in_snapshot: int
-    files_scanned: int
-    skipped_by_partition: int
-    skipped_by_stats: int
-    bytes_scanned: int
 
 
 def to_predicate(f: Filter) -> _pruning.Predicate | None:
@@ -122,16 +108,7 @@ class DeltaBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         tasks, self.report = plan_scan(self.snapshot, self.predicates)
-        log.info(
-            "deltaflow scan of %s v%d: %d of %d files (skipped %d by partition, %d by stats)",
-            self.report.table_uri,
-            self.report.version,
-            self.report.files_scanned,
-            self.report.files_in_snapshot,
-            self.report.skipped_by_partition,
-            self.report.skipped_by_stats,
-            extra={"deltaflow_scan": self.report.__dict__},
-        )
+        _scan_report.emit(self.report)
         groups = bin_pack(tasks, os.cpu_count() or 2)
         return [FilePartition(i, group) for i, group in enumerate(groups)] or [FilePartition(0, [])]
 

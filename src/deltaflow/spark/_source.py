@@ -32,9 +32,13 @@ class DeltaDataSource(DataSource):
     def name(cls) -> str:
         return "delta"
 
-    def _load(self) -> Snapshot:
+    def _load(self, schema: StructType | None = None) -> Snapshot:
         if self._snapshot is None:
-            read = parse_read_options(self.options)
+            options = dict(self.options)
+            location = location_of(schema) if schema is not None else None
+            if location and not (options.get("path") or options.get("location")):
+                options["path"] = location
+            read = parse_read_options(options)
             self._snapshot = load_snapshot(
                 _uri.normalize_uri(read.path),
                 version=read.version_as_of,
@@ -44,13 +48,17 @@ class DeltaDataSource(DataSource):
 
     def schema(self) -> StructType:
         snapshot = self._load()
-        return StructType.fromJson(_schema.logical_schema(snapshot.schema))
+        return with_location(StructType.fromJson(_schema.logical_schema(snapshot.schema)), snapshot.uri)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return DeltaBatchReader(self._load(), schema)
+        return DeltaBatchReader(self._load(schema), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        options = parse_write_options(_without(self.options, SAVE_MODE_OPTION))
+        raw = _without(self.options, SAVE_MODE_OPTION)
+        location = location_of(schema)
+        if location and not (raw.get("path") or raw.get("location")):
+            raw["path"] = location
+        options = parse_write_options(raw)
         mode = self.options.get(SAVE_MODE_OPTION) or ("overwrite" if overwrite else "append")
         plan = plan_write(_uri.normalize_uri(options.path), schema.jsonValue(), mode, options)
         return DeltaBatchWriter(plan, schema)
@@ -58,3 +66,27 @@ class DeltaDataSource(DataSource):
 
 def _without(options: Any, key: str) -> dict[str, str]:
     return {k: v for k, v in dict(options).items() if k.lower() != key.lower()}
+
+
+# Spark gives a Python source no options at all when it reads or writes a catalog
+# table (CREATE TABLE ... USING delta LOCATION '...' then SELECT / INSERT). The one
+# thing that survives in the catalog is the schema schema() returned at CREATE time,
+# field metadata included, so the location rides along in the first field's metadata.
+LOCATION_METADATA_KEY = "deltaflow.location"
+
+
+def with_location(schema: StructType, uri: str) -> StructType:
+    if not schema.fields:
+        return schema
+    as_json = schema.jsonValue()
+    first = as_json["fields"][0]
+    first["metadata"] = {**first.get("metadata", {}), LOCATION_METADATA_KEY: uri}
+    return StructType.fromJson(as_json)
+
+
+def location_of(schema: StructType) -> str | None:
+    for field in schema.fields[:1]:
+        value = field.metadata.get(LOCATION_METADATA_KEY)
+        if isinstance(value, str):
+            return value
+    return None

@@ -23,9 +23,12 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from deltaflow.errors import DeltaflowError, InvalidOptionError
+from deltaflow.spark import _replace_where
 from deltaflow.spark._options import WriteOptions
+from deltaflow.spark._writer_compat import RemoteDeltaflowError
 from deltaflow.table import _arrow, _commit, _partitions, _schema, _stats, _uri
-from deltaflow.table._snapshot import load_snapshot, table_exists
+from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
 from deltaflow.table.errors import (
     SchemaMismatchError,
     TableAlreadyExistsError,
@@ -51,6 +54,11 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "vacuumProtocolCheck",
         "typeWidening",
         "typeWidening-preview",
+        # delta-rs lists variantType on every table-features protocol it creates (e.g. for
+        # deletion vectors). Spark cannot hand us variant columns to write, so a table
+        # with this feature is safe to write as long as it has none; conform() would fail
+        # on one rather than write it wrongly.
+        "variantType",
     }
 )
 
@@ -68,8 +76,9 @@ class WritePlan:
     num_indexed_cols: int
     options: WriteOptions
     column_mapping: bool = False
-    skip: bool = False  # mode "ignore" on an existing table
+    skip: bool = False  # mode "ignore" on an existing table, or a duplicate app transaction
     partition_physical: dict[str, str] = field(default_factory=dict)
+    replace_where: str | None = None  # only with mode "overwrite"
 
 
 @dataclass
@@ -99,8 +108,26 @@ def _all_nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def arrow_schema(schema: dict[str, Any]) -> pa.Schema:
+    """The Arrow schema Spark hands batches of a Delta (logical) schema in."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(StructType.fromJson(_schema.logical_schema(schema)), timezone="UTC")
+
+
 def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOptions) -> WritePlan:
-    """Decide schema, partitioning and mode for writing ``incoming`` to ``uri``."""
+    """Decide schema, partitioning and mode for writing ``incoming`` to ``uri``.
+
+    Runs on the driver twice per save: in ``_writer_compat`` (so errors reach the
+    caller typed and skipped writes start no job) and when Spark plans the job.
+    """
+    if options.replace_where is not None and mode == "overwrite" and options.overwrite_schema:
+        raise InvalidOptionError(
+            "replaceWhere and overwriteSchema cannot be used together: replaceWhere keeps the"
+            " rows outside the predicate, which need the table's schema. Drop one of them.",
+            option="replaceWhere",
+        )
+    replace_where = options.replace_where if mode == "overwrite" else None
     exists = table_exists(uri)
     if not exists:
         for column in options.partition_by:
@@ -114,6 +141,10 @@ def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOpti
         schema = _all_nullable(incoming)
         names = {f["name"].lower(): f["name"] for f in schema["fields"]}
         partitions = tuple(names[c.lower()] for c in options.partition_by)
+        if replace_where is not None:
+            _replace_where.validate(
+                uri, replace_where, arrow_schema(schema), partitions, dict(options.table_properties)
+            )
         return WritePlan(
             table_uri=uri,
             mode="append" if mode in ("error", "ignore") else mode,
@@ -125,6 +156,7 @@ def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOpti
             configuration=dict(options.table_properties),
             num_indexed_cols=_stats.num_indexed_cols(dict(options.table_properties)),
             options=options,
+            replace_where=replace_where,
         )
     if mode == "error":
         raise TableAlreadyExistsError(
@@ -134,6 +166,9 @@ def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOpti
         )
     snapshot = load_snapshot(uri)
     _check_writer_features(snapshot.uri, snapshot.writer_features)
+    if _commit.already_committed(snapshot.delta_table, options.txn_app_id, options.txn_version):
+        # A retry of a write that already committed: nothing to check, nothing to do.
+        return _skipped_plan(snapshot, options)
     table_logical = _schema.logical_schema(snapshot.schema)
     replace_schema = mode == "overwrite" and options.overwrite_schema
     if mode == "overwrite" and snapshot.configuration.get("delta.appendOnly") == "true":
@@ -146,9 +181,21 @@ def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOpti
     new_columns: tuple[dict[str, Any], ...] = ()
     if replace_schema:
         schema = _all_nullable(incoming)
-        partitions = options.partition_by or tuple(
-            p for p in partitions if p.lower() in {f["name"].lower() for f in schema["fields"]}
+        names = {f["name"].lower(): f["name"] for f in schema["fields"]}
+        wanted = tuple(names.get(p.lower(), p) for p in options.partition_by) or tuple(
+            names[p.lower()] for p in partitions if p.lower() in names
         )
+        if [p.lower() for p in wanted] != [p.lower() for p in partitions]:
+            # delta-rs 1.6 keeps a table's partition columns on overwrite (it fails with
+            # "Partition column ... not found in schema"), so a repartitioning commit
+            # cannot be built yet.
+            raise UnsupportedFeatureError(
+                f"overwriteSchema cannot change the partition columns of table {uri} from"
+                f" {list(partitions)} to {list(wanted)} yet. Write the data to a new location"
+                " instead, or keep the partition columns.",
+                table_uri=uri,
+                feature="overwriteSchema-repartition",
+            )
     else:
         problems = _schema.struct_mismatches(incoming, table_logical, allow_new=options.merge_schema)
         if problems:
@@ -197,6 +244,10 @@ def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOpti
                 table_uri=uri,
                 columns=tuple(options.partition_by),
             )
+    if replace_where is not None:
+        _replace_where.validate(
+            uri, replace_where, arrow_schema(schema), tuple(partitions), snapshot.configuration
+        )
     column_mapping = snapshot.column_mapping_mode != "none" and not replace_schema
     physical = _schema.physical_schema(schema) if column_mapping else _schema.logical_schema(schema)
     physical_names = _schema.top_level_physical_names(schema) if column_mapping else {}
@@ -214,6 +265,23 @@ def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOpti
         column_mapping=column_mapping,
         skip=mode == "ignore",
         partition_physical={p: physical_names.get(p, p) for p in partitions},
+        replace_where=replace_where,
+    )
+
+
+def _skipped_plan(snapshot: Snapshot, options: WriteOptions) -> WritePlan:
+    return WritePlan(
+        table_uri=snapshot.uri,
+        mode="append",
+        schema=snapshot.schema,
+        physical_schema=snapshot.schema,
+        partition_columns=snapshot.partition_columns,
+        read_version=snapshot.version,
+        new_columns=(),
+        configuration={},
+        num_indexed_cols=_stats.num_indexed_cols(snapshot.configuration),
+        options=options,
+        skip=True,
     )
 
 
@@ -236,11 +304,14 @@ class DeltaBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
         if self.plan.skip:
             return DeltaCommitMessage(files=[], num_rows=0)
-        writer = _FileSetWriter(self.plan)
+        writer = _FileSetWriter(self.plan, check_rows=True)
         try:
             for batch in iterator:
                 writer.write(batch)
             return writer.close()
+        except DeltaflowError as exc:
+            writer.discard()
+            raise RemoteDeltaflowError(exc) from exc
         except BaseException:
             writer.discard()
             raise
@@ -249,13 +320,33 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if self.plan.skip:
             return
         adds = [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files]
+        # Files this commit writes itself (replaceWhere rewrites); the tasks' files are
+        # abort()'s job if the commit fails.
+        rewritten: list[_commit.AddedFile] = []
+        try:
+            self._commit(adds, rewritten)
+        except DeltaflowError as exc:
+            _delete_files(self.plan.table_uri, rewritten)
+            raise RemoteDeltaflowError(exc) from exc
+        except BaseException:
+            _delete_files(self.plan.table_uri, rewritten)
+            raise
+
+    def _commit(self, adds: list[_commit.AddedFile], rewritten: list[_commit.AddedFile]) -> None:
         opts = self.plan.options
+        removes: list[_commit.RemovedFile] = []
+        if self.plan.replace_where is not None and self.plan.read_version is not None:
+            removes = _replace_rows(self.plan, rewritten)
+        mode = self.plan.mode
+        if self.plan.replace_where is not None:
+            mode = "append"  # with explicit removes: delta-rs derives none of its own
         request = _commit.CommitRequest(
             table_uri=self.plan.table_uri,
             schema=self.plan.schema,
             partition_columns=self.plan.partition_columns,
-            adds=adds,
-            mode="overwrite" if self.plan.mode == "overwrite" else "append",
+            adds=[*adds, *rewritten],
+            removes=removes,
+            mode="overwrite" if mode == "overwrite" else "append",
             read_version=self.plan.read_version,
             new_columns=self.plan.new_columns,
             configuration=self.plan.configuration,
@@ -266,7 +357,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         started = time.perf_counter()
         result = _commit.commit(request)
         if result.skipped:
-            _delete_files(self.plan.table_uri, adds)
+            _delete_files(self.plan.table_uri, [*adds, *rewritten])
         log.info(
             "deltaflow commit to %s: version %s, %d files, %.1f ms%s",
             self.plan.table_uri,
@@ -279,6 +370,33 @@ class DeltaBatchWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         adds = [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files]
         _delete_files(self.plan.table_uri, adds)
+
+
+def _replace_rows(plan: WritePlan, rewritten: list[_commit.AddedFile]) -> list[_commit.RemovedFile]:
+    """Removes for the rows replaceWhere replaces; files it rewrites go into ``rewritten``."""
+    assert plan.replace_where is not None and plan.read_version is not None
+    snapshot = load_snapshot(plan.table_uri, version=plan.read_version)
+    schema = arrow_schema(snapshot.schema)
+    replacement = _replace_where.plan_replacement(snapshot, plan.replace_where, schema)
+    if replacement.rewrite:
+        writer = _FileSetWriter(plan)
+        try:
+            for entry in replacement.rewrite:
+                for batch in _replace_where.kept_rows(snapshot, entry, plan.replace_where, schema):
+                    writer.write(batch)
+            rewritten.extend(writer.close().files)
+        except BaseException:
+            writer.discard()
+            raise
+    physical = _schema.top_level_physical_names(snapshot.schema)
+    return [
+        _commit.RemovedFile(
+            path=entry.path,
+            size=entry.size,
+            partition_values=_replace_where.serialized_partition_values(entry, physical),
+        )
+        for entry in (*replacement.remove, *replacement.rewrite)
+    ]
 
 
 def _delete_files(table_uri: str, files: list[_commit.AddedFile]) -> None:
@@ -322,7 +440,7 @@ class _OpenFile:
 class _FileSetWriter:
     """Writes one task's rows: one open file per partition, rolled by row count."""
 
-    def __init__(self, plan: WritePlan) -> None:
+    def __init__(self, plan: WritePlan, *, check_rows: bool = False) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.plan = plan
@@ -341,11 +459,18 @@ class _FileSetWriter:
         self.done: list[_commit.AddedFile] = []
         self.rows = 0
         self.task_id = uuid.uuid4().hex[:8]
+        self.row_check = (
+            _replace_where.RowCheck(plan.table_uri, plan.replace_where, self.logical_target)
+            if check_rows and plan.replace_where is not None
+            else None
+        )
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
         batch = self._to_table_shape(batch)
+        if self.row_check is not None:
+            self.row_check.check(batch)
         self.rows += batch.num_rows
         if not self.plan.partition_columns:
             self._append((), {}, batch)
@@ -404,8 +529,8 @@ class _FileSetWriter:
             directory = _partitions.partition_dir(list(self.plan.partition_columns), values)
         relative = f"{directory}/{name}" if directory else name
         full = self.root.rstrip("/") + "/" + relative
-        if directory:
-            self.fs.create_dir(self.root.rstrip("/") + "/" + directory, recursive=True)
+        # The table root may not exist yet (first write); object stores ignore this.
+        self.fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
         log_values = {self.plan.partition_physical.get(k, k): v for k, v in values.items()}
         return _OpenFile(self.fs, relative, full, self.file_schema, self.plan, log_values)
 

@@ -8,7 +8,13 @@ Python data source: the default save mode (``errorifexists``, and ``ignore``) an
 - ``error`` / ``errorifexists``: raise :class:`TableAlreadyExistsError` if a table
   exists at the path, else create it;
 - ``ignore``: do nothing if a table exists, else create it;
-- ``partitionBy(cols)``: passed to the source as the ``partitionBy`` option.
+- ``partitionBy(cols)``: passed to the source as the ``partitionBy`` option;
+- schema enforcement, option checks and app-transaction deduplication run on the
+  driver too (``plan_write``), so their errors reach the caller as deltaflow's
+  typed errors instead of a pyspark exception wrapping a Python traceback, and a
+  write that would be skipped starts no job at all;
+- deltaflow errors raised in executors or in the commit (which run in Python
+  workers) travel back inside the JVM's error text and are re-raised typed.
 
 Other formats go through untouched. The patch is installed by ``register()``
 (and so by ``session()``), is idempotent, and keeps every original method.
@@ -16,21 +22,48 @@ Other formats go through untouched. The patch is installed by ``register()``
 
 from __future__ import annotations
 
+import base64
+import pickle
+import re
 from typing import Any
 
+from deltaflow.errors import DeltaflowError
 from deltaflow.table import _uri
-from deltaflow.table._snapshot import table_exists
-from deltaflow.table.errors import TableAlreadyExistsError
 
 _STATE = "_deltaflow_state"
 _INSTALLED = "_deltaflow_installed"
 SAVE_MODE_OPTION = "__deltaflow_save_mode"
+# Spark hands a Python worker's exception to the driver as text only. A deltaflow error
+# crossing that boundary carries itself, pickled, between these markers.
+_ERROR_MARK = re.compile(r"\[deltaflow-error:([A-Za-z0-9+/=]+)\]")
+
+
+class RemoteDeltaflowError(Exception):
+    """A deltaflow error raised in a Python worker, packed to survive the trip to the driver."""
+
+    def __init__(self, error: DeltaflowError) -> None:
+        packed = base64.b64encode(pickle.dumps(error)).decode("ascii")
+        super().__init__(f"{type(error).__name__}: {error} [deltaflow-error:{packed}]")
+
+
+def unpack_remote_error(exc: BaseException) -> DeltaflowError | None:
+    """The deltaflow error a pyspark exception carries, if a worker packed one into it."""
+    match = _ERROR_MARK.search(str(exc))
+    if match is None:
+        return None
+    try:
+        # The payload comes from our own Python workers, which Spark already trusts
+        # with pickled functions and data; it is not user input.
+        error = pickle.loads(base64.b64decode(match.group(1)))  # noqa: S301
+    except Exception:  # noqa: BLE001 - a mangled payload leaves the original error
+        return None
+    return error if isinstance(error, DeltaflowError) else None
 
 
 def _state(writer: Any) -> dict[str, Any]:
     state = writer.__dict__.get(_STATE)
     if state is None:
-        state = {"format": None, "mode": None, "partition_by": None, "path": None}
+        state = {"format": None, "mode": None, "partition_by": None, "path": None, "options": {}}
         writer.__dict__[_STATE] = state
     return state
 
@@ -44,6 +77,7 @@ def install() -> None:
     original_mode = DataFrameWriter.mode
     original_partition_by = DataFrameWriter.partitionBy
     original_option = DataFrameWriter.option
+    original_options = DataFrameWriter.options
     original_save = DataFrameWriter.save
 
     def format(self: Any, source: str) -> Any:  # noqa: A001 - mirrors pyspark's name
@@ -56,9 +90,13 @@ def install() -> None:
         return original_mode(self, saveMode)
 
     def option(self: Any, key: str, value: Any) -> Any:
-        if key.lower() == "path":
-            _state(self)["path"] = value
+        _remember_option(_state(self), key, value)
         return original_option(self, key, value)
+
+    def options(self: Any, **opts: Any) -> Any:
+        for key, value in opts.items():
+            _remember_option(_state(self), key, value)
+        return original_options(self, **opts)
 
     def partitionBy(self: Any, *cols: Any) -> Any:  # noqa: N802 - pyspark's name
         if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
@@ -94,9 +132,20 @@ def install() -> None:
     DataFrameWriter.format = format
     DataFrameWriter.mode = mode
     DataFrameWriter.option = option
+    DataFrameWriter.options = options
     DataFrameWriter.partitionBy = partitionBy
     DataFrameWriter.save = save
     setattr(DataFrameWriter, _INSTALLED, True)
+
+
+def _remember_option(state: dict[str, Any], key: str, value: Any) -> None:
+    from pyspark.sql.utils import to_str
+
+    if value is None:
+        return
+    if key.lower() == "path":
+        state["path"] = value
+    state["options"][key] = to_str(value)
 
 
 def _save_delta(
@@ -107,20 +156,33 @@ def _save_delta(
     original_option: Any,
     original_save: Any,
 ) -> None:
+    from deltaflow.spark._options import parse_write_options
+    from deltaflow.spark._writer import plan_write
+
     location = path or state["path"]
     mode = (state["mode"] or "errorifexists").lower()
+    mode = {"errorifexists": "error", "default": "error"}.get(mode, mode)
+    options = dict(state["options"])
     if state["partition_by"]:
-        original_option(writer, "partitionBy", ",".join(state["partition_by"]))
-    if mode in ("error", "errorifexists", "default", "ignore") and location:
-        uri = _uri.normalize_uri(location)
-        if table_exists(uri):
-            if mode == "ignore":
-                return
-            raise TableAlreadyExistsError(
-                f"Table {uri} already exists and the save mode is '{mode}'. Use"
-                " .mode('append') to add rows or .mode('overwrite') to replace them.",
-                table_uri=uri,
-            )
+        options["partitionBy"] = ",".join(state["partition_by"])
+        original_option(writer, "partitionBy", options["partitionBy"])
+    if location:
+        options["path"] = location
+    parsed = parse_write_options(options)
+    uri = _uri.normalize_uri(parsed.path)
+    # The same checks the source runs while Spark plans the job; here they raise typed.
+    plan = plan_write(uri, writer._df.schema.jsonValue(), mode, parsed)
+    if plan.skip:
+        return  # mode ignore on an existing table, or an app transaction already committed
+    if mode in ("error", "ignore"):
+        # Spark refuses these modes for Python sources: write as append, and tell the
+        # source the real mode so that it still refuses a table created meanwhile.
         original_option(writer, SAVE_MODE_OPTION, "error")
         original_mode(writer, "append")
-    original_save(writer, path)
+    try:
+        original_save(writer, path)
+    except Exception as exc:
+        error = unpack_remote_error(exc)
+        if error is None:
+            raise
+        raise error from exc

@@ -190,8 +190,14 @@ def commit(request: CommitRequest) -> CommitResult:
     return CommitResult(_latest_version(location, request), False, len(request.adds))
 
 
-def _latest_version(location: str, request: CommitRequest) -> int:
-    return int(DeltaTable(location, storage_options=request.storage_options).version())
+def _latest_version(location: str, request: CommitRequest) -> int | None:
+    # Never raise once the commit is in: the caller would treat the write as failed and
+    # delete files the log now references.
+    try:
+        return int(DeltaTable(location, storage_options=request.storage_options).version())
+    except Exception:  # noqa: BLE001
+        log.warning("committed to %s but could not read back the version", request.table_uri)
+        return None
 
 
 def _commit_properties(request: CommitRequest) -> CommitProperties:

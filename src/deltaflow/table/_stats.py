@@ -21,6 +21,7 @@ DEFAULT_NUM_INDEXED_COLS = 32
 # delta-spark truncates string statistics to this many characters.
 STRING_PREFIX_LENGTH = 32
 _MS = dt.timedelta(milliseconds=1)
+_MAX_CHAR = "\U0010ffff"
 
 Path = tuple[str, ...]
 
@@ -89,8 +90,10 @@ class StatsAccumulator:
             _put(nulls, path, leaf.nulls)
             low = _json_value(leaf.low, leaf.type, upper=False)
             high = _json_value(leaf.high, leaf.type, upper=True)
-            if low is not None and high is not None:
+            # Bounds are independent: a long string may keep its lower bound only.
+            if low is not None:
                 _put(mins, path, low)
+            if high is not None:
                 _put(maxs, path, high)
         stats = {"numRecords": self.num_records, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
         return json.dumps(stats, separators=(",", ":"), allow_nan=False)
@@ -133,8 +136,14 @@ def _json_value(value: Any, t: pa.DataType, *, upper: bool) -> Any:
     if isinstance(value, str):
         if len(value) <= STRING_PREFIX_LENGTH:
             return value
-        # A prefix is a valid lower bound; there is no short upper bound we can trust.
-        return None if upper else value[:STRING_PREFIX_LENGTH]
+        prefix = value[:STRING_PREFIX_LENGTH]
+        if not upper:
+            return prefix  # a prefix sorts before the whole string
+        # delta-spark's tie-breaker: the prefix followed by the highest code point sorts
+        # after every string starting with that prefix, except one continuing with that
+        # very code point; for such a string there is no short upper bound, so none.
+        bound = prefix + _MAX_CHAR
+        return bound if bound >= value else None
     if isinstance(value, dt.datetime):
         return _timestamp_json(value, upper=upper, with_zone=getattr(t, "tz", None) is not None)
     if isinstance(value, dt.date):

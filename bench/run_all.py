@@ -1,0 +1,23 @@
+"""Run every benchmark at full size (``--quick`` for small sizes); results in bench/results/."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = ("bench_scan.py", "bench_write.py", "bench_skipping.py")
+
+
+def main() -> int:
+    here = Path(__file__).resolve().parent
+    failed = 0
+    for name in BENCHMARKS:
+        print(f"== {name}", flush=True)
+        # One process per benchmark: each starts from a fresh Spark session.
+        failed |= subprocess.call([sys.executable, str(here / name), *sys.argv[1:]])
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,357 @@
+"""deltaflow's main demo job: IoT fitness-tracker events into a Delta table, then questions.
+
+Run it with ``make demo`` (or ``.venv/bin/python demo/main_job.py --help``). It generates
+device events, appends them to ``bronze/device_events`` in a few Delta commits through
+``df.write.format("delta")``, answers a question with Spark SQL and checks the answer
+against the raw Arrow data, then shows the table's history and time-travels to an earlier
+version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltaflow.testing import DeviceEventGenerator, to_spark
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_DATA_DIR = "./data/demo"
+DATA_DIR_ENV = "DELTAFLOW_DEMO_DIR"
+# Written into the data dir so a later run knows it may wipe it.
+MARKER = ".deltaflow-demo"
+TABLE = "bronze/device_events"
+
+# Ten minutes before midnight UTC: the default run (1M events, ~17 minutes of data) spans
+# two days, so the table has two event_date partitions and the question below reads both.
+START = datetime(2025, 6, 1, 23, 50, tzinfo=timezone.utc)
+QUESTION_EVENT_TYPE = "workout_start"
+QUESTION_STATE = "CA"
+
+# Bronze IoT events are partitioned by event_date rather than state: nearly every query
+# (and retention, and re-processing) is bounded by time, a day's partition grows to a
+# healthy file size, and the number of partitions grows by one a day. Partitioning by state
+# would cut every commit into 51 small files, skewed 60:1 between CA and WY, and still scan
+# all of them for a time range. Per-state filters are served by file statistics instead.
+PARTITION_COLUMN = "event_date"
+
+
+class DemoCheckError(RuntimeError):
+    """Spark's answer and the independent computation disagree."""
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    data_dir: Path
+    commits: int
+    events_per_commit: int
+    devices: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    table_uri: str
+    total_rows: int
+    spark_answer: int
+    arrow_answer: int
+    window: tuple[datetime, datetime]
+    versions: int
+
+
+def parse_args(argv: Sequence[str] | None) -> DemoConfig:
+    parser = argparse.ArgumentParser(
+        prog="demo/main_job.py",
+        description="deltaflow demo: IoT events into Delta, Spark SQL, history, time travel.",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=os.environ.get(DATA_DIR_ENV, DEFAULT_DATA_DIR),
+        help=f"where the tables go; wiped at start (default: ${DATA_DIR_ENV} or "
+        f"{DEFAULT_DATA_DIR})",
+    )
+    parser.add_argument("--commits", type=int, default=5, help="append commits (default: 5)")
+    parser.add_argument(
+        "--events-per-commit", type=int, default=200_000, help="rows per commit (default: 200000)"
+    )
+    parser.add_argument(
+        "--devices", type=int, default=1000, help="trackers, each reporting once a second"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
+    args = parser.parse_args(argv)
+    if args.commits < 2:
+        parser.error("--commits must be at least 2 (time travel needs an earlier version)")
+    if args.events_per_commit < 1 or args.devices < 1:
+        parser.error("--events-per-commit and --devices must be positive")
+    return DemoConfig(
+        data_dir=Path(args.data_dir).resolve(),
+        commits=args.commits,
+        events_per_commit=args.events_per_commit,
+        devices=args.devices,
+        seed=args.seed,
+    )
+
+
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    """Run the demo; returns the process exit code. Pass ``spark`` to reuse a session."""
+    config = parse_args(argv)
+    try:
+        prepare_data_dir(config.data_dir)
+        print_banner(config)
+        with session_for(config, spark) as session:
+            run_demo(config, session)
+    except DemoCheckError as err:
+        print(f"\nDEMO FAILED: {err}", file=sys.stderr)
+        return 1
+    except DataDirNotOursError as err:
+        print(f"demo: {err}", file=sys.stderr)
+        return 2
+    print("\nDone.")
+    return 0
+
+
+class DataDirNotOursError(RuntimeError):
+    pass
+
+
+def prepare_data_dir(data_dir: Path) -> None:
+    """Empty ``data_dir``, but only if it is new, empty, or made by an earlier run."""
+    if data_dir.exists():
+        if any(data_dir.iterdir()) and not (data_dir / MARKER).exists():
+            raise DataDirNotOursError(
+                f"refusing to wipe {data_dir}: it is not empty and no earlier demo run "
+                f"created it (no {MARKER} file). Pass --data-dir with a new or empty directory."
+            )
+        shutil.rmtree(data_dir)
+    data_dir.mkdir(parents=True)
+    (data_dir / MARKER).write_text("created by deltaflow's demo/main_job.py; safe to delete\n")
+
+
+def print_banner(config: DemoConfig) -> None:
+    total = config.commits * config.events_per_commit
+    print("deltaflow demo: fitness-tracker events into a Delta table, queried with Spark")
+    print(f"  1. generate {total:,} events from {config.devices:,} trackers reporting every second")
+    print(
+        f"  2. append them to {TABLE} (partitioned by {PARTITION_COLUMN}) "
+        f"in {config.commits} commits of {config.events_per_commit:,}"
+    )
+    print("  3. answer a question with Spark SQL; cross-check it against the raw Arrow data")
+    print("  4. show the table history; time-travel to an earlier version")
+    print(f"  data: {config.data_dir}   (Spark's own log: {config.data_dir / 'spark.log'})")
+
+
+@contextlib.contextmanager
+def session_for(config: DemoConfig, spark: SparkSession | None) -> Iterator[SparkSession]:
+    """The caller's session, or a fresh one whose JVM logs go to a file (and is stopped)."""
+    if spark is not None:
+        yield spark
+        return
+    import deltaflow
+
+    started = time.perf_counter()
+    print("\nStarting Spark ...", end=" ", flush=True)
+    # The JVM (and the Python workers it forks) inherit stderr when the gateway starts; point
+    # it at a log file for that moment so start-up chatter and WARNs stay out of the output.
+    with jvm_stderr_to(config.data_dir / "spark.log"):
+        session = deltaflow.session(app_name="deltaflow-demo")
+    session.sparkContext.setLogLevel("ERROR")
+    print(f"{time.perf_counter() - started:.1f}s")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@contextlib.contextmanager
+def jvm_stderr_to(log_path: Path) -> Iterator[None]:
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(log_path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def run_demo(config: DemoConfig, spark: SparkSession) -> DemoResult:
+    table_uri = (config.data_dir / TABLE).as_uri()
+    generator = DeviceEventGenerator(seed=config.seed, devices=config.devices, start=START)
+    total_events = config.commits * config.events_per_commit
+    window = question_window(generator.start, generator.time_of(total_events))
+
+    arrow_answer = write_events(config, spark, generator, table_uri, window)
+    spark_answer = ask_question(spark, table_uri, window)
+    print(f"  Spark SQL answer:          {spark_answer:,}")
+    print(f"  Arrow cross-check:         {arrow_answer:,}")
+    if spark_answer != arrow_answer:
+        raise DemoCheckError(
+            f"Spark SQL counted {spark_answer:,} {QUESTION_EVENT_TYPE} events but the "
+            f"generated data holds {arrow_answer:,}; the table at {table_uri} is wrong"
+        )
+    print("  OK: both agree")
+
+    versions = show_history(table_uri)
+    total_rows = time_travel(spark, table_uri, config)
+    return DemoResult(
+        table_uri=table_uri,
+        total_rows=total_rows,
+        spark_answer=spark_answer,
+        arrow_answer=arrow_answer,
+        window=window,
+        versions=versions,
+    )
+
+
+def question_window(first: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """The middle half of the generated time span, on whole minutes when it is long enough."""
+    span = end - first
+    low, high = first + span / 4, first + span * 3 / 4
+    low, high = low.replace(microsecond=0), high.replace(microsecond=0)
+    rounded_low = low.replace(second=0) + timedelta(minutes=1 if low.second else 0)
+    rounded_high = high.replace(second=0)
+    if rounded_high - rounded_low >= timedelta(minutes=2):
+        return rounded_low, rounded_high
+    return low, high
+
+
+def write_events(
+    config: DemoConfig,
+    spark: SparkSession,
+    generator: DeviceEventGenerator,
+    table_uri: str,
+    window: tuple[datetime, datetime],
+) -> int:
+    """Append the generator's events in ``config.commits`` commits; count answers as we go."""
+    print(f"\nWriting {TABLE}")
+    expected = 0
+    for commit in range(config.commits):
+        started = time.perf_counter()
+        events = generator.batch(config.events_per_commit)
+        expected += count_matching(events, window)
+        (
+            to_spark(spark, events)
+            .write.format("delta")
+            .mode("append")
+            .partitionBy(PARTITION_COLUMN)
+            .save(table_uri)
+        )
+        span = pc.min_max(events["event_time"])
+        first, last = span["min"].as_py(), span["max"].as_py()
+        print(
+            f"  commit {commit + 1}/{config.commits}: {events.num_rows:,} events "
+            f"{_hms(first)} .. {_hms(last)}  "
+            f"({time.perf_counter() - started:.1f}s)"
+        )
+    return expected
+
+
+def count_matching(events: pa.Table, window: tuple[datetime, datetime]) -> int:
+    """The question, answered over Arrow data without Spark or Delta."""
+    mask = pc.and_(
+        pc.and_(
+            pc.equal(events["event_type"], QUESTION_EVENT_TYPE),
+            pc.equal(events["state"], QUESTION_STATE),
+        ),
+        pc.and_(
+            pc.greater_equal(events["event_time"], pa.scalar(window[0], events["event_time"].type)),
+            pc.less(events["event_time"], pa.scalar(window[1], events["event_time"].type)),
+        ),
+    )
+    return int(pc.sum(mask.cast(pa.int64())).as_py() or 0)
+
+
+def question_sql(window: tuple[datetime, datetime]) -> str:
+    low, high = (moment.strftime("%Y-%m-%d %H:%M:%S") for moment in window)
+    return (
+        "SELECT count(*) AS events\n"
+        "FROM events\n"
+        f"WHERE event_type = '{QUESTION_EVENT_TYPE}'\n"
+        f"  AND state = '{QUESTION_STATE}'\n"
+        f"  AND event_time >= TIMESTAMP '{low} UTC'\n"
+        f"  AND event_time <  TIMESTAMP '{high} UTC'"
+    )
+
+
+def ask_question(spark: SparkSession, table_uri: str, window: tuple[datetime, datetime]) -> int:
+    low, high = (_hms(moment) for moment in window)
+    print(f"\nHow many '{QUESTION_EVENT_TYPE}' events came from users in California")
+    print(f"between {low} and {high} UTC?")
+    spark.read.format("delta").load(table_uri).createOrReplaceTempView("events")
+    sql = question_sql(window)
+    print("\n".join("    " + line for line in sql.splitlines()))
+    started = time.perf_counter()
+    answer = int(spark.sql(sql).collect()[0]["events"])
+    print(f"  (query took {time.perf_counter() - started:.1f}s)")
+    return answer
+
+
+def show_history(table_uri: str) -> int:
+    """Print the table's commits, newest first; returns how many there are."""
+    import deltalake
+
+    history = deltalake.DeltaTable(table_uri).history()
+    print(f"\nHistory of {TABLE}")
+    print(f"  {'version':>7}  {'timestamp (UTC)':<23}  {'operation':<13}  {'rows added':>10}")
+    rows_before: dict[int, int] = {}
+    for entry in sorted(history, key=lambda entry: int(entry["version"])):
+        version = int(entry["version"])
+        rows_before[version] = _rows_at(table_uri, version)
+    for entry in history:
+        version = int(entry["version"])
+        added = rows_before[version] - rows_before.get(version - 1, 0)
+        stamp = datetime.fromtimestamp(int(entry["timestamp"]) / 1000, tz=timezone.utc)
+        print(
+            f"  {version:>7}  {stamp.strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]:<23}  "
+            f"{entry['operation']:<13}  {added:>10,}"
+        )
+    return len(history)
+
+
+def time_travel(spark: SparkSession, table_uri: str, config: DemoConfig) -> int:
+    """Count rows at version 1 and now; both must match what was written."""
+    earlier = 1
+    then = spark.read.format("delta").option("versionAsOf", earlier).load(table_uri).count()
+    now = spark.read.format("delta").load(table_uri).count()
+    print("\nTime travel")
+    print(f'  spark.read.format("delta").option("versionAsOf", {earlier}): {then:>10,} rows')
+    print(f'  spark.read.format("delta") (latest):              {now:>10,} rows')
+    expected_then = (earlier + 1) * config.events_per_commit
+    expected_now = config.commits * config.events_per_commit
+    if (then, now) != (expected_then, expected_now):
+        raise DemoCheckError(
+            f"expected {expected_then:,} rows at version {earlier} and {expected_now:,} now, "
+            f"got {then:,} and {now:,}"
+        )
+    return int(now)
+
+
+def _rows_at(table_uri: str, version: int) -> int:
+    import deltalake
+
+    # delta-rs history has no operationMetrics for these commits, so count the rows in the
+    # snapshot's files (from their stats) instead.
+    actions = pa.table(deltalake.DeltaTable(table_uri, version=version).get_add_actions())
+    return int(pc.sum(actions["num_records"]).as_py() or 0)
+
+
+def _hms(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""The JVM fast path for batch reads: when Spark's own Parquet scan reads a snapshot exactly.
+
+A Delta snapshot is a list of Parquet files plus rules for reading them. When no
+rule needs Python (no deletion vectors, no column mapping, no type widening) and
+every partition value can be recovered by Spark from the file's directory name,
+``spark.read.parquet`` over the snapshot's files returns exactly the rows the
+Python source would, without moving every row through a Python worker.
+
+:func:`plan_native_scan` decides, on the driver, from the log alone (no file is
+opened). Anything it cannot prove safe falls back, with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from deltaflow.errors import InvalidOptionError
+from deltaflow.table import _partitions, _schema, _uri
+from deltaflow.table._snapshot import Snapshot
+
+NATIVE_SCAN_CONF = "deltaflow.read.nativeScan"
+NATIVE_SCAN_MODES = ("auto", "false")
+# Spark stats every path it is given while building the DataFrame (a listing job once
+# there are more than spark.sql.sources.parallelPartitionDiscovery.threshold paths);
+# beyond this many files that planning cost outweighs the faster scan.
+MAX_NATIVE_FILES = 20_000
+# Partition column types Spark casts back from a directory name without loss.
+# Timestamps (time zone and precision), decimals (scale), floats (formatting) and
+# binary (encoding) may not round-trip, so those tables take the Python path.
+NATIVE_PARTITION_TYPES = frozenset({"string", "integer", "long", "short", "byte", "boolean", "date"})
+# Features whose read semantics Spark's Parquet scan does not implement.
+_PYTHON_ONLY_FEATURES = frozenset({"typeWidening", "typeWidening-preview"})
+# Spark globs every path it is given; a glob character would read other files.
+_GLOB_CHARS = frozenset("*?[]{}\\")
+
+
+@dataclass(frozen=True)
+class NativeScan:
+    """What ``spark.read.parquet`` needs to read a snapshot: root, files, schema."""
+
+    root: str
+    file_uris: tuple[str, ...]
+    schema: dict[str, Any]  # the logical Delta schema JSON (Spark's StructType JSON)
+    partition_columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """Why a snapshot takes the Python path."""
+
+    reason: str
+
+
+def native_scan_mode(value: str | None) -> str:
+    mode = (value or "auto").strip().lower()
+    if mode not in NATIVE_SCAN_MODES:
+        raise InvalidOptionError(
+            f"Spark conf '{NATIVE_SCAN_CONF}' must be one of {', '.join(NATIVE_SCAN_MODES)},"
+            f" not {value!r}: spark.conf.set('{NATIVE_SCAN_CONF}', 'false') turns the JVM"
+            " read path off.",
+            option=NATIVE_SCAN_CONF,
+            valid=NATIVE_SCAN_MODES,
+        )
+    return mode
+
+
+def plan_native_scan(snapshot: Snapshot, max_files: int = MAX_NATIVE_FILES) -> NativeScan | Fallback:
+    """The native scan of ``snapshot``, or why it must be read by the Python source."""
+    if snapshot.column_mapping_mode != "none":
+        return Fallback(f"column mapping mode {snapshot.column_mapping_mode!r}")
+    features = _PYTHON_ONLY_FEATURES.intersection(snapshot.reader_features)
+    if features:
+        return Fallback(f"reader feature {sorted(features)[0]!r}")
+    types = {f["name"]: f["type"] for f in snapshot.schema["fields"]}
+    for column in snapshot.partition_columns:
+        if types.get(column) not in NATIVE_PARTITION_TYPES:
+            return Fallback(f"partition column {column!r} of type {types.get(column)!r}")
+    files = snapshot.files()
+    if len(files) > max_files:
+        return Fallback(f"{len(files)} files (more than {max_files})")
+    if snapshot.has_deletion_vectors_enabled and files:
+        with_dvs = sum(1 for rows in snapshot.deleted_rows().values() if len(rows))
+        if with_dvs:
+            return Fallback(f"{with_dvs} files with deletion vectors")
+    uris = []
+    for entry in files:
+        # Log paths are URIs (protocol: "needs to be decoded to get the data file path");
+        # Hadoop's Path takes the decoded path literally.
+        relative = unquote(entry.path)
+        problem = _path_problem(relative, snapshot.partition_columns, entry.partition_values)
+        if problem:
+            return Fallback(f"file {entry.path!r}: {problem}")
+        uri = _uri.join(snapshot.uri, relative)
+        if _GLOB_CHARS.intersection(uri):
+            return Fallback(f"file {uri!r} has a glob character in its path")
+        uris.append(uri)
+    return NativeScan(
+        root=snapshot.uri,
+        file_uris=tuple(uris),
+        schema=_schema.logical_schema(snapshot.schema),
+        partition_columns=snapshot.partition_columns,
+    )
+
+
+def _path_problem(
+    relative: str, partition_columns: tuple[str, ...], values: dict[str, Any]
+) -> str | None:
+    """Why Spark's partition discovery would not read ``values`` back from ``relative``."""
+    if relative.startswith("/") or "://" in relative:
+        return "not under the table root"
+    directories = relative.split("/")[:-1]
+    if len(directories) != len(partition_columns):
+        return f"directories {directories} do not match partition columns {list(partition_columns)}"
+    for directory, column in zip(directories, partition_columns):
+        name, sep, encoded = directory.partition("=")
+        if not sep or unescape_path_name(name) != column:
+            return f"directory {directory!r} is not named for partition column {column!r}"
+        expected = _partitions.serialize_partition_value(values.get(column))
+        if expected is None:
+            if encoded != _partitions.HIVE_NULL:
+                return f"null value of {column!r} stored as {encoded!r}"
+            continue
+        # Spark reads both of these back as null, the log means a value.
+        if expected in ("", _partitions.HIVE_NULL):
+            return f"value {expected!r} of {column!r} reads back as null"
+        if unescape_path_name(encoded) != expected:
+            return f"directory value {encoded!r} is not the log's {expected!r}"
+    return None
+
+
+def unescape_path_name(text: str) -> str:
+    """Spark's ``ExternalCatalogUtils.unescapePathName``: ``%XX`` -> the character.
+
+    Mirrors Java's ``Integer.parseInt(s, 16)`` on the two characters after ``%``,
+    sign included (``%+1`` decodes, ``%-1`` does not), so that a directory name
+    another writer escaped differently is judged as Spark will read it.
+    """
+    if "%" not in text:
+        return text
+    out = []
+    i = 0
+    while i < len(text):
+        code = _java_hex(text[i + 1 : i + 3]) if text[i] == "%" else -1
+        if code >= 0:
+            out.append(chr(code))
+            i += 3
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+_JAVA_HEX = re.compile(r"[+-]?[0-9a-fA-F]+")
+
+
+def _java_hex(pair: str) -> int:
+    if len(pair) != 2 or not _JAVA_HEX.fullmatch(pair):
+        return -1
+    return int(pair, 16)

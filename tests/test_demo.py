@@ -1,0 +1,75 @@
+"""The main demo job runs end to end on a small data set and its answer is right."""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from demo import main_job
+
+from deltaflow.testing import DeviceEventGenerator
+
+pytestmark = pytest.mark.slow
+
+
+def _printed_number(label: str, text: str) -> int:
+    match = re.search(rf"^\s*{re.escape(label)}:\s+([\d,]+)\s*$", text, re.MULTILINE)
+    assert match, f"no '{label}' line in the demo's output:\n{text}"
+    return int(match.group(1).replace(",", ""))
+
+
+def test_demo_answers_correctly(spark, tmp_path, capsys):
+    data_dir = tmp_path / "demo"
+    argv = ["--data-dir", str(data_dir), "--commits", "3", "--events-per-commit", "20000"]
+
+    assert main_job.main(argv, spark=spark) == 0
+
+    out = capsys.readouterr().out
+    spark_answer = _printed_number("Spark SQL answer", out)
+    arrow_answer = _printed_number("Arrow cross-check", out)
+    assert spark_answer == arrow_answer
+
+    # A third computation, independent of the demo's own code path.
+    generator = DeviceEventGenerator(seed=0, devices=1000, start=main_job.START)
+    low, high = main_job.question_window(generator.start, generator.time_of(60_000))
+    events = generator.batch(60_000)
+    rows = events.filter(
+        pc.and_(
+            pc.and_(
+                pc.equal(events["event_type"], "workout_start"), pc.equal(events["state"], "CA")
+            ),
+            pc.and_(
+                pc.greater_equal(events["event_time"], pa.scalar(low, events["event_time"].type)),
+                pc.less(events["event_time"], pa.scalar(high, events["event_time"].type)),
+            ),
+        )
+    )
+    assert spark_answer == rows.num_rows > 10
+
+    assert "SELECT count(*)" in out
+    assert re.search(r'versionAsOf", 1\):\s+40,000 rows', out)
+    assert re.search(r"\(latest\):\s+60,000 rows", out)
+    history = re.findall(r"^\s+(\d+)\s+\S+ \S+\s+(WRITE|CREATE TABLE)\s+([\d,]+)$", out, re.M)
+    assert [(int(v), added) for v, _, added in history] == [
+        (2, "20,000"),
+        (1, "20,000"),
+        (0, "20,000"),
+    ]
+    assert (data_dir / "bronze" / "device_events" / "_delta_log").is_dir()
+
+
+def test_demo_reruns_in_its_own_data_dir_but_refuses_a_foreign_one(tmp_path, capsys):
+    ours = tmp_path / "ours"
+    main_job.prepare_data_dir(ours)
+    (ours / "leftover").write_text("x")
+    main_job.prepare_data_dir(ours)  # a directory an earlier run made: wiped
+    assert not (ours / "leftover").exists()
+
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "precious.txt").write_text("keep me")
+    assert main_job.main(["--data-dir", str(foreign)]) == 2
+    assert (foreign / "precious.txt").read_text() == "keep me"
+    assert "refusing to wipe" in capsys.readouterr().err
