@@ -10,8 +10,15 @@ from __future__ import annotations
 
 import uuid
 
-from _common import DATA_DIR, fresh_dir, parse_args, print_table, run_side_by_side, save_result
-from _common import spark_session
+from _common import (
+    DATA_DIR,
+    fresh_dir,
+    parse_args,
+    print_table,
+    run_side_by_side,
+    save_result,
+    spark_session,
+)
 
 
 def main() -> dict[str, object]:
@@ -37,7 +44,7 @@ def main() -> dict[str, object]:
     def target() -> str:
         return str(out / uuid.uuid4().hex)
 
-    def delta(batch_rows: str):  # noqa: ANN202
+    def delta(batch_rows: str):
         def run() -> None:
             spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", batch_rows)
             df.write.format("delta").save(target())
