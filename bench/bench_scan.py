@@ -1,4 +1,4 @@
-"""Full scan: ``format("delta")`` (JVM path, Python path) vs ``spark.read.parquet`` of the same files.
+"""Full scan: ``format("delta")`` (JVM path, Python path) vs ``spark.read.parquet``, same files.
 
 The baseline is ``spark.read.schema(s).parquet(*files)``: with the schema given,
 Spark does not read footers to infer it, so the comparison is scan against scan.

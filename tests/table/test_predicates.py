@@ -18,7 +18,13 @@ DATA = pa.table(
         "id": pa.array([1, 2, 3, None, 5], pa.int64()),
         "name": pa.array(["a", "b", None, "d", "it's"], pa.string()),
         "day": pa.array(
-            [dt.date(2024, 1, 1), dt.date(2024, 1, 2), None, dt.date(2024, 2, 1), dt.date(2023, 12, 31)]
+            [
+                dt.date(2024, 1, 1),
+                dt.date(2024, 1, 2),
+                None,
+                dt.date(2024, 2, 1),
+                dt.date(2023, 12, 31),
+            ]
         ),
         "ts": pa.array(
             [dt.datetime(2024, 1, 1, 12, tzinfo=UTC)] * 4 + [None], pa.timestamp("us", tz="UTC")

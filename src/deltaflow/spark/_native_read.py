@@ -30,7 +30,9 @@ MAX_NATIVE_FILES = 20_000
 # Partition column types Spark casts back from a directory name without loss.
 # Timestamps (time zone and precision), decimals (scale), floats (formatting) and
 # binary (encoding) may not round-trip, so those tables take the Python path.
-NATIVE_PARTITION_TYPES = frozenset({"string", "integer", "long", "short", "byte", "boolean", "date"})
+NATIVE_PARTITION_TYPES = frozenset(
+    {"string", "integer", "long", "short", "byte", "boolean", "date"}
+)
 # Features whose read semantics Spark's Parquet scan does not implement.
 _PYTHON_ONLY_FEATURES = frozenset({"typeWidening", "typeWidening-preview"})
 # Spark globs every path it is given; a glob character would read other files.
@@ -67,7 +69,9 @@ def native_scan_mode(value: str | None) -> str:
     return mode
 
 
-def plan_native_scan(snapshot: Snapshot, max_files: int = MAX_NATIVE_FILES) -> NativeScan | Fallback:
+def plan_native_scan(
+    snapshot: Snapshot, max_files: int = MAX_NATIVE_FILES
+) -> NativeScan | Fallback:
     """The native scan of ``snapshot``, or why it must be read by the Python source."""
     if snapshot.column_mapping_mode != "none":
         return Fallback(f"column mapping mode {snapshot.column_mapping_mode!r}")
@@ -114,7 +118,7 @@ def _path_problem(
     directories = relative.split("/")[:-1]
     if len(directories) != len(partition_columns):
         return f"directories {directories} do not match partition columns {list(partition_columns)}"
-    for directory, column in zip(directories, partition_columns):
+    for directory, column in zip(directories, partition_columns, strict=True):
         name, sep, encoded = directory.partition("=")
         if not sep or unescape_path_name(name) != column:
             return f"directory {directory!r} is not named for partition column {column!r}"

@@ -9,14 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from deltaflow.errors import InvalidOptionError
 
 _COMMON = ("path",)
+# delta-spark's streaming source options (readStream); batch reads accept and ignore them.
+STREAM_READ_OPTIONS = (
+    "maxFilesPerTrigger",
+    "maxBytesPerTrigger",
+    "startingVersion",
+    "startingTimestamp",
+    "skipChangeCommits",
+    "ignoreDeletes",
+    "readChangeFeed",
+)
 READ_OPTIONS = (
     *_COMMON,
     "versionAsOf",
     "timestampAsOf",
+    *STREAM_READ_OPTIONS,
 )
 WRITE_OPTIONS = (
     *_COMMON,
@@ -63,9 +75,21 @@ TABLE_PROPERTIES = (
     "delta.tuneFileSizesForRewrites",
 )
 _FEATURES = (
-    "appendOnly", "changeDataFeed", "checkConstraints", "columnMapping", "deletionVectors",
-    "domainMetadata", "generatedColumns", "identityColumns", "invariants", "rowTracking",
-    "timestampNtz", "typeWidening", "v2Checkpoint", "vacuumProtocolCheck", "variantType",
+    "appendOnly",
+    "changeDataFeed",
+    "checkConstraints",
+    "columnMapping",
+    "deletionVectors",
+    "domainMetadata",
+    "generatedColumns",
+    "identityColumns",
+    "invariants",
+    "rowTracking",
+    "timestampNtz",
+    "typeWidening",
+    "v2Checkpoint",
+    "vacuumProtocolCheck",
+    "variantType",
 )
 _CANONICAL = {name.lower(): name for name in TABLE_PROPERTIES} | {
     f"delta.feature.{name}".lower(): f"delta.feature.{name}" for name in _FEATURES
@@ -130,7 +154,9 @@ def _bool(options: dict[str, str], key: str) -> bool:
     raw = options.get(key.lower(), "false").strip().lower()
     if raw not in ("true", "false"):
         raise InvalidOptionError(
-            f"Option '{key}' must be 'true' or 'false', not {raw!r}.", option=key, valid=("true", "false")
+            f"Option '{key}' must be 'true' or 'false', not {raw!r}.",
+            option=key,
+            valid=("true", "false"),
         )
     return raw == "true"
 
@@ -159,11 +185,63 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     return ReadOptions(path=_path(lowered), version_as_of=version, timestamp_as_of=timestamp)
 
 
+@dataclass(frozen=True)
+class StreamReadOptions:
+    path: str
+    max_files_per_trigger: int = 1000  # delta-spark's default
+    max_bytes_per_trigger: int | None = None  # soft: a batch holds at least one file
+    starting_version: int | Literal["latest"] | None = None
+    starting_timestamp: str | None = None
+    skip_change_commits: bool = False
+    ignore_deletes: bool = False
+    read_change_feed: bool = False
+
+
+def parse_stream_options(options: Mapping[str, str]) -> StreamReadOptions:
+    """Options of ``spark.readStream.format("delta")``, checked like batch read options."""
+    lowered = _lower(options)
+    _check_known(lowered, READ_OPTIONS, "read")
+    max_files = _int(lowered, "maxFilesPerTrigger")
+    max_bytes = _int(lowered, "maxBytesPerTrigger")
+    for key, value in (("maxFilesPerTrigger", max_files), ("maxBytesPerTrigger", max_bytes)):
+        if value is not None and value <= 0:
+            raise InvalidOptionError(f"Option '{key}' must be positive, not {value}.", option=key)
+    raw_version = lowered.get("startingversion")
+    starting_version: int | Literal["latest"] | None = None
+    if raw_version is not None and raw_version.strip().lower() == "latest":
+        starting_version = "latest"
+    elif raw_version is not None:
+        starting_version = _int(lowered, "startingVersion")
+        if starting_version is not None and starting_version < 0:
+            raise InvalidOptionError(
+                f"startingVersion must be 'latest' or a version >= 0, not {raw_version!r}.",
+                option="startingVersion",
+            )
+    timestamp = lowered.get("startingtimestamp")
+    if starting_version is not None and timestamp is not None:
+        raise InvalidOptionError(
+            "Give either startingVersion or startingTimestamp, not both.",
+            option="startingTimestamp",
+        )
+    return StreamReadOptions(
+        path=_path(lowered),
+        max_files_per_trigger=max_files or 1000,
+        max_bytes_per_trigger=max_bytes,
+        starting_version=starting_version,
+        starting_timestamp=timestamp,
+        skip_change_commits=_bool(lowered, "skipChangeCommits"),
+        ignore_deletes=_bool(lowered, "ignoreDeletes"),
+        read_change_feed=_bool(lowered, "readChangeFeed"),
+    )
+
+
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     lowered = _lower(options)
     _check_known(lowered, WRITE_OPTIONS, "write")
     partition_raw = lowered.get("partitionby") or lowered.get("__partition_columns") or ""
-    partition_by = tuple(p.strip().strip("`") for p in partition_raw.strip("[]").split(",") if p.strip())
+    partition_by = tuple(
+        p.strip().strip("`") for p in partition_raw.strip("[]").split(",") if p.strip()
+    )
     partition_by = tuple(p.strip('"') for p in partition_by)
     app_id, app_version = lowered.get("txnappid"), _int(lowered, "txnVersion")
     if (app_id is None) != (app_version is None):

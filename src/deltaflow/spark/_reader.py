@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pyspark
 from pyspark.sql.datasource import (
     DataSourceReader,
     EqualNullSafe,
@@ -42,6 +43,13 @@ from deltaflow.table._snapshot import Snapshot
 # a task reads up to 128 MiB, and each file costs as much as 4 MiB of data to open.
 MAX_PARTITION_BYTES = 128 * 1024 * 1024
 OPEN_COST_BYTES = 4 * 1024 * 1024
+# Spark 4.1 to 4.3 keep the read plan made during filter pushdown on the data source
+# object that every query of one DataFrame shares (PythonScanBuilder calls
+# ds.setReadInfo), and reuse it for any later query on that DataFrame without a pushable
+# filter: `df.where("p = 'x'").count()` followed by `df.count()` would read only the
+# files pruned for p = 'x', silently dropping rows. Newer Spark keeps the plan per scan.
+# Until then, file skipping stays off: wrong results are worse than slow ones.
+FILE_SKIPPING_SAFE = int(pyspark.__version__.split(".")[0]) >= 5
 # Rows per Arrow batch handed to Spark: large batches amortise the per-batch cost of
 # the Python -> JVM transfer; 64k rows of a wide table stay well under 100 MB.
 BATCH_ROWS = 65536
@@ -100,7 +108,7 @@ class DeltaBatchReader(DataSourceReader):
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         for f in filters:
-            predicate = to_predicate(f)
+            predicate = to_predicate(f) if FILE_SKIPPING_SAFE else None
             if predicate is not None:
                 self.predicates.append(predicate)
             # Skipping is per file, never per row: Spark still evaluates every filter.
@@ -181,20 +189,26 @@ class ReadLayout:
         physical_json = _schema.physical_schema(snapshot.schema)
         physical_by_logical = {
             logical["name"].lower(): phys
-            for logical, phys in zip(snapshot.schema["fields"], physical_json["fields"])
+            for logical, phys in zip(
+                snapshot.schema["fields"], physical_json["fields"], strict=True
+            )
         }
         physical_fields = []
         for f in schema.fields:
             phys = physical_by_logical.get(f.name.lower())
             physical_fields.append(
-                {**f.jsonValue(), "name": phys["name"], "type": phys["type"]} if phys else f.jsonValue()
+                {**f.jsonValue(), "name": phys["name"], "type": phys["type"]}
+                if phys
+                else f.jsonValue()
             )
         physical = to_arrow_schema(
             StructType.fromJson({"type": "struct", "fields": physical_fields}), timezone="UTC"
         )
         partitions = {c.lower(): c for c in snapshot.partition_columns}
         partition_positions = {
-            i: partitions[f.name.lower()] for i, f in enumerate(schema.fields) if f.name.lower() in partitions
+            i: partitions[f.name.lower()]
+            for i, f in enumerate(schema.fields)
+            if f.name.lower() in partitions
         }
         data = tuple(i for i in range(len(schema.fields)) if i not in partition_positions)
         return ReadLayout(target, physical, data, partition_positions)
@@ -209,7 +223,8 @@ def read_file(task: FileTask, layout: ReadLayout) -> Iterator[pa.RecordBatch]:
         present = [name for name in wanted if name in available]
         keep = _keep_mask(task.deleted_rows, parquet.metadata.num_rows)
         offset = 0
-        for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=present, use_threads=False):
+        batches = parquet.iter_batches(batch_size=BATCH_ROWS, columns=present, use_threads=False)
+        for batch in batches:
             rows = batch.num_rows
             if keep is not None:
                 mask = keep[offset : offset + rows]
@@ -237,6 +252,7 @@ def _shape(batch: pa.RecordBatch, task: FileTask, layout: ReadLayout) -> pa.Reco
             columns.append(_arrow.constant_array(value, target_field.type, rows))
             continue
         physical_field = layout.physical.field(i)
-        array = batch.column(names.index(physical_field.name)) if physical_field.name in names else None
+        name = physical_field.name
+        array = batch.column(names.index(name)) if name in names else None
         columns.append(_arrow.conform(array, physical_field.type, target_field.type, rows))
     return pa.RecordBatch.from_arrays(columns, schema=layout.target)

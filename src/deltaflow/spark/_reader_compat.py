@@ -12,10 +12,10 @@
   otherwise the ``delta`` Python source reads it. The Spark conf
   ``deltaflow.read.nativeScan`` = ``auto`` (default) | ``false`` chooses.
 
-Both paths read the version the driver resolved... with one difference: the
-Python source resolves ``path`` / ``versionAsOf`` / ``timestampAsOf`` again in its
-own ``schema()`` call, so a latest-version read that races a commit may see the
-newer version there. The JVM path pins the driver's snapshot.
+The JVM path reads exactly the snapshot the driver loaded. The Python source
+resolves ``path`` / ``versionAsOf`` / ``timestampAsOf`` again in its own
+``schema()`` call, so a latest-version read racing a commit may see the newer
+version there (as it did before this patch).
 
 Other formats go through untouched. The patch is idempotent and keeps every
 original method; user-specified schemas and multi-path loads take the Python
@@ -64,7 +64,7 @@ def install() -> None:
     original_options = DataFrameReader.options
     original_load = DataFrameReader.load
 
-    def format(self: Any, source: str) -> Any:  # noqa: A001 - mirrors pyspark's name
+    def format(self: Any, source: str) -> Any:
         _state(self)["format"] = source
         return original_format(self, source)
 
@@ -74,21 +74,19 @@ def install() -> None:
 
     def option(self: Any, key: str, value: Any) -> Any:
         if value is not None:
-            _state(self)["options"][key] = str(value) if not isinstance(value, bool) else str(value).lower()
+            _state(self)["options"][key] = _to_str(value)
         return original_option(self, key, value)
 
     def options(self: Any, **opts: Any) -> Any:
         for key, value in opts.items():
             if value is not None:
-                _state(self)["options"][key] = (
-                    str(value) if not isinstance(value, bool) else str(value).lower()
-                )
+                _state(self)["options"][key] = _to_str(value)
         return original_options(self, **opts)
 
     def load(
         self: Any,
         path: Any = None,
-        format: str | None = None,  # noqa: A002 - mirrors pyspark's name
+        format: str | None = None,
         schema: Any = None,
         **opts: Any,
     ) -> Any:
@@ -160,6 +158,11 @@ def native_dataframe(spark: Any, plan: NativeScan) -> Any:
     if df.columns != schema.fieldNames():
         df = df.select(*[F.col(_quote(name)) for name in schema.fieldNames()])
     return df
+
+
+def _to_str(value: Any) -> str:
+    # pyspark's own to_str: booleans as Spark spells them.
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _quote(name: str) -> str:

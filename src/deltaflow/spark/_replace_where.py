@@ -96,7 +96,7 @@ def plan_replacement(snapshot: Snapshot, predicate: str, schema: pa.Schema) -> R
     if all(path[0].lower() in partitions for path in _predicates.columns(node)):
         table = _partition_table(files, schema, partitions)
         matches = _predicates.evaluate(_predicates.is_true(expression), table).to_pylist()
-        return Replacement(tuple(f for f, hit in zip(files, matches) if hit), ())
+        return Replacement(tuple(f for f, hit in zip(files, matches, strict=True) if hit), ())
     deleted = snapshot.deleted_rows()
     remove: list[FileEntry] = []
     rewrite: list[FileEntry] = []
@@ -155,7 +155,9 @@ def _rename_like(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return batch.rename_columns(names) if names != batch.schema.names else batch
 
 
-def serialized_partition_values(entry: FileEntry, physical: dict[str, str]) -> dict[str, str | None]:
+def serialized_partition_values(
+    entry: FileEntry, physical: dict[str, str]
+) -> dict[str, str | None]:
     return {
         physical.get(k, k): _partitions.serialize_partition_value(v)
         for k, v in entry.partition_values.items()

@@ -60,7 +60,15 @@ def session(
     builder = SparkSession.builder.appName(app_name or "deltaflow").master(
         master or f"local[{cores}]"
     )
-    settings = {**_LOCAL_DEFAULTS, "spark.sql.shuffle.partitions": str(max(cores * 2, 2)), **REQUIRED_CONF}
+    log_config = os.path.join(os.path.dirname(__file__), "log4j2.properties")
+    java_options = f"-Dlog4j2.configurationFile=file:{log_config}"
+    settings = {
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.executor.extraJavaOptions": java_options,
+        **_LOCAL_DEFAULTS,
+        "spark.sql.shuffle.partitions": str(max(cores * 2, 2)),
+        **REQUIRED_CONF,
+    }
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)

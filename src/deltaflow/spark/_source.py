@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from deltaflow.spark._options import parse_read_options, parse_write_options
@@ -62,6 +68,19 @@ class DeltaDataSource(DataSource):
         mode = self.options.get(SAVE_MODE_OPTION) or ("overwrite" if overwrite else "append")
         plan = plan_write(_uri.normalize_uri(options.path), schema.jsonValue(), mode, options)
         return DeltaBatchWriter(plan, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from deltaflow.spark._options import parse_stream_options
+        from deltaflow.spark._stream_reader import DeltaStreamReader
+
+        snapshot = self._load(schema)
+        options = parse_stream_options({**dict(self.options), "path": snapshot.uri})
+        return DeltaStreamReader(snapshot, schema, options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from deltaflow.spark._stream_writer import stream_writer
+
+        return stream_writer(self.options, schema, overwrite)
 
 
 def _without(options: Any, key: str) -> dict[str, str]:

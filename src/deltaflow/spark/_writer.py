@@ -18,16 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from deltaflow.errors import DeltaflowError, InvalidOptionError
-from deltaflow.spark import _replace_where
+from deltaflow.spark import _file_writer, _replace_where
 from deltaflow.spark._options import WriteOptions
 from deltaflow.spark._writer_compat import RemoteDeltaflowError
-from deltaflow.table import _arrow, _commit, _partitions, _schema, _stats, _uri
+from deltaflow.table import _commit, _schema, _stats
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
 from deltaflow.table.errors import (
     SchemaMismatchError,
@@ -37,9 +35,7 @@ from deltaflow.table.errors import (
 
 log = logging.getLogger("deltaflow.write")
 
-# Roll to a new file after this many rows when the user set no maxRecordsPerFile:
-# keeps files near Spark's 128 MiB scan split for typical 50-200 byte rows.
-DEFAULT_MAX_ROWS_PER_FILE = 2_000_000
+DEFAULT_MAX_ROWS_PER_FILE = _file_writer.DEFAULT_MAX_ROWS_PER_FILE
 
 SUPPORTED_WRITER_FEATURES = frozenset(
     {
@@ -197,7 +193,9 @@ def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOpti
                 feature="overwriteSchema-repartition",
             )
     else:
-        problems = _schema.struct_mismatches(incoming, table_logical, allow_new=options.merge_schema)
+        problems = _schema.struct_mismatches(
+            incoming, table_logical, allow_new=options.merge_schema
+        )
         if problems:
             raise SchemaMismatchError(
                 f"The data does not match the schema of table {uri}: {'; '.join(problems)}. To add"
@@ -217,7 +215,7 @@ def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOpti
             )
             nested_change = [
                 f["name"]
-                for f, g in zip(merged["fields"], table_logical["fields"])
+                for f, g in zip(merged["fields"], table_logical["fields"], strict=False)
                 if f["type"] != g["type"]
             ]
             if nested_change:
@@ -299,12 +297,15 @@ def _check_writer_features(uri: str, features: tuple[str, ...]) -> None:
 class DeltaBatchWriter(DataSourceArrowWriter):
     def __init__(self, plan: WritePlan, spark_schema: StructType) -> None:
         self.plan = plan
+        # Every file of this job carries the id in its name, so abort() can find files of
+        # tasks whose commit messages never reached it (tasks finishing after the failure).
+        self.job_id = uuid.uuid4().hex[:8]
         self.input_schema_json = spark_schema.jsonValue()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
         if self.plan.skip:
             return DeltaCommitMessage(files=[], num_rows=0)
-        writer = _FileSetWriter(self.plan, check_rows=True)
+        writer = _file_writer.FileSetWriter(self.plan, job_id=self.job_id, check_rows=True)
         try:
             for batch in iterator:
                 writer.write(batch)
@@ -326,10 +327,10 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         try:
             self._commit(adds, rewritten)
         except DeltaflowError as exc:
-            _delete_files(self.plan.table_uri, rewritten)
+            _file_writer.delete_files(self.plan.table_uri, rewritten)
             raise RemoteDeltaflowError(exc) from exc
         except BaseException:
-            _delete_files(self.plan.table_uri, rewritten)
+            _file_writer.delete_files(self.plan.table_uri, rewritten)
             raise
 
     def _commit(self, adds: list[_commit.AddedFile], rewritten: list[_commit.AddedFile]) -> None:
@@ -357,7 +358,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         started = time.perf_counter()
         result = _commit.commit(request)
         if result.skipped:
-            _delete_files(self.plan.table_uri, [*adds, *rewritten])
+            _file_writer.delete_files(self.plan.table_uri, [*adds, *rewritten])
         log.info(
             "deltaflow commit to %s: version %s, %d files, %.1f ms%s",
             self.plan.table_uri,
@@ -369,7 +370,8 @@ class DeltaBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         adds = [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files]
-        _delete_files(self.plan.table_uri, adds)
+        _file_writer.delete_files(self.plan.table_uri, adds)
+        _file_writer.delete_job_files(self.plan.table_uri, self.job_id)
 
 
 def _replace_rows(plan: WritePlan, rewritten: list[_commit.AddedFile]) -> list[_commit.RemovedFile]:
@@ -379,7 +381,7 @@ def _replace_rows(plan: WritePlan, rewritten: list[_commit.AddedFile]) -> list[_
     schema = arrow_schema(snapshot.schema)
     replacement = _replace_where.plan_replacement(snapshot, plan.replace_where, schema)
     if replacement.rewrite:
-        writer = _FileSetWriter(plan)
+        writer = _file_writer.FileSetWriter(plan)
         try:
             for entry in replacement.rewrite:
                 for batch in _replace_where.kept_rows(snapshot, entry, plan.replace_where, schema):
@@ -397,177 +399,3 @@ def _replace_rows(plan: WritePlan, rewritten: list[_commit.AddedFile]) -> list[_
         )
         for entry in (*replacement.remove, *replacement.rewrite)
     ]
-
-
-def _delete_files(table_uri: str, files: list[_commit.AddedFile]) -> None:
-    for added in files:
-        fs, path = _uri.filesystem(_uri.join(table_uri, added.path))
-        try:
-            fs.delete_file(path)
-        except OSError:
-            log.warning("could not delete uncommitted file %s", added.path)
-
-
-class _OpenFile:
-    def __init__(self, fs: Any, relative: str, full_path: str, schema: pa.Schema, plan: WritePlan,
-                 partition_values: dict[str, str | None]) -> None:
-        self.relative = relative
-        self.full_path = full_path
-        self.stream = fs.open_output_stream(full_path)
-        self.writer = pq.ParquetWriter(self.stream, schema, compression=plan.options.compression)
-        self.stats = _stats.StatsAccumulator(plan.num_indexed_cols)
-        self.partition_values = partition_values
-        self.rows = 0
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        self.writer.write_batch(batch)
-        self.stats.add(batch)
-        self.rows += batch.num_rows
-
-    def close(self, fs: Any) -> _commit.AddedFile:
-        self.writer.close()
-        self.stream.close()
-        size = fs.get_file_info(self.full_path).size
-        return _commit.AddedFile(
-            path=self.relative,
-            size=size,
-            partition_values=self.partition_values,
-            modification_time=int(time.time() * 1000),
-            stats=self.stats.to_json(),
-        )
-
-
-class _FileSetWriter:
-    """Writes one task's rows: one open file per partition, rolled by row count."""
-
-    def __init__(self, plan: WritePlan, *, check_rows: bool = False) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        self.plan = plan
-        self.fs, self.root = _uri.filesystem(plan.table_uri)
-        partitions = {c.lower() for c in plan.partition_columns}
-        logical = StructType.fromJson(_schema.logical_schema(plan.schema))
-        physical = StructType.fromJson(plan.physical_schema)
-        self.logical_target = to_arrow_schema(logical, timezone="UTC")
-        physical_arrow = to_arrow_schema(physical, timezone="UTC")
-        data_positions = [i for i, f in enumerate(logical.fields) if f.name.lower() not in partitions]
-        self.data_positions = data_positions
-        self.file_schema = pa.schema([physical_arrow.field(i) for i in data_positions])
-        self.logical_data_types = [self.logical_target.field(i) for i in data_positions]
-        self.max_rows = plan.options.max_records_per_file or DEFAULT_MAX_ROWS_PER_FILE
-        self.open: dict[tuple[str | None, ...], _OpenFile] = {}
-        self.done: list[_commit.AddedFile] = []
-        self.rows = 0
-        self.task_id = uuid.uuid4().hex[:8]
-        self.row_check = (
-            _replace_where.RowCheck(plan.table_uri, plan.replace_where, self.logical_target)
-            if check_rows and plan.replace_where is not None
-            else None
-        )
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
-            return
-        batch = self._to_table_shape(batch)
-        if self.row_check is not None:
-            self.row_check.check(batch)
-        self.rows += batch.num_rows
-        if not self.plan.partition_columns:
-            self._append((), {}, batch)
-            return
-        for values, part in _split_by_partition(batch, self.plan.partition_columns):
-            serialized = {c: _partitions.serialize_partition_value(v) for c, v in zip(self.plan.partition_columns, values)}
-            self._append(tuple(serialized.values()), serialized, part)
-
-    def _to_table_shape(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """Reorder by name, cast to table types, fill missing columns with nulls."""
-        by_name = {name.lower(): i for i, name in enumerate(batch.schema.names)}
-        columns = []
-        for target in self.logical_target:
-            position = by_name.get(target.name.lower())
-            array = batch.column(position) if position is not None else None
-            # Struct children are matched by the table's own names, so pass the target twice.
-            columns.append(_arrow.conform(array, target.type, target.type, batch.num_rows))
-            if not target.nullable and columns[-1].null_count:
-                raise SchemaMismatchError(
-                    f"Column '{target.name}' of table {self.plan.table_uri} is NOT NULL but the"
-                    f" data has {columns[-1].null_count} null values in it.",
-                    table_uri=self.plan.table_uri,
-                    columns=(target.name,),
-                )
-        return pa.RecordBatch.from_arrays(columns, schema=self.logical_target)
-
-    def _append(
-        self, key: tuple[str | None, ...], values: dict[str, str | None], batch: pa.RecordBatch
-    ) -> None:
-        data = pa.RecordBatch.from_arrays(
-            [
-                _arrow.conform(batch.column(i), field.type, self.file_schema.field(n).type, batch.num_rows)
-                for n, (i, field) in enumerate(zip(self.data_positions, self.logical_data_types))
-            ],
-            schema=self.file_schema,
-        )
-        start = 0
-        while start < data.num_rows:
-            handle = self.open.get(key)
-            if handle is None:
-                handle = self.open[key] = self._new_file(values)
-            room = self.max_rows - handle.rows
-            chunk = data.slice(start, room)
-            handle.write(chunk)
-            start += chunk.num_rows
-            if handle.rows >= self.max_rows:
-                self.done.append(handle.close(self.fs))
-                del self.open[key]
-
-    def _new_file(self, values: dict[str, str | None]) -> _OpenFile:
-        name = f"part-{len(self.done) + len(self.open):05d}-{self.task_id}-{uuid.uuid4()}-c000.{self.plan.options.compression}.parquet"
-        if self.plan.column_mapping:
-            # Column-mapped tables use random prefixes instead of Hive-style directories.
-            directory = uuid.uuid4().hex[:2]
-        else:
-            directory = _partitions.partition_dir(list(self.plan.partition_columns), values)
-        relative = f"{directory}/{name}" if directory else name
-        full = self.root.rstrip("/") + "/" + relative
-        # The table root may not exist yet (first write); object stores ignore this.
-        self.fs.create_dir(full.rsplit("/", 1)[0], recursive=True)
-        log_values = {self.plan.partition_physical.get(k, k): v for k, v in values.items()}
-        return _OpenFile(self.fs, relative, full, self.file_schema, self.plan, log_values)
-
-    def close(self) -> DeltaCommitMessage:
-        for handle in self.open.values():
-            self.done.append(handle.close(self.fs))
-        self.open.clear()
-        return DeltaCommitMessage(files=self.done, num_rows=self.rows)
-
-    def discard(self) -> None:
-        for handle in self.open.values():
-            try:
-                handle.writer.close()
-                handle.stream.close()
-            except Exception:  # noqa: BLE001 - best effort while already failing
-                pass
-        self.open.clear()
-        _delete_files(self.plan.table_uri, self.done)
-
-
-def _split_by_partition(
-    batch: pa.RecordBatch, columns: tuple[str, ...]
-) -> Iterator[tuple[tuple[Any, ...], pa.RecordBatch]]:
-    table = pa.Table.from_batches([batch])
-    keys = table.select(list(columns)).group_by(list(columns), use_threads=False).aggregate([])
-    if keys.num_rows == 1:
-        yield tuple(keys.column(c)[0].as_py() for c in columns), batch
-        return
-    for row in keys.to_pylist():
-        mask = None
-        for column in columns:
-            value = row[column]
-            condition = pc.is_null(table.column(column)) if value is None else pc.equal(
-                table.column(column), pa.scalar(value, table.schema.field(column).type)
-            )
-            condition = pc.fill_null(condition, False)
-            mask = condition if mask is None else pc.and_(mask, condition)
-        part = table.filter(mask).combine_chunks()
-        for chunk in part.to_batches():
-            yield tuple(row[c] for c in columns), chunk

@@ -54,8 +54,8 @@ def unpack_remote_error(exc: BaseException) -> DeltaflowError | None:
     try:
         # The payload comes from our own Python workers, which Spark already trusts
         # with pickled functions and data; it is not user input.
-        error = pickle.loads(base64.b64decode(match.group(1)))  # noqa: S301
-    except Exception:  # noqa: BLE001 - a mangled payload leaves the original error
+        error = pickle.loads(base64.b64decode(match.group(1)))
+    except Exception:
         return None
     return error if isinstance(error, DeltaflowError) else None
 
@@ -80,11 +80,11 @@ def install() -> None:
     original_options = DataFrameWriter.options
     original_save = DataFrameWriter.save
 
-    def format(self: Any, source: str) -> Any:  # noqa: A001 - mirrors pyspark's name
+    def format(self: Any, source: str) -> Any:
         _state(self)["format"] = source
         return original_format(self, source)
 
-    def mode(self: Any, saveMode: str | None) -> Any:  # noqa: N803 - pyspark's name
+    def mode(self: Any, saveMode: str | None) -> Any:
         if saveMode is not None:
             _state(self)["mode"] = saveMode
         return original_mode(self, saveMode)
@@ -98,7 +98,7 @@ def install() -> None:
             _remember_option(_state(self), key, value)
         return original_options(self, **opts)
 
-    def partitionBy(self: Any, *cols: Any) -> Any:  # noqa: N802 - pyspark's name
+    def partitionBy(self: Any, *cols: Any) -> Any:
         if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
             cols = tuple(cols[0])
         # Deferred: Spark refuses partitionBy for Python sources, so the JVM call is
@@ -109,9 +109,9 @@ def install() -> None:
     def save(
         self: Any,
         path: str | None = None,
-        format: str | None = None,  # noqa: A002 - mirrors pyspark's name
+        format: str | None = None,
         mode: str | None = None,
-        partitionBy: Any = None,  # noqa: N803 - pyspark's name
+        partitionBy: Any = None,
         **options: Any,
     ) -> None:
         state = _state(self)

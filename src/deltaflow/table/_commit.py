@@ -195,7 +195,7 @@ def _latest_version(location: str, request: CommitRequest) -> int | None:
     # delete files the log now references.
     try:
         return int(DeltaTable(location, storage_options=request.storage_options).version())
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.warning("committed to %s but could not read back the version", request.table_uri)
         return None
 

@@ -14,7 +14,7 @@ from typing import Any
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 # Characters Spark's ExternalCatalogUtils.escapePathName escapes in directory names.
-_ESCAPED = set('"#%\'*/:=?\\\x7f{[]^') | {chr(c) for c in range(0x20)}
+_ESCAPED = set("\"#%'*/:=?\\\x7f{[]^") | {chr(c) for c in range(0x20)}
 
 
 def escape_path_name(value: str) -> str:

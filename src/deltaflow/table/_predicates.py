@@ -19,7 +19,7 @@ import decimal
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,7 +40,7 @@ class Literal:
     value: Any  # None, bool, int, Decimal, float, str, date, datetime
 
 
-Operand = Union[Column, Literal]
+Operand = Column | Literal
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Not:
     child: Node
 
 
-Node = Union[Compare, IsNull, InList, Between, And, Or, Not, Literal, Column]
+Node = Compare | IsNull | InList | Between | And | Or | Not | Literal | Column
 
 _COMPARISONS = ("=", "<=>", "<>", "<", "<=", ">", ">=")
 _FLIP = {"=": "=", "<=>": "<=>", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -107,8 +107,20 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 _KEYWORDS = {
-    "and", "or", "not", "in", "is", "null", "between", "true", "false",
-    "date", "timestamp", "timestamp_ntz", "timestamp_ltz", "like",
+    "and",
+    "or",
+    "not",
+    "in",
+    "is",
+    "null",
+    "between",
+    "true",
+    "false",
+    "date",
+    "timestamp",
+    "timestamp_ntz",
+    "timestamp_ltz",
+    "like",
 }
 
 
@@ -142,7 +154,7 @@ class _Parser:
         while position < len(text):
             match = _TOKEN.match(text, position)
             if match is None:
-                raise self.fail(f"unsupported syntax {text[position:position + 10]!r}", position)
+                raise self.fail(f"unsupported syntax {text[position : position + 10]!r}", position)
             kind = match.lastgroup or ""
             if kind != "ws":
                 tokens.append(_Token(kind, match.group(), position))
@@ -366,7 +378,8 @@ class _Builder:
             match = next((n for n in names if n.lower() == part.lower()), None)
             if match is None:
                 raise self.fail(
-                    f"column {'.'.join(path)} does not exist; columns: {', '.join(self.schema.names)}"
+                    f"column {'.'.join(path)} does not exist;"
+                    f" columns: {', '.join(self.schema.names)}"
                 )
             resolved.append(match)
             t = fields.field(match).type
@@ -376,7 +389,9 @@ class _Builder:
 
     def build(self, node: Node) -> pc.Expression:
         if isinstance(node, And):
-            return pc.Expression._call("and_kleene", [self.build(node.left), self.build(node.right)])
+            return pc.Expression._call(
+                "and_kleene", [self.build(node.left), self.build(node.right)]
+            )
         if isinstance(node, Or):
             return pc.Expression._call("or_kleene", [self.build(node.left), self.build(node.right)])
         if isinstance(node, Not):
@@ -391,13 +406,18 @@ class _Builder:
             result: pc.Expression | None = None
             for value in node.values:
                 equal = self.compare("=", node.operand, value)
-                result = equal if result is None else pc.Expression._call("or_kleene", [result, equal])
+                result = (
+                    equal if result is None else pc.Expression._call("or_kleene", [result, equal])
+                )
             assert result is not None
             return pc.Expression._call("invert", [result]) if node.negated else result
         if isinstance(node, Between):
             inside = pc.Expression._call(
                 "and_kleene",
-                [self.compare(">=", node.operand, node.low), self.compare("<=", node.operand, node.high)],
+                [
+                    self.compare(">=", node.operand, node.low),
+                    self.compare("<=", node.operand, node.high),
+                ],
             )
             return pc.Expression._call("invert", [inside]) if node.negated else inside
         if isinstance(node, Column):
@@ -424,7 +444,9 @@ class _Builder:
         try:
             return scalar.cast(like)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            raise self.fail(f"literal {value!r} cannot be compared with a column of type {like}") from None
+            raise self.fail(
+                f"literal {value!r} cannot be compared with a column of type {like}"
+            ) from None
 
     def compare(self, op: str, left: Operand, right: Operand) -> pc.Expression:
         if isinstance(left, Literal) and isinstance(right, Column):
@@ -448,8 +470,14 @@ class _Builder:
             both_null = pc.Expression._call("and_kleene", [a.is_null(), b.is_null()])
             equal = pc.Expression._call("coalesce", [a == b, pc.scalar(False)])
             return pc.Expression._call("or_kleene", [both_null, equal])
-        functions = {"=": "equal", "<>": "not_equal", "<": "less", "<=": "less_equal",
-                     ">": "greater", ">=": "greater_equal"}
+        functions = {
+            "=": "equal",
+            "<>": "not_equal",
+            "<": "less",
+            "<=": "less_equal",
+            ">": "greater",
+            ">=": "greater_equal",
+        }
         return pc.Expression._call(functions[op], [a, b])
 
 
@@ -477,7 +505,7 @@ class ColumnStats:
     num_records: int | None = None
 
 
-StatsLookup = Callable[[ColumnPath], Union[ColumnStats, None]]
+StatsLookup = Callable[[ColumnPath], ColumnStats | None]
 
 
 def may_match(node: Node, stats: StatsLookup) -> bool:
@@ -505,8 +533,13 @@ def _may(node: Node, stats: StatsLookup, *, negated: bool) -> bool:
             return s.null_count > 0
         return s.num_records is None or s.null_count < s.num_records
     if isinstance(node, Compare):
-        return _may_compare(_NEGATE.get(node.op, node.op) if negated else node.op,
-                            node.left, node.right, stats, exact_negation=negated and node.op == "<=>")
+        return _may_compare(
+            _NEGATE.get(node.op, node.op) if negated else node.op,
+            node.left,
+            node.right,
+            stats,
+            exact_negation=negated and node.op == "<=>",
+        )
     if isinstance(node, InList):
         if node.negated != negated:  # NOT IN: every inequality must be possible
             return all(_may_compare("<>", node.operand, v, stats) for v in node.values)
@@ -522,8 +555,9 @@ def _may(node: Node, stats: StatsLookup, *, negated: bool) -> bool:
     return True
 
 
-def _may_compare(op: str, left: Operand, right: Operand, stats: StatsLookup,
-                 *, exact_negation: bool = False) -> bool:
+def _may_compare(
+    op: str, left: Operand, right: Operand, stats: StatsLookup, *, exact_negation: bool = False
+) -> bool:
     if exact_negation:
         return True  # NOT (a <=> b) can be true on nulls; not worth modelling
     if isinstance(left, Literal) and isinstance(right, Column):

@@ -60,7 +60,9 @@ def _annotate_physical(field: Field) -> Field:
 
 def _strip_internal(field: Field) -> Field:
     out = dict(field)
-    metadata = {k: v for k, v in field.get("metadata", {}).items() if not _INTERNAL_METADATA.match(k)}
+    metadata = {
+        k: v for k, v in field.get("metadata", {}).items() if not _INTERNAL_METADATA.match(k)
+    }
     out["metadata"] = metadata
     return out
 
@@ -75,7 +77,11 @@ def _map_fields(schema: dict[str, Any], fn: Any) -> dict[str, Any]:
         if kind == "array":
             return {**t, "elementType": visit_type(t["elementType"])}
         if kind == "map":
-            return {**t, "keyType": visit_type(t["keyType"]), "valueType": visit_type(t["valueType"])}
+            return {
+                **t,
+                "keyType": visit_type(t["keyType"]),
+                "valueType": visit_type(t["valueType"]),
+            }
         return copy.deepcopy(t)
 
     def visit_field(field: Field) -> Field:
@@ -175,7 +181,11 @@ def struct_mismatches(
                 problems.append(f"{path} (new column of type {type_to_string(field['type'])})")
             continue
         src_t, tgt_t = field["type"], target["type"]
-        if isinstance(src_t, dict) and isinstance(tgt_t, dict) and src_t["type"] == tgt_t["type"] == "struct":
+        if (
+            isinstance(src_t, dict)
+            and isinstance(tgt_t, dict)
+            and src_t["type"] == tgt_t["type"] == "struct"
+        ):
             problems.extend(struct_mismatches(src_t, tgt_t, allow_new=allow_new, prefix=path + "."))
         elif not is_widening(src_t, tgt_t):
             problems.append(
@@ -196,7 +206,11 @@ def merge_schemas(table: dict[str, Any], incoming: dict[str, Any]) -> dict[str, 
             merged["fields"].append(new_field)
             continue
         src_t, tgt_t = field["type"], target["type"]
-        if isinstance(src_t, dict) and isinstance(tgt_t, dict) and src_t["type"] == tgt_t["type"] == "struct":
+        if (
+            isinstance(src_t, dict)
+            and isinstance(tgt_t, dict)
+            and src_t["type"] == tgt_t["type"] == "struct"
+        ):
             target["type"] = merge_schemas(tgt_t, src_t)
     return merged
 

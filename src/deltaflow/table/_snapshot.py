@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -114,7 +115,9 @@ class Snapshot:
         reader = self.delta_table.deletion_vectors()
         table = pa.table(reader)
         for file_uri, selection in zip(
-            table.column("filepath").to_pylist(), table.column("selection_vector").to_pylist()
+            table.column("filepath").to_pylist(),
+            table.column("selection_vector").to_pylist(),
+            strict=True,
         ):
             relative = _relative_path(file_uri, prefix)
             keep = np.asarray(selection, dtype=bool)
@@ -140,7 +143,8 @@ def _relative_path(file_uri: str, prefix: str) -> str:
 
 
 def _physical_to_logical(schema: dict[str, Any]) -> dict[str, str]:
-    return {physical: logical for logical, physical in _schema.top_level_physical_names(schema).items()}
+    names = _schema.top_level_physical_names(schema)
+    return {physical: logical for logical, physical in names.items()}
 
 
 def _rename(values: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
@@ -173,6 +177,9 @@ def load_snapshot(
             f"the table first with df.write.format('delta').save('{uri}').",
             table_uri=uri,
         ) from exc
+    except DeltaError as exc:
+        _raise_if_unsupported_feature(exc, uri)
+        raise
     latest = table.version()
     if timestamp is not None:
         version = _version_at(table, uri, timestamp, latest)
@@ -188,6 +195,7 @@ def load_snapshot(
         try:
             table = DeltaTable(location, version=version, storage_options=storage_options)
         except DeltaError as exc:
+            _raise_if_unsupported_feature(exc, uri, version)
             raise VersionNotFoundError(
                 f"Version {version} of table {uri} cannot be reconstructed: its log files were"
                 f" removed by log cleanup ({exc}). Read a later version; the latest is {latest}.",
@@ -222,13 +230,28 @@ def _snapshot_of(table: DeltaTable, uri: str, storage_options: dict[str, str] | 
 def check_reader_features(snapshot: Snapshot) -> None:
     for feature in snapshot.reader_features:
         if feature not in SUPPORTED_READER_FEATURES:
-            raise UnsupportedFeatureError(
-                f"Table {snapshot.uri} (version {snapshot.version}) uses the Delta reader feature"
-                f" '{feature}', which deltaflow cannot read yet. Supported reader features:"
-                f" {', '.join(sorted(SUPPORTED_READER_FEATURES))}.",
-                table_uri=snapshot.uri,
-                feature=feature,
-            )
+            raise _unsupported(snapshot.uri, snapshot.version, feature)
+
+
+def _unsupported(uri: str, version: int | None, feature: str) -> UnsupportedFeatureError:
+    at = f" (version {version})" if version is not None else ""
+    return UnsupportedFeatureError(
+        f"Table {uri}{at} uses the Delta reader feature '{feature}', which deltaflow cannot"
+        f" read yet. Supported reader features: {', '.join(sorted(SUPPORTED_READER_FEATURES))}.",
+        table_uri=uri,
+        feature=feature,
+    )
+
+
+# delta-rs refuses to load a table whose protocol names a feature it does not know, before
+# our own allow-list can look; its message is the only place the feature's name appears.
+_DELTA_RS_UNSUPPORTED = re.compile(r"Feature '([^']+)' is not supported")
+
+
+def _raise_if_unsupported_feature(exc: DeltaError, uri: str, version: int | None = None) -> None:
+    match = _DELTA_RS_UNSUPPORTED.search(str(exc))
+    if match:
+        raise _unsupported(uri, version, match.group(1)) from exc
 
 
 def parse_timestamp(value: str | dt.datetime) -> dt.datetime:

@@ -53,7 +53,7 @@ class StatsAccumulator:
     def add(self, batch: pa.RecordBatch | pa.Table) -> None:
         self.num_records += batch.num_rows
         budget = [self.num_indexed]
-        for name, column in zip(batch.schema.names, batch.columns):
+        for name, column in zip(batch.schema.names, batch.columns, strict=True):
             self._visit((name,), column, budget)
 
     def _visit(self, path: Path, column: Any, budget: list[int]) -> None:
@@ -95,11 +95,18 @@ class StatsAccumulator:
                 _put(mins, path, low)
             if high is not None:
                 _put(maxs, path, high)
-        stats = {"numRecords": self.num_records, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+        stats = {
+            "numRecords": self.num_records,
+            "minValues": mins,
+            "maxValues": maxs,
+            "nullCount": nulls,
+        }
         return json.dumps(stats, separators=(",", ":"), allow_nan=False)
 
 
-def file_stats(table: pa.Table | pa.RecordBatch, num_indexed: int = DEFAULT_NUM_INDEXED_COLS) -> str:
+def file_stats(
+    table: pa.Table | pa.RecordBatch, num_indexed: int = DEFAULT_NUM_INDEXED_COLS
+) -> str:
     """The stats JSON of a file holding ``table`` (column names as written in the file)."""
     accumulator = StatsAccumulator(num_indexed)
     accumulator.add(table)

@@ -1,0 +1,184 @@
+"""Streaming writes: ``df.writeStream.format("delta").option("checkpointLocation", c).start(uri)``.
+
+Each micro-batch becomes exactly one Delta commit:
+
+- executors write Parquet files with the batch writer's ``FileSetWriter`` and return
+  them in commit messages; nothing in the log refers to them yet;
+- ``commit(messages, batchId)`` runs once on the driver and commits every file of the
+  batch with the app transaction ``(appId, batchId)``. ``appId`` is the streaming
+  query's id, read from ``<checkpointLocation>/metadata``, as delta-spark's sink
+  uses it: stable across restarts of the query, and new when the checkpoint is
+  deleted (a new query must not have its batches mistaken for replays);
+- a batch Spark replays after a crash (same ``batchId``) finds its app transaction
+  already in the log and is skipped; the files it wrote again are deleted;
+- ``abort`` deletes the batch's files. Files of attempts that died before either
+  call are never referenced, and VACUUM removes them.
+
+Output modes: append adds files; complete (Spark passes ``overwrite=True``) replaces
+the table's content in the same commit. ``partitionBy`` and ``mergeSchema`` are the
+batch writer's options.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from deltaflow.errors import DeltaflowError
+from deltaflow.spark._file_writer import FileSetWriter, delete_files
+from deltaflow.spark._options import WriteOptions, parse_write_options
+from deltaflow.spark._writer import DeltaCommitMessage, WritePlan, plan_write
+from deltaflow.spark._writer_compat import RemoteDeltaflowError
+from deltaflow.spark.errors import StreamIdentityError
+from deltaflow.table import _commit, _uri
+
+log = logging.getLogger("deltaflow.stream")
+
+# Options Spark adds for a streaming sink; not write options of the table.
+_STREAM_ONLY_OPTIONS = ("checkpointLocation", "queryName")
+
+
+class DeltaStreamWriter(DataSourceStreamArrowWriter):
+    """One Delta commit per micro-batch, exactly once per ``(query, batchId)``."""
+
+    def __init__(
+        self,
+        table_uri: str,
+        schema: StructType,
+        overwrite: bool,
+        options: WriteOptions,
+        checkpoint_location: str | None,
+    ) -> None:
+        self.table_uri = table_uri
+        self.schema_json = schema.jsonValue()
+        self.mode = "overwrite" if overwrite else "append"
+        self.options = options
+        self.checkpoint_location = checkpoint_location
+        self._plan: WritePlan | None = None
+
+    @property
+    def plan(self) -> WritePlan:
+        """How executors lay out files: planned once, where Spark plans the query."""
+        if self._plan is None:
+            self._plan = plan_write(self.table_uri, self.schema_json, self.mode, self.options)
+        return self._plan
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get the writer pickled: plan before, so every task lays files out alike.
+        _ = self.plan
+        return dict(self.__dict__)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+        writer = FileSetWriter(self.plan, job_id="stream")
+        try:
+            for batch in iterator:
+                writer.write(batch)
+            return writer.close()
+        except DeltaflowError as exc:
+            writer.discard()
+            raise RemoteDeltaflowError(exc) from exc
+        except BaseException:
+            writer.discard()
+            raise
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        started = time.perf_counter()
+        adds = _files(messages)
+        app_id = self._app_id()
+        try:
+            # Planned again against the table as it is now: earlier batches created it,
+            # added columns, or moved its version on.
+            opts = replace(self.options, txn_app_id=app_id, txn_version=batchId)
+            plan = plan_write(self.table_uri, self.schema_json, self.mode, opts)
+            if plan.skip:
+                result = _commit.CommitResult(None, True, 0)
+            else:
+                result = _commit.commit(
+                    _commit.CommitRequest(
+                        table_uri=plan.table_uri,
+                        schema=plan.schema,
+                        partition_columns=plan.partition_columns,
+                        adds=adds,
+                        mode="overwrite" if plan.mode == "overwrite" else "append",
+                        read_version=plan.read_version,
+                        new_columns=plan.new_columns,
+                        configuration=plan.configuration,
+                        app_id=app_id,
+                        app_version=batchId,
+                        user_metadata=opts.user_metadata,
+                    )
+                )
+        except DeltaflowError as exc:
+            raise RemoteDeltaflowError(exc) from exc
+        if result.skipped:
+            # A replay of a batch that already committed: these files are copies.
+            delete_files(self.table_uri, adds)
+        log.info(
+            "deltaflow stream commit to %s: batch %d -> version %s, %d files, %d rows, %.1f ms%s",
+            self.table_uri,
+            batchId,
+            result.version,
+            len(adds),
+            sum(m.num_rows for m in messages if isinstance(m, DeltaCommitMessage)),
+            (time.perf_counter() - started) * 1000,
+            " (already committed, skipped)" if result.skipped else "",
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        adds = _files(messages)
+        log.warning(
+            "stream batch %d to %s aborted: deleting %d files", batchId, self.table_uri, len(adds)
+        )
+        delete_files(self.table_uri, adds)
+
+    def _app_id(self) -> str:
+        return query_id(self.checkpoint_location, self.table_uri)
+
+
+def _files(messages: list[WriterCommitMessage | None]) -> list[_commit.AddedFile]:
+    return [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files]
+
+
+def query_id(checkpoint_location: str | None, table_uri: str) -> str:
+    """The id Spark keeps in ``<checkpointLocation>/metadata`` for a streaming query."""
+    if checkpoint_location:
+        fs, root = _uri.filesystem(_uri.normalize_uri(checkpoint_location))
+        try:
+            with fs.open_input_stream(f"{root}/metadata") as handle:
+                return str(json.loads(handle.read())["id"])
+        except (OSError, KeyError, ValueError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+    else:
+        reason = "the query has no checkpointLocation option"
+    raise StreamIdentityError(
+        f"The Delta sink at {table_uri} cannot tell this streaming query's id ({reason}), which"
+        " its exactly-once commits are keyed by. Start the query with"
+        " .option('checkpointLocation', '<dir>') on writeStream.",
+        table_uri=table_uri,
+        checkpoint_location=checkpoint_location,
+    )
+
+
+def stream_writer(
+    options: Mapping[str, str], schema: StructType, overwrite: bool
+) -> DeltaStreamWriter:
+    """The writer for ``DeltaDataSource.streamWriter``."""
+    stream_only = {name.lower() for name in _STREAM_ONLY_OPTIONS}
+    raw = {k: v for k, v in dict(options).items() if k.lower() not in stream_only}
+    lowered = {k.lower(): v for k, v in dict(options).items()}
+    parsed = parse_write_options(raw)
+    return DeltaStreamWriter(
+        _uri.normalize_uri(parsed.path),
+        schema,
+        overwrite,
+        parsed,
+        lowered.get("checkpointlocation"),
+    )

@@ -1,0 +1,56 @@
+"""Errors raised by the Spark layer's streaming source and sink."""
+
+from __future__ import annotations
+
+from deltaflow.errors import DeltaflowError
+
+
+class StreamingError(DeltaflowError):
+    """An error of a streaming query over the Delta table at ``table_uri``."""
+
+
+class ChangeCommitError(StreamingError):
+    """The source table's commit ``version`` removed or rewrote data (UPDATE, DELETE,
+    MERGE, overwrite), which an append-only stream cannot represent.
+
+    Terminal: restarting fails at the same version until the query is told how to
+    treat such commits (``skipChangeCommits``) or starts after ``version``.
+    """
+
+    def __init__(self, message: str, *, table_uri: str, version: int) -> None:
+        super().__init__(message, table_uri=table_uri, version=version)
+
+
+class LogVersionMissingError(StreamingError):
+    """The commit file of ``version`` is gone (log cleanup) although the stream still
+    needs it; ``earliest`` is the oldest version whose commit file is left, if known."""
+
+    def __init__(
+        self, message: str, *, table_uri: str, version: int, earliest: int | None = None
+    ) -> None:
+        super().__init__(message, table_uri=table_uri, version=version, earliest=earliest)
+
+
+class SourceSchemaChangedError(StreamingError):
+    """Commit ``version`` changed the source's schema. ``additive`` is true when it only
+    added columns: a restart of the query picks them up. Otherwise the new schema cannot
+    be read with the old one and the query needs a new checkpoint."""
+
+    def __init__(self, message: str, *, table_uri: str, version: int, additive: bool) -> None:
+        super().__init__(message, table_uri=table_uri, version=version, additive=additive)
+
+
+class SourceTableReplacedError(StreamingError):
+    """The table at ``table_uri`` is not the one the checkpoint was reading: its table id
+    changed from ``expected_id`` to ``found_id`` (dropped and re-created)."""
+
+    def __init__(self, message: str, *, table_uri: str, expected_id: str, found_id: str) -> None:
+        super().__init__(message, table_uri=table_uri, expected_id=expected_id, found_id=found_id)
+
+
+class StreamIdentityError(StreamingError):
+    """The streaming sink cannot find a stable identity for its query (needed for
+    exactly-once commits): no readable checkpoint metadata and no ``txnAppId``."""
+
+    def __init__(self, message: str, *, table_uri: str, checkpoint_location: str | None) -> None:
+        super().__init__(message, table_uri=table_uri, checkpoint_location=checkpoint_location)

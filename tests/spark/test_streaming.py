@@ -1,0 +1,289 @@
+"""Structured Streaming on Delta: readStream / writeStream .format("delta").
+
+Source tables are built with deltalake (delta-rs) so that each write is exactly one
+commit with one file; streams run with availableNow and stop by themselves, so no
+test sleeps. Targets are checked with delta-rs, not with our own reader.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from deltaflow.errors import InvalidOptionError
+from deltaflow.spark._writer_compat import unpack_remote_error
+from deltaflow.spark.errors import ChangeCommitError
+
+# ---- helpers ---------------------------------------------------------------------------
+
+
+def append(path: str, ids: list[int], mode: str = "append") -> None:
+    """One commit with one file holding ``ids`` (and a derived string column)."""
+    data = pa.table(
+        {"id": pa.array(ids, pa.int64()), "name": pa.array([f"n{i}" for i in ids], pa.string())}
+    )
+    write_deltalake(path, data, mode=mode)
+
+
+def rows(path: str, *columns: str) -> list[tuple[Any, ...]]:
+    table = DeltaTable(path).to_pyarrow_table()
+    names = columns or tuple(table.column_names)
+    return sorted(zip(*(table.column(c).to_pylist() for c in names), strict=True))
+
+
+def ids(path: str) -> list[int]:
+    return sorted(DeltaTable(path).to_pyarrow_table().column("id").to_pylist())
+
+
+def run(writer: Any, target: str) -> Any:
+    """Start ``writer`` with availableNow into ``target`` and wait until it stops."""
+    query = writer.trigger(availableNow=True).start(target)
+    query.awaitTermination(120)
+    if query.exception() is not None:
+        raise query.exception()
+    return query
+
+
+def batch_sizes(query: Any) -> list[int]:
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+
+def stream(spark: Any, source: str, **options: str) -> Any:
+    return spark.readStream.format("delta").options(**options).load(source)
+
+
+def sink(df: Any, checkpoint: str, mode: str = "append") -> Any:
+    return (
+        df.writeStream.format("delta")
+        .outputMode(mode)
+        .option("checkpointLocation", checkpoint)
+    )
+
+
+# ---- source ----------------------------------------------------------------------------
+
+
+def test_snapshot_then_new_commits_exactly_once_across_restart(spark, table_path) -> None:
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1, 2])
+    append(source, [3])
+    run(sink(stream(spark, source), checkpoint), target)
+    assert ids(target) == [1, 2, 3]
+
+    append(source, [4, 5])
+    append(source, [6])
+    query = run(sink(stream(spark, source), checkpoint), target)
+    assert ids(target) == [1, 2, 3, 4, 5, 6]
+    assert sum(batch_sizes(query)) == 3  # only the new rows were read
+
+    query = run(sink(stream(spark, source), checkpoint), target)  # nothing new
+    assert ids(target) == [1, 2, 3, 4, 5, 6]
+    assert sum(batch_sizes(query)) == 0
+    # Offsets follow delta-spark's model.
+    offsets = sorted(Path(checkpoint, "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
+    last = json.loads(offsets[-1].read_text().splitlines()[-1])
+    assert last["reservoirId"] == DeltaTable(source).metadata().id
+    assert set(last) == {
+        "sourceVersion", "reservoirId", "reservoirVersion", "index", "isStartingVersion"
+    }
+    assert (last["reservoirVersion"], last["index"]) == (4, -1)
+
+
+def test_max_files_per_trigger_splits_available_now(spark, table_path) -> None:
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1, 2])  # initial snapshot: 2 files
+    append(source, [3])
+    df = stream(spark, source, maxFilesPerTrigger="2")
+    query = run(sink(df, checkpoint), target)
+    assert batch_sizes(query) == [3]  # the first batch is the snapshot
+
+    for i in range(4, 9):
+        append(source, [i])  # 5 commits of 1 row
+    query = run(sink(stream(spark, source, maxFilesPerTrigger="2"), checkpoint), target)
+    assert batch_sizes(query) == [2, 2, 1]
+    assert ids(target) == list(range(1, 9))
+
+
+def test_max_bytes_per_trigger_is_soft(spark, table_path) -> None:
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [0])
+    for i in range(1, 4):
+        append(source, [i])
+    query = run(sink(stream(spark, source, startingVersion="1", maxBytesPerTrigger="1"), checkpoint), target)
+    assert batch_sizes(query) == [1, 1, 1]  # one file per batch although each exceeds 1 byte
+
+
+def test_starting_version(spark, table_path) -> None:
+    source, target = table_path("src"), table_path("dst")
+    for i in range(4):
+        append(source, [i])  # versions 0..3
+    run(sink(stream(spark, source, startingVersion="2"), table_path("ck")), target)
+    assert ids(target) == [2, 3]
+
+    latest_target, checkpoint = table_path("dst"), table_path("ck")
+    query = run(sink(stream(spark, source, startingVersion="latest"), checkpoint), latest_target)
+    assert sum(batch_sizes(query)) == 0
+    append(source, [10])
+    run(sink(stream(spark, source, startingVersion="latest"), checkpoint), latest_target)
+    assert ids(latest_target) == [10]
+
+
+def test_change_commit_fails_typed_and_skip_change_commits_continues(spark, table_path) -> None:
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1, 2])
+    run(sink(stream(spark, source), checkpoint), target)
+    DeltaTable(source).delete("id = 1")  # version 1: remove + add, dataChange=true
+    append(source, [3])  # version 2
+
+    with pytest.raises(Exception) as caught:
+        run(sink(stream(spark, source), checkpoint), target)
+    error = unpack_remote_error(caught.value)
+    assert isinstance(error, ChangeCommitError)
+    assert (error.version, error.table_uri) == (1, "file://" + str(Path(source).resolve()))
+    assert "skipChangeCommits" in str(error)
+
+    run(sink(stream(spark, source, skipChangeCommits="true"), checkpoint), target)
+    assert ids(target) == [1, 2, 3]
+
+
+def test_optimize_commits_are_ignored(spark, table_path) -> None:
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1])
+    run(sink(stream(spark, source), checkpoint), target)
+    append(source, [2])
+    DeltaTable(source).optimize.compact()  # dataChange=false
+    append(source, [3])
+    run(sink(stream(spark, source), checkpoint), target)
+    assert ids(target) == [1, 2, 3]
+
+
+def test_stream_option_errors(spark, table_path) -> None:
+    source = table_path("src")
+    append(source, [1])
+    with pytest.raises(InvalidOptionError):
+        from deltaflow.spark._options import parse_stream_options
+
+        parse_stream_options({"path": source, "maxFilesPerTriger": "2"})
+    with pytest.raises(Exception, match="readChangeFeed"):
+        run(sink(stream(spark, source, readChangeFeed="true"), table_path("ck")), table_path("d"))
+
+
+def test_delta_to_delta_filter_and_projection(spark, table_path) -> None:
+    from pyspark.sql import functions as F
+
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1, 2, 3, 4])
+    append(source, [5, 6])
+    df = stream(spark, source).where("id % 2 = 0").select("id", F.upper("name").alias("label"))
+    run(sink(df, checkpoint), target)
+    assert rows(target) == [(2, "N2"), (4, "N4"), (6, "N6")]
+
+
+# ---- sink ------------------------------------------------------------------------------
+
+
+def test_replayed_batch_is_not_committed_twice(spark, table_path) -> None:
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1])
+    append(source, [2])
+    run(sink(stream(spark, source), checkpoint), target)
+    append(source, [3])
+    run(sink(stream(spark, source), checkpoint), target)
+    assert ids(target) == [1, 2, 3]
+    versions_before = DeltaTable(target).version()
+    files_before = set(DeltaTable(target).file_uris())
+
+    # Forget that the last batch finished, as after a crash between the Delta commit
+    # and Spark's commit log entry: Spark runs batch 1 again with the same offsets.
+    last = max(int(p.name) for p in Path(checkpoint, "commits").glob("[0-9]*"))
+    Path(checkpoint, "commits", str(last)).unlink()
+    Path(checkpoint, "commits", f".{last}.crc").unlink(missing_ok=True)
+    run(sink(stream(spark, source), checkpoint), target)
+
+    assert ids(target) == [1, 2, 3]
+    assert DeltaTable(target).version() == versions_before
+    assert set(DeltaTable(target).file_uris()) == files_before
+    data_files = {str(p) for p in Path(target).rglob("*.parquet")}
+    assert len(data_files) == len(files_before)  # the replay's copies were deleted
+    app_id = json.loads(Path(checkpoint, "metadata").read_text())["id"]
+    assert DeltaTable(target).transaction_version(app_id) == last
+
+
+def test_new_checkpoint_is_a_new_query(spark, table_path) -> None:
+    source, target = table_path("src"), table_path("dst")
+    append(source, [1])
+    run(sink(stream(spark, source), table_path("ck")), target)
+    # Same target, fresh checkpoint: batch 0 again, but of another query: not a replay.
+    run(sink(stream(spark, source), table_path("ck")), target)
+    assert ids(target) == [1, 1]
+
+
+def test_complete_mode_overwrites(spark, table_path) -> None:
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1, 2, 3])
+    counts = stream(spark, source).selectExpr("id % 2 AS parity").groupBy("parity").count()
+    run(sink(counts, checkpoint, "complete"), target)
+    assert rows(target, "parity", "count") == [(0, 1), (1, 2)]
+    append(source, [4, 5, 6, 7])
+    run(sink(counts, checkpoint, "complete"), target)
+    assert rows(target, "parity", "count") == [(0, 3), (1, 4)]
+
+
+def test_partition_by_option(spark, table_path) -> None:
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1, 2, 3])
+    df = stream(spark, source).selectExpr("id", "id % 2 AS parity")
+    run(sink(df, checkpoint).option("partitionBy", "parity"), target)
+    assert DeltaTable(target).metadata().partition_columns == ["parity"]
+    assert rows(target, "id", "parity") == [(1, 1), (2, 0), (3, 1)]
+
+
+def test_merge_schema_adds_columns(spark, table_path) -> None:
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1])
+    run(sink(stream(spark, source).select("id"), checkpoint), target)
+    df = stream(spark, source).selectExpr("id", "name")
+    append(source, [2])
+    run(sink(df, checkpoint).option("mergeSchema", "true"), target)
+    assert rows(target, "id", "name") == [(1, None), (2, "n2")]
+
+
+@pytest.mark.slow
+def test_windowed_aggregation_with_watermark_into_delta(spark, table_path) -> None:
+    import datetime as dt
+
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    base = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+
+    def events(minutes: list[float]) -> None:
+        times = [base + dt.timedelta(minutes=m) for m in minutes]
+        write_deltalake(
+            source,
+            pa.table({"ts": pa.array(times, pa.timestamp("us", tz="UTC"))}),
+            mode="append",
+        )
+
+    events([0.1, 0.5, 1.2])
+    events([1.7, 2.5])
+    events([10.0])  # moves the watermark past the first windows
+    counts = (
+        stream(spark, source)
+        .withWatermark("ts", "1 minute")
+        .groupBy(__import__("pyspark.sql.functions", fromlist=["window"]).window("ts", "1 minute"))
+        .count()
+        .selectExpr("window.start AS start", "count")
+    )
+    run(sink(counts, checkpoint), target)
+    # availableNow ends with one more batch only if the watermark moved; run again so
+    # the windows closed by the last batch's watermark are emitted.
+    run(sink(counts, checkpoint), target)
+    got = {(r[0].replace(tzinfo=dt.timezone.utc) if r[0].tzinfo is None else r[0]): r[1]
+           for r in rows(target, "start", "count")}
+    assert got == {base: 2, base + dt.timedelta(minutes=1): 2, base + dt.timedelta(minutes=2): 1}
+    shutil.rmtree(checkpoint)
