@@ -23,14 +23,14 @@ def main(path: str) -> None:
         from pyspark.sql import functions as F
 
         df = spark.range(0, 20000, numPartitions=4).select(
-            F.col("id"), (F.col("id") % 5).cast("string").alias("bucket"), (F.col("id") * 0.5).alias("v")
+            F.col("id"),
+            (F.col("id") % 5).cast("string").alias("bucket"),
+            (F.col("id") * 0.5).alias("v"),
         )
         df.write.format("delta").partitionBy("bucket").save(path)
         df.where("id < 100").write.format("delta").mode("append").save(path)
         back = spark.read.format("delta").load(path)
-        executor_pids = (
-            back.rdd.mapPartitions(lambda _: [os.getpid()]).distinct().collect()
-        )
+        executor_pids = back.rdd.mapPartitions(lambda _: [os.getpid()]).distinct().collect()
         result = {
             "count": back.count(),
             "sum": back.agg(F.sum("id")).first()[0],

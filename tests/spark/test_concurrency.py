@@ -42,7 +42,9 @@ def test_two_processes_append_concurrently(spark, table_path):
     )
     try:
         assert child.stdout is not None and child.stdin is not None
-        assert child.stdout.readline().strip() == "READY", child.stderr.read() if child.stderr else ""
+        assert child.stdout.readline().strip() == "READY", (
+            child.stderr.read() if child.stderr else ""
+        )
         child.stdin.write("GO\n")
         child.stdin.flush()
         append_batches(spark, path, "parent", COMMITS, ROWS)

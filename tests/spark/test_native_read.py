@@ -1,4 +1,4 @@
-"""The JVM read path: same rows as the Python source, used only when exact, typed errors in-process."""
+"""The JVM read path: the Python source's rows, used only when exact; typed errors in-process."""
 
 from __future__ import annotations
 
@@ -84,7 +84,8 @@ def test_partition_filters_prune_on_the_native_path(spark: Any, table_path: Any)
 
 def test_time_travel_on_both_paths(spark: Any, table_path: Any) -> None:
     path = table_path()
-    write_deltalake(path, pa.table({"id": pa.array([1, 2], pa.int64()), "d": ["a", "b"]}), partition_by=["d"])
+    first = pa.table({"id": pa.array([1, 2], pa.int64()), "d": ["a", "b"]})
+    write_deltalake(path, first, partition_by=["d"])
     write_deltalake(path, pa.table({"id": pa.array([3], pa.int64()), "d": ["c"]}), mode="append")
     native, python = both_paths(spark, path, versionAsOf=0)
     assert rows(native) == rows(python) == [(1, "a"), (2, "b")]
@@ -207,8 +208,9 @@ def test_path_checks(relative: str, value: Any, problem: str | None) -> None:
 
 def test_delta_rs_escaped_partitions_fall_back_when_spark_would_misread(table_path: Any) -> None:
     path = table_path()
-    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()), "p": ["ü"]}), partition_by=["p"])
+    one = pa.array([1], pa.int64())
+    write_deltalake(path, pa.table({"id": one, "p": ["ü"]}), partition_by=["p"])
     plan = plan_native_scan(load_snapshot(path))
     assert isinstance(plan, Fallback) and "not the log's" in plan.reason
-    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64()), "p": ["e f"]}), mode="overwrite")
+    write_deltalake(path, pa.table({"id": one, "p": ["e f"]}), mode="overwrite")
     assert isinstance(plan_native_scan(load_snapshot(path)), NativeScan)

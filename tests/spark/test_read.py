@@ -216,12 +216,15 @@ def test_typed_partition_values_with_nulls_and_special_characters(spark, table_p
             "i": pa.array([1, -2, None, 3, 4, 5, 6, 7], pa.int32()),
             "l": pa.array([2**40, None, -1, 0, 1, 2, 3, 4], pa.int64()),
             "d": pa.array([dt.date(2024, 2, 29), None] + [dt.date(1970, 1, 1)] * (n - 2)),
-            "ts": pa.array([ts, None] + [dt.datetime(2024, 1, 1, tzinfo=UTC)] * (n - 2),
-                           pa.timestamp("us", tz="UTC")),
+            "ts": pa.array(
+                [ts, None] + [dt.datetime(2024, 1, 1, tzinfo=UTC)] * (n - 2),
+                pa.timestamp("us", tz="UTC"),
+            ),
             "b": pa.array([True, False, None, True, True, True, True, False]),
             # delta-rs 1.6.6 cannot write negative decimal partition values ('-3.-50').
-            "dec": pa.array([Decimal("1.25"), None] + [Decimal("3.50")] * (n - 2),
-                            pa.decimal128(5, 2)),
+            "dec": pa.array(
+                [Decimal("1.25"), None] + [Decimal("3.50")] * (n - 2), pa.decimal128(5, 2)
+            ),
             "payload": [f"row{i}" for i in range(n)],
         }
     )
@@ -249,8 +252,9 @@ def test_typed_partition_values_with_nulls_and_special_characters(spark, table_p
 def test_empty_string_partition_value_reads_as_null_like_delta_rs(spark, table_path):
     # delta-spark and delta-rs both treat an empty partition value as null.
     path = table_path()
-    write_deltalake(path, pa.table({"id": pa.array([1, 2], pa.int64()), "s": ["", "x"]}),
-                    partition_by=["s"])
+    write_deltalake(
+        path, pa.table({"id": pa.array([1, 2], pa.int64()), "s": ["", "x"]}), partition_by=["s"]
+    )
     expected = pa.table(DeltaTable(path).to_pyarrow_table()).to_pylist()
     assert [r["s"] for r in sorted_rows(expected)] == [None, "x"]
     assert_rows(read(spark, path), expected)
@@ -281,24 +285,35 @@ def test_every_delta_type_round_trips(spark, table_path):
             "double": pa.array([1e300, -2.5e-300, None], pa.float64()),
             "dec1": pa.array([Decimal("9"), Decimal("-9"), None], pa.decimal128(1, 0)),
             "dec5": pa.array([Decimal("123.45"), Decimal("-0.01"), None], pa.decimal128(5, 2)),
-            "dec18": pa.array([Decimal("12345678901234.5678"), Decimal("0.0001"), None],
-                              pa.decimal128(18, 4)),
+            "dec18": pa.array(
+                [Decimal("12345678901234.5678"), Decimal("0.0001"), None], pa.decimal128(18, 4)
+            ),
             "dec38": pa.array([big, -big, None], pa.decimal128(38, 10)),
             "string": ["", "héllo ☃", None],
             "binary": [b"", b"\x00\xff", None],
             "bool": [True, False, None],
             "date": pa.array([dt.date(1, 1, 1), dt.date(9999, 12, 31), None]),
-            "ts": pa.array([dt.datetime(1970, 1, 1, tzinfo=UTC),
-                            dt.datetime(2024, 6, 30, 23, 59, 59, 999999, tzinfo=UTC), None],
-                           pa.timestamp("us", tz="UTC")),
-            "ts_ntz": pa.array([dt.datetime(2000, 1, 1, 1, 2, 3, 4),
-                                dt.datetime(1900, 1, 1), None], pa.timestamp("us")),
+            "ts": pa.array(
+                [
+                    dt.datetime(1970, 1, 1, tzinfo=UTC),
+                    dt.datetime(2024, 6, 30, 23, 59, 59, 999999, tzinfo=UTC),
+                    None,
+                ],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "ts_ntz": pa.array(
+                [dt.datetime(2000, 1, 1, 1, 2, 3, 4), dt.datetime(1900, 1, 1), None],
+                pa.timestamp("us"),
+            ),
             "ints": pa.array([[1, None, 3], [], None], pa.list_(pa.int32())),
-            "structs": pa.array([[{"x": 1, "y": "a"}, None, {"x": None, "y": None}], None, []],
-                                pa.list_(pa.struct([("x", pa.int32()), ("y", pa.string())]))),
+            "structs": pa.array(
+                [[{"x": 1, "y": "a"}, None, {"x": None, "y": None}], None, []],
+                pa.list_(pa.struct([("x", pa.int32()), ("y", pa.string())])),
+            ),
             "map": pa.array([[("k", 1), ("n", None)], [], None], pa.map_(pa.string(), pa.int64())),
-            "map_of_lists": pa.array([[("a", [1, 2])], [("b", None)], None],
-                                     pa.map_(pa.string(), pa.list_(pa.int32()))),
+            "map_of_lists": pa.array(
+                [[("a", [1, 2])], [("b", None)], None], pa.map_(pa.string(), pa.list_(pa.int32()))
+            ),
             "nested": pa.array(
                 [
                     {"a": 1, "items": [{"c": "x", "m": [("k", 1)]}, {"c": None, "m": None}, None]},
@@ -467,8 +482,12 @@ def test_v2_checkpoint_in_json_is_read(spark, table_path):
     path = table_path()
     tables = _five_commits(path)
     metadata = metadata_of(path)
-    protocol = {"minReaderVersion": 3, "minWriterVersion": 7,
-                "readerFeatures": ["v2Checkpoint"], "writerFeatures": ["v2Checkpoint"]}
+    protocol = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["v2Checkpoint"],
+        "writerFeatures": ["v2Checkpoint"],
+    }
     v2_metadata = {**metadata, "configuration": {"delta.checkpointPolicy": "v2"}}
     write_commit(path, 5, [{"protocol": protocol}, {"metaData": v2_metadata}])
     adds = [{"add": a["add"]} for v in range(5) for a in read_actions(path, v) if "add" in a]
@@ -477,8 +496,15 @@ def test_v2_checkpoint_in_json_is_read(spark, table_path):
     with open(name, "w") as f:
         f.write("\n".join(json.dumps(a) for a in lines) + "\n")
     with open(os.path.join(log_dir(path), "_last_checkpoint"), "w") as f:
-        json.dump({"version": 5, "size": len(lines), "sizeInBytes": os.path.getsize(name),
-                   "numOfAddFiles": len(adds)}, f)
+        json.dump(
+            {
+                "version": 5,
+                "size": len(lines),
+                "sizeInBytes": os.path.getsize(name),
+                "numOfAddFiles": len(adds),
+            },
+            f,
+        )
     remove_commits_before(path, 5)
 
     assert_rows(read(spark, path), pa.concat_tables(tables))
@@ -494,10 +520,17 @@ def test_type_widening_casts_old_files_to_the_table_type(spark, table_path):
         if field["name"] == "x":
             field["type"] = "long"
             field["metadata"] = {"delta.typeChanges": [{"fromType": "integer", "toType": "long"}]}
-    protocol = {"minReaderVersion": 3, "minWriterVersion": 7,
-                "readerFeatures": ["typeWidening"], "writerFeatures": ["typeWidening"]}
-    write_commit(path, 1, [{"protocol": protocol},
-                           {"metaData": {**metadata, "schemaString": json.dumps(schema)}}])
+    protocol = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": ["typeWidening"],
+        "writerFeatures": ["typeWidening"],
+    }
+    write_commit(
+        path,
+        1,
+        [{"protocol": protocol}, {"metaData": {**metadata, "schemaString": json.dumps(schema)}}],
+    )
     df = read(spark, path)
     assert df.schema["x"].dataType.simpleString() == "bigint"
     assert_rows(df, [{"id": 1, "x": 7}, {"id": 2, "x": None}])
@@ -506,9 +539,20 @@ def test_type_widening_casts_old_files_to_the_table_type(spark, table_path):
 def test_unknown_reader_feature_is_named_in_the_error(spark, table_path):
     path = table_path()
     write_deltalake(path, pa.table({"id": pa.array([1], pa.int64())}))
-    write_commit(path, 1, [{"protocol": {"minReaderVersion": 3, "minWriterVersion": 7,
-                                         "readerFeatures": ["fancyNewThing"],
-                                         "writerFeatures": ["fancyNewThing"]}}])
+    write_commit(
+        path,
+        1,
+        [
+            {
+                "protocol": {
+                    "minReaderVersion": 3,
+                    "minWriterVersion": 7,
+                    "readerFeatures": ["fancyNewThing"],
+                    "writerFeatures": ["fancyNewThing"],
+                }
+            }
+        ],
+    )
     with pytest.raises(Exception) as info:
         read(spark, path).collect()
     assert_deltaflow_error(info.value, deltaflow.UnsupportedFeatureError, "fancyNewThing")
@@ -591,28 +635,42 @@ def test_scan_reports_show_stats_skipping(worker_logs, table_path):
     assert [r.files_scanned for r in reports] == want_files
 
 
-def test_timestamp_stats_at_millisecond_precision_never_skip_matching_rows(
-    worker_logs, table_path
-):
+def test_timestamp_stats_at_millisecond_precision_never_skip_matching_rows(worker_logs, table_path):
     spark, path = worker_logs, table_path()
-    first = pa.table({"id": pa.array([0, 1], pa.int64()),
-                      "ts": pa.array([dt.datetime(2024, 1, 1, 12, 0, 0, 0, tzinfo=UTC),
-                                      dt.datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)],
-                                     pa.timestamp("us", tz="UTC"))})
-    second = pa.table({"id": pa.array([2], pa.int64()),
-                       "ts": pa.array([dt.datetime(2024, 1, 1, 12, 0, 0, 999999, tzinfo=UTC)],
-                                      pa.timestamp("us", tz="UTC"))})
+    first = pa.table(
+        {
+            "id": pa.array([0, 1], pa.int64()),
+            "ts": pa.array(
+                [
+                    dt.datetime(2024, 1, 1, 12, 0, 0, 0, tzinfo=UTC),
+                    dt.datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=UTC),
+                ],
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
+    second = pa.table(
+        {
+            "id": pa.array([2], pa.int64()),
+            "ts": pa.array(
+                [dt.datetime(2024, 1, 1, 12, 0, 0, 999999, tzinfo=UTC)],
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+    )
     write_deltalake(path, first)
     write_deltalake(path, second, mode="append")
     df = read(spark, path)
     assert ids(df.where("ts = TIMESTAMP'2024-01-01 12:00:00.123456'")) == [1]
     assert last_scan(spark, path).files_scanned == scanned(2, 1)
     ts = ("ts",)
-    for value, files in [(dt.datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=UTC), 1),
-                         (dt.datetime(2024, 1, 1, 12, 0, 0, 999999, tzinfo=UTC), 1),
-                         (dt.datetime(2024, 1, 1, 12, 0, 0, 999999), 1),  # naive = UTC
-                         # past the max's 1 ms slack
-                         (dt.datetime(2024, 1, 1, 12, 0, 1, 1000, tzinfo=UTC), 0)]:
+    for value, files in [
+        (dt.datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=UTC), 1),
+        (dt.datetime(2024, 1, 1, 12, 0, 0, 999999, tzinfo=UTC), 1),
+        (dt.datetime(2024, 1, 1, 12, 0, 0, 999999), 1),  # naive = UTC
+        # past the max's 1 ms slack
+        (dt.datetime(2024, 1, 1, 12, 0, 1, 1000, tzinfo=UTC), 0),
+    ]:
         assert plan(path, EqualTo(ts, value)).files_scanned == files, value
     assert plan(path, GreaterThan(ts, dt.datetime(2024, 1, 1, 12, 0, 0, 123400))).files_scanned == 2
     assert ids(df.where("ts > TIMESTAMP'2024-01-01 12:00:00.1234'")) == [1, 2]
@@ -703,3 +761,22 @@ def test_table_written_by_spark_reads_identically_in_deltalake_and_polars(spark,
         expected
     )
     assert sorted_rows(pl.read_delta(path).to_arrow().to_pylist()) == sorted_rows(expected)
+
+
+def test_file_skipping_option_turns_skipping_on(worker_logs, table_path):
+    """fileSkipping=true opts in on Spark versions where it is off by default."""
+    spark, path = worker_logs, table_path()
+    table = pa.table({"id": pa.array(range(9), pa.int64()), "p": ["x", "y", "z"] * 3})
+    write_deltalake(path, table, partition_by=["p"])
+    df = spark.read.format("delta").option("fileSkipping", "true").load(path)
+    assert ids(df.where("p = 'x'")) == [0, 3, 6]
+    report = last_scan(spark, path)
+    assert (report.files_in_snapshot, report.files_scanned, report.skipped_by_partition) == (
+        3,
+        1,
+        2,
+    )
+
+    off = spark.read.format("delta").option("fileSkipping", "false").load(path)
+    assert ids(off.where("p = 'x'")) == [0, 3, 6]
+    assert last_scan(spark, path).files_scanned == 3

@@ -48,7 +48,9 @@ def test_insert_into_and_overwrite(spark, seeded):
 
 def test_insert_select_from_another_delta_table(spark, seeded, table_path):
     target = table_path("target")
-    write_deltalake(target, pa.table({"id": pa.array([], pa.int64()), "name": pa.array([], pa.string())}))
+    write_deltalake(
+        target, pa.table({"id": pa.array([], pa.int64()), "name": pa.array([], pa.string())})
+    )
     src, dst = _fresh_name(), _fresh_name()
     spark.sql(f"CREATE TABLE {src} USING delta LOCATION '{seeded}'")
     spark.sql(f"CREATE TABLE {dst} USING delta LOCATION '{target}'")
@@ -62,7 +64,9 @@ def test_sql_reads_the_log_at_query_time(spark, seeded):
     name = _fresh_name()
     spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{seeded}'")
     assert spark.sql(f"SELECT count(*) AS n FROM {name}").first().n == 3
-    write_deltalake(seeded, pa.table({"id": pa.array([7], pa.int64()), "name": ["x"]}), mode="append")
+    write_deltalake(
+        seeded, pa.table({"id": pa.array([7], pa.int64()), "name": ["x"]}), mode="append"
+    )
     assert spark.sql(f"SELECT count(*) AS n FROM {name}").first().n == 4
 
 

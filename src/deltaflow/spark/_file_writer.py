@@ -61,6 +61,12 @@ def delete_files(table_uri: str, files: list[_commit.AddedFile]) -> None:
             log.warning("could not delete uncommitted file %s", added.path)
 
 
+# Row groups of ~1M rows / 128 MiB: big enough to encode efficiently and for readers to
+# skip by row-group stats, small enough that a task's buffer stays well under its memory.
+ROW_GROUP_ROWS = 1_000_000
+ROW_GROUP_BYTES = 128 * 1024 * 1024
+
+
 class OpenFile:
     def __init__(
         self,
@@ -78,13 +84,30 @@ class OpenFile:
         self.stats = _stats.StatsAccumulator(plan.num_indexed_cols)
         self.partition_values = partition_values
         self.rows = 0
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
-        self.writer.write_batch(batch)
+        # Spark hands over ~10k-row Arrow batches; one row group each would encode ~3x
+        # slower and make files ~25% larger (measured, docs/benchmarks.md), so batches
+        # are gathered into row groups of up to ROW_GROUP_ROWS / ROW_GROUP_BYTES.
+        self._pending.append(batch)
+        self._pending_rows += batch.num_rows
+        self._pending_bytes += batch.nbytes
         self.stats.add(batch)
         self.rows += batch.num_rows
+        if self._pending_rows >= ROW_GROUP_ROWS or self._pending_bytes >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            table = pa.Table.from_batches(self._pending)
+            self.writer.write_table(table, row_group_size=max(table.num_rows, 1))
+            self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
 
     def close(self, fs: Any) -> _commit.AddedFile:
+        self._flush()
         self.writer.close()
         self.stream.close()
         size = fs.get_file_info(self.full_path).size

@@ -28,6 +28,7 @@ READ_OPTIONS = (
     *_COMMON,
     "versionAsOf",
     "timestampAsOf",
+    "fileSkipping",
     *STREAM_READ_OPTIONS,
 )
 WRITE_OPTIONS = (
@@ -105,6 +106,8 @@ class ReadOptions:
     path: str
     version_as_of: int | None = None
     timestamp_as_of: str | None = None
+    # None = "auto": skip files only where Spark plans each query afresh (see _reader.py).
+    file_skipping: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,19 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         raise InvalidOptionError(
             "Give either versionAsOf or timestampAsOf, not both.", option="timestampAsOf"
         )
-    return ReadOptions(path=_path(lowered), version_as_of=version, timestamp_as_of=timestamp)
+    skipping = lowered.get("fileskipping", "auto").strip().lower()
+    if skipping not in ("auto", "true", "false"):
+        raise InvalidOptionError(
+            f"Option 'fileSkipping' must be 'auto', 'true' or 'false', not {skipping!r}.",
+            option="fileSkipping",
+            valid=("auto", "true", "false"),
+        )
+    return ReadOptions(
+        path=_path(lowered),
+        version_as_of=version,
+        timestamp_as_of=timestamp,
+        file_skipping=None if skipping == "auto" else skipping == "true",
+    )
 
 
 @dataclass(frozen=True)

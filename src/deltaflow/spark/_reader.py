@@ -100,15 +100,18 @@ def to_predicate(f: Filter) -> _pruning.Predicate | None:
 
 
 class DeltaBatchReader(DataSourceReader):
-    def __init__(self, snapshot: Snapshot, schema: StructType) -> None:
+    def __init__(
+        self, snapshot: Snapshot, schema: StructType, file_skipping: bool | None = None
+    ) -> None:
         self.snapshot = snapshot
         self.schema_json = schema.jsonValue()
+        self.file_skipping = FILE_SKIPPING_SAFE if file_skipping is None else file_skipping
         self.predicates: list[_pruning.Predicate] = []
         self.report: ScanReport | None = None
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         for f in filters:
-            predicate = to_predicate(f) if FILE_SKIPPING_SAFE else None
+            predicate = to_predicate(f) if self.file_skipping else None
             if predicate is not None:
                 self.predicates.append(predicate)
             # Skipping is per file, never per row: Spark still evaluates every filter.

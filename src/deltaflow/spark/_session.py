@@ -29,9 +29,10 @@ _LOCAL_DEFAULTS = {
 
 def register(spark: SparkSession) -> SparkSession:
     """Register the ``delta`` data source on ``spark`` (a session you built yourself)."""
-    from deltaflow.spark import _writer_compat
+    from deltaflow.spark import _reader_compat, _writer_compat
     from deltaflow.spark._source import DeltaDataSource
 
+    _reader_compat.install()
     _writer_compat.install()
 
     for key, value in REQUIRED_CONF.items():

@@ -21,7 +21,6 @@ from deltaflow.table import _schema, _uri
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 
 
-
 class DeltaDataSource(DataSource):
     """Delta Lake tables for ``spark.read`` / ``df.write`` ``.format("delta")``.
 
@@ -54,10 +53,15 @@ class DeltaDataSource(DataSource):
 
     def schema(self) -> StructType:
         snapshot = self._load()
-        return with_location(StructType.fromJson(_schema.logical_schema(snapshot.schema)), snapshot.uri)
+        return with_location(
+            StructType.fromJson(_schema.logical_schema(snapshot.schema)), snapshot.uri
+        )
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return DeltaBatchReader(self._load(schema), schema)
+        snapshot = self._load(schema)
+        options = dict(self.options)
+        options.setdefault("path", snapshot.uri)
+        return DeltaBatchReader(snapshot, schema, parse_read_options(options).file_skipping)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         raw = _without(self.options, SAVE_MODE_OPTION)

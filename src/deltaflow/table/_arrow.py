@@ -14,7 +14,9 @@ import pyarrow.compute as pc
 _CAST = pc.CastOptions  # alias keeps lines short
 
 
-def conform(array: pa.Array | None, physical: pa.DataType, target: pa.DataType, length: int) -> pa.Array:
+def conform(
+    array: pa.Array | None, physical: pa.DataType, target: pa.DataType, length: int
+) -> pa.Array:
     """``array`` (stored with ``physical`` names) as an array of ``target`` type.
 
     ``physical`` and ``target`` have the same shape; they differ only in field names
@@ -53,9 +55,7 @@ def _conform_struct(array: pa.Array, physical: pa.DataType, target: pa.DataType)
         position = index.get(physical_field.name, lowered.get(physical_field.name.lower()))
         child = children[position] if position is not None else None
         conformed.append(conform(child, physical_field.type, target.field(i).type, len(array)))
-    return pa.StructArray.from_arrays(
-        conformed, fields=list(target), mask=_validity(array)
-    )
+    return pa.StructArray.from_arrays(conformed, fields=list(target), mask=_validity(array))
 
 
 def _conform_list(array: pa.Array, physical: pa.DataType, target: pa.DataType) -> pa.Array:

@@ -148,7 +148,7 @@ def _stats_exclude(entry: FileEntry, c: Comparison) -> bool:
         return True  # every comparison with NULL is NULL
     low = _lookup(entry.min_values, c.column)
     high = _lookup(entry.max_values, c.column)
-    if low is None or high is None or isinstance(low, dict) or c.value is None and c.op != "in":
+    if low is None or high is None or isinstance(low, dict) or (c.value is None and c.op != "in"):
         return False
     if isinstance(high, dt.datetime):
         high = high + _TIMESTAMP_SLACK
@@ -165,7 +165,7 @@ def _stats_exclude(entry: FileEntry, c: Comparison) -> bool:
         return bool(high < _align(c.value, high))
     if c.op == "in":
         values = [_align(v, low) for v in c.value if v is not None]
-        return bool(values) and all(v < low or v > high for v in values) or not values
+        return (bool(values) and all(v < low or v > high for v in values)) or not values
     if c.op == "starts_with":
         prefix = str(c.value)
         if not isinstance(low, str) or not isinstance(high, str):

@@ -46,7 +46,7 @@ SUPPORTED_READER_FEATURES = frozenset(
 class FileEntry:
     """One data file of a snapshot (an ``add`` action), with typed partition values."""
 
-    path: str  # relative to the table root, percent-decoded
+    path: str  # relative to the table root, URI-encoded as in the log (decode before use)
     size: int
     modification_time: int
     num_records: int | None
