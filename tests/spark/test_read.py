@@ -132,6 +132,25 @@ def clustered_table(path: str, files: int = 3, rows: int = 10) -> pa.Table:
     return pa.concat_tables(written)
 
 
+NATIVE_SCAN_CONF = "deltaflow.read.nativeScan"
+
+
+@pytest.fixture(autouse=True)
+def python_path(spark: Any) -> Any:
+    """These tests exercise the Python data source; tests marked ``both_paths`` also run
+    on the JVM path, and tests/spark/test_native_read.py covers that path in depth."""
+    spark.conf.set(NATIVE_SCAN_CONF, "false")
+    yield
+    spark.conf.unset(NATIVE_SCAN_CONF)
+
+
+both_paths = pytest.mark.parametrize("scan_path", ["python", "native"])
+
+
+def use_path(spark: Any, scan_path: str) -> None:
+    spark.conf.set(NATIVE_SCAN_CONF, "false" if scan_path == "python" else "auto")
+
+
 @pytest.fixture
 def worker_logs(spark: Any) -> Any:
     """Collect Python worker logs (where scan reports travel) for this test only."""
@@ -149,7 +168,9 @@ def last_scan(spark: Any, path: str) -> ScanReport:
 # --- 1. snapshots and time travel ------------------------------------------------------------
 
 
-def test_reads_latest_snapshot_and_time_travels_past_an_overwrite(spark, table_path):
+@both_paths
+def test_reads_latest_snapshot_and_time_travels_past_an_overwrite(spark, table_path, scan_path):
+    use_path(spark, scan_path)
     path = table_path()
     v0 = pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]})
     v1 = pa.table({"id": pa.array([3], pa.int64()), "v": ["c"]})
@@ -204,7 +225,9 @@ def test_timestamp_as_of_picks_the_latest_commit_at_or_before(spark, table_path)
 # --- 2. partition columns --------------------------------------------------------------------
 
 
-def test_typed_partition_values_with_nulls_and_special_characters(spark, table_path):
+@both_paths
+def test_typed_partition_values_with_nulls_and_special_characters(spark, table_path, scan_path):
+    use_path(spark, scan_path)
     path = table_path()
     ts = dt.datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
     strings = ["a b", "x=y", "a/b", "%", "é", "#{}?*", None, "plain"]
@@ -271,7 +294,9 @@ NESTED = pa.struct(
 )
 
 
-def test_every_delta_type_round_trips(spark, table_path):
+@both_paths
+def test_every_delta_type_round_trips(spark, table_path, scan_path):
+    use_path(spark, scan_path)
     path = table_path()
     big = Decimal("1234567890123456789012345678.0123456789")
     table = pa.table(
