@@ -98,6 +98,7 @@ def machine() -> dict[str, str]:
 
     return {
         "date": dt.date.today().isoformat(),
+        "loadavg_at_save": loadavg(),
         "nproc": str(os.cpu_count()),
         "ram": ram,
         "cpu": cpu,
@@ -106,6 +107,15 @@ def machine() -> dict[str, str]:
         "deltalake": deltalake.__version__,
         "pyarrow": pyarrow.__version__,
     }
+
+
+def loadavg() -> str:
+    """``/proc/loadavg``: other jobs share this machine, so every result records the load."""
+    try:
+        with open("/proc/loadavg") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
 
 
 def save_result(name: str, result: dict[str, object]) -> None:

@@ -11,11 +11,15 @@ BENCHMARKS = ("bench_scan.py", "bench_write.py", "bench_skipping.py")
 
 def main() -> int:
     here = Path(__file__).resolve().parent
+    sys.path.insert(0, str(here))
+    from _common import loadavg
+
     failed = 0
     for name in BENCHMARKS:
-        print(f"== {name}", flush=True)
+        print(f"== {name} (load average before: {loadavg()})", flush=True)
         # One process per benchmark: each starts from a fresh Spark session.
         failed |= subprocess.call([sys.executable, str(here / name), *sys.argv[1:]])
+        print(f"== {name} done (load average after: {loadavg()})", flush=True)
     return failed
 
 

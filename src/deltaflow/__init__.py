@@ -5,6 +5,8 @@ transaction log; no JVM jars to fetch. Importing this package has no side
 effects: no Spark session starts and nothing touches storage.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from deltaflow.errors import DeltaflowError, InvalidOptionError, UserCodeError
 from deltaflow.spark import register, session
 from deltaflow.table.errors import (
@@ -18,8 +20,22 @@ from deltaflow.table.errors import (
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:
+    from deltaflow.spark._delta_table import DeltaTable
+
+
+def __getattr__(name: str) -> Any:
+    # DeltaTable needs pyspark; load it on first use so `import deltaflow` stays light.
+    if name == "DeltaTable":
+        from deltaflow.spark._delta_table import DeltaTable
+
+        return DeltaTable
+    raise AttributeError(f"module 'deltaflow' has no attribute {name!r}")
+
+
 __all__ = [
     "ConcurrentWriteError",
+    "DeltaTable",
     "DeltaflowError",
     "InvalidOptionError",
     "SchemaMismatchError",

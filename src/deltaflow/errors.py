@@ -8,6 +8,9 @@ the driver and Python workers, so every field must survive the round trip.
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 from typing import Any
 
 
@@ -53,3 +56,62 @@ class UserCodeError(DeltaflowError):
 
     def __init__(self, message: str, *, batch_id: int | None = None) -> None:
         super().__init__(message, batch_id=batch_id)
+
+
+# Spark hands a Python worker's exception to the driver as text only. A deltaflow error
+# crossing that boundary carries its class name, message and fields as JSON between
+# these markers. JSON, not pickle: exception text can echo user data, and unpickling
+# text an attacker could shape would run their code on the driver.
+_WIRE_MARK = re.compile(r"\[deltaflow-error:([A-Za-z0-9+/=]+)\]")
+
+
+def to_wire(error: DeltaflowError) -> str:
+    """``error`` as a marker string that survives Spark's worker-to-driver error text."""
+    payload = {
+        "type": type(error).__name__,
+        "message": error.message,
+        "fields": {k: _jsonable(v) for k, v in error._fields.items()},
+    }
+    packed = base64.b64encode(json.dumps(payload).encode()).decode("ascii")
+    return f"[deltaflow-error:{packed}]"
+
+
+def from_wire(text: str) -> DeltaflowError | None:
+    """The deltaflow error a marker in ``text`` describes; None if there is none.
+
+    Only subclasses of :class:`DeltaflowError` are rebuilt, by class name.
+    """
+    match = _WIRE_MARK.search(text)
+    if match is None:
+        return None
+    try:
+        payload = json.loads(base64.b64decode(match.group(1)))
+        cls = _error_classes().get(payload["type"])
+        if cls is None:
+            return None
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in payload["fields"].items()}
+        return _rebuild_error(cls, str(payload["message"]), fields)  # type: ignore[no-any-return]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def _error_classes() -> dict[str, type[DeltaflowError]]:
+    # Import the layers that define errors so every subclass is registered.
+    import deltaflow.spark.errors
+    import deltaflow.table.errors  # noqa: F401
+
+    found: dict[str, type[DeltaflowError]] = {}
+    pending: list[type[DeltaflowError]] = [DeltaflowError]
+    while pending:
+        cls = pending.pop()
+        found[cls.__name__] = cls
+        pending.extend(cls.__subclasses__())
+    return found

@@ -543,3 +543,73 @@ def test_unknown_option_is_refused(spark: Any, table_path: Any, people: Any) -> 
 
 def test_errors_are_deltaflow_errors() -> None:
     assert issubclass(ReplaceWhereViolationError, deltaflow.DeltaflowError)
+
+
+# ---- column mapping ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["name", "id"])
+def test_append_to_column_mapped_table_is_read_by_deltalake(
+    spark: Any, table_path: Any, mode: str
+) -> None:
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable as RsTable
+
+    path = table_path()
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64()),
+            pa.field("Full Name", pa.string()),
+            pa.field("point", pa.struct([pa.field("x", pa.int32()), pa.field("y", pa.int32())])),
+        ]
+    )
+    RsTable.create(path, schema, configuration={"delta.columnMapping.mode": mode})
+    rows = [
+        {"id": 1, "Full Name": "ada", "point": {"x": 1, "y": 2}},
+        {"id": 2, "Full Name": None, "point": None},
+    ]
+    spark.createDataFrame(pa.Table.from_pylist(rows, schema)).write.format("delta").mode(
+        "append"
+    ).save(path)
+
+    # delta-rs's scan() resolves column mapping (its to_pyarrow_table() does not, even for
+    # files delta-rs itself wrote).
+    by_rs = sorted(pa.table(RsTable(path).scan()).to_pylist(), key=lambda r: r["id"])
+    assert by_rs == rows
+    ours = sorted(
+        (r.asDict(recursive=True) for r in spark.read.format("delta").load(path).collect()),
+        key=lambda r: r["id"],
+    )
+    assert ours == rows
+    # Files use physical names and carry the column-mapping field ids.
+    files = list(RsTable(path).file_uris())
+    file_schema = pq.read_schema(files[0])
+    assert "Full Name" not in file_schema.names
+    assert all(f.metadata and b"PARQUET:field_id" in f.metadata for f in file_schema)
+
+
+def test_creating_a_column_mapped_table_by_write_is_refused(spark: Any, table_path: Any) -> None:
+    path = table_path()
+    df = spark.range(3)
+    with pytest.raises(deltaflow.UnsupportedFeatureError) as info:
+        df.write.format("delta").option("delta.columnMapping.mode", "name").save(path)
+    assert info.value.feature == "columnMapping"
+    assert not os.path.exists(os.path.join(path, "_delta_log"))
+
+
+def test_replace_where_on_special_character_partitions(spark: Any, table_path: Any) -> None:
+    """Removes must name files exactly as the log does, escaping included."""
+    path = table_path()
+    rows = [{"id": i, "p": p} for i, p in enumerate(["a b", "x=y", "50%", "a b", "plain"])]
+    spark.createDataFrame(rows, "id long, p string").write.format("delta").partitionBy("p").save(
+        path
+    )
+    replacement = spark.createDataFrame([{"id": 100, "p": "a b"}], "id long, p string")
+    replacement.write.format("delta").mode("overwrite").option("replaceWhere", "p = 'a b'").save(
+        path
+    )
+    expected = sorted([(1, "x=y"), (2, "50%"), (4, "plain"), (100, "a b")])
+    by_rs = sorted((r["id"], r["p"]) for r in DeltaTable(path).to_pyarrow_table().to_pylist())
+    assert by_rs == expected
+    ours = spark.read.format("delta").load(path).collect()
+    assert sorted((r.id, r.p) for r in ours) == expected

@@ -139,7 +139,14 @@ class FileSetWriter:
             i for i, f in enumerate(logical.fields) if f.name.lower() not in partitions
         ]
         self.data_positions = data_positions
-        self.file_schema = pa.schema([physical_arrow.field(i) for i in data_positions])
+        file_fields = [physical_arrow.field(i) for i in data_positions]
+        if plan.column_mapping:
+            delta_fields = plan.schema["fields"]
+            file_fields = [
+                _arrow.with_field_ids(f, delta_fields[i])
+                for f, i in zip(file_fields, data_positions, strict=True)
+            ]
+        self.file_schema = pa.schema(file_fields)
         self.logical_data_types = [self.logical_target.field(i) for i in data_positions]
         self.max_rows = plan.options.max_records_per_file or DEFAULT_MAX_ROWS_PER_FILE
         self.open: dict[tuple[str | None, ...], OpenFile] = {}
@@ -240,6 +247,25 @@ class FileSetWriter:
             self.done.append(handle.close(self.fs))
         self.open.clear()
         return DeltaCommitMessage(files=self.done, num_rows=self.rows)
+
+    def write_all(self, batches: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+        """Write every batch and close; on failure delete what was written and re-raise.
+
+        deltaflow errors are marked so they reach the driver typed (see errors.to_wire).
+        """
+        from deltaflow.errors import DeltaflowError
+        from deltaflow.spark._writer_compat import RemoteDeltaflowError
+
+        try:
+            for batch in batches:
+                self.write(batch)
+            return self.close()
+        except DeltaflowError as exc:
+            self.discard()
+            raise RemoteDeltaflowError(exc) from exc
+        except BaseException:
+            self.discard()
+            raise
 
     def discard(self) -> None:
         for handle in self.open.values():

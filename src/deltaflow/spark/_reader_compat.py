@@ -170,6 +170,4 @@ def _quote(name: str) -> str:
 
 
 def _log_fallback(snapshot: Snapshot, reason: str) -> None:
-    log.info(
-        "deltaflow scan of %s v%d: Python source (%s)", snapshot.uri, snapshot.version, reason
-    )
+    log.info("deltaflow scan of %s v%d: Python source (%s)", snapshot.uri, snapshot.version, reason)

@@ -78,16 +78,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
         writer = FileSetWriter(self.plan, job_id="stream")
-        try:
-            for batch in iterator:
-                writer.write(batch)
-            return writer.close()
-        except DeltaflowError as exc:
-            writer.discard()
-            raise RemoteDeltaflowError(exc) from exc
-        except BaseException:
-            writer.discard()
-            raise
+        return writer.write_all(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         started = time.perf_counter()

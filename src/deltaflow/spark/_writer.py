@@ -126,6 +126,19 @@ def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOpti
     replace_where = options.replace_where if mode == "overwrite" else None
     exists = table_exists(uri)
     if not exists:
+        mapping = {k.lower(): v for k, v in options.table_properties.items()}.get(
+            "delta.columnmapping.mode", "none"
+        )
+        if mapping.lower() != "none":
+            # delta-rs assigns the physical names when it creates the table; the files of
+            # this write would have to use them, but executors write before the commit.
+            raise UnsupportedFeatureError(
+                f"Creating column-mapped table {uri} with df.write is not supported yet."
+                " Create it first (deltalake.DeltaTable.create(uri, schema, configuration="
+                "{'delta.columnMapping.mode': 'name'})), then append with mode('append').",
+                table_uri=uri,
+                feature="columnMapping",
+            )
         for column in options.partition_by:
             if column.lower() not in {f["name"].lower() for f in incoming["fields"]}:
                 raise SchemaMismatchError(
@@ -306,16 +319,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if self.plan.skip:
             return DeltaCommitMessage(files=[], num_rows=0)
         writer = _file_writer.FileSetWriter(self.plan, job_id=self.job_id, check_rows=True)
-        try:
-            for batch in iterator:
-                writer.write(batch)
-            return writer.close()
-        except DeltaflowError as exc:
-            writer.discard()
-            raise RemoteDeltaflowError(exc) from exc
-        except BaseException:
-            writer.discard()
-            raise
+        return writer.write_all(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.plan.skip:

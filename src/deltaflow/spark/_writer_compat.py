@@ -22,42 +22,29 @@ Other formats go through untouched. The patch is installed by ``register()``
 
 from __future__ import annotations
 
-import base64
-import pickle
-import re
+import logging
 from typing import Any
 
-from deltaflow.errors import DeltaflowError
+from deltaflow.errors import DeltaflowError, from_wire, to_wire
 from deltaflow.table import _uri
+
+log = logging.getLogger("deltaflow.write")
 
 _STATE = "_deltaflow_state"
 _INSTALLED = "_deltaflow_installed"
 SAVE_MODE_OPTION = "__deltaflow_save_mode"
-# Spark hands a Python worker's exception to the driver as text only. A deltaflow error
-# crossing that boundary carries itself, pickled, between these markers.
-_ERROR_MARK = re.compile(r"\[deltaflow-error:([A-Za-z0-9+/=]+)\]")
 
 
 class RemoteDeltaflowError(Exception):
-    """A deltaflow error raised in a Python worker, packed to survive the trip to the driver."""
+    """A deltaflow error raised in a Python worker, marked to survive the trip to the driver."""
 
     def __init__(self, error: DeltaflowError) -> None:
-        packed = base64.b64encode(pickle.dumps(error)).decode("ascii")
-        super().__init__(f"{type(error).__name__}: {error} [deltaflow-error:{packed}]")
+        super().__init__(f"{type(error).__name__}: {error} {to_wire(error)}")
 
 
 def unpack_remote_error(exc: BaseException) -> DeltaflowError | None:
-    """The deltaflow error a pyspark exception carries, if a worker packed one into it."""
-    match = _ERROR_MARK.search(str(exc))
-    if match is None:
-        return None
-    try:
-        # The payload comes from our own Python workers, which Spark already trusts
-        # with pickled functions and data; it is not user input.
-        error = pickle.loads(base64.b64decode(match.group(1)))
-    except Exception:
-        return None
-    return error if isinstance(error, DeltaflowError) else None
+    """The deltaflow error a pyspark exception carries, if a worker marked one in it."""
+    return from_wire(str(exc))
 
 
 def _state(writer: Any) -> dict[str, Any]:
@@ -103,7 +90,11 @@ def install() -> None:
             cols = tuple(cols[0])
         # Deferred: Spark refuses partitionBy for Python sources, so the JVM call is
         # made at save() time, and only for other formats.
-        _state(self)["partition_by"] = list(cols)
+        state = _state(self)
+        state["partition_by"] = list(cols)
+        if state.get("implied_format") not in (None, "delta"):
+            # Inside parquet(..., partitionBy=...) and friends, which never call save().
+            original_partition_by(self, *cols)
         return self
 
     def save(
@@ -129,6 +120,8 @@ def install() -> None:
             return
         _save_delta(self, state, path, original_mode, original_option, original_save)
 
+    for name in _DIRECT_WRITES:
+        setattr(DataFrameWriter, name, _direct_write(name, original_partition_by))
     DataFrameWriter.format = format
     DataFrameWriter.mode = mode
     DataFrameWriter.option = option
@@ -136,6 +129,29 @@ def install() -> None:
     DataFrameWriter.partitionBy = partitionBy
     DataFrameWriter.save = save
     setattr(DataFrameWriter, _INSTALLED, True)
+
+
+# DataFrameWriter methods that write without save(): the deferred partitionBy must
+# reach the JVM before them, or the files would silently be written unpartitioned.
+_DIRECT_WRITES = ("parquet", "orc", "json", "csv", "text", "saveAsTable")
+
+
+def _direct_write(name: str, original_partition_by: Any) -> Any:
+    from pyspark.sql.readwriter import DataFrameWriter
+
+    original = getattr(DataFrameWriter, name)
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        state = _state(self)
+        implied = name if name != "saveAsTable" else kwargs.get("format") or state["format"]
+        state["implied_format"] = (implied or "").lower() or None
+        if state["partition_by"] and state["implied_format"] not in (None, "delta"):
+            original_partition_by(self, *state["partition_by"])
+        return original(self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = original.__doc__
+    return method
 
 
 def _remember_option(state: dict[str, Any], key: str, value: Any) -> None:
@@ -174,6 +190,8 @@ def _save_delta(
     plan = plan_write(uri, writer._df.schema.jsonValue(), mode, parsed)
     if plan.skip:
         return  # mode ignore on an existing table, or an app transaction already committed
+    if _write_on_jvm(writer._df, plan):
+        return
     if mode in ("error", "ignore"):
         # Spark refuses these modes for Python sources: write as append, and tell the
         # source the real mode so that it still refuses a table created meanwhile.
@@ -186,3 +204,16 @@ def _save_delta(
         if error is None:
             raise
         raise error from exc
+
+
+def _write_on_jvm(df: Any, plan: Any) -> bool:
+    """Run the write on Spark's Parquet writer when it can (``_native_write``); True if done."""
+    from deltaflow.spark import _native_write
+
+    spark = df.sparkSession
+    native = _native_write.plan_native_write(plan, df.schema.jsonValue(), spark.conf.get)
+    if isinstance(native, _native_write.NativeWrite):
+        _native_write.write_native(spark, df, plan, native)
+        return True
+    log.info("deltaflow write to %s: Python source (%s)", plan.table_uri, native.reason)
+    return False

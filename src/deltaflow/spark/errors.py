@@ -1,4 +1,4 @@
-"""Errors raised by the Spark layer's streaming source and sink."""
+"""Errors raised by the Spark layer: streaming source and sink, DeltaTable maintenance."""
 
 from __future__ import annotations
 
@@ -54,3 +54,19 @@ class StreamIdentityError(StreamingError):
 
     def __init__(self, message: str, *, table_uri: str, checkpoint_location: str | None) -> None:
         super().__init__(message, table_uri=table_uri, checkpoint_location=checkpoint_location)
+
+
+class RetentionTooShortError(DeltaflowError, ValueError):
+    """VACUUM was asked to keep removed files for ``retention_hours``, less than the table's
+    ``minimum_hours`` (``delta.deletedFileRetentionDuration``, 168 by default), which could
+    delete files that running readers or lagging streams still need. Terminal."""
+
+    def __init__(
+        self, message: str, *, table_uri: str, retention_hours: float, minimum_hours: float
+    ) -> None:
+        super().__init__(
+            message,
+            table_uri=table_uri,
+            retention_hours=retention_hours,
+            minimum_hours=minimum_hours,
+        )

@@ -83,3 +83,27 @@ def _zeros(length: int) -> pa.Array:
     import numpy as np
 
     return pa.array(np.zeros(length, dtype=np.int32))
+
+
+# Parquet field ids let readers that resolve columns by id (delta-rs; delta-spark in
+# column-mapping mode 'id') find our columns; Delta keeps them in the field metadata.
+PARQUET_FIELD_ID = b"PARQUET:field_id"
+_DELTA_FIELD_ID = "delta.columnMapping.id"
+
+
+def with_field_ids(field: pa.Field, delta_field: dict[str, object]) -> pa.Field:
+    """``field`` (and nested struct fields) tagged with the Delta column-mapping ids."""
+    delta_type = delta_field.get("type")
+    arrow_type = field.type
+    if pa.types.is_struct(arrow_type) and isinstance(delta_type, dict):
+        children = delta_type.get("fields")
+        if isinstance(children, list) and len(children) == arrow_type.num_fields:
+            arrow_type = pa.struct(
+                [with_field_ids(arrow_type.field(i), children[i]) for i in range(len(children))]
+            )
+    tagged = pa.field(field.name, arrow_type, field.nullable)
+    metadata = delta_field.get("metadata")
+    field_id = metadata.get(_DELTA_FIELD_ID) if isinstance(metadata, dict) else None
+    return (
+        tagged.with_metadata({PARQUET_FIELD_ID: str(field_id)}) if field_id is not None else tagged
+    )

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import unquote
 
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
@@ -36,6 +37,15 @@ _CONFLICT_KINDS = (
     "MetadataChanged",
     "ConcurrentTransaction",
     "ProtocolChanged",
+)
+# delta-rs names the conflict only in its message; these phrases map it to delta-spark's kind.
+_CONFLICT_PHRASES = (
+    ("added new data", "ConcurrentAppend"),
+    ("deleted data this operation read", "ConcurrentDeleteRead"),
+    ("deleted the same data", "ConcurrentDeleteDelete"),
+    ("metadata changed", "MetadataChanged"),
+    ("protocol changed", "ProtocolChanged"),
+    ("concurrent transaction failed", "ConcurrentTransaction"),
 )
 
 
@@ -63,14 +73,18 @@ class AddedFile:
 
 @dataclass(frozen=True)
 class RemovedFile:
-    path: str
+    """A live file to remove; ``path`` exactly as the log (and ``FileEntry.path``) has it."""
+
+    path: str  # URI-encoded, as in the log
     size: int
     partition_values: dict[str, Any]
     data_change: bool = True
 
     def to_action(self, now_ms: int) -> RemoveAction:
+        # delta-rs URI-encodes the paths it is given (as for adds), so hand it the decoded
+        # path: passing the log's form would encode it twice and remove nothing.
         return RemoveAction(
-            self.path,
+            unquote(self.path),
             self.data_change,
             now_ms,
             size=self.size,
@@ -94,6 +108,8 @@ class CommitRequest:
     app_id: str | None = None
     app_version: int | None = None
     user_metadata: str | None = None
+    # Extra top-level commitInfo fields (operationParameters, operationMetrics, readVersion...)
+    commit_info: dict[str, Any] = field(default_factory=dict)
     storage_options: dict[str, str] | None = None
 
 
@@ -176,7 +192,7 @@ def commit(request: CommitRequest) -> CommitResult:
             commit_properties=properties,
         )
     except CommitFailedError as exc:
-        kind = next((k for k in _CONFLICT_KINDS if k.lower() in str(exc).lower()), "Conflict")
+        kind = conflict_kind(str(exc))
         raise ConcurrentWriteError(
             f"Commit to {request.table_uri} conflicted with a concurrent writer ({kind}): {exc}."
             " Nothing was committed; retry the operation on the current version of the table.",
@@ -188,6 +204,15 @@ def commit(request: CommitRequest) -> CommitResult:
     # delta-rs does not hand back the version it committed; the newest one is ours unless
     # another writer raced in right after, which only makes the reported number later.
     return CommitResult(_latest_version(location, request), False, len(request.adds))
+
+
+def conflict_kind(message: str) -> str:
+    """delta-spark's name for the conflict a delta-rs commit failure describes."""
+    lowered = message.lower()
+    for phrase, kind in _CONFLICT_PHRASES:
+        if phrase in lowered:
+            return kind
+    return next((k for k in _CONFLICT_KINDS if k.lower() in lowered), "Conflict")
 
 
 def _latest_version(location: str, request: CommitRequest) -> int | None:
@@ -204,7 +229,7 @@ def _commit_properties(request: CommitRequest) -> CommitProperties:
     transactions = None
     if request.app_id is not None and request.app_version is not None:
         transactions = [Transaction(request.app_id, request.app_version)]
-    custom: dict[str, Any] = {}
+    custom: dict[str, Any] = dict(request.commit_info)
     if request.user_metadata is not None:
         custom["userMetadata"] = request.user_metadata
     return CommitProperties(

@@ -96,8 +96,10 @@ def _evaluate(c: Comparison, value: Any) -> bool | None:
         if c.op == "is_not_null":
             return value is not None
         if c.op == "<=>":
-            return bool(value == c.value) if value is not None and c.value is not None else (
-                value is None and c.value is None
+            return (
+                bool(value == c.value)
+                if value is not None and c.value is not None
+                else (value is None and c.value is None)
             )
         if value is None or (c.value is None and c.op != "in"):
             return None

@@ -1,0 +1,480 @@
+"""DELETE and UPDATE as Spark jobs over the files they touch, committed once.
+
+1. The driver pins a snapshot. Candidate files are those whose partition values and
+   min/max stats may satisfy the condition, when the condition is SQL text the
+   predicate parser reads; otherwise (a Column, a function call...) every file.
+2. Job 1 reads the candidates (``mapInArrow`` over the same ``read_file`` the
+   ``delta`` source uses: deletion vectors, column mapping, partition values) and
+   counts, per file, its rows and the rows where the condition is true.
+3. Job 2 reads only files with matches and computes their new rows in Spark
+   (DELETE: rows where the condition is not true; UPDATE: ``CASE WHEN`` per set
+   column); tasks write them with :class:`FileSetWriter`. A DELETE removes wholly
+   matched files without rewriting them.
+4. One commit: removes + adds against the read version, so delta-rs fails it with
+   :class:`ConcurrentWriteError` when a concurrent commit removed a file this one
+   read. A concurrent blind append does not conflict (WriteSerializable, as in
+   delta-spark). Untouched files stay.
+
+Null semantics are SQL's: a condition that is NULL does not match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+
+from deltaflow.errors import DeltaflowError
+from deltaflow.spark import _file_writer, _replace_where
+from deltaflow.spark._options import parse_write_options
+from deltaflow.spark._writer import WritePlan, plan_write
+from deltaflow.table import _commit, _predicates, _schema, _uri
+from deltaflow.table._snapshot import FileEntry, Snapshot, load_snapshot
+from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("deltaflow.dml")
+
+# Carries each row's source file (its index in the candidate list) through job 1.
+FILE_INDEX = "__deltaflow_file_index"
+# Commit-info key naming the operation: delta-rs writes "operation": "WRITE" for every
+# commit built from actions and does not let callers set it; history() reads this one.
+OPERATION_KEY = "deltaflow.operation"
+
+
+@dataclass(frozen=True)
+class DmlMetrics:
+    """What one DELETE / UPDATE did; recorded in the commit info as ``operationMetrics``."""
+
+    operation: Literal["DELETE", "UPDATE"]
+    affected_rows: int = 0  # deleted or updated
+    copied_rows: int = 0
+    added_files: int = 0
+    removed_files: int = 0
+    added_bytes: int = 0
+    removed_bytes: int = 0
+    scan_time_ms: int = 0
+    rewrite_time_ms: int = 0
+    execution_time_ms: int = 0
+    version: int | None = None  # None: nothing matched, nothing was committed
+
+    def operation_metrics(self) -> dict[str, str]:
+        """delta-spark's metric names; values are strings, as in delta-spark's log."""
+        affected = "numDeletedRows" if self.operation == "DELETE" else "numUpdatedRows"
+        values = {
+            affected: self.affected_rows,
+            "numCopiedRows": self.copied_rows,
+            "numAddedFiles": self.added_files,
+            "numRemovedFiles": self.removed_files,
+            "numAddedBytes": self.added_bytes,
+            "numRemovedBytes": self.removed_bytes,
+            "numAddedChangeFiles": 0,
+            "scanTimeMs": self.scan_time_ms,
+            "rewriteTimeMs": self.rewrite_time_ms,
+            "executionTimeMs": self.execution_time_ms,
+        }
+        return {k: str(v) for k, v in values.items()}
+
+
+def delete(spark: SparkSession, uri: str, alias: str | None, condition: Any) -> DmlMetrics:
+    """Delete the rows of ``uri`` where ``condition`` is true (every row when None)."""
+    return _run(spark, uri, alias, "DELETE", condition, {})
+
+
+def update(
+    spark: SparkSession,
+    uri: str,
+    alias: str | None,
+    condition: Any,
+    assignments: Mapping[str, Any],
+) -> DmlMetrics:
+    """Set ``assignments`` (column -> SQL text or Column) on rows where ``condition`` is true."""
+    if not assignments:
+        raise SchemaMismatchError(
+            f"update() on table {uri} needs at least one column in set={{...}}.",
+            table_uri=uri,
+            columns=(),
+        )
+    return _run(spark, uri, alias, "UPDATE", condition, assignments)
+
+
+@dataclass(frozen=True)
+class _FileCounts:
+    total: int
+    matched: int
+
+
+def _run(
+    spark: SparkSession,
+    uri: str,
+    alias: str | None,
+    operation: Literal["DELETE", "UPDATE"],
+    condition: Any,
+    assignments: Mapping[str, Any],
+) -> DmlMetrics:
+    from pyspark.sql.types import StructType
+
+    started = time.perf_counter()
+    snapshot, plan = _prepare(uri, operation)
+    struct = StructType.fromJson(_schema.logical_schema(snapshot.schema))
+    resolved = _resolve_assignments(uri, struct, alias, assignments)
+    files = _candidate_files(snapshot, condition, alias)
+    if not files:
+        return DmlMetrics(operation)
+
+    counts = (
+        _shortcut_counts(snapshot, files) if operation == "DELETE" and condition is None else None
+    )
+    if counts is None:
+        scan = _scan(spark, snapshot, struct, files, alias)
+        counts = _count_matches(scan, condition)
+    scanned = time.perf_counter()
+
+    touched = [i for i, c in counts.items() if c.matched > 0]
+    if not touched:
+        log.info("%s on %s matched no rows; nothing to commit", operation, uri)
+        return DmlMetrics(operation, scan_time_ms=_ms(started, scanned))
+    if operation == "DELETE":
+        rewrite = [i for i in touched if counts[i].matched < counts[i].total]
+    else:
+        rewrite = touched
+    _refuse_deletion_vectors(snapshot, [files[i] for i in rewrite])
+
+    affected = sum(counts[i].matched for i in touched)
+    copied = sum(counts[i].total - counts[i].matched for i in rewrite)
+    adds: list[_commit.AddedFile] = []
+    if rewrite:
+        scan = _scan(spark, snapshot, struct, [files[i] for i in rewrite], alias)
+        rows = _rewritten_rows(scan, struct, condition, resolved, operation)
+        adds, written = _write(rows, plan)
+        expected = copied + (affected if operation == "UPDATE" else 0)
+        if written != expected:
+            _file_writer.delete_files(uri, adds)
+            raise DeltaflowError(
+                f"{operation} on {uri} wrote {written} rows where {expected} were expected: the"
+                " condition or a set expression is not deterministic. Nothing was committed;"
+                " use deterministic expressions.",
+                table_uri=uri,
+            )
+    rewritten = time.perf_counter()
+
+    removed = [files[i] for i in touched]
+    metrics = DmlMetrics(
+        operation,
+        affected_rows=affected,
+        copied_rows=copied,
+        added_files=len(adds),
+        removed_files=len(removed),
+        added_bytes=sum(a.size for a in adds),
+        removed_bytes=sum(f.size for f in removed),
+        scan_time_ms=_ms(started, scanned),
+        rewrite_time_ms=_ms(scanned, rewritten),
+    )
+    return _commit_changes(snapshot, plan, adds, removed, metrics, condition, started)
+
+
+def _prepare(uri: str, operation: str) -> tuple[Snapshot, WritePlan]:
+    snapshot = load_snapshot(uri)
+    config = {k.lower(): (v or "").lower() for k, v in snapshot.configuration.items()}
+    if config.get("delta.appendonly") == "true":
+        raise UnsupportedFeatureError(
+            f"Table {uri} is append-only (delta.appendOnly=true): {operation} is not allowed."
+            " Set delta.appendOnly=false with DeltaTable.setProperties() first.",
+            table_uri=uri,
+            feature="appendOnly",
+        )
+    if config.get("delta.enablechangedatafeed") == "true":
+        raise UnsupportedFeatureError(
+            f"{operation} on table {uri} would rewrite files, and the table has the change data"
+            " feed enabled, which deltaflow cannot record for rewrites yet.",
+            table_uri=uri,
+            feature="changeDataFeed",
+        )
+    # plan_write checks writer features and settles column mapping and partitioning
+    # exactly as an append would; the commit is pinned to the version read here.
+    logical = _schema.logical_schema(snapshot.schema)
+    plan = plan_write(uri, logical, "append", parse_write_options({"path": uri}))
+    return snapshot, dataclasses.replace(plan, read_version=snapshot.version)
+
+
+def _resolve_assignments(
+    uri: str, struct: StructType, alias: str | None, assignments: Mapping[str, Any]
+) -> dict[str, Column]:
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
+    names = {f.name.lower(): f.name for f in struct.fields}
+    resolved: dict[str, Column] = {}
+    unknown = []
+    for key, value in assignments.items():
+        name = key.strip("`")
+        if alias and name.lower().startswith(alias.lower() + "."):
+            name = name[len(alias) + 1 :]
+        column = names.get(name.strip("`").lower())
+        if column is None:
+            unknown.append(key)
+            continue
+        resolved[column] = value if isinstance(value, Column) else F.expr(str(value))
+    if unknown:
+        raise SchemaMismatchError(
+            f"update() on table {uri} sets {', '.join(unknown)}, which are not top-level columns"
+            f" of the table (nested fields cannot be set yet). Columns:"
+            f" {', '.join(f.name for f in struct.fields)}.",
+            table_uri=uri,
+            columns=tuple(unknown),
+        )
+    return resolved
+
+
+def _candidate_files(snapshot: Snapshot, condition: Any, alias: str | None) -> list[FileEntry]:
+    """Files that may hold matching rows: pruned by partition values and stats when we can."""
+    files = snapshot.files()
+    node = _parse(condition, alias) if isinstance(condition, str) else None
+    if node is None:
+        return files
+    partitions = {c.lower(): c for c in snapshot.partition_columns}
+    kept = [
+        f for f in files if _predicates.may_match(node, _replace_where._stats_lookup(f, partitions))
+    ]
+    log.info("DML on %s: %d of %d files may match", snapshot.uri, len(kept), len(files))
+    return kept
+
+
+def _parse(condition: str, alias: str | None) -> _predicates.Node | None:
+    try:
+        node = _predicates.parse(condition, option="condition")
+    except DeltaflowError:
+        return None  # beyond the parser (functions, casts...): Spark decides, every file is read
+    return _strip_alias(node, alias) if alias else node
+
+
+def _strip_alias(node: Any, alias: str) -> Any:
+    if isinstance(node, _predicates.Column):
+        path = node.path
+        if len(path) > 1 and path[0].lower() == alias.lower():
+            return _predicates.Column(path[1:])
+        return node
+    if isinstance(node, tuple):
+        return tuple(_strip_alias(n, alias) for n in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, _predicates.Literal):
+        changes = {
+            f.name: _strip_alias(getattr(node, f.name), alias) for f in dataclasses.fields(node)
+        }
+        return dataclasses.replace(node, **changes)  # type: ignore[type-var]
+    return node
+
+
+def _shortcut_counts(snapshot: Snapshot, files: list[FileEntry]) -> dict[int, _FileCounts] | None:
+    """DELETE without a condition removes every file: stats give the row counts, no scan."""
+    if any(f.num_records is None for f in files) or snapshot.deleted_rows():
+        return None
+    return {i: _FileCounts(f.num_records or 0, f.num_records or 0) for i, f in enumerate(files)}
+
+
+def _refuse_deletion_vectors(snapshot: Snapshot, rewrite: list[FileEntry]) -> None:
+    deleted = snapshot.deleted_rows() if rewrite else {}
+    for entry in rewrite:
+        if entry.path in deleted:
+            # A remove must name the file's deletion vector, which delta-rs 1.6 does not
+            # expose to us (see docs/architecture.md, "Deletion vectors").
+            raise UnsupportedFeatureError(
+                f"DML would rewrite {entry.path} of table {snapshot.uri}, which has a deletion"
+                " vector; deltaflow cannot remove such files yet. Run OPTIMIZE first.",
+                table_uri=snapshot.uri,
+                feature="deletionVectors",
+            )
+
+
+def _scan(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    struct: StructType,
+    files: list[FileEntry],
+    alias: str | None,
+) -> DataFrame:
+    """Exactly ``files`` of ``snapshot`` as a DataFrame, plus each row's file index."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from deltaflow.spark._reader import FileTask, ReadLayout, bin_pack, read_file
+
+    layout = ReadLayout.build(snapshot, struct)
+    deleted = snapshot.deleted_rows()
+    tasks = [
+        FileTask(_uri.join(snapshot.uri, f.path), f.size, f.partition_values, deleted.get(f.path))
+        for f in files
+    ]
+    index_of = {task.uri: i for i, task in enumerate(tasks)}
+    groups = [
+        [(index_of[t.uri], t) for t in group]
+        for group in bin_pack(tasks, spark.sparkContext.defaultParallelism)
+    ]
+    out = StructType([*struct.fields, StructField(FILE_INDEX, LongType(), False)])
+    names = [*layout.target.names, FILE_INDEX]
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for group in batch.column(0).to_pylist():
+                for index, task in groups[group]:
+                    for data in read_file(task, layout):
+                        marker = pa.array([index] * data.num_rows, pa.int64())
+                        yield pa.RecordBatch.from_arrays([*data.columns, marker], names=names)
+
+    df = spark.range(0, len(groups), 1, numPartitions=max(len(groups), 1)).mapInArrow(read, out)
+    return df.alias(alias) if alias else df
+
+
+def _condition_column(condition: Any) -> Column:
+    from pyspark.sql import functions as F
+
+    if condition is None:
+        return F.lit(True)
+    column = F.expr(condition) if isinstance(condition, str) else condition
+    return F.coalesce(column, F.lit(False))  # NULL does not match, as in SQL's WHERE
+
+
+def _count_matches(scan: DataFrame, condition: Any) -> dict[int, _FileCounts]:
+    from pyspark.sql import functions as F
+
+    matches = F.when(_condition_column(condition), 1).otherwise(0)
+    rows = (
+        scan.groupBy(F.col(FILE_INDEX))
+        .agg(F.count(F.lit(1)).alias("total"), F.sum(matches).alias("matched"))
+        .collect()
+    )
+    return {r[FILE_INDEX]: _FileCounts(int(r["total"]), int(r["matched"] or 0)) for r in rows}
+
+
+def _rewritten_rows(
+    scan: DataFrame,
+    struct: StructType,
+    condition: Any,
+    assignments: Mapping[str, Column],
+    operation: str,
+) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    matched = _condition_column(condition)
+    if operation == "DELETE":
+        return scan.where(~matched).drop(FILE_INDEX)
+    columns = []
+    for field in struct.fields:
+        old = F.col(f"`{field.name}`")
+        value = assignments.get(field.name)
+        if value is None:
+            columns.append(old)
+            continue
+        new = value.cast(field.dataType)
+        columns.append(
+            (new if condition is None else F.when(matched, new).otherwise(old)).alias(field.name)
+        )
+    return scan.select(*columns)
+
+
+def _write(rows: DataFrame, plan: WritePlan) -> tuple[list[_commit.AddedFile], int]:
+    """Write ``rows`` in Spark tasks; the files written and the number of rows."""
+    from deltaflow.spark._writer_compat import RemoteDeltaflowError, unpack_remote_error
+
+    job_id = uuid.uuid4().hex[:8]
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        writer = _file_writer.FileSetWriter(plan, job_id=job_id)
+        try:
+            for batch in batches:
+                writer.write(batch)
+            message = writer.close()
+        except DeltaflowError as exc:
+            writer.discard()
+            raise RemoteDeltaflowError(exc) from exc
+        except BaseException:
+            writer.discard()
+            raise
+        files = json.dumps([dataclasses.asdict(f) for f in message.files])
+        yield pa.RecordBatch.from_pydict(
+            {"files": [files], "rows": [message.num_rows]},
+            schema=pa.schema([("files", pa.string()), ("rows", pa.int64())]),
+        )
+
+    try:
+        results = rows.mapInArrow(write, "files string, rows long").collect()
+    except Exception as exc:
+        _file_writer.delete_job_files(plan.table_uri, job_id)
+        remote = unpack_remote_error(exc)
+        if remote is not None:
+            raise remote from exc
+        raise
+    adds = [_commit.AddedFile(**f) for r in results for f in json.loads(r["files"])]
+    return adds, sum(int(r["rows"]) for r in results)
+
+
+def _commit_changes(
+    snapshot: Snapshot,
+    plan: WritePlan,
+    adds: list[_commit.AddedFile],
+    removed: list[FileEntry],
+    metrics: DmlMetrics,
+    condition: Any,
+    started: float,
+) -> DmlMetrics:
+    physical = _schema.top_level_physical_names(snapshot.schema)
+    removes = [
+        _commit.RemovedFile(
+            path=f.path,
+            size=f.size,
+            partition_values=_replace_where.serialized_partition_values(f, physical),
+        )
+        for f in removed
+    ]
+    metrics = dataclasses.replace(metrics, execution_time_ms=_ms(started, time.perf_counter()))
+    predicate = [] if condition is None else [sql_text(condition)]
+    request = _commit.CommitRequest(
+        table_uri=snapshot.uri,
+        schema=plan.schema,
+        partition_columns=plan.partition_columns,
+        adds=adds,
+        removes=removes,
+        mode="append",
+        read_version=snapshot.version,
+        commit_info={
+            OPERATION_KEY: metrics.operation,
+            "operationParameters": {"predicate": json.dumps(predicate)},
+            "operationMetrics": metrics.operation_metrics(),
+            "readVersion": snapshot.version,
+            "isBlindAppend": False,
+        },
+    )
+    try:
+        result = commit(request)
+    except BaseException:
+        _file_writer.delete_files(snapshot.uri, adds)
+        raise
+    log.info("%s on %s: version %s, %s", metrics.operation, snapshot.uri, result.version, metrics)
+    return dataclasses.replace(metrics, version=result.version)
+
+
+def commit(request: _commit.CommitRequest) -> _commit.CommitResult:
+    """The commit step, a seam for tests that interleave a concurrent writer."""
+    return _commit.commit(request)
+
+
+def sql_text(condition: Any) -> str:
+    """A condition as SQL text for the commit info (Columns print as Spark shows them)."""
+    if isinstance(condition, str):
+        return condition
+    text = str(condition)
+    if text.startswith("Column<'") and text.endswith("'>"):
+        return text[len("Column<'") : -2]
+    return text
+
+
+def _ms(start: float, end: float) -> int:
+    return int((end - start) * 1000)
