@@ -29,6 +29,7 @@ _LOCAL_DEFAULTS = {
 
 def register(spark: SparkSession) -> SparkSession:
     """Register the ``delta`` data source on ``spark`` (a session you built yourself)."""
+    from deltaflow.ingest._cloudfiles import CloudFilesDataSource
     from deltaflow.spark import _reader_compat, _writer_compat
     from deltaflow.spark._source import DeltaDataSource
 
@@ -38,6 +39,7 @@ def register(spark: SparkSession) -> SparkSession:
     for key, value in REQUIRED_CONF.items():
         spark.conf.set(key, value)
     spark.dataSource.register(DeltaDataSource)
+    spark.dataSource.register(CloudFilesDataSource)
     return spark
 
 

@@ -1,0 +1,508 @@
+"""Landing files to Arrow record batches, keeping whatever does not fit.
+
+Runs in executors. Every value is checked against the stream's schema: a value that
+does not fit its column's type becomes null and its original text goes to the rescued
+data column, as JSON ``{"column": original, ..., "_file_path": uri}``; a line that is
+not a JSON object (or a CSV row with the wrong number of fields) is kept whole as
+``{"_corrupt_record": line, "_file_path": uri}``. Columns the schema lacks are handled
+by the schema evolution mode (see :func:`_evolve`).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import io
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from deltaflow.ingest import _schemas
+from deltaflow.ingest._discovery import LandingFile
+from deltaflow.ingest._options import METADATA_COLUMN, CloudFilesOptions
+from deltaflow.ingest.errors import MalformedRecordError, NewColumnsError
+from deltaflow.table import _uri
+
+BATCH_ROWS = 10_000
+READ_CHUNK = 8 * 1024 * 1024
+# Values kept per new column to infer its type (cloudFiles.inferColumnTypes).
+NEW_COLUMN_SAMPLE = 1000
+CORRUPT_KEY = "_corrupt_record"
+FILE_PATH_KEY = "_file_path"
+_INT_RANGES = {
+    ByteType: (-(2**7), 2**7 - 1),
+    ShortType: (-(2**15), 2**15 - 1),
+    IntegerType: (-(2**31), 2**31 - 1),
+    LongType: (-(2**63), 2**63 - 1),
+}
+
+
+class _Misfit(Exception):
+    """A value that does not fit its column's type."""
+
+
+@dataclass(frozen=True)
+class RecordLayout:
+    """What a task needs to shape rows: travels inside each input partition."""
+
+    options: CloudFilesOptions
+    schema_json: dict[str, Any]  # the stream's output schema (Spark struct JSON)
+    data_columns: tuple[str, ...]
+
+    @property
+    def schema(self) -> StructType:
+        return StructType.fromJson(self.schema_json)
+
+
+def read_landing_file(file: LandingFile, layout: RecordLayout) -> Iterator[pa.RecordBatch]:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = layout.schema
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    if layout.options.format == "parquet":
+        table = _open_parquet(file, layout)
+        fast = _parquet_batches(table, file, layout, arrow_schema)
+        if fast is not None:
+            yield from fast
+            return
+        rows = _parquet_rows(table, file, layout, schema)
+    else:
+        rows = _text_rows(file, layout, schema)
+    columns: list[list[Any]] = [[] for _ in schema.fields]
+    for row in rows:
+        for i, value in enumerate(row):
+            columns[i].append(value)
+        if len(columns[0]) >= BATCH_ROWS:
+            yield _batch(columns, arrow_schema)
+            columns = [[] for _ in schema.fields]
+    if columns and columns[0]:
+        yield _batch(columns, arrow_schema)
+
+
+def _batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
+    arrays = [
+        pa.array(values, type=field.type) for values, field in zip(columns, schema, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+# ---- JSON and CSV ----------------------------------------------------------------------
+
+
+def _text_rows(file: LandingFile, layout: RecordLayout, schema: StructType) -> Iterator[list[Any]]:
+    """Rows of a JSON or CSV file, read in chunks so memory stays bounded by a batch.
+
+    Columns the schema lacks are collected on the way and handed to :func:`_evolve` at
+    the end of the file: if that stops the stream, the task fails and none of the rows
+    already yielded are committed.
+    """
+    from_text = layout.options.format == "csv"
+    known = {c.lower() for c in layout.data_columns}
+    if layout.options.rescued_data_column:
+        known.add(layout.options.rescued_data_column.lower())
+    new: dict[str, list[Any]] = {}
+    meta = _metadata_value(file)
+    fs, path = _uri.filesystem(file.uri)
+    with fs.open_input_stream(path) as handle:
+        lines = read_lines(handle)
+        records = _csv_lines(lines, layout.options.header) if from_text else _json_lines(lines)
+        for index, (record, raw) in enumerate(records):
+            for key, value in (record or {}).items():
+                if key.lower() not in known:
+                    seen = new.setdefault(key, [])
+                    if len(seen) < NEW_COLUMN_SAMPLE:
+                        seen.append(value)
+            yield _shape(record, raw, schema, layout, file, index, meta, from_text=from_text)
+    if new:
+        _evolve(new, file, layout, from_text=from_text)
+
+
+def read_lines(handle: Any) -> Iterator[str]:
+    """The lines of a binary stream. Only ``\\n`` ends a line (``\\r\\n`` too): JSON
+    strings may hold U+2028 and friends, which ``str.splitlines`` would split on."""
+    rest = b""
+    while True:
+        chunk = handle.read(READ_CHUNK)
+        if not chunk:
+            break
+        parts = (rest + chunk).split(b"\n")
+        rest = parts.pop()
+        for part in parts:
+            yield part.removesuffix(b"\r").decode("utf-8", errors="replace")
+    if rest:
+        yield rest.removesuffix(b"\r").decode("utf-8", errors="replace")
+
+
+def _json_lines(lines: Iterable[str]) -> Iterator[tuple[dict[str, Any] | None, str]]:
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            yield None, line
+            continue
+        yield (value, line) if isinstance(value, dict) else (None, line)
+
+
+def _csv_lines(lines: Iterable[str], header: bool) -> Iterator[tuple[dict[str, Any] | None, str]]:
+    # Huge fields are data to keep, not an error (the csv module's default cap is 128 KiB).
+    csv.field_size_limit(2**31 - 1)
+    names: list[str] | None = None
+    for row in csv.reader(line + "\n" for line in lines):  # keeps quoted newlines
+        if names is None:
+            if header:
+                names = row
+                continue
+            names = [f"_c{i}" for i in range(len(row))]
+        if not row:
+            continue
+        if len(row) != len(names):
+            yield None, _csv_text(row)
+        else:
+            yield {n: (v if v != "" else None) for n, v in zip(names, row, strict=True)}, ""
+
+
+def _csv_text(row: list[str]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow(row)
+    return out.getvalue()
+
+
+def _shape(
+    record: dict[str, Any] | None,
+    raw: str,
+    schema: StructType,
+    layout: RecordLayout,
+    file: LandingFile,
+    index: int,
+    meta: dict[str, Any],
+    *,
+    from_text: bool,
+) -> list[Any]:
+    rescued_name = layout.options.rescued_data_column
+    rescued: dict[str, Any] = {}
+    if record is None:
+        rescued[CORRUPT_KEY] = raw
+        record = {}
+    lowered = {k.lower(): k for k in record}
+    used: set[str] = set()
+    out: list[Any] = []
+    for field in schema.fields:
+        if field.name == rescued_name:
+            out.append(None)  # filled below
+            continue
+        if field.name == METADATA_COLUMN and field.name not in layout.data_columns:
+            out.append(meta)
+            continue
+        key = field.name if field.name in record else lowered.get(field.name.lower())
+        value = record.get(key) if key is not None else None
+        if key is not None:
+            used.add(key)
+        try:
+            out.append(convert(value, field.dataType, from_text=from_text))
+        except _Misfit:
+            out.append(None)
+            rescued[key or field.name] = value
+    if layout.options.evolution_mode == "rescue":
+        for key, value in record.items():
+            if key not in used and key != rescued_name:
+                rescued[key] = value
+    if rescued:
+        if rescued_name is None or rescued_name not in schema.names:
+            raise MalformedRecordError(
+                f"Record {index} of {file.uri} does not fit the stream's schema"
+                f" ({', '.join(sorted(rescued))}) and the schema has no rescued-data column"
+                " to keep it. Add '_rescued_data STRING' to the schema you pass to"
+                " .schema(...), or let the source infer the schema.",
+                file_path=file.uri,
+                record_index=index,
+            )
+        rescued[FILE_PATH_KEY] = file.uri
+        out[schema.names.index(rescued_name)] = json.dumps(rescued, default=str)
+    return out
+
+
+# ---- Parquet ---------------------------------------------------------------------------
+
+
+def _open_parquet(file: LandingFile, layout: RecordLayout) -> pa.Table:
+    """The file's table, once its columns passed the schema evolution mode."""
+    fs, path = _uri.filesystem(file.uri)
+    with fs.open_input_file(path) as handle:
+        table = pq.read_table(handle)
+    new = _new_parquet_columns(table, layout)
+    if new:
+        values = {name: table.column(name).slice(0, NEW_COLUMN_SAMPLE).to_pylist() for name in new}
+        _evolve(values, file, layout, from_text=False, arrow=table.schema)
+    return table
+
+
+def _new_parquet_columns(table: pa.Table, layout: RecordLayout) -> list[str]:
+    known = {c.lower() for c in layout.data_columns}
+    rescued = layout.options.rescued_data_column
+    return [n for n in table.column_names if n.lower() not in known and n != rescued]
+
+
+def _parquet_batches(
+    table: pa.Table, file: LandingFile, layout: RecordLayout, arrow_schema: pa.Schema
+) -> list[pa.RecordBatch] | None:
+    """The file as batches by whole-column casts; None when some value needs rescuing
+    (a failed safe cast, a column only matched ignoring case, unexpected columns in
+    rescue mode): then the row-by-row path decides value by value."""
+    if layout.options.evolution_mode == "rescue" and _new_parquet_columns(table, layout):
+        return None
+    present = set(table.column_names)
+    arrays = []
+    for field in arrow_schema:
+        if field.name == layout.options.rescued_data_column:
+            arrays.append(pa.nulls(table.num_rows, field.type))
+        elif field.name == METADATA_COLUMN and field.name not in layout.data_columns:
+            meta = _metadata_value(file)
+            arrays.append(pa.array([meta] * table.num_rows, type=field.type))
+        elif field.name in present:
+            try:
+                arrays.append(table.column(field.name).cast(field.type, safe=True))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+        elif field.name.lower() in {n.lower() for n in present}:
+            return None
+        else:
+            arrays.append(pa.nulls(table.num_rows, field.type))
+    combined = pa.Table.from_arrays(arrays, schema=arrow_schema)
+    return combined.combine_chunks().to_batches(max_chunksize=BATCH_ROWS * 10)
+
+
+def _parquet_rows(
+    table: pa.Table, file: LandingFile, layout: RecordLayout, schema: StructType
+) -> Iterator[list[Any]]:
+    meta = _metadata_value(file)
+    for index, record in enumerate(table.to_pylist()):
+        yield _shape(record, "", schema, layout, file, index, meta, from_text=False)
+
+
+# ---- schema evolution ------------------------------------------------------------------
+
+
+def _evolve(
+    new: dict[str, list[Any]],
+    file: LandingFile,
+    layout: RecordLayout,
+    *,
+    from_text: bool,
+    arrow: pa.Schema | None = None,
+) -> None:
+    """``addNewColumns``: record a schema version with the new columns, then stop the
+    stream (raise); ``failOnNewColumns``: stop without recording; else carry on."""
+    options = layout.options
+    if options.evolution_mode in ("rescue", "none"):
+        return
+    names = tuple(new)
+    version: int | None = None
+    if options.evolution_mode == "addNewColumns":
+        version = _record_new_columns(new, layout, from_text=from_text, arrow=arrow)
+        advice = (
+            f"The new schema is recorded as version {version} under"
+            f" {options.schema_location}/_schemas: restart the query to read them."
+        )
+    else:
+        advice = (
+            "cloudFiles.schemaEvolutionMode is failOnNewColumns: give the stream a schema"
+            " with these columns, or set the mode to addNewColumns or rescue."
+        )
+    raise NewColumnsError(
+        f"{file.uri} has columns the stream's schema lacks: {', '.join(names)}. {advice}",
+        columns=names,
+        file_path=file.uri,
+        schema_location=options.schema_location,
+        schema_version=version,
+        mode=options.evolution_mode,
+    )
+
+
+def _record_new_columns(
+    new: dict[str, list[Any]], layout: RecordLayout, *, from_text: bool, arrow: pa.Schema | None
+) -> int:
+    options = layout.options
+    for _ in range(10):  # another task may record a version at the same time
+        latest = _schemas.latest_schema(options.schema_location)
+        version, current = latest if latest else (-1, StructType([]))
+        present = {f.name.lower() for f in current.fields}
+        added = []
+        for name, values in new.items():
+            if name.lower() in present:
+                continue
+            if arrow is not None:
+                data_type = _schemas.from_arrow(arrow.field(name).type)
+            elif options.infer_column_types:
+                data_type = _schemas.infer_type(values, from_text=from_text)
+            else:
+                data_type = StringType()
+            added.append(StructField(name, data_type, True))
+        if not added:
+            return version
+        merged = StructType([*current.fields, *added])
+        if _schemas.record_schema(options.schema_location, version + 1, merged):
+            return version + 1
+    raise RuntimeError("could not record a new schema version after 10 attempts")
+
+
+# ---- values ----------------------------------------------------------------------------
+
+
+def _metadata_value(file: LandingFile) -> dict[str, Any]:
+    return {
+        "file_path": file.uri,
+        "file_name": os.path.basename(file.uri),
+        "file_size": file.size,
+        "file_modification_time": dt.datetime.fromtimestamp(file.mtime_ns / 1e9, dt.timezone.utc),
+    }
+
+
+def convert(value: Any, data_type: DataType, *, from_text: bool) -> Any:
+    """``value`` as a Python value of ``data_type``; raises :class:`_Misfit`."""
+    if value is None:
+        return None
+    try:
+        return _CONVERTERS[type(data_type)](value, data_type, from_text)
+    except KeyError:
+        return _complex(value, data_type)
+    except (ValueError, TypeError, ArithmeticError, OverflowError) as exc:
+        raise _Misfit() from exc
+
+
+def _string(value: Any, _: DataType, __: bool) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def _integral(value: Any, data_type: DataType, from_text: bool) -> int:
+    if isinstance(value, str) and from_text:
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Misfit()
+    low, high = _INT_RANGES[type(data_type)]
+    if not low <= value <= high:
+        raise _Misfit()
+    return value
+
+
+def _fractional(value: Any, _: DataType, from_text: bool) -> float:
+    if isinstance(value, str) and from_text:
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Misfit()
+    return float(value)
+
+
+def _boolean(value: Any, _: DataType, from_text: bool) -> bool:
+    if isinstance(value, str) and from_text and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise _Misfit()
+    return value
+
+
+def _date(value: Any, _: DataType, __: bool) -> dt.date:
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return value
+    if not isinstance(value, str):
+        raise _Misfit()
+    return dt.date.fromisoformat(value.strip())
+
+
+def _timestamp(value: Any, _: DataType, __: bool) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        parsed = value
+    elif isinstance(value, str):
+        parsed = dt.datetime.fromisoformat(value.strip())
+    else:
+        raise _Misfit()
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+
+
+def _timestamp_ntz(value: Any, _: DataType, __: bool) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        parsed = value
+    elif isinstance(value, str):
+        parsed = dt.datetime.fromisoformat(value.strip())
+    else:
+        raise _Misfit()
+    if parsed.tzinfo:
+        raise _Misfit()
+    return parsed
+
+
+def _decimal(value: Any, data_type: DataType, __: bool) -> decimal.Decimal:
+    assert isinstance(data_type, DecimalType)
+    if isinstance(value, bool) or not isinstance(value, (str, int, float, decimal.Decimal)):
+        raise _Misfit()
+    number = decimal.Decimal(str(value).strip())
+    quantized = number.quantize(decimal.Decimal(1).scaleb(-data_type.scale))
+    if quantized != number or len(quantized.as_tuple().digits) > data_type.precision:
+        raise _Misfit()
+    return quantized
+
+
+def _binary(value: Any, _: DataType, __: bool) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if not isinstance(value, str):
+        raise _Misfit()
+    return value.encode("utf-8")
+
+
+def _complex(value: Any, data_type: DataType) -> Any:
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    try:
+        pa.scalar(value, type=to_arrow_type(data_type, timezone="UTC"))
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise _Misfit() from exc
+    return value
+
+
+_CONVERTERS: dict[type[DataType], Any] = {
+    StringType: _string,
+    ByteType: _integral,
+    ShortType: _integral,
+    IntegerType: _integral,
+    LongType: _integral,
+    FloatType: _fractional,
+    DoubleType: _fractional,
+    BooleanType: _boolean,
+    DateType: _date,
+    TimestampType: _timestamp,
+    TimestampNTZType: _timestamp_ntz,
+    DecimalType: _decimal,
+    BinaryType: _binary,
+}
