@@ -1,7 +1,7 @@
 """``deltaflow.DeltaTable``: delta-spark's ``delta.tables.DeltaTable`` for deltaflow.
 
-Same method names and arguments as delta-spark's Python API. DELETE and UPDATE run
-as Spark jobs (``_dml``); history, detail, vacuum, restore, optimize and table
+Same method names and arguments as delta-spark's Python API. DELETE, UPDATE and MERGE run
+as Spark jobs (``_dml``, ``_merge``); history, detail, vacuum, restore, optimize and table
 properties go through delta-rs on the driver. Conditions and values accept SQL
 strings and Columns.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from deltalake import DeltaTable as _DeltaRsTable
 
 from deltaflow.errors import InvalidOptionError
-from deltaflow.spark import _dml
+from deltaflow.spark import _dml, _merge_builder
 from deltaflow.spark.errors import RetentionTooShortError
 from deltaflow.table import _partitions, _predicates, _uri
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
@@ -145,6 +145,13 @@ class DeltaTable:
     ) -> None:
         """Set columns (``set``: column -> SQL text or Column) where ``condition`` is true."""
         _dml.update(self._spark, self._uri, self._alias, condition, set or {})
+
+    def merge(self, source: DataFrame, condition: str | Column) -> _merge_builder.DeltaMergeBuilder:
+        """A MERGE of ``source`` into this table on ``condition``; add ``when...`` clauses,
+        then ``execute()``. Alias the table with :meth:`alias` and the source with
+        ``source.alias("s")`` to name their columns in conditions."""
+        spec = _merge_builder.MergeSpec(self._uri, self._alias, source, condition)
+        return _merge_builder.DeltaMergeBuilder(self._spark, spec)
 
     # ---- inspection -----------------------------------------------------------------
 

@@ -183,17 +183,19 @@ def _run(
     return _commit_changes(snapshot, plan, adds, removed, metrics, condition, started)
 
 
-def _prepare(uri: str, operation: str) -> tuple[Snapshot, WritePlan]:
+def _prepare(uri: str, operation: str, *, rewrites: bool = True) -> tuple[Snapshot, WritePlan]:
+    """The pinned snapshot and write plan; ``rewrites=False`` (an insert-only MERGE) only
+    adds files, which append-only and change-data-feed tables allow."""
     snapshot = load_snapshot(uri)
     config = {k.lower(): (v or "").lower() for k, v in snapshot.configuration.items()}
-    if config.get("delta.appendonly") == "true":
+    if rewrites and config.get("delta.appendonly") == "true":
         raise UnsupportedFeatureError(
             f"Table {uri} is append-only (delta.appendOnly=true): {operation} is not allowed."
             " Set delta.appendOnly=false with DeltaTable.setProperties() first.",
             table_uri=uri,
             feature="appendOnly",
         )
-    if config.get("delta.enablechangedatafeed") == "true":
+    if rewrites and config.get("delta.enablechangedatafeed") == "true":
         raise UnsupportedFeatureError(
             f"{operation} on table {uri} would rewrite files, and the table has the change data"
             " feed enabled, which deltaflow cannot record for rewrites yet.",

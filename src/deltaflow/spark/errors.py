@@ -70,3 +70,13 @@ class RetentionTooShortError(DeltaflowError, ValueError):
             retention_hours=retention_hours,
             minimum_hours=minimum_hours,
         )
+
+
+class MultipleSourceRowMatchingTargetRowError(DeltaflowError):
+    """A MERGE into ``table_uri`` had several source rows match one target row that a
+    WHEN MATCHED clause would update or delete (delta-spark's
+    ``DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW_IN_MERGE``). Nothing was committed.
+    Terminal: deduplicate the source on the merge keys, then retry."""
+
+    def __init__(self, message: str, *, table_uri: str) -> None:
+        super().__init__(message, table_uri=table_uri)
