@@ -1,0 +1,115 @@
+"""Run by test_chaos.py: the streaming job that gets killed, and the appender that gets killed.
+
+``stream <source> <silver> <gold> <ck_silver> <ck_gold> <loop|once>`` runs two queries
+from one Delta source: silver (filter + projection, append) and gold (counts per key,
+complete mode). ``loop`` triggers every 500 ms until killed and prints
+``PROGRESS <query> <batchId> <rows>`` whenever a query finishes a batch; ``once`` runs
+both with availableNow, one after the other, and prints DONE.
+
+``append <path> <first_batch> <batches> <rows>`` appends ``batches`` tagged writes through
+``df.write.format("delta")``, printing ``COMMITTED <batch>`` after each returns.
+
+The transform and the aggregation are defined here and mirrored in plain Python by the test.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import deltaflow
+
+SILVER_FILTER = "value % 3 <> 0"
+KEYS = 7
+
+
+def silver_frame(spark: Any, source: str) -> Any:
+    return (
+        spark.readStream.format("delta")
+        .load(source)
+        .where(SILVER_FILTER)
+        .selectExpr("event_id", "key", "value * 2 AS doubled")
+    )
+
+
+def gold_frame(spark: Any, source: str) -> Any:
+    return spark.readStream.format("delta").load(source).groupBy("key").count()
+
+
+def run_stream(
+    source: str, silver: str, gold: str, ck_silver: str, ck_gold: str, mode: str
+) -> None:
+    spark = deltaflow.session(
+        app_name="chaos-stream",
+        master="local[1]",
+        conf={"spark.sql.shuffle.partitions": "1", "spark.ui.enabled": "false"},
+    )
+    queries = []
+    for name, frame, out_mode, checkpoint, target in (
+        ("silver", silver_frame(spark, source), "append", ck_silver, silver),
+        ("gold", gold_frame(spark, source), "complete", ck_gold, gold),
+    ):
+        if mode == "once" and queries:
+            # The catch-up runs the queries one after the other: starting two availableNow
+            # queries at once failed 1 run in 3 with java.io.OptionalDataException while
+            # deserializing the first task (Spark-side; the looping queries never hit it).
+            _await(queries[-1][1])
+        writer = (
+            frame.writeStream.format("delta")
+            .queryName(name)
+            .outputMode(out_mode)
+            .option("checkpointLocation", checkpoint)
+        )
+        if mode == "once":
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime="500 milliseconds")
+        queries.append((name, writer.start(target)))
+    print("STARTED", flush=True)
+    if mode == "once":
+        _await(queries[-1][1])
+        print("DONE", flush=True)
+        spark.stop()
+        return
+    seen: dict[str, int] = {}
+    while True:  # killed by the test
+        for name, query in queries:
+            if query.exception() is not None:
+                print(f"FAILED {name} {query.exception()}", flush=True)
+                sys.exit(1)
+            progress = query.lastProgress
+            if progress and progress["batchId"] != seen.get(name):
+                seen[name] = progress["batchId"]
+                print(
+                    f"PROGRESS {name} {progress['batchId']} {progress['numInputRows']}", flush=True
+                )
+        time.sleep(0.05)
+
+
+def _await(query: Any) -> None:
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise query.exception()
+
+
+def run_append(path: str, first_batch: int, batches: int, rows: int) -> None:
+    from pyspark.sql import functions as F
+
+    spark = deltaflow.session(app_name="chaos-append", master="local[1]")
+    print("STARTED", flush=True)
+    for batch in range(first_batch, first_batch + batches):
+        df = spark.range(rows, numPartitions=2).select(
+            F.lit(batch).alias("batch"), F.col("id").alias("row")
+        )
+        df.write.format("delta").mode("append").save(path)
+        print(f"COMMITTED {batch}", flush=True)
+    print("DONE", flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "stream":
+        run_stream(*sys.argv[2:8])
+    else:
+        run_append(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

@@ -1,0 +1,297 @@
+"""Crash safety: streaming jobs and appenders killed with SIGKILL at random moments.
+
+The killed jobs run in child processes (tests/spark/_chaos_stream_job.py), each with its
+own Spark driver. SIGKILL goes to the child's whole process group: the Python driver, its
+JVM and the JVM's Python workers die at once, as in a machine crash. The random moments
+come from a seeded RNG: set DELTAFLOW_CHAOS_SEED to replay a failing run (the seed is
+printed and appears in every assertion message).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import queue
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from tests.spark._chaos_stream_job import KEYS
+
+HERE = Path(__file__).parent
+JOB = str(HERE / "_chaos_stream_job.py")
+
+STREAM_KILLS = 10
+ROWS_PER_COMMIT = 200
+UPSTREAM_INTERVAL = 1.0  # seconds between upstream commits
+UPSTREAM_MAX_COMMITS = 400  # bounds the source even if the kills are slow
+APPEND_KILLS = 3
+APPEND_ROWS = 2000
+START_TIMEOUT = 180  # JVM start-up plus a first batch, on a busy 2-core machine
+
+
+def chaos_seed() -> int:
+    seed = int(os.environ.get("DELTAFLOW_CHAOS_SEED", random.randrange(2**32)))
+    print(f"chaos seed: {seed} (replay with DELTAFLOW_CHAOS_SEED={seed})")
+    return seed
+
+
+class Child:
+    """A child job in its own process group; its stdout lines are read on a thread."""
+
+    def __init__(self, args: list[str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("a")
+        self.proc = subprocess.Popen(
+            [sys.executable, JOB, *args],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+        self.lines.put("EOF")
+
+    def wait_for(self, prefix: str, timeout: float) -> str:
+        """The next stdout line starting with ``prefix``; fails on timeout or exit."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"no {prefix!r} within {timeout}s\n{self.stderr_tail()}")
+            try:
+                line = self.lines.get(timeout=remaining)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            if line.startswith(prefix):
+                return line
+            if line == "EOF" or line.startswith("FAILED"):
+                self.proc.wait(10)
+                raise AssertionError(
+                    f"child ended ({line}, rc={self.proc.returncode}) before {prefix!r}\n"
+                    + self.stderr_tail()
+                )
+
+    def drain(self) -> list[str]:
+        while True:
+            try:
+                self.seen.append(self.lines.get_nowait())
+            except queue.Empty:
+                return self.seen
+
+    def kill(self) -> None:
+        """SIGKILL the child and everything it started (JVM, Python workers)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+        self._log.close()
+
+    def finish(self, timeout: float) -> None:
+        try:
+            self.proc.wait(timeout)
+        finally:
+            self.kill()  # nothing left behind, whatever happened
+        assert self.proc.returncode == 0, self.stderr_tail()
+
+    def stderr_tail(self) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return self.log_path.read_text()[-6000:]
+
+
+class Upstream(threading.Thread):
+    """Appends ROWS_PER_COMMIT rows with unique event ids per commit until stopped."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.commits = 0
+        self.stopped = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stopped.is_set() and self.commits < UPSTREAM_MAX_COMMITS:
+                write_deltalake(self.path, source_batch(self.commits + 1), mode="append")
+                self.commits += 1
+                self.stopped.wait(UPSTREAM_INTERVAL)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(60)
+        assert not self.is_alive()
+        if self.error is not None:
+            raise self.error
+
+
+def source_batch(commit: int) -> pa.Table:
+    first = commit * ROWS_PER_COMMIT
+    event_ids = list(range(first, first + ROWS_PER_COMMIT))
+    return pa.table(
+        {
+            "event_id": pa.array(event_ids, pa.int64()),
+            "key": pa.array([f"k{(i * 7919) % KEYS}" for i in event_ids], pa.string()),
+            "value": pa.array([(i * 31) % 101 for i in event_ids], pa.int64()),
+        }
+    )
+
+
+def versions(path: str) -> range:
+    return range(DeltaTable(path).version() + 1)
+
+
+def commit_actions(path: str, version: int) -> list[dict[str, Any]]:
+    text = Path(path, "_delta_log", f"{version:020d}.json").read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def assert_versions_load(path: str, context: str) -> None:
+    """Every version loads with deltalake and refers only to files that exist."""
+    for version in versions(path):
+        table = DeltaTable(path, version=version)
+        missing = [f for f in table.file_uris() if not Path(f.removeprefix("file://")).exists()]
+        assert not missing, f"{context}: version {version} of {path} lacks {missing}"
+
+
+def assert_exactly_once_commits(path: str, checkpoint: str, context: str) -> None:
+    """Each sink commit carries the query's app transaction, batch ids strictly rising."""
+    query_id = json.loads(Path(checkpoint, "metadata").read_text())["id"]
+    batch_ids = []
+    for version in versions(path):
+        txns = [a["txn"] for a in commit_actions(path, version) if "txn" in a]
+        assert [t["appId"] for t in txns] == [query_id], f"{context}: version {version}: {txns}"
+        batch_ids.append(txns[0]["version"])
+    assert batch_ids == sorted(set(batch_ids)), f"{context}: {path} batch ids {batch_ids}"
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_stream_killed_at_random_moments_loses_and_duplicates_nothing(table_path, tmp_path):
+    seed = chaos_seed()
+    rng = random.Random(seed)
+    context = f"seed {seed}"
+    source, silver, gold = table_path("source"), table_path("silver"), table_path("gold")
+    ck_silver, ck_gold = table_path("ck_silver"), table_path("ck_gold")
+    write_deltalake(source, source_batch(0))
+    args = ["stream", source, silver, gold, ck_silver, ck_gold]
+    log = tmp_path / "child.log"
+    started = time.monotonic()
+
+    upstream = Upstream(source)
+    upstream.start()
+    try:
+        for kill in range(STREAM_KILLS):
+            cycle = time.monotonic()
+            child = Child([*args, "loop"], log)
+            try:
+                # Even kills come after the restarted query made progress; odd ones at a
+                # random moment after the queries started (planning, first batch, commit).
+                after = child.wait_for("PROGRESS" if kill % 2 == 0 else "STARTED", START_TIMEOUT)
+                delay = rng.uniform(0.0, 2.0) if kill % 2 == 0 else rng.uniform(0.0, 15.0)
+                time.sleep(delay)  # the random moment; everything else waits on conditions
+            finally:
+                child.kill()
+            print(
+                f"kill {kill} after {time.monotonic() - cycle:.0f}s, {delay:.2f}s after"
+                f" {after.split()[0]}; child said {child.drain()}"
+            )
+    finally:
+        upstream.stop()
+    print(f"{upstream.commits} upstream commits; {time.monotonic() - started:.0f}s to here")
+
+    final = Child([*args, "once"], log)
+    final.wait_for("DONE", START_TIMEOUT)
+    final.finish(60)
+    print(f"total {time.monotonic() - started:.0f}s")
+
+    source_rows = DeltaTable(source).to_pyarrow_table().to_pylist()
+    assert len(source_rows) == (upstream.commits + 1) * ROWS_PER_COMMIT, context
+    expected_silver = collections.Counter(
+        (r["event_id"], r["key"], r["value"] * 2) for r in source_rows if r["value"] % 3 != 0
+    )
+    got_silver = collections.Counter(
+        (r["event_id"], r["key"], r["doubled"])
+        for r in DeltaTable(silver).to_pyarrow_table().to_pylist()
+    )
+    lost = expected_silver - got_silver
+    duplicated = got_silver - expected_silver
+    assert not lost and not duplicated, (
+        f"{context}: {len(lost)} lost, {len(duplicated)} duplicated or wrong silver rows,"
+        f" e.g. {list(lost)[:5]} {list(duplicated)[:5]}"
+    )
+    expected_gold = collections.Counter(r["key"] for r in source_rows)
+    got_gold = {r["key"]: r["count"] for r in DeltaTable(gold).to_pyarrow_table().to_pylist()}
+    assert got_gold == dict(expected_gold), context
+
+    for path, checkpoint in ((silver, ck_silver), (gold, ck_gold)):
+        assert_exactly_once_commits(path, checkpoint, context)
+        assert_versions_load(path, context)
+    latest_source = DeltaTable(source)
+    assert all(Path(f.removeprefix("file://")).exists() for f in latest_source.file_uris())
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_appender_killed_mid_commit_leaves_only_whole_commits(table_path, tmp_path):
+    seed = chaos_seed()
+    rng = random.Random(seed)
+    context = f"seed {seed}"
+    path = table_path("appended")
+    write_deltalake(
+        path, pa.table({"batch": pa.array([], pa.int32()), "row": pa.array([], pa.int64())})
+    )
+    log = tmp_path / "child.log"
+    acknowledged: set[int] = set()
+
+    for run in range(APPEND_KILLS + 1):
+        last = run == APPEND_KILLS
+        batches = 2 if last else 100
+        child = Child(["append", path, str(run * 1000), str(batches), str(APPEND_ROWS)], log)
+        try:
+            if last:
+                child.wait_for("DONE", START_TIMEOUT)
+                child.finish(60)
+            else:
+                child.wait_for("COMMITTED", START_TIMEOUT)
+                time.sleep(rng.uniform(0.0, 2.0))
+        finally:
+            child.kill()
+        acknowledged |= {int(line.split()[1]) for line in child.drain() if "COMMITTED" in line}
+        print(f"run {run}: acknowledged so far {sorted(acknowledged)}")
+
+    assert_versions_load(path, context)
+    previous: collections.Counter[int] = collections.Counter()
+    for version in versions(path)[1:]:
+        counts = collections.Counter(
+            DeltaTable(path, version=version).to_pyarrow_table().column("batch").to_pylist()
+        )
+        added = counts - previous
+        # One commit per write, each holding one whole batch.
+        assert list(added.values()) == [APPEND_ROWS], f"{context}: version {version}: {added}"
+        assert not previous - counts, f"{context}: version {version} lost rows"
+        previous = counts
+    assert set(previous) >= acknowledged, f"{context}: {acknowledged - set(previous)} lost"
