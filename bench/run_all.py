@@ -6,7 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCHMARKS = ("bench_scan.py", "bench_write.py", "bench_skipping.py")
+BENCHMARKS = (
+    "bench_scan.py",
+    "bench_write.py",
+    "bench_skipping.py",
+    "bench_ingest_http.py",
+    "bench_merge.py",
+)
 
 
 def main() -> int:

@@ -295,6 +295,29 @@ def test_csv_max_files_per_trigger_splits_batches_with_file_metadata(spark, zone
             assert row["score"] == row["id"] * 1.5
 
 
+def test_text_lines_and_whole_text_keep_every_byte_as_a_value(spark, zone, tmp_path) -> None:
+    texts = [
+        "plain line\nsecond, with {json-ish} stuff\n",
+        "\u00e9t\u00e9 \u2028 kept\r\nno newline at end",
+    ]
+    for i, text in enumerate(texts):
+        zone.drop(text, name=f"log{i}.txt")
+    zone.drop("", name="empty.txt")
+    zone.run(spark, "text", **{"cloudFiles.includeFileMetadata": "true"})
+    rows = zone.rows()
+    expected = sorted(line.removesuffix("\r") for t in texts for line in t.split("\n") if line)
+    assert sorted(r["value"] for r in rows) == expected
+    assert set(DeltaTable(zone.target).schema().to_arrow().names) == {"value", "_metadata"}
+    assert {r["_metadata"]["file_name"] for r in rows} == {"log0.txt", "log1.txt"}
+
+    (tmp_path / "whole").mkdir()
+    whole = Zone(tmp_path / "whole")
+    for i, text in enumerate(texts):
+        whole.drop(text, name=f"doc{i}.txt")
+    whole.run(spark, "text", wholeText="true")
+    assert sorted(r["value"] for r in whole.rows()) == sorted(texts)
+
+
 def test_parquet_casts_whole_columns_and_rescues_misfits(spark, zone) -> None:
     def drop_parquet(name: str, table: pa.Table) -> Path:
         staging = zone.landing / f".{name}"

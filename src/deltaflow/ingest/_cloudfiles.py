@@ -35,7 +35,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxFiles,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from deltaflow.errors import DeltaflowError, InvalidOptionError
 from deltaflow.ingest import _schemas
@@ -43,6 +43,7 @@ from deltaflow.ingest._discovery import FileStore, LandingFile
 from deltaflow.ingest._options import (
     METADATA_COLUMN,
     RESCUED_DATA_COLUMN,
+    TEXT_VALUE_COLUMN,
     CloudFilesOptions,
     parse_options,
 )
@@ -98,6 +99,9 @@ class CloudFilesDataSource(DataSource):
 def stream_data_schema(options: CloudFilesOptions) -> StructType:
     """The data columns: the newest recorded schema version, else inferred from a sample
     of the landing zone and recorded as version 0. Hints apply either way."""
+    if options.format == "text":
+        # As spark.read.text: one string column; nothing to infer, nothing evolves.
+        return StructType([StructField(TEXT_VALUE_COLUMN, StringType(), True)])
     hints = _schemas.parse_hints(options.schema_hints)
     latest = _schemas.latest_schema(options.schema_location)
     if latest is None:

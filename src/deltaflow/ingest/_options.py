@@ -9,10 +9,11 @@ from typing import Literal, cast
 from deltaflow.errors import InvalidOptionError
 from deltaflow.table import _uri
 
-Format = Literal["json", "csv", "parquet"]
+Format = Literal["json", "csv", "parquet", "text"]
 EvolutionMode = Literal["addNewColumns", "rescue", "failOnNewColumns", "none"]
 
-FORMATS: tuple[str, ...] = ("json", "csv", "parquet")
+FORMATS: tuple[str, ...] = ("json", "csv", "parquet", "text")
+TEXT_VALUE_COLUMN = "value"  # format text: one string column, as spark.read.text
 EVOLUTION_MODES: tuple[str, ...] = ("addNewColumns", "rescue", "failOnNewColumns", "none")
 RESCUED_DATA_COLUMN = "_rescued_data"
 METADATA_COLUMN = "_metadata"
@@ -35,6 +36,7 @@ _KNOWN = (
     "pathGlobFilter",
     "rescuedDataColumn",
     "header",
+    "wholeText",
 )
 
 
@@ -60,6 +62,7 @@ class CloudFilesOptions:
     path_glob_filter: str | None
     rescued_data_column: str | None  # None: evolution mode "none" without the option
     header: bool
+    whole_text: bool  # format text: one row per file instead of one per line
 
 
 def parse_options(raw: Mapping[str, str]) -> CloudFilesOptions:
@@ -96,8 +99,8 @@ def parse_options(raw: Mapping[str, str]) -> CloudFilesOptions:
         )
     mode = _choice(options, "cloudFiles.schemaEvolutionMode", EVOLUTION_MODES, "addNewColumns")
     rescued = options.get("rescueddatacolumn")
-    if rescued is None and mode != "none":
-        rescued = RESCUED_DATA_COLUMN
+    if rescued is None and mode != "none" and fmt != "text":
+        rescued = RESCUED_DATA_COLUMN  # text has nothing to rescue: every line is a value
     return CloudFilesOptions(
         path=_uri.normalize_uri(path),
         format=cast(Format, fmt),
@@ -115,6 +118,7 @@ def parse_options(raw: Mapping[str, str]) -> CloudFilesOptions:
         path_glob_filter=options.get("pathglobfilter"),
         rescued_data_column=rescued,
         header=_bool(options, "header", True),
+        whole_text=_bool(options, "wholeText", False),
     )
 
 

@@ -90,6 +90,8 @@ def read_landing_file(file: LandingFile, layout: RecordLayout) -> Iterator[pa.Re
             yield from fast
             return
         rows = _parquet_rows(table, file, layout, schema)
+    elif layout.options.format == "text":
+        rows = _plain_text_rows(file, layout, schema)
     else:
         rows = _text_rows(file, layout, schema)
     columns: list[list[Any]] = [[] for _ in schema.fields]
@@ -139,6 +141,22 @@ def _text_rows(file: LandingFile, layout: RecordLayout, schema: StructType) -> I
             yield _shape(record, raw, schema, layout, file, index, meta, from_text=from_text)
     if new:
         _evolve(new, file, layout, from_text=from_text)
+
+
+def _plain_text_rows(
+    file: LandingFile, layout: RecordLayout, schema: StructType
+) -> Iterator[list[Any]]:
+    """format text: a ``value`` row per line (or per file with ``wholeText``), as
+    ``spark.read.text``; the only other column a text stream can have is ``_metadata``."""
+    meta = _metadata_value(file)
+    fs, path = _uri.filesystem(file.uri)
+    with fs.open_input_stream(path) as handle:
+        if layout.options.whole_text:
+            lines: Iterable[str] = [handle.read().decode("utf-8", errors="replace")]
+        else:
+            lines = read_lines(handle)
+        for line in lines:
+            yield [meta if f.name == METADATA_COLUMN else line for f in schema.fields]
 
 
 def read_lines(handle: Any) -> Iterator[str]:

@@ -1,0 +1,192 @@
+"""MERGE at scale: a 100k-row source upserted into a 10M-row target, 1% of the target matched.
+
+The target (10M rows, 5 columns, 40 files) is written once; each variant runs on a fresh
+copy of it, in its own process so peak memory is that variant's alone:
+
+* ``deltaflow``: ``deltaflow.DeltaTable.forPath(spark, t).merge(src, "t.id = s.id")
+  .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()`` on ``local[2]``
+  (driver JVM heap 2 GiB, ``spark.driver.memory``);
+* ``deltalake``: delta-rs's own ``DeltaTable.merge(...).when_matched_update_all()
+  .when_not_matched_insert_all().execute()`` on the same data.
+
+The source holds 100k rows: 100k ids spread at random over the whole target (1% of its
+rows, so every file is touched; the worst case for file pruning) with changed values.
+Peak memory is the peak resident set of the variant's whole process tree (driver
+Python, JVM and Python workers), sampled every 50 ms. A variant that fails (e.g. runs out
+of memory) is reported as failed with its error, not retried.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _common import DATA_DIR, fresh_dir, machine, parse_args, save_result
+
+TARGET_FILES = 40
+
+
+def make_data(target_rows: int, source_rows: int) -> tuple[Path, Path]:
+    """The target table and the source (a parquet file), both written by pyarrow."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    from deltalake import write_deltalake
+
+    base = fresh_dir(DATA_DIR / "merge")
+    target = base / "target"
+    rng = np.random.default_rng(7)
+    per_file = target_rows // TARGET_FILES
+    for part in range(TARGET_FILES):
+        ids = np.arange(part * per_file, (part + 1) * per_file, dtype=np.int64)
+        write_deltalake(str(target), _rows(ids, rng, 0), mode="append")
+    matched = rng.choice(target_rows, size=source_rows, replace=False).astype(np.int64)
+    source = base / "source.parquet"
+    pq.write_table(_rows(np.sort(matched), rng, 1), source)
+    return target, source
+
+
+def _rows(ids, rng, generation: int):
+    import pyarrow as pa
+
+    n = len(ids)
+    return pa.table(
+        {
+            "id": ids,
+            "device": pa.array([f"device-{i % 5000:05d}" for i in ids.tolist()]),
+            "state": pa.array(["CA", "NY", "TX", "WA", "FL"] * (n // 5) + ["CA"] * (n % 5)),
+            "value": rng.random(n),
+            "generation": pa.array([generation] * n, pa.int32()),
+        }
+    )
+
+
+def run_variant(variant: str, target: str, source: str) -> None:
+    """Runs in a child process: one MERGE, then prints a JSON line with its figures."""
+    start = time.perf_counter()
+    if variant == "deltaflow":
+        import deltaflow
+
+        spark = deltaflow.session(
+            app_name="bench-merge", conf={"spark.driver.memory": "2g", "spark.ui.enabled": "false"}
+        )
+        src = spark.read.parquet(source)
+        (
+            deltaflow.DeltaTable.forPath(spark, target)
+            .alias("t")
+            .merge(src.alias("s"), "t.id = s.id")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+        metrics = (
+            deltaflow.DeltaTable.forPath(spark, target).history(1).collect()[0]["operationMetrics"]
+        )
+        spark.stop()
+    else:
+        import pyarrow.parquet as pq
+        from deltalake import DeltaTable
+
+        src_table = pq.read_table(source)
+        metrics = (
+            DeltaTable(target)
+            .merge(src_table, "t.id = s.id", source_alias="s", target_alias="t")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+    print("RESULT " + json.dumps({"seconds": time.perf_counter() - start, "metrics": metrics}))
+
+
+def measure(variant: str, target: Path, source: Path, work: Path) -> dict[str, object]:
+    copy = work / variant
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(target, copy)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--variant", variant, str(copy), str(source)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, tree_rss(proc.pid))
+        time.sleep(0.05)
+    out, err = proc.communicate()
+    lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+    result: dict[str, object] = {"variant": variant, "peak_rss_mib": round(peak / 2**20)}
+    if proc.returncode != 0 or not lines:
+        result["failed"] = f"exit {proc.returncode}: {err.strip().splitlines()[-1:]}"
+        return result
+    result.update(json.loads(lines[-1].removeprefix("RESULT ")))
+    shutil.rmtree(copy)
+    return result
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and all its descendants (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            ppid, pages = int(fields[1]), int(fields[21])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+        rss[int(entry.name)] = pages * 4096
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        total += rss.get(current, 0)
+        stack.extend(children.get(current, []))
+    return total
+
+
+def main() -> dict[str, object]:
+    args = parse_args(__doc__ or "")
+    target_rows = 1_000_000 if args.quick else 10_000_000
+    source_rows = target_rows // 100
+    started = time.perf_counter()
+    target, source = make_data(target_rows, source_rows)
+    print(
+        f"data: {target_rows} target rows, {source_rows} source rows,"
+        f" {time.perf_counter() - started:.0f}s to generate"
+    )
+    work = fresh_dir(DATA_DIR / "merge_runs")
+    results = [measure(v, target, source, work) for v in ("deltaflow", "deltalake")]
+    print(f"\n### MERGE {source_rows} source rows into {target_rows} target rows (1% matched)\n")
+    print("| variant | seconds | peak RSS (MiB) | rows updated | rows inserted | note |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for r in results:
+        m = r.get("metrics") or {}
+        assert isinstance(m, dict)
+        updated = m.get("numTargetRowsUpdated", m.get("num_target_rows_updated", ""))
+        inserted = m.get("numTargetRowsInserted", m.get("num_target_rows_inserted", ""))
+        seconds = r.get("seconds")
+        shown = f"{seconds:.1f}" if isinstance(seconds, float) else "-"
+        print(
+            f"| {r['variant']} | {shown} | {r['peak_rss_mib']} | {updated} | {inserted}"
+            f" | {r.get('failed', '')} |"
+        )
+    result = {
+        "target_rows": target_rows,
+        "source_rows": source_rows,
+        "results": results,
+        "machine": machine(),
+    }
+    save_result("merge_quick" if args.quick else "merge", result)
+    return result
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--variant":
+        run_variant(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        main()

@@ -1,0 +1,105 @@
+"""The ``deltaflow`` command. Thin: parses arguments and calls library functions.
+
+    deltaflow serve --config serve.toml [--host H] [--port P] [--table NAME=PATH]
+                    [--schema NAME=DDL] [--token-env NAME=VAR] [--token-file NAME=FILE]
+                    [--max-body-bytes N] [--max-delay-ms MS] [--max-rows N]
+
+Flags override the file. See docs/ingest-http.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from deltaflow.errors import DeltaflowError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="deltaflow", description="deltaflow command line")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="run the HTTP ingest service",
+        description="Append events POSTed over HTTP to Delta tables (docs/ingest-http.md).",
+    )
+    serve.add_argument("--config", help="TOML configuration file")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8080; 0: any)")
+    serve.add_argument(
+        "--table", action="append", default=[], metavar="NAME=PATH", help="serve a table"
+    )
+    serve.add_argument(
+        "--schema", action="append", default=[], metavar="NAME=DDL", help="schema to create with"
+    )
+    serve.add_argument(
+        "--token-env",
+        action="append",
+        default=[],
+        metavar="NAME=VAR",
+        help="environment variable with the table's comma-separated tokens",
+    )
+    serve.add_argument(
+        "--token-file",
+        action="append",
+        default=[],
+        metavar="NAME=FILE",
+        help="file with the table's tokens, one per line",
+    )
+    serve.add_argument("--max-body-bytes", type=int, help="largest request body accepted")
+    serve.add_argument("--max-delay-ms", type=float, help="group commit: longest wait")
+    serve.add_argument("--max-rows", type=int, help="group commit: most rows per commit")
+    serve.add_argument("--no-fsync", action="store_true", help="do not fsync before acknowledging")
+    serve.add_argument("--log-level", help="debug, info, warning, error")
+    return parser
+
+
+def serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags of ``deltaflow serve`` as configuration overrides."""
+    from deltaflow.ingest._http_errors import ServeConfigError
+
+    tables: dict[str, dict[str, Any]] = {}
+    pairs = (
+        ("--table", args.table, "path"),
+        ("--schema", args.schema, "schema"),
+        ("--token-env", args.token_env, "tokens_env"),
+        ("--token-file", args.token_file, "tokens_file"),
+    )
+    for flag, values, key in pairs:
+        for value in values:
+            name, sep, rest = value.partition("=")
+            if not sep or not name or not rest:
+                raise ServeConfigError(f"{flag} expects NAME=VALUE, not {value!r}.", option=flag)
+            tables.setdefault(name, {})[key] = rest
+    return {
+        "host": args.host,
+        "port": args.port,
+        "max_body_bytes": args.max_body_bytes,
+        "group_commit_max_delay_ms": args.max_delay_ms,
+        "group_commit_max_rows": args.max_rows,
+        "fsync": False if args.no_fsync else None,
+        "log_level": args.log_level,
+        "tables": tables,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from deltaflow.ingest._http_app import serve
+        from deltaflow.ingest._http_config import load_config
+
+        try:
+            config = load_config(args.config, serve_overrides(args))
+            serve(config)
+        except DeltaflowError as exc:
+            print(f"deltaflow serve: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    return 2  # pragma: no cover - argparse rejects unknown commands
+
+
+if __name__ == "__main__":
+    sys.exit(main())
