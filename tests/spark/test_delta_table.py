@@ -288,14 +288,38 @@ def _interleave(monkeypatch, concurrent) -> None:
 
 def test_delete_conflicts_with_concurrent_delete_of_a_file_it_read(spark, table_path, monkeypatch):
     path = _make(table_path())
-    _interleave(monkeypatch, lambda: RsTable(path).delete("id = 0"))  # rewrites the ids 0-3 file
+    _interleave(monkeypatch, lambda: RsTable(path).delete("id <= 3"))  # the ids 0-3 file, whole
     with pytest.raises(ConcurrentWriteError) as info:
         DeltaTable.forPath(spark, path).delete("id = 3")
     assert info.value.kind == "ConcurrentDeleteRead"
     assert info.value.read_version == 2
     monkeypatch.undo()
     # The DELETE committed nothing and left no files behind in the log.
+    assert _rows(spark, path) == _sort([r for r in ALL_ROWS if r[0] > 3])
+
+
+def test_concurrent_rewrite_in_the_partition_read_is_concurrent_append(
+    spark, table_path, monkeypatch
+):
+    # As delta-spark: new (non-blind) files in the partitions a DML reads are checked
+    # before removed ones, so a concurrent partial DELETE reports ConcurrentAppend.
+    path = _make(table_path())
+    _interleave(monkeypatch, lambda: RsTable(path).delete("id = 0"))  # rewrites ids 0-3
+    with pytest.raises(ConcurrentWriteError) as info:
+        DeltaTable.forPath(spark, path).delete("kind = 'a' AND id = 3")
+    assert info.value.kind == "ConcurrentAppend"
+    monkeypatch.undo()
     assert _rows(spark, path) == _sort([r for r in ALL_ROWS if r[0] != 0])
+
+
+def test_concurrent_rewrite_in_another_partition_does_not_fail_delete(
+    spark, table_path, monkeypatch
+):
+    path = _make(table_path())
+    _interleave(monkeypatch, lambda: RsTable(path).delete("id = 4"))  # rewrites kind=b
+    DeltaTable.forPath(spark, path).delete("kind = 'a' AND id = 3")
+    monkeypatch.undo()
+    assert _rows(spark, path) == _sort([r for r in ALL_ROWS if r[0] not in (3, 4)])
 
 
 def test_concurrent_blind_append_does_not_fail_delete(spark, table_path, monkeypatch):

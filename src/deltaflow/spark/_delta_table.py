@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from deltalake import DeltaTable as _DeltaRsTable
 
 from deltaflow.errors import InvalidOptionError
-from deltaflow.spark import _dml, _merge_builder
+from deltaflow.spark import _create_builder, _dml, _merge_builder
 from deltaflow.spark.errors import RetentionTooShortError
 from deltaflow.table import _partitions, _predicates, _uri
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
@@ -26,6 +26,8 @@ from deltaflow.table.errors import TableNotFoundError, VersionNotFoundError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+    from deltaflow.spark._create_builder import DeltaTableBuilder
 
 # delta-spark's conf that lets VACUUM keep removed files for less than the table's
 # retention; the check protects readers and lagging streams that still need them.
@@ -118,6 +120,26 @@ class DeltaTable:
                 table_uri=tableOrViewName,
             )
         return cls(spark, location, name=tableOrViewName)
+
+    @classmethod
+    def create(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:
+        """A builder for a new table; ``execute()`` fails if it exists (as delta-spark)."""
+        return _create_builder.builder(sparkSession, "create")
+
+    @classmethod
+    def createIfNotExists(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:
+        """A builder that creates the table, or does nothing if it exists."""
+        return _create_builder.builder(sparkSession, "createIfNotExists")
+
+    @classmethod
+    def replace(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:
+        """A builder that replaces an existing table (schema, properties, no rows)."""
+        return _create_builder.builder(sparkSession, "replace")
+
+    @classmethod
+    def createOrReplace(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:
+        """A builder that creates the table, or replaces it in one commit if it exists."""
+        return _create_builder.builder(sparkSession, "createOrReplace")
 
     @classmethod
     def isDeltaTable(cls, sparkSession: SparkSession, identifier: str) -> bool:

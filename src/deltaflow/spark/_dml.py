@@ -3,17 +3,27 @@
 1. The driver pins a snapshot. Candidate files are those whose partition values and
    min/max stats may satisfy the condition, when the condition is SQL text the
    predicate parser reads; otherwise (a Column, a function call...) every file.
-2. Job 1 reads the candidates (``mapInArrow`` over the same ``read_file`` the
-   ``delta`` source uses: deletion vectors, column mapping, partition values) and
-   counts, per file, its rows and the rows where the condition is true.
+2. Job 1 reads the candidates (:func:`_scan`: Spark's Parquet scan when it reads
+   them exactly, by :mod:`._native_read`'s rules applied to these files; otherwise a
+   ``mapInArrow`` over the same ``read_file`` the ``delta`` source uses: deletion
+   vectors, column mapping, partition values; the Spark conf
+   ``deltaflow.dml.nativeScan`` = ``auto`` | ``false`` chooses) and counts, per file,
+   its rows and the rows where the condition is true.
 3. Job 2 reads only files with matches and computes their new rows in Spark
    (DELETE: rows where the condition is not true; UPDATE: ``CASE WHEN`` per set
-   column); tasks write them with :class:`FileSetWriter`. A DELETE removes wholly
+   column); Spark's Parquet writer writes them when it can (:mod:`._native_write`),
+   Python tasks with :class:`FileSetWriter` otherwise. A DELETE removes wholly
    matched files without rewriting them.
-4. One commit: removes + adds against the read version, so delta-rs fails it with
-   :class:`ConcurrentWriteError` when a concurrent commit removed a file this one
-   read. A concurrent blind append does not conflict (WriteSerializable, as in
-   delta-spark). Untouched files stay.
+   With the change data feed enabled, job 2 also writes change rows
+   (``_change_type``) to ``_change_data/`` files (:mod:`._change_writer`, Python
+   writer); a DELETE then rewrites wholly matched files too (as change rows only),
+   unless every touched file is wholly matched: such a commit needs no change files.
+4. One commit of removes (naming any deletion vector) + adds (+ cdc) against the
+   read version, by deltaflow's log writer on local tables: it fails with
+   :class:`ConcurrentWriteError` by delta-spark's rules (WriteSerializable): a
+   concurrent remove of a file this read (ConcurrentDeleteRead), a concurrent
+   non-blind write into the partitions the condition reads (ConcurrentAppend)...
+   A concurrent blind append does not conflict. Untouched files stay.
 
 Null semantics are SQL's: a condition that is NULL does not match.
 """
@@ -24,15 +34,16 @@ import dataclasses
 import json
 import logging
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote
 
 import pyarrow as pa
 
-from deltaflow.errors import DeltaflowError
-from deltaflow.spark import _file_writer, _replace_where
+from deltaflow.errors import DeltaflowError, InvalidOptionError
+from deltaflow.spark import _change_writer, _replace_where
+from deltaflow.spark._native_read import Fallback, NativeScan, plan_native_files
 from deltaflow.spark._options import parse_write_options
 from deltaflow.spark._writer import WritePlan, plan_write
 from deltaflow.table import _commit, _predicates, _schema, _uri
@@ -45,8 +56,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("deltaflow.dml")
 
-# Carries each row's source file (its index in the candidate list) through job 1.
+# Carries each row's source file through job 1 (see TargetScan).
 FILE_INDEX = "__deltaflow_file_index"
+# auto: target files are read by Spark's Parquet scan when it reads them exactly.
+NATIVE_SCAN_CONF = "deltaflow.dml.nativeScan"
+NATIVE_SCAN_MODES = ("auto", "false")
 # Commit-info key naming the operation: delta-rs writes "operation": "WRITE" for every
 # commit built from actions and does not let callers set it; history() reads this one.
 OPERATION_KEY = "deltaflow.operation"
@@ -63,6 +77,7 @@ class DmlMetrics:
     removed_files: int = 0
     added_bytes: int = 0
     removed_bytes: int = 0
+    change_files: int = 0
     scan_time_ms: int = 0
     rewrite_time_ms: int = 0
     execution_time_ms: int = 0
@@ -78,7 +93,7 @@ class DmlMetrics:
             "numRemovedFiles": self.removed_files,
             "numAddedBytes": self.added_bytes,
             "numRemovedBytes": self.removed_bytes,
-            "numAddedChangeFiles": 0,
+            "numAddedChangeFiles": self.change_files,
             "scanTimeMs": self.scan_time_ms,
             "rewriteTimeMs": self.rewrite_time_ms,
             "executionTimeMs": self.execution_time_ms,
@@ -144,22 +159,26 @@ def _run(
     if not touched:
         log.info("%s on %s matched no rows; nothing to commit", operation, uri)
         return DmlMetrics(operation, scan_time_ms=_ms(started, scanned))
+    changes = _change_writer.cdf_enabled(snapshot)
     if operation == "DELETE":
         rewrite = [i for i in touched if counts[i].matched < counts[i].total]
+        if changes and rewrite:
+            # The commit will have change files, which readers then take as all of its
+            # changes: rows of wholly deleted files must be in them too.
+            rewrite = touched
     else:
         rewrite = touched
-    _refuse_deletion_vectors(snapshot, [files[i] for i in rewrite])
 
     affected = sum(counts[i].matched for i in touched)
     copied = sum(counts[i].total - counts[i].matched for i in rewrite)
-    adds: list[_commit.AddedFile] = []
+    written = _change_writer.Written([], [], 0)
     if rewrite:
-        scan = _scan(spark, snapshot, struct, [files[i] for i in rewrite], alias)
-        rows = _rewritten_rows(scan, struct, condition, resolved, operation)
-        adds, written = _write(rows, plan)
+        scan = _scan(spark, snapshot, struct, [files[i] for i in rewrite], alias, keyed=False).df
+        rows = _rewritten_rows(scan, struct, condition, resolved, operation, changes=changes)
+        written = _change_writer.write(rows, plan, changes=changes)
         expected = copied + (affected if operation == "UPDATE" else 0)
-        if written != expected:
-            _file_writer.delete_files(uri, adds)
+        if written.rows != expected:
+            written.delete(uri)
             raise DeltaflowError(
                 f"{operation} on {uri} wrote {written} rows where {expected} were expected: the"
                 " condition or a set expression is not deterministic. Nothing was committed;"
@@ -173,14 +192,18 @@ def _run(
         operation,
         affected_rows=affected,
         copied_rows=copied,
-        added_files=len(adds),
+        added_files=len(written.adds),
         removed_files=len(removed),
-        added_bytes=sum(a.size for a in adds),
+        added_bytes=sum(a.size for a in written.adds),
         removed_bytes=sum(f.size for f in removed),
+        change_files=len(written.cdc),
         scan_time_ms=_ms(started, scanned),
         rewrite_time_ms=_ms(scanned, rewritten),
     )
-    return _commit_changes(snapshot, plan, adds, removed, metrics, condition, started)
+    read = _change_writer.read_set(
+        snapshot, files, _parse_or_none(condition, alias), whole_table=condition is None
+    )
+    return _commit_changes(snapshot, plan, written, removed, metrics, condition, started, read)
 
 
 def _prepare(uri: str, operation: str, *, rewrites: bool = True) -> tuple[Snapshot, WritePlan]:
@@ -195,13 +218,8 @@ def _prepare(uri: str, operation: str, *, rewrites: bool = True) -> tuple[Snapsh
             table_uri=uri,
             feature="appendOnly",
         )
-    if rewrites and config.get("delta.enablechangedatafeed") == "true":
-        raise UnsupportedFeatureError(
-            f"{operation} on table {uri} would rewrite files, and the table has the change data"
-            " feed enabled, which deltaflow cannot record for rewrites yet.",
-            table_uri=uri,
-            feature="changeDataFeed",
-        )
+    if rewrites:
+        _change_writer.require_log_writer(snapshot, operation)
     # plan_write checks writer features and settles column mapping and partitioning
     # exactly as an append would; the commit is pinned to the version read here.
     logical = _schema.logical_schema(snapshot.schema)
@@ -252,6 +270,10 @@ def _candidate_files(snapshot: Snapshot, condition: Any, alias: str | None) -> l
     return kept
 
 
+def _parse_or_none(condition: Any, alias: str | None) -> _predicates.Node | None:
+    return _parse(condition, alias) if isinstance(condition, str) else None
+
+
 def _parse(condition: str, alias: str | None) -> _predicates.Node | None:
     try:
         node = _predicates.parse(condition, option="condition")
@@ -283,18 +305,34 @@ def _shortcut_counts(snapshot: Snapshot, files: list[FileEntry]) -> dict[int, _F
     return {i: _FileCounts(f.num_records or 0, f.num_records or 0) for i, f in enumerate(files)}
 
 
-def _refuse_deletion_vectors(snapshot: Snapshot, rewrite: list[FileEntry]) -> None:
-    deleted = snapshot.deleted_rows() if rewrite else {}
-    for entry in rewrite:
-        if entry.path in deleted:
-            # A remove must name the file's deletion vector, which delta-rs 1.6 does not
-            # expose to us (see docs/architecture.md, "Deletion vectors").
-            raise UnsupportedFeatureError(
-                f"DML would rewrite {entry.path} of table {snapshot.uri}, which has a deletion"
-                " vector; deltaflow cannot remove such files yet. Run OPTIMIZE first.",
-                table_uri=snapshot.uri,
-                feature="deletionVectors",
-            )
+@dataclass(frozen=True)
+class TargetScan:
+    """Candidate files as a DataFrame whose ``FILE_INDEX`` column names each row's file.
+
+    ``keys`` maps a ``FILE_INDEX`` value to the file's index in the candidate list:
+    the JVM scan tags rows with their file's name (``_metadata.file_name``, unique
+    among the candidates), the Python scan with the index itself (``keys`` None).
+    """
+
+    df: DataFrame
+    native: bool
+    keys: Mapping[Any, int] | None = None
+
+    def index(self, key: Any) -> int:
+        return int(key) if self.keys is None else self.keys[key]
+
+
+def dml_scan_mode(value: str | None) -> str:
+    mode = (value or "auto").strip().lower()
+    if mode not in NATIVE_SCAN_MODES:
+        raise InvalidOptionError(
+            f"Spark conf '{NATIVE_SCAN_CONF}' must be one of {', '.join(NATIVE_SCAN_MODES)},"
+            f" not {value!r}: spark.conf.set('{NATIVE_SCAN_CONF}', 'false') makes DELETE,"
+            " UPDATE and MERGE read target files through Python.",
+            option=NATIVE_SCAN_CONF,
+            valid=NATIVE_SCAN_MODES,
+        )
+    return mode
 
 
 def _scan(
@@ -303,8 +341,76 @@ def _scan(
     struct: StructType,
     files: list[FileEntry],
     alias: str | None,
+    *,
+    keyed: bool = True,
+) -> TargetScan:
+    """Exactly ``files`` of ``snapshot`` as a DataFrame, plus each row's file key
+    (``keyed=False``: the JVM scan leaves the key out; the Python scan always has it).
+
+    Spark's Parquet scan reads them when it reads them exactly (``_native_read``'s
+    rules: no deletion vectors in these files, no column mapping or type widening,
+    Hive-decodable partition directories); the Python ``read_file`` otherwise.
+    """
+    plan = _native_plan(spark, snapshot, struct, files)
+    if isinstance(plan, NativeScan):
+        log.info(
+            "DML scan of %s v%d: JVM Parquet scan of %d files",
+            snapshot.uri,
+            snapshot.version,
+            len(files),
+        )
+        df = _native_scan(spark, plan, keyed)
+        keys = {_file_name(f): i for i, f in enumerate(files)}
+        return TargetScan(df.alias(alias) if alias else df, native=True, keys=keys)
+    log.info(
+        "DML scan of %s v%d: Python scan of %d files (%s)",
+        snapshot.uri,
+        snapshot.version,
+        len(files),
+        plan.reason,
+    )
+    return TargetScan(_python_scan(spark, snapshot, struct, files, alias), native=False)
+
+
+def _native_plan(
+    spark: SparkSession, snapshot: Snapshot, struct: StructType, files: list[FileEntry]
+) -> NativeScan | Fallback:
+    if dml_scan_mode(spark.conf.get(NATIVE_SCAN_CONF, "auto")) == "false":
+        return Fallback(f"{NATIVE_SCAN_CONF}=false")
+    if not files:
+        return Fallback("no files")
+    if any(f.name.lower() == "_metadata" for f in struct.fields):
+        return Fallback("a column named _metadata hides Spark's file metadata")
+    if len({_file_name(f) for f in files}) != len(files):
+        return Fallback("two candidate files share a file name")
+    return plan_native_files(snapshot, files)
+
+
+def _file_name(entry: FileEntry) -> str:
+    # What Spark's _metadata.file_name holds: Hadoop's Path.getName, decoded.
+    return unquote(entry.path).rsplit("/", 1)[-1]
+
+
+def _native_scan(spark: SparkSession, plan: NativeScan, keyed: bool) -> DataFrame:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromJson(plan.schema)
+    df = spark.read.schema(schema).option("basePath", plan.root).parquet(*plan.file_uris)
+    columns = [F.col("`" + name.replace("`", "``") + "`") for name in schema.fieldNames()]
+    if keyed:
+        columns.append(F.col("_metadata.file_name").alias(FILE_INDEX))
+    return df.select(*columns)
+
+
+def _python_scan(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    struct: StructType,
+    files: list[FileEntry],
+    alias: str | None,
 ) -> DataFrame:
-    """Exactly ``files`` of ``snapshot`` as a DataFrame, plus each row's file index."""
+    """Exactly ``files`` of ``snapshot`` read by Python tasks, plus each row's file index."""
     from pyspark.sql.types import LongType, StructField, StructType
 
     from deltaflow.spark._reader import FileTask, ReadLayout, bin_pack, read_file
@@ -344,16 +450,19 @@ def _condition_column(condition: Any) -> Column:
     return F.coalesce(column, F.lit(False))  # NULL does not match, as in SQL's WHERE
 
 
-def _count_matches(scan: DataFrame, condition: Any) -> dict[int, _FileCounts]:
+def _count_matches(scan: TargetScan, condition: Any) -> dict[int, _FileCounts]:
     from pyspark.sql import functions as F
 
     matches = F.when(_condition_column(condition), 1).otherwise(0)
     rows = (
-        scan.groupBy(F.col(FILE_INDEX))
+        scan.df.groupBy(F.col(FILE_INDEX))
         .agg(F.count(F.lit(1)).alias("total"), F.sum(matches).alias("matched"))
         .collect()
     )
-    return {r[FILE_INDEX]: _FileCounts(int(r["total"]), int(r["matched"] or 0)) for r in rows}
+    return {
+        scan.index(r[FILE_INDEX]): _FileCounts(int(r["total"]), int(r["matched"] or 0))
+        for r in rows
+    }
 
 
 def _rewritten_rows(
@@ -362,12 +471,27 @@ def _rewritten_rows(
     condition: Any,
     assignments: Mapping[str, Column],
     operation: str,
+    *,
+    changes: bool = False,
 ) -> DataFrame:
+    """Job 2's rows; with ``changes``, plus change rows (``_change_type`` not NULL)."""
     from pyspark.sql import functions as F
 
+    cw = _change_writer
     matched = _condition_column(condition)
+    none = F.lit(None).cast("string")
     if operation == "DELETE":
-        return scan.where(~matched).drop(FILE_INDEX)
+        if not changes:
+            return scan.where(~matched).drop(FILE_INDEX)
+        kind = F.when(matched, F.lit(cw.DELETE)).otherwise(none)
+        return scan.drop(FILE_INDEX).withColumn(cw.CHANGE_TYPE, kind)
+    if changes:
+        # A matched row is written three times: the new row, its pre- and post-image.
+        kinds = F.when(matched, F.array(none, F.lit(cw.PREIMAGE), F.lit(cw.POSTIMAGE))).otherwise(
+            F.array(none)
+        )
+        scan = scan.withColumn(cw.CHANGE_TYPE, F.explode(kinds))
+    is_preimage = F.col(cw.CHANGE_TYPE) == F.lit(cw.PREIMAGE) if changes else F.lit(False)
     columns = []
     for field in struct.fields:
         old = F.col(f"`{field.name}`")
@@ -376,76 +500,43 @@ def _rewritten_rows(
             columns.append(old)
             continue
         new = value.cast(field.dataType)
-        columns.append(
-            (new if condition is None else F.when(matched, new).otherwise(old)).alias(field.name)
-        )
+        chosen = new if condition is None else F.when(matched, new).otherwise(old)
+        if changes:
+            chosen = F.when(is_preimage, old).otherwise(chosen)
+        columns.append(chosen.alias(field.name))
+    if changes:
+        columns.append(F.col(cw.CHANGE_TYPE))
     return scan.select(*columns)
-
-
-def _write(rows: DataFrame, plan: WritePlan) -> tuple[list[_commit.AddedFile], int]:
-    """Write ``rows`` in Spark tasks; the files written and the number of rows."""
-    from deltaflow.spark._writer_compat import RemoteDeltaflowError, unpack_remote_error
-
-    job_id = uuid.uuid4().hex[:8]
-
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        writer = _file_writer.FileSetWriter(plan, job_id=job_id)
-        try:
-            for batch in batches:
-                writer.write(batch)
-            message = writer.close()
-        except DeltaflowError as exc:
-            writer.discard()
-            raise RemoteDeltaflowError(exc) from exc
-        except BaseException:
-            writer.discard()
-            raise
-        files = json.dumps([dataclasses.asdict(f) for f in message.files])
-        yield pa.RecordBatch.from_pydict(
-            {"files": [files], "rows": [message.num_rows]},
-            schema=pa.schema([("files", pa.string()), ("rows", pa.int64())]),
-        )
-
-    try:
-        results = rows.mapInArrow(write, "files string, rows long").collect()
-    except Exception as exc:
-        _file_writer.delete_job_files(plan.table_uri, job_id)
-        remote = unpack_remote_error(exc)
-        if remote is not None:
-            raise remote from exc
-        raise
-    adds = [_commit.AddedFile(**f) for r in results for f in json.loads(r["files"])]
-    return adds, sum(int(r["rows"]) for r in results)
 
 
 def _commit_changes(
     snapshot: Snapshot,
     plan: WritePlan,
-    adds: list[_commit.AddedFile],
+    written: _change_writer.Written,
     removed: list[FileEntry],
     metrics: DmlMetrics,
     condition: Any,
     started: float,
+    read: Any,
 ) -> DmlMetrics:
-    physical = _schema.top_level_physical_names(snapshot.schema)
-    removes = [
-        _commit.RemovedFile(
-            path=f.path,
-            size=f.size,
-            partition_values=_replace_where.serialized_partition_values(f, physical),
-        )
-        for f in removed
-    ]
+    try:
+        removes = _change_writer.removes(snapshot, removed)
+    except BaseException:
+        written.delete(snapshot.uri)
+        raise
     metrics = dataclasses.replace(metrics, execution_time_ms=_ms(started, time.perf_counter()))
     predicate = [] if condition is None else [sql_text(condition)]
     request = _commit.CommitRequest(
         table_uri=snapshot.uri,
         schema=plan.schema,
         partition_columns=plan.partition_columns,
-        adds=adds,
+        adds=written.adds,
         removes=removes,
+        cdc=written.cdc,
         mode="append",
         read_version=snapshot.version,
+        read=read if _change_writer.uses_log_writer(snapshot.uri) else None,
+        operation=metrics.operation,
         commit_info={
             OPERATION_KEY: metrics.operation,
             "operationParameters": {"predicate": json.dumps(predicate)},
@@ -457,7 +548,7 @@ def _commit_changes(
     try:
         result = commit(request)
     except BaseException:
-        _file_writer.delete_files(snapshot.uri, adds)
+        written.delete(snapshot.uri)
         raise
     log.info("%s on %s: version %s, %s", metrics.operation, snapshot.uri, result.version, metrics)
     return dataclasses.replace(metrics, version=result.version)

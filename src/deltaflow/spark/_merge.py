@@ -3,20 +3,34 @@
 1. The driver pins a snapshot. Candidate target files are pruned by the conjuncts of
    the merge condition that name only the target (``t.kind = 'a'``), when the
    condition is SQL text the predicate parser reads; otherwise every file.
-2. The candidates are read with the same ``mapInArrow`` scan as DELETE / UPDATE
-   (``_dml._scan``), each row carrying its file index and a row id, and joined with
-   the source: full outer with insert clauses, else target-left.
+2. The candidates are read (``_dml._scan``: Spark's Parquet scan when it reads them
+   exactly, else the Python ``mapInArrow`` scan), each row carrying its file key and a
+   row id, and joined with the source: target LEFT OUTER source, so that Spark can
+   broadcast a small source and stream the target through a hash join without a
+   shuffle. With insert clauses the source is materialized once (persisted, with a
+   row id per source row), as delta-spark's ``merge.materializeSource`` does.
 3. Every joined row gets the index of the first clause that applies (clauses in
-   order, NULL conditions do not match): matched, not-matched (source only) or
-   not-matched-by-source (target only). Job 1 aggregates per target file: rows
-   updated / deleted / copied, inserts, and source rows per target row (a target row
-   that more than one source row would modify fails with
-   :class:`MultipleSourceRowMatchingTargetRowError`, nothing committed).
-4. Job 2 computes the output rows with one ``CASE`` per column: every row of a
-   touched file (copied, updated, or dropped when deleted) plus the inserts. Files
-   with no updated or deleted row are left as they are. Tasks write with
-   :class:`FileSetWriter`.
-5. One commit of removes + adds, pinned to the read version when it removes files.
+   order, NULL conditions do not match): matched or not-matched-by-source (target
+   only). Job 1 aggregates the joined rows into one row per matched pair plus one per
+   file for its unmatched rows, then per target file: rows updated / deleted / copied,
+   and source rows per target row (a target row that more than one source row would
+   modify fails with :class:`MultipleSourceRowMatchingTargetRowError`, nothing
+   committed). The inserts are the source rows whose id no pair has (an anti join
+   against job 1's small aggregate, not the target), kept for job 2.
+4. Job 2 reads only the touched files again and computes the output rows with one
+   ``CASE`` per column: every row of a touched file (copied, updated, or dropped when
+   deleted), unioned with the inserts. Files with no updated or deleted row are left as
+   they are. Spark's Parquet writer writes them when it can (``_native_write``), Python
+   tasks (:class:`FileSetWriter`) otherwise.
+   With the change data feed enabled and any target row updated or deleted, the
+   same job writes change rows to ``_change_data/`` (``update_preimage`` /
+   ``update_postimage`` / ``delete`` / ``insert``, :mod:`._change_writer`), on the
+   Python writer.
+5. One commit of removes + adds (+ cdc) against the read version, by deltaflow's
+   log writer on local tables, with delta-spark's conflict rules: the files read and
+   the condition's target-only / partition conjuncts are the read set, so a
+   concurrent blind append never fails a MERGE, a concurrent delete of a file it read
+   does (ConcurrentDeleteRead). An insert-only MERGE is checked the same way.
 """
 
 from __future__ import annotations
@@ -30,7 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError
-from deltaflow.spark import _dml, _file_writer, _replace_where
+from deltaflow.spark import _change_writer, _dml, _replace_where
 from deltaflow.spark._merge_builder import (
     BY_SOURCE_KINDS,
     DELETE_KINDS,
@@ -56,10 +70,13 @@ ROW_ID = "__deltaflow_row_id"
 TARGET_MARK = "__deltaflow_target"
 SOURCE_MARK = "__deltaflow_source"
 ACTION = "__deltaflow_action"
+SOURCE_ID = "__deltaflow_source_id"
+MATCHED_ID = "__deltaflow_matched_id"
 RANK = "__deltaflow_rank"
 # Distinct source values of a partition-equality key collected to the driver for file
 # pruning; above this the condition alone decides (every file is read).
 MAX_PRUNING_VALUES = 1000
+_UPDATE_KINDS = ("matchedUpdate", "notMatchedBySourceUpdate")
 COPY = -1  # a target row no clause applies to: written unchanged if its file is rewritten
 
 
@@ -78,6 +95,7 @@ class MergeMetrics:
     removed_files: int = 0
     added_bytes: int = 0
     removed_bytes: int = 0
+    change_files: int = 0
     execution_time_ms: int = 0
     version: int | None = None  # None: nothing changed, nothing was committed
 
@@ -100,7 +118,7 @@ class MergeMetrics:
             "numTargetFilesRemoved": self.removed_files,
             "numTargetBytesAdded": self.added_bytes,
             "numTargetBytesRemoved": self.removed_bytes,
-            "numTargetChangeFilesAdded": 0,
+            "numTargetChangeFilesAdded": self.change_files,
             "executionTimeMs": self.execution_time_ms,
         }
         return {k: str(v) for k, v in values.items()}
@@ -113,7 +131,6 @@ class _FileOutcome:
     updated: tuple[int, int] = (0, 0)  # matched, by source
     deleted: tuple[int, int] = (0, 0)
     unchanged: int = 0
-    inserted: int = 0
 
     @property
     def touched(self) -> bool:
@@ -122,6 +139,7 @@ class _FileOutcome:
 
 def execute(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
     """Run ``spec``: at most one commit; nothing is committed when nothing changes."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
 
@@ -134,62 +152,99 @@ def execute(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
     # Resolved before any job, so a bad assignment fails fast.
     values = [_clause_values(spec, clause, output, source) for clause in spec.clauses]
     files = snapshot.files()
+    read_node: Any = None
     if not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses):
         # Rows the condition cannot match are "not matched by source": pruning files by
         # the condition is only sound when no such clause exists.
-        files = _candidate_files(snapshot, files, spec, source)
+        files, read_node = _candidate_files(snapshot, files, spec, source)
 
-    scan = _dml._scan(spark, snapshot, struct, files, spec.target_alias)
-    target = scan.withColumn(ROW_ID, F.monotonically_increasing_id()).withColumn(
-        TARGET_MARK, F.lit(True)
-    )
-    marked = source.withColumn(SOURCE_MARK, F.lit(True))
+    condition = F.expr(spec.condition) if isinstance(spec.condition, str) else spec.condition
     inserts = any(c.kind in NOT_MATCHED_KINDS for c in spec.clauses)
-    how = "full_outer" if inserts else "left_outer"
-    joined = target.join(marked, on=_dml._condition_column(spec.condition), how=how)
-    joined = joined.withColumn(ACTION, _action_column(spec.clauses))
+    marked = source.withColumn(SOURCE_MARK, F.lit(True))
+    cached: list[DataFrame] = []
+    if inserts:
+        # Inserts are the source rows no target row matched, found by the source row
+        # ids job 1 saw matched: the source is materialized once (as delta-spark's
+        # merge.materializeSource does), so its rows and ids are the same in each job.
+        marked = marked.withColumn(SOURCE_ID, F.monotonically_increasing_id())
+        cached.append(marked.persist(StorageLevel.MEMORY_AND_DISK))
+    try:
+        scan = _dml._scan(spark, snapshot, struct, files, spec.target_alias)
+        per_row = _per_row(_joined(scan.df, marked, condition, spec.clauses), spec.clauses, inserts)
+        if inserts:
+            cached.append(per_row.persist(StorageLevel.MEMORY_AND_DISK))
+        outcomes = _outcomes(per_row, scan)
+        _check_multiple_matches(spec, outcomes)
+        new_rows = None
+        inserted = 0
+        if inserts:
+            new_rows = _unmatched_source(marked, per_row, spec.clauses)
+            cached.append(new_rows.persist(StorageLevel.MEMORY_AND_DISK))
+            inserted = new_rows.count()
+        source_rows = marked.count() if inserts else source.count()
+        touched = sorted(i for i, o in outcomes.items() if o.touched)
+        if not touched and not inserted:
+            log.info("MERGE into %s changed nothing; nothing to commit", spec.uri)
+            return MergeMetrics(source_rows=source_rows)
+        # Only inserts: readers of the change feed take the added files as inserts.
+        changes = bool(touched) and _change_writer.cdf_enabled(snapshot)
 
-    outcomes = _outcomes(joined, spec.clauses)
-    _check_multiple_matches(spec, outcomes)
-    inserted = outcomes.pop(None, _FileOutcome()).inserted
-    touched = sorted(i for i, o in outcomes.items() if i is not None and o.touched)
-    source_rows = source.count()
-    if not touched and not inserted:
-        log.info("MERGE into %s changed nothing; nothing to commit", spec.uri)
-        return MergeMetrics(source_rows=source_rows)
-    _dml._refuse_deletion_vectors(snapshot, [files[i] for i in touched])
-
-    chosen = [outcomes[i] for i in touched]
-    metrics = MergeMetrics(
-        source_rows=source_rows,
-        inserted=inserted,
-        matched_updated=sum(o.updated[0] for o in chosen),
-        by_source_updated=sum(o.updated[1] for o in chosen),
-        matched_deleted=sum(o.deleted[0] for o in chosen),
-        by_source_deleted=sum(o.deleted[1] for o in chosen),
-        copied=sum(o.unchanged for o in chosen),
-    )
-    dedupe = any(o.max_pairs > 1 for o in chosen)
-    rows = _output_rows(joined, spec, output, touched, values, target, dedupe)
-    adds, written = _dml._write(rows, plan)
+        chosen = [outcomes[i] for i in touched]
+        metrics = MergeMetrics(
+            source_rows=source_rows,
+            inserted=inserted,
+            matched_updated=sum(o.updated[0] for o in chosen),
+            by_source_updated=sum(o.updated[1] for o in chosen),
+            matched_deleted=sum(o.deleted[0] for o in chosen),
+            by_source_deleted=sum(o.deleted[1] for o in chosen),
+            copied=sum(o.unchanged for o in chosen),
+        )
+        dedupe = any(o.max_pairs > 1 for o in chosen)
+        parts = []
+        if touched:
+            # Job 2 reads only the touched files again (the JVM scan reads just those).
+            rescan = _dml._scan(
+                spark, snapshot, struct, [files[i] for i in touched], spec.target_alias, keyed=False
+            ).df
+            parts.append(
+                _output_rows(
+                    _joined(rescan, marked, condition, spec.clauses),
+                    spec,
+                    output,
+                    values,
+                    rescan,
+                    dedupe,
+                    changes,
+                )
+            )
+        if new_rows is not None and inserted:
+            marked_rows = new_rows.withColumn(TARGET_MARK, F.lit(None).cast("boolean"))
+            parts.append(_output_rows(marked_rows, spec, output, values, None, False, changes))
+        rows = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
+        written = _change_writer.write(rows, plan, changes=changes)
+    finally:
+        for df in cached:
+            df.unpersist()
     expected = int(metrics.operation_metrics()["numOutputRows"])
-    if written != expected:
-        _file_writer.delete_files(spec.uri, adds)
+    if written.rows != expected:
+        written.delete(spec.uri)
         raise DeltaflowError(
-            f"MERGE into {spec.uri} wrote {written} rows where {expected} were expected: the"
-            " source or an expression is not deterministic. Nothing was committed; use a"
+            f"MERGE into {spec.uri} wrote {written.rows} rows where {expected} were expected:"
+            " the source or an expression is not deterministic. Nothing was committed; use a"
             " deterministic source (e.g. write it to a table first).",
             table_uri=spec.uri,
         )
     removed = [files[i] for i in touched]
     metrics = dataclasses.replace(
         metrics,
-        added_files=len(adds),
+        added_files=len(written.adds),
         removed_files=len(removed),
-        added_bytes=sum(a.size for a in adds),
+        added_bytes=sum(a.size for a in written.adds),
         removed_bytes=sum(f.size for f in removed),
+        change_files=len(written.cdc),
     )
-    return _commit_merge(snapshot, plan, adds, removed, metrics, spec, started)
+    read = _change_writer.read_set(snapshot, files, read_node, whole_table=False)
+    return _commit_merge(snapshot, plan, written, removed, metrics, spec, started, read)
 
 
 def _evolve(
@@ -212,17 +267,18 @@ def _evolve(
 
 def _candidate_files(
     snapshot: Snapshot, files: list[FileEntry], spec: MergeSpec, source: DataFrame
-) -> list[FileEntry]:
+) -> tuple[list[FileEntry], Any]:
     """Files that may hold matching rows, pruned by the condition's conjuncts that name
     only the target (``t.kind = 'a'``) and by equalities of a target partition column
-    with a source column (``t.kind = s.kind``: the source's distinct values)."""
+    with a source column (``t.kind = s.kind``: the source's distinct values); and that
+    pruning predicate (None: none), the MERGE's read predicate for conflict checks."""
     alias = spec.target_alias
     if not isinstance(spec.condition, str) or alias is None:
-        return files
+        return files, None
     try:
         node = _predicates.parse(spec.condition, option="condition")
     except DeltaflowError:
-        return files
+        return files, None
     partitions = {c.lower(): c for c in snapshot.partition_columns}
     pruning = [c for c in _conjuncts(node) if _columns_under(c, alias) is True]
     for conjunct in _conjuncts(node):
@@ -230,7 +286,7 @@ def _candidate_files(
         if in_list is not None:
             pruning.append(in_list)
     if not pruning:
-        return files
+        return files, None
     combined: Any = pruning[0]
     for c in pruning[1:]:
         combined = _predicates.And(combined, c)
@@ -244,7 +300,7 @@ def _candidate_files(
 
     kept = [f for f in files if may_match(f)]
     log.info("MERGE into %s: %d of %d files may match", snapshot.uri, len(kept), len(files))
-    return kept
+    return kept, combined
 
 
 def _source_values(
@@ -305,32 +361,56 @@ def _columns_under(node: Any, alias: str) -> bool | None:
     return found
 
 
-def _action_column(clauses: tuple[MergeClause, ...]) -> Column:
-    """The index of the first clause that applies to a joined row; COPY; or NULL (dropped)."""
+def _joined(
+    target: DataFrame, marked: DataFrame, condition: Column, clauses: tuple[MergeClause, ...]
+) -> DataFrame:
+    """Target rows joined with the source rows matching them (left outer), and the action.
+
+    Left outer, not full outer: Spark can then broadcast a small source and stream the
+    target through a hash join without shuffling it; source rows that match nothing are
+    found apart (:func:`_unmatched_source`).
+    """
     from pyspark.sql import functions as F
 
-    def first(kinds: tuple[str, ...], otherwise: Column) -> Column:
-        result = otherwise
-        for index in reversed(range(len(clauses))):
-            clause = clauses[index]
-            if clause.kind in kinds:
-                condition = _dml._condition_column(clause.condition)
-                result = F.when(condition, F.lit(index)).otherwise(result)
-        return result
-
-    target, source = F.col(TARGET_MARK).isNotNull(), F.col(SOURCE_MARK).isNotNull()
-    none = F.lit(None).cast("int")
-    return (
-        F.when(target & source, first(MATCHED_KINDS, F.lit(COPY)))
-        .when(source, first(NOT_MATCHED_KINDS, none))
-        .otherwise(first(BY_SOURCE_KINDS, F.lit(COPY)))
+    target = target.withColumn(ROW_ID, F.monotonically_increasing_id()).withColumn(
+        TARGET_MARK, F.lit(True)
     )
+    # The bare condition: a NULL join condition matches nothing already, and wrapping it
+    # (coalesce) would hide its equality keys from Spark, turning a hash join into a
+    # nested-loop join (10k x 1M rows: minutes instead of seconds).
+    joined = target.join(marked, on=condition, how="left_outer")
+    return joined.withColumn(ACTION, _action_column(clauses))
 
 
-def _outcomes(
-    joined: DataFrame, clauses: tuple[MergeClause, ...]
-) -> dict[int | None, _FileOutcome]:
-    """Job 1: per target file (None: source-only rows) what the clauses do."""
+def _action_column(clauses: tuple[MergeClause, ...]) -> Column:
+    """The index of the first clause that applies to a target row; COPY: none applies."""
+    from pyspark.sql import functions as F
+
+    return F.when(
+        F.col(SOURCE_MARK).isNotNull(), _first_clause(clauses, MATCHED_KINDS, F.lit(COPY))
+    ).otherwise(_first_clause(clauses, BY_SOURCE_KINDS, F.lit(COPY)))
+
+
+def _first_clause(
+    clauses: tuple[MergeClause, ...], kinds: tuple[str, ...], otherwise: Column
+) -> Column:
+    """The index of the first clause of ``kinds`` whose condition is true, else ``otherwise``."""
+    from pyspark.sql import functions as F
+
+    result = otherwise
+    for index in reversed(range(len(clauses))):
+        clause = clauses[index]
+        if clause.kind in kinds:
+            condition = _dml._condition_column(clause.condition)
+            result = F.when(condition, F.lit(index)).otherwise(result)
+    return result
+
+
+def _per_row(joined: DataFrame, clauses: tuple[MergeClause, ...], sources: bool) -> DataFrame:
+    """Job 1's first step: one row per matched pair, and one per file for its unmatched
+    target rows together (those appear once each in a left outer join, so summing them
+    is exact): a small aggregate, however big the target. Plain sums and counts keep it
+    a hash aggregate (a list of source ids per target row would be a sort-based one)."""
     from pyspark.sql import functions as F
 
     def of(kinds: tuple[str, ...]) -> Column:
@@ -338,40 +418,77 @@ def _outcomes(
         hit = F.col(ACTION).isin(ids) if ids else F.lit(False)
         return F.when(hit, 1).otherwise(0)
 
-    per_row = joined.groupBy(_dml.FILE_INDEX, ROW_ID).agg(
-        F.count(F.col(TARGET_MARK)).alias("pairs"),
-        F.sum(of(MATCHED_KINDS)).alias("applied"),
-        F.max(of(("matchedUpdate",))).alias("m_upd"),
-        F.max(of(("notMatchedBySourceUpdate",))).alias("s_upd"),
-        F.max(of(("matchedDelete",))).alias("m_del"),
-        F.max(of(("notMatchedBySourceDelete",))).alias("s_del"),
-        F.sum(of(NOT_MATCHED_KINDS)).alias("ins"),
+    flags = {
+        "applied": of(MATCHED_KINDS),
+        "m_upd": of(("matchedUpdate",)),
+        "s_upd": of(("notMatchedBySourceUpdate",)),
+        "m_del": of(("matchedDelete",)),
+        "s_del": of(("notMatchedBySourceDelete",)),
+        "chg": of((*_UPDATE_KINDS, *DELETE_KINDS)),
+    }
+    matched = F.col(SOURCE_MARK).isNotNull()
+    source_id = F.col(SOURCE_ID) if sources else F.lit(None).cast("long")
+    return joined.groupBy(
+        F.col(_dml.FILE_INDEX),
+        F.when(matched, F.col(ROW_ID)).alias(ROW_ID),
+        F.when(matched, source_id).alias(SOURCE_ID),
+    ).agg(F.count(F.lit(1)).alias("n"), *[F.sum(v).alias(k) for k, v in flags.items()])
+
+
+def _outcomes(pairs: DataFrame, scan: _dml.TargetScan) -> dict[int, _FileOutcome]:
+    """Job 1: per target file what the clauses do (from :func:`_per_row`'s pairs)."""
+    from pyspark.sql import functions as F
+
+    per_row = pairs.groupBy(F.col(_dml.FILE_INDEX), F.col(ROW_ID)).agg(
+        F.sum("n").alias("n"),
+        *[F.sum(k).alias(k) for k in ("applied", "m_upd", "s_upd", "m_del", "s_del", "chg")],
+        F.max("chg").alias("max_chg"),
     )
-    changed = F.greatest(*[F.col(c) for c in ("m_upd", "s_upd", "m_del", "s_del")])
+    single = F.col(ROW_ID).isNotNull()  # one matched target row; else a file's unmatched rows
+
+    def changed(k: str) -> Column:
+        # A matched target row counts once, however many of its pairs change it.
+        return F.when(single, F.least(F.col(k), F.lit(1))).otherwise(F.col(k))
+
     rows = (
         per_row.groupBy(_dml.FILE_INDEX)
         .agg(
-            F.max("pairs").alias("pairs"),
+            F.max(F.when(single, F.col("n")).otherwise(F.lit(1))).alias("pairs"),
             F.max("applied").alias("applied"),
-            *[F.sum(c).alias(c) for c in ("m_upd", "s_upd", "m_del", "s_del", "ins")],
-            F.sum(F.when(F.col(ROW_ID).isNotNull() & (changed == 0), 1).otherwise(0)).alias("same"),
+            *[F.sum(changed(k)).alias(k) for k in ("m_upd", "s_upd", "m_del", "s_del")],
+            F.sum(
+                F.when(single, 1 - F.least(F.col("max_chg"), F.lit(1))).otherwise(
+                    F.col("n") - F.col("chg")
+                )
+            ).alias("same"),
         )
         .collect()
     )
     return {
-        r[_dml.FILE_INDEX]: _FileOutcome(
+        scan.index(r[_dml.FILE_INDEX]): _FileOutcome(
             max_pairs=int(r["pairs"] or 0),
             max_applied=int(r["applied"] or 0),
             updated=(int(r["m_upd"] or 0), int(r["s_upd"] or 0)),
             deleted=(int(r["m_del"] or 0), int(r["s_del"] or 0)),
             unchanged=int(r["same"] or 0),
-            inserted=int(r["ins"] or 0),
         )
         for r in rows
     }
 
 
-def _check_multiple_matches(spec: MergeSpec, outcomes: Mapping[int | None, _FileOutcome]) -> None:
+def _unmatched_source(
+    marked: DataFrame, per_row: DataFrame, clauses: tuple[MergeClause, ...]
+) -> DataFrame:
+    """Source rows no target row matched and a not-matched clause inserts, with the action."""
+    from pyspark.sql import functions as F
+
+    matched = per_row.where(F.col(SOURCE_ID).isNotNull()).select(F.col(SOURCE_ID).alias(MATCHED_ID))
+    rows = marked.join(matched, on=F.col(SOURCE_ID) == F.col(MATCHED_ID), how="left_anti")
+    rows = rows.withColumn(ACTION, _first_clause(clauses, NOT_MATCHED_KINDS, F.lit(None)))
+    return rows.where(F.col(ACTION).isNotNull())
+
+
+def _check_multiple_matches(spec: MergeSpec, outcomes: Mapping[int, _FileOutcome]) -> None:
     matched = [c for c in spec.clauses if c.kind in MATCHED_KINDS]
     # delta-spark: several matches are unambiguous when the only matched clause is an
     # unconditional delete; every matched pair deletes the same row.
@@ -388,43 +505,69 @@ def _check_multiple_matches(spec: MergeSpec, outcomes: Mapping[int | None, _File
 
 
 def _output_rows(
-    joined: DataFrame,
+    rows: DataFrame,
     spec: MergeSpec,
     output: StructType,
-    touched: list[int],
     values: list[dict[str, Column]],
-    target: DataFrame,
+    target: DataFrame | None,
     dedupe: bool,
+    changes: bool = False,
 ) -> DataFrame:
-    """Job 2's rows: every row of a touched file (copied / updated / deleted) + inserts."""
+    """Job 2's rows: with ``target``, every row of the touched files ``rows`` holds
+    (copied / updated / deleted); without, the inserts. With ``changes``, plus change
+    rows (``_change_type`` not NULL)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    known = {f.name.lower() for f in target.schema.fields}
+    cw = _change_writer
+    kinds = (*MATCHED_KINDS, *BY_SOURCE_KINDS) if target is not None else NOT_MATCHED_KINDS
+    clauses = [i for i, c in enumerate(spec.clauses) if c.kind in kinds]
+    known = {f.name.lower() for f in target.schema.fields} if target is not None else set()
     deletes = [i for i, c in enumerate(spec.clauses) if c.kind in DELETE_KINDS]
-    keep = F.col(ACTION).isNotNull() & ~F.col(ACTION).isin(deletes)
-    in_touched = F.col(_dml.FILE_INDEX).isin(touched) if touched else F.lit(False)
-    rows = joined.where(keep & (F.col(TARGET_MARK).isNull() | in_touched))
+    updates = [i for i, c in enumerate(spec.clauses) if c.kind in _UPDATE_KINDS]
+    keep = F.col(ACTION).isNotNull()
+    if not changes and deletes:
+        keep = keep & ~F.col(ACTION).isin(deletes)
+    rows = rows.where(keep)
     if dedupe:
         # A target row matched by several source rows none of whose clauses applied
         # appears once per match: write it once.
         order = F.when(F.col(ACTION) == COPY, 1).otherwise(0)
         rank = F.row_number().over(Window.partitionBy(ROW_ID).orderBy(order))
-        rows = rows.withColumn(RANK, rank).where(F.col(ROW_ID).isNull() | (F.col(RANK) == 1))
+        rows = rows.withColumn(RANK, rank).where(F.col(RANK) == 1)
+    keeps_old = F.lit(False)
+    if changes:
+        none = F.lit(None).cast("string")
+        target_row = F.col(TARGET_MARK).isNotNull()
+        change_kinds = (
+            F.when(target_row & F.col(ACTION).isin(deletes), F.array(F.lit(cw.DELETE)))
+            .when(
+                target_row & F.col(ACTION).isin(updates),
+                F.array(none, F.lit(cw.PREIMAGE), F.lit(cw.POSTIMAGE)),
+            )
+            .when(target_row, F.array(none))
+            .otherwise(F.array(none, F.lit(cw.INSERT)))
+        )
+        rows = rows.withColumn(cw.CHANGE_TYPE, F.explode(change_kinds))
+        keeps_old = F.col(cw.CHANGE_TYPE).isin(cw.PREIMAGE, cw.DELETE)
 
     columns = []
     for field in output.fields:
         old = (
             target[f"`{field.name}`"]
-            if field.name.lower() in known
+            if target is not None and field.name.lower() in known
             else F.lit(None).cast(field.dataType)
         )
         value = old
-        for index in reversed(range(len(spec.clauses))):
+        for index in reversed(clauses):
             assigned = values[index].get(field.name)
             if assigned is not None:
                 value = F.when(F.col(ACTION) == index, assigned).otherwise(value)
+        if changes:
+            value = F.when(keeps_old, old).otherwise(value)
         columns.append(value.cast(field.dataType).alias(field.name))
+    if changes:
+        columns.append(F.col(cw.CHANGE_TYPE))
     return rows.select(*columns)
 
 
@@ -470,21 +613,18 @@ def _clause_values(
 def _commit_merge(
     snapshot: Snapshot,
     plan: WritePlan,
-    adds: list[_commit.AddedFile],
+    written: _change_writer.Written,
     removed: list[FileEntry],
     metrics: MergeMetrics,
     spec: MergeSpec,
     started: float,
+    read: Any,
 ) -> MergeMetrics:
-    physical = _schema.top_level_physical_names(snapshot.schema)
-    removes = [
-        _commit.RemovedFile(
-            path=f.path,
-            size=f.size,
-            partition_values=_replace_where.serialized_partition_values(f, physical),
-        )
-        for f in removed
-    ]
+    try:
+        removes = _change_writer.removes(snapshot, removed)
+    except BaseException:
+        written.delete(snapshot.uri)
+        raise
     metrics = dataclasses.replace(metrics, execution_time_ms=_dml._ms(started, time.perf_counter()))
 
     def predicates(kinds: tuple[str, ...]) -> str:
@@ -505,10 +645,13 @@ def _commit_merge(
         table_uri=snapshot.uri,
         schema=plan.schema,
         partition_columns=plan.partition_columns,
-        adds=adds,
+        adds=written.adds,
         removes=removes,
+        cdc=written.cdc,
         mode="append",
         read_version=snapshot.version,
+        read=read if _change_writer.uses_log_writer(snapshot.uri) else None,
+        operation="MERGE",
         new_columns=plan.new_columns,
         commit_info={
             _dml.OPERATION_KEY: "MERGE",
@@ -526,7 +669,7 @@ def _commit_merge(
     try:
         result = commit(request)
     except BaseException:
-        _file_writer.delete_files(snapshot.uri, adds)
+        written.delete(snapshot.uri)
         raise
     log.info("MERGE into %s: version %s, %s", snapshot.uri, result.version, metrics)
     return dataclasses.replace(metrics, version=result.version)

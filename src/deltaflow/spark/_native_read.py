@@ -19,7 +19,7 @@ from urllib.parse import unquote
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.table import _partitions, _schema, _uri
-from deltaflow.table._snapshot import Snapshot
+from deltaflow.table._snapshot import FileEntry, Snapshot
 
 NATIVE_SCAN_CONF = "deltaflow.read.nativeScan"
 NATIVE_SCAN_MODES = ("auto", "false")
@@ -73,6 +73,13 @@ def plan_native_scan(
     snapshot: Snapshot, max_files: int = MAX_NATIVE_FILES
 ) -> NativeScan | Fallback:
     """The native scan of ``snapshot``, or why it must be read by the Python source."""
+    return plan_native_files(snapshot, snapshot.files(), max_files)
+
+
+def plan_native_files(
+    snapshot: Snapshot, files: list[FileEntry], max_files: int = MAX_NATIVE_FILES
+) -> NativeScan | Fallback:
+    """The native scan of ``files`` (some of ``snapshot``'s), or why the Python path reads them."""
     if snapshot.column_mapping_mode != "none":
         return Fallback(f"column mapping mode {snapshot.column_mapping_mode!r}")
     features = _PYTHON_ONLY_FEATURES.intersection(snapshot.reader_features)
@@ -82,11 +89,11 @@ def plan_native_scan(
     for column in snapshot.partition_columns:
         if types.get(column) not in NATIVE_PARTITION_TYPES:
             return Fallback(f"partition column {column!r} of type {types.get(column)!r}")
-    files = snapshot.files()
     if len(files) > max_files:
         return Fallback(f"{len(files)} files (more than {max_files})")
     if snapshot.has_deletion_vectors_enabled and files:
-        with_dvs = sum(1 for rows in snapshot.deleted_rows().values() if len(rows))
+        deleted = snapshot.deleted_rows()
+        with_dvs = sum(1 for f in files if len(deleted.get(f.path, ())))
         if with_dvs:
             return Fallback(f"{with_dvs} files with deletion vectors")
     uris = []

@@ -217,18 +217,11 @@ def _without_nullability(t: Any) -> Any:
 
 def write_native(spark: Any, df: Any, plan: WritePlan, native: NativeWrite) -> None:
     """Write ``df`` with Spark's Parquet writer and commit it under ``plan``: one commit."""
-    job_id = uuid.uuid4().hex[:8]
-    staging_uri = _uri.join(plan.table_uri, f"{STAGING_DIR}/{job_id}-{uuid.uuid4().hex}")
-    fs, staging = _uri.filesystem(staging_uri)
-    moved: list[_commit.AddedFile] = []
-    committed = False
     started = time.perf_counter()
+    moved = stage_native(spark, df, plan, native)
+    files_done = time.perf_counter()
+    committed = False
     try:
-        _run_spark_job(spark, _shaped(df, native), plan, native, staging_uri)
-        job_done = time.perf_counter()
-        staged = _list_staged(fs, staging)
-        moved.extend(_collect_files(fs, staging, staged, plan, native, job_id))
-        files_done = time.perf_counter()
         result = _commit.commit(
             _commit.CommitRequest(
                 table_uri=plan.table_uri,
@@ -246,18 +239,52 @@ def write_native(spark: Any, df: Any, plan: WritePlan, native: NativeWrite) -> N
         )
         committed = not result.skipped
         log.info(
-            "deltaflow JVM write to %s: version %s, %d files; job %.0f ms, footers and moves"
-            " %.0f ms, commit %.0f ms%s",
+            "deltaflow JVM write to %s: version %s, %d files; job, footers and moves %.0f ms,"
+            " commit %.0f ms%s",
             plan.table_uri,
             result.version,
             len(moved),
-            (job_done - started) * 1000,
-            (files_done - job_done) * 1000,
+            (files_done - started) * 1000,
             (time.perf_counter() - files_done) * 1000,
             " (duplicate app transaction, skipped)" if result.skipped else "",
         )
     finally:
         if not committed:
+            _file_writer.delete_files(plan.table_uri, moved)
+
+
+def stage_native(
+    spark: Any, df: Any, plan: WritePlan, native: NativeWrite, job_id: str | None = None
+) -> list[_commit.AddedFile]:
+    """Write ``df`` with Spark's Parquet writer and move the files into the table, with
+    stats from their footers: the adds for the caller to commit (or delete, on failure).
+
+    Nothing is committed. On failure the moved files are deleted before the error
+    propagates; the staging directory is always deleted.
+    """
+    job_id = job_id or uuid.uuid4().hex[:8]
+    staging_uri = _uri.join(plan.table_uri, f"{STAGING_DIR}/{job_id}-{uuid.uuid4().hex}")
+    fs, staging = _uri.filesystem(staging_uri)
+    moved: list[_commit.AddedFile] = []
+    done = False
+    started = time.perf_counter()
+    try:
+        _run_spark_job(spark, _shaped(df, native), plan, native, staging_uri)
+        job_done = time.perf_counter()
+        staged = _list_staged(fs, staging)
+        moved.extend(_collect_files(fs, staging, staged, plan, native, job_id))
+        log.info(
+            "deltaflow staged %d files for %s with Spark's Parquet writer; job %.0f ms,"
+            " footers and moves %.0f ms",
+            len(moved),
+            plan.table_uri,
+            (job_done - started) * 1000,
+            (time.perf_counter() - job_done) * 1000,
+        )
+        done = True
+        return moved
+    finally:
+        if not done:
             _file_writer.delete_files(plan.table_uri, moved)
         _delete_dir(fs, staging)
 

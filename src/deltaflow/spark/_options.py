@@ -24,12 +24,15 @@ STREAM_READ_OPTIONS = (
     "ignoreDeletes",
     "readChangeFeed",
 )
+# delta-spark's change data feed options (readChangeFeed, with readChangeData its old name).
+CDF_READ_OPTIONS = ("endingVersion", "endingTimestamp", "readChangeData")
 READ_OPTIONS = (
     *_COMMON,
     "versionAsOf",
     "timestampAsOf",
     "fileSkipping",
     *STREAM_READ_OPTIONS,
+    *CDF_READ_OPTIONS,
 )
 WRITE_OPTIONS = (
     *_COMMON,
@@ -108,6 +111,12 @@ class ReadOptions:
     timestamp_as_of: str | None = None
     # None = "auto": skip files only where Spark plans each query afresh (see _reader.py).
     file_skipping: bool | None = None
+    # The change data feed (readChangeFeed): a version range, each end by version or time.
+    read_change_feed: bool = False
+    starting_version: int | None = None
+    starting_timestamp: str | None = None
+    ending_version: int | None = None
+    ending_timestamp: str | None = None
 
 
 @dataclass(frozen=True)
@@ -192,12 +201,34 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
             option="fileSkipping",
             valid=("auto", "true", "false"),
         )
+    read_change_feed = _bool(lowered, "readChangeFeed") or _bool(lowered, "readChangeData")
     return ReadOptions(
         path=_path(lowered),
         version_as_of=version,
         timestamp_as_of=timestamp,
         file_skipping=None if skipping == "auto" else skipping == "true",
+        read_change_feed=read_change_feed,
+        **(_change_feed_range(lowered) if read_change_feed else {}),  # type: ignore[arg-type]
     )
+
+
+def _change_feed_range(lowered: dict[str, str]) -> dict[str, int | str | None]:
+    """startingVersion / startingTimestamp / endingVersion / endingTimestamp of a batch
+    change feed read. Outside a change feed read, batch reads ignore them (as delta-spark)."""
+    out: dict[str, int | str | None] = {}
+    for bound in ("starting", "ending"):
+        version = _int(lowered, f"{bound}Version")
+        if version is not None and version < 0:
+            raise InvalidOptionError(
+                f"Option '{bound}Version' must be a version >= 0, not {version}.",
+                option=f"{bound}Version",
+            )
+        out[f"{bound}_version"] = version
+        # delta-spark uses the version when both are given.
+        out[f"{bound}_timestamp"] = (
+            None if version is not None else lowered.get(f"{bound}timestamp")
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -246,7 +277,7 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamReadOptions:
         starting_timestamp=timestamp,
         skip_change_commits=_bool(lowered, "skipChangeCommits"),
         ignore_deletes=_bool(lowered, "ignoreDeletes"),
-        read_change_feed=_bool(lowered, "readChangeFeed"),
+        read_change_feed=_bool(lowered, "readChangeFeed") or _bool(lowered, "readChangeData"),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -61,6 +61,8 @@ class FileTask:
     size: int
     partition_values: dict[str, Any]
     deleted_rows: np.ndarray | None = None
+    # When set, only these rows are read (change data feed: rows two DVs differ in).
+    kept_rows: np.ndarray | None = None
 
 
 class FilePartition(InputPartition):
@@ -157,12 +159,20 @@ def plan_scan(
     return tasks, report
 
 
-def bin_pack(tasks: list[FileTask], parallelism: int) -> list[list[FileTask]]:
+class _Sized(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+_Task = TypeVar("_Task", bound=_Sized)
+
+
+def bin_pack(tasks: list[_Task], parallelism: int) -> list[list[_Task]]:
     """Group files into tasks the way Spark's FilePartition.getFilePartitions does."""
     total = sum(t.size + OPEN_COST_BYTES for t in tasks)
     target = min(MAX_PARTITION_BYTES, max(OPEN_COST_BYTES, total // max(parallelism, 1)))
-    groups: list[list[FileTask]] = []
-    current: list[FileTask] = []
+    groups: list[list[_Task]] = []
+    current: list[_Task] = []
     current_size = 0
     for task in sorted(tasks, key=lambda t: t.size, reverse=True):
         if current and current_size + task.size > target:
@@ -224,7 +234,7 @@ def read_file(task: FileTask, layout: ReadLayout) -> Iterator[pa.RecordBatch]:
         available = set(parquet.schema_arrow.names)
         wanted = [layout.physical.field(i).name for i in layout.data_columns]
         present = [name for name in wanted if name in available]
-        keep = _keep_mask(task.deleted_rows, parquet.metadata.num_rows)
+        keep = _keep_mask(task.deleted_rows, parquet.metadata.num_rows, task.kept_rows)
         offset = 0
         batches = parquet.iter_batches(batch_size=BATCH_ROWS, columns=present, use_threads=False)
         for batch in batches:
@@ -237,7 +247,13 @@ def read_file(task: FileTask, layout: ReadLayout) -> Iterator[pa.RecordBatch]:
             yield _shape(batch, task, layout)
 
 
-def _keep_mask(deleted: np.ndarray | None, num_rows: int) -> np.ndarray | None:
+def _keep_mask(
+    deleted: np.ndarray | None, num_rows: int, kept: np.ndarray | None = None
+) -> np.ndarray | None:
+    if kept is not None:
+        only = np.zeros(num_rows, dtype=bool)
+        only[kept[kept < num_rows]] = True
+        return only
     if deleted is None or len(deleted) == 0:
         return None
     keep = np.ones(num_rows, dtype=bool)

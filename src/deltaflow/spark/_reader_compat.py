@@ -34,7 +34,7 @@ from deltaflow.spark._native_read import (
     native_scan_mode,
     plan_native_scan,
 )
-from deltaflow.spark._options import parse_read_options
+from deltaflow.spark._options import ReadOptions, parse_read_options
 from deltaflow.table import _uri
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 
@@ -126,6 +126,9 @@ def _load_delta(reader: Any, state: dict[str, Any], path: Any) -> Any:
     snapshot = load_snapshot(
         _uri.normalize_uri(read.path), version=read.version_as_of, timestamp=read.timestamp_as_of
     )
+    if read.read_change_feed:
+        _check_change_feed(snapshot, read)
+        return None
     spark = reader._spark
     if native_scan_mode(spark.conf.get(NATIVE_SCAN_CONF, "auto")) == "false":
         return None
@@ -143,6 +146,19 @@ def _load_delta(reader: Any, state: dict[str, Any], path: Any) -> Any:
         len(plan.file_uris),
     )
     return native_dataframe(spark, plan)
+
+
+def _check_change_feed(snapshot: Snapshot, read: ReadOptions) -> None:
+    """Raise the change feed's typed errors (range, feed not recorded, vacuumed files)
+    here, where the user called; the Python source then plans the same range again."""
+    from deltaflow.spark._cdf import plan_batch_changes
+    from deltaflow.table._cdf import check_files_exist
+
+    changes = plan_batch_changes(snapshot, read)
+    check_files_exist(snapshot.uri, changes)
+    log.info(
+        "deltaflow change feed of %s: %d change files, Python source", snapshot.uri, len(changes)
+    )
 
 
 def native_dataframe(spark: Any, plan: NativeScan) -> Any:

@@ -40,6 +40,14 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from deltaflow.errors import DeltaflowError
+from deltaflow.spark._cdf import (
+    ChangePartition,
+    ChangeTask,
+    change_layout,
+    change_partitions,
+    change_task,
+    read_changes,
+)
 from deltaflow.spark._options import StreamReadOptions
 from deltaflow.spark._reader import FileTask, ReadLayout, bin_pack, read_file
 from deltaflow.spark._writer_compat import RemoteDeltaflowError
@@ -49,9 +57,9 @@ from deltaflow.spark.errors import (
     SourceSchemaChangedError,
     SourceTableReplacedError,
 )
-from deltaflow.table import _deletion_vectors, _partitions, _schema, _uri
+from deltaflow.table import _cdf, _deletion_vectors, _partitions, _schema, _uri
+from deltaflow.table._cdf import ChangeFile
 from deltaflow.table._snapshot import Snapshot, load_snapshot, parse_timestamp
-from deltaflow.table.errors import UnsupportedFeatureError
 
 log = logging.getLogger("deltaflow.stream")
 
@@ -100,6 +108,7 @@ class LogFile:
     partition_values: dict[str, Any]  # logical column name -> typed value
     deletion_vector: dict[str, Any] | None = None  # the add action's descriptor
     deleted_rows: np.ndarray | None = None  # snapshot files: already resolved
+    change: ChangeFile | None = None  # readChangeFeed: the change this file holds
 
     @property
     def offset(self) -> Offset:
@@ -120,6 +129,8 @@ class CommitActions:
     removes_data: bool  # a remove with dataChange=true
     schema: dict[str, Any] | None  # the schema of a metaData action
     partition_columns: tuple[str, ...] | None
+    changes: tuple[LogFile, ...] = ()  # readChangeFeed: cdc files, or adds and removes
+    cdf_enabled: bool | None = None  # readChangeFeed: the feed's switch in a metaData action
 
 
 class StreamPartition(InputPartition):
@@ -149,6 +160,19 @@ class _Budget:
             self.files_left -= 1
         if self.bytes_left is not None:
             self.bytes_left -= size
+        return True
+
+    def admit_all(self, sizes: Sequence[int]) -> bool:
+        """Admit a whole commit's change files or none (readChangeFeed: a commit's
+        changes are read together, as delta-spark does; a batch holds at least one)."""
+        if self.files_left is not None and self.files_left <= 0:
+            return False
+        if self.bytes_left is not None and self.bytes_left <= 0:
+            return False
+        if self.files_left is not None:
+            self.files_left -= len(sizes)
+        if self.bytes_left is not None:
+            self.bytes_left -= sum(sizes)
         return True
 
 
@@ -186,6 +210,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commits: dict[int, CommitActions] = {}
         self._snapshot_files: tuple[int, list[LogFile]] | None = None
         self._layout: ReadLayout | None = None
+        self._timestamps: _cdf.CommitTimestamps | None = None
+        self._snapshot_timestamp: tuple[int, int] | None = None
 
     # ---- Spark's API -------------------------------------------------------------------
 
@@ -217,6 +243,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if begin.is_unresolved:
             return self._first_offset(begin, budget).to_json(self.table_id)
         end, admitted, skipped, pending = begin, 0, 0, begin
+        whole_version: int | None = None  # readChangeFeed: the commit admitted as a whole
         for item in self._walk(begin, last_version=self._cap):
             if isinstance(item, VersionEnd):
                 pending = Offset(item.version + 1, -1)
@@ -225,7 +252,14 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 else:
                     skipped += 1
                 continue
-            if not budget.admit(item.size):
+            if self.options.read_change_feed and not item.is_starting:
+                if item.version != whole_version:
+                    commit = self._commit_actions(item.version)
+                    sizes = [f.size for f in commit.changes] if commit else [item.size]
+                    if not budget.admit_all(sizes):
+                        break
+                    whole_version = item.version
+            elif not budget.admit(item.size):
                 break
             admitted += 1
             end = item.offset
@@ -248,20 +282,27 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if item.offset > stop:
                     break
                 files.append(item)
-        tasks = [self._task(f) for f in files]
-        layout = self._read_layout()
-        groups = bin_pack(tasks, os.cpu_count() or 2)
         log.info(
             "stream batch over %s: %s -> %s, %d files, %d bytes",
             self.uri,
             begin,
             stop,
-            len(tasks),
-            sum(t.size for t in tasks),
+            len(files),
+            sum(f.size for f in files),
         )
+        if self.options.read_change_feed:
+            changes = [self._change_task(f) for f in files]
+            layout = change_layout(self.snapshot, StructType.fromJson(self.schema_json))
+            return change_partitions(self.uri, changes, layout)
+        tasks = [self._task(f) for f in files]
+        layout = self._read_layout()
+        groups = bin_pack(tasks, os.cpu_count() or 2)
         return [StreamPartition(i, group, layout) for i, group in enumerate(groups)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, ChangePartition):
+            yield from read_changes(partition)
+            return
         assert isinstance(partition, StreamPartition)
         for task in partition.files:
             yield from read_file(task, partition.layout)
@@ -299,21 +340,34 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _starting_offset(self) -> Offset:
         opts = self.options
-        if opts.read_change_feed:
-            raise UnsupportedFeatureError(
-                f"Streaming the change data feed of {self.uri} (readChangeFeed) is not supported"
-                " yet. Read the change feed as a batch with spark.read.option('readChangeFeed',"
-                " 'true'), or stream the table's appends without the option.",
-                table_uri=self.uri,
-                feature="readChangeFeed-streaming",
-            )
         if opts.starting_version == "latest":
             return Offset(-1, -1, False)  # resolved by the first latestOffset
         if isinstance(opts.starting_version, int):
+            self._check_feed_recorded_at(opts.starting_version)
             return Offset(opts.starting_version, -1)
         if opts.starting_timestamp is not None:
-            return Offset(self._version_at_or_after(opts.starting_timestamp), -1)
+            version = self._version_at_or_after(opts.starting_timestamp)
+            self._check_feed_recorded_at(version)
+            return Offset(version, -1)
         return Offset(-1, -1, True)  # the snapshot, at the version the first batch finds
+
+    def _check_feed_recorded_at(self, version: int) -> None:
+        """readChangeFeed from ``version``: the feed must be on there (delta-spark checks
+        the start version's metadata; later commits that turn it off fail when reached)."""
+        if not self.options.read_change_feed or version > self._latest_version():
+            return
+        config = (
+            self.snapshot.configuration
+            if version == self.snapshot.version
+            else load_snapshot(
+                self.uri,
+                version=version,
+                storage_options=self.snapshot.storage_options,
+                check_readable=False,
+            ).configuration
+        )
+        if not _cdf.cdf_enabled(config):
+            raise _cdf.not_recorded(self.uri, version, version, version)
 
     def _first_offset(self, begin: Offset, budget: _Budget) -> Offset:
         """The end of a fresh query's first batch: this pins its start version.
@@ -366,6 +420,10 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _admissible(self, commit: CommitActions) -> tuple[LogFile, ...]:
         self._check_schema(commit)
+        if self.options.read_change_feed:
+            if commit.cdf_enabled is False:
+                raise _cdf.not_recorded(self.uri, commit.version, commit.version, commit.version)
+            return commit.changes
         if not commit.removes_data:
             return commit.files
         if self.options.skip_change_commits:
@@ -415,6 +473,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         snapshot = load_snapshot(
             self.uri, version=version, storage_options=self.snapshot.storage_options
         )
+        if self.options.read_change_feed and not _cdf.cdf_enabled(snapshot.configuration):
+            raise _cdf.not_recorded(self.uri, version, version, version)
         deleted = snapshot.deleted_rows()
         entries = sorted(snapshot.files(), key=lambda e: (e.modification_time, e.path))
         files = [
@@ -506,7 +566,34 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 meta = action["metaData"]
                 schema = json.loads(meta["schemaString"])
                 partition_columns = tuple(meta.get("partitionColumns") or ())
-        return CommitActions(version, tuple(files), removes_data, schema, partition_columns)
+        if not self.options.read_change_feed:
+            return CommitActions(version, tuple(files), removes_data, schema, partition_columns)
+        commit = _cdf.commit_changes(
+            version,
+            _cdf.parse_commit_text(text),
+            self._commit_timestamp(version),
+            _cdf.PartitionParser(self.snapshot.schema),
+        )
+        changes = tuple(
+            LogFile(version, c.index, False, c.path, c.size, c.partition_values, change=c)
+            for c in commit.changes
+        )
+        return CommitActions(
+            version,
+            tuple(files),
+            removes_data,
+            schema,
+            partition_columns,
+            changes,
+            commit.cdf_enabled,
+        )
+
+    def _commit_timestamp(self, version: int) -> int:
+        """``_commit_timestamp`` of ``version`` without an in-commit timestamp: the commit
+        file's modification time, monotonized (see ``table/_cdf.py``)."""
+        if self._timestamps is None:
+            self._timestamps = _cdf.CommitTimestamps(self.uri)
+        return self._timestamps.get(version) or 0
 
     # ---- tasks -------------------------------------------------------------------------
 
@@ -518,6 +605,18 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         uri = entry.path if urlparse(entry.path).scheme else _uri.join(self.uri, entry.path)
         return FileTask(
             uri=uri, size=entry.size, partition_values=entry.partition_values, deleted_rows=deleted
+        )
+
+    def _change_task(self, entry: LogFile) -> ChangeTask:
+        if entry.change is not None:
+            return change_task(self.uri, entry.change)
+        # A file of the initial snapshot: an insert at the snapshot's version.
+        if self._snapshot_timestamp is None or self._snapshot_timestamp[0] != entry.version:
+            actions = _cdf.read_commit(self.uri, entry.version) or []
+            timestamp = _cdf.in_commit_timestamp(actions) or self._commit_timestamp(entry.version)
+            self._snapshot_timestamp = (entry.version, timestamp)
+        return ChangeTask(
+            self._task(entry), "add", entry.version, self._snapshot_timestamp[1], entry.path
         )
 
     def _read_layout(self) -> ReadLayout:

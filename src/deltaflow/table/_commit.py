@@ -5,6 +5,11 @@ retries when another writer took the version it wanted and checks the winner for
 conflicts. This module adds what Spark-side writers need on top: app-transaction
 idempotency (``txnAppId`` / ``txnVersion``), creation with data in one commit,
 schema evolution, and typed errors.
+
+Commits delta-rs's Python API cannot express (``cdc`` actions, removes of files with
+deletion vectors), and every DML commit so that all of them follow one set of
+conflict rules, go through :mod:`deltaflow.table._log_commit` instead: a request
+with ``read`` set (what the transaction read) takes that path.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from deltaflow.table import _uri
+from deltaflow.table import _log_commit, _uri
 from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
 log = logging.getLogger(__name__)
@@ -70,6 +75,26 @@ class AddedFile:
             self.stats,
         )
 
+    def to_log_action(self) -> dict[str, Any]:
+        """The protocol's ``add`` object (path URI-encoded, as the log stores it)."""
+        return {
+            "path": _log_commit.encode_path(self.path),
+            "partitionValues": dict(self.partition_values),
+            "size": self.size,
+            "modificationTime": self.modification_time,
+            "dataChange": self.data_change,
+            "stats": self.stats,
+        }
+
+    def to_cdc_action(self) -> dict[str, Any]:
+        """The protocol's ``cdc`` object for a change data file."""
+        return {
+            "path": _log_commit.encode_path(self.path),
+            "partitionValues": dict(self.partition_values),
+            "size": self.size,
+            "dataChange": False,
+        }
+
 
 @dataclass(frozen=True)
 class RemovedFile:
@@ -79,6 +104,25 @@ class RemovedFile:
     size: int
     partition_values: dict[str, Any]
     data_change: bool = True
+    # The file's deletion vector descriptor: a remove must name it (protocol: the
+    # logical file is path + DV), else readers keep the DV'd version live.
+    deletion_vector: dict[str, Any] | None = None
+    stats: str | None = None
+
+    def to_log_action(self) -> dict[str, Any]:
+        """The protocol's ``remove`` object, with the extended file metadata."""
+        action: dict[str, Any] = {
+            "path": self.path,
+            "dataChange": self.data_change,
+            "extendedFileMetadata": True,
+            "partitionValues": dict(self.partition_values),
+            "size": self.size,
+        }
+        if self.stats is not None:
+            action["stats"] = self.stats
+        if self.deletion_vector is not None:
+            action["deletionVector"] = dict(self.deletion_vector)
+        return action
 
     def to_action(self, now_ms: int) -> RemoveAction:
         # delta-rs URI-encodes the paths it is given (as for adds), so hand it the decoded
@@ -111,6 +155,10 @@ class CommitRequest:
     # Extra top-level commitInfo fields (operationParameters, operationMetrics, readVersion...)
     commit_info: dict[str, Any] = field(default_factory=dict)
     storage_options: dict[str, str] | None = None
+    # Set: commit with deltaflow's log writer, checking conflicts against this read set.
+    read: _log_commit.ReadSet | None = None
+    operation: str = "WRITE"
+    cdc: Sequence[AddedFile] = ()  # change data files (``_change_data/...``)
 
 
 @dataclass(frozen=True)
@@ -154,6 +202,9 @@ def commit(request: CommitRequest) -> CommitResult:
                 " Retry the write: it will append to (or overwrite) the new table.",
                 table_uri=request.table_uri,
             ) from exc
+
+    if request.read is not None:
+        return _commit_with_log_writer(request)
 
     # Appends are blind and commit on the newest version. Anything that removes files
     # commits against the version it read, so delta-rs checks every commit since then
@@ -203,7 +254,50 @@ def commit(request: CommitRequest) -> CommitResult:
         ) from exc
     # delta-rs does not hand back the version it committed; the newest one is ours unless
     # another writer raced in right after, which only makes the reported number later.
-    return CommitResult(_latest_version(location, request), False, len(request.adds))
+    return CommitResult(_latest_version(location, request, table), False, len(request.adds))
+
+
+def _commit_with_log_writer(request: CommitRequest) -> CommitResult:
+    assert request.read is not None and request.read_version is not None
+    location = _uri.delta_rs_uri(request.table_uri)
+    own: frozenset[int] = frozenset()
+    if request.new_columns:
+        from deltalake.schema import Field as DeltaField
+
+        table = DeltaTable(location, storage_options=request.storage_options)
+        fields = [DeltaField.from_json(json.dumps(f)) for f in request.new_columns]
+        # The new columns land one commit earlier (delta-rs writes the metadata); that
+        # commit is this transaction's own, not a conflicting metadata change.
+        table.alter.add_columns(fields)
+        own = frozenset({int(table.version())})
+    config = DeltaTable(location, storage_options=request.storage_options).metadata()
+    info = dict(request.commit_info)
+    parameters = info.pop("operationParameters", {})
+    metrics = info.pop("operationMetrics", {})
+    info.pop("readVersion", None)
+    info.pop("isBlindAppend", None)
+    if request.user_metadata is not None:
+        info["userMetadata"] = request.user_metadata
+    version = _log_commit.commit(
+        _log_commit.LogCommitRequest(
+            table_uri=request.table_uri,
+            read_version=request.read_version,
+            operation=request.operation,
+            operation_parameters=parameters,
+            operation_metrics=metrics,
+            adds=[a.to_log_action() for a in request.adds],
+            removes=[r.to_log_action() for r in request.removes],
+            cdc=[c.to_cdc_action() for c in request.cdc],
+            app_id=request.app_id,
+            app_version=request.app_version,
+            read=request.read,
+            partitioned=bool(request.partition_columns),
+            extra_commit_info=info,
+            own_versions=own,
+            checkpoint_interval=_log_commit.checkpoint_interval(dict(config.configuration)),
+        )
+    )
+    return CommitResult(version, False, len(request.adds))
 
 
 def conflict_kind(message: str) -> str:
@@ -215,10 +309,17 @@ def conflict_kind(message: str) -> str:
     return next((k for k in _CONFLICT_KINDS if k.lower() in lowered), "Conflict")
 
 
-def _latest_version(location: str, request: CommitRequest) -> int | None:
+def _latest_version(
+    location: str, request: CommitRequest, table: DeltaTable | None = None
+) -> int | None:
     # Never raise once the commit is in: the caller would treat the write as failed and
     # delete files the log now references.
     try:
+        if table is not None:
+            # Reads only the commits after the table's version: ~1 ms instead of a log
+            # replay (~20 ms per streaming micro-batch on a 100-version table).
+            table.update_incremental()
+            return int(table.version())
         return int(DeltaTable(location, storage_options=request.storage_options).version())
     except Exception:
         log.warning("committed to %s but could not read back the version", request.table_uri)

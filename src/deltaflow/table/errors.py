@@ -91,3 +91,20 @@ class CorruptTableError(TableError):
 
     def __init__(self, message: str, *, table_uri: str, path: str) -> None:
         super().__init__(message, table_uri=table_uri, path=path)
+
+
+class ChangeDataNotRecordedError(TableError, ValueError):
+    """Change data of ``table_uri`` was asked for the range [``start``, ``end``], but
+    ``delta.enableChangeDataFeed`` was off at ``version`` (delta-spark's
+    ``DELTA_MISSING_CHANGE_DATA``). Terminal: read a range in which the feed was on."""
+
+    def __init__(self, message: str, *, table_uri: str, version: int, start: int, end: int) -> None:
+        super().__init__(message, table_uri=table_uri, version=version, start=start, end=end)
+
+
+class ChangeDataFilesMissingError(TableError):
+    """A file that holds the change data of ``version`` is gone (VACUUM removed it), so
+    the change feed of that version cannot be read any more. Terminal."""
+
+    def __init__(self, message: str, *, table_uri: str, version: int, path: str) -> None:
+        super().__init__(message, table_uri=table_uri, version=version, path=path)

@@ -1,0 +1,440 @@
+"""A Delta commit writer for what delta-rs's Python API cannot express.
+
+delta-rs 1.6 commits ``add`` / ``remove`` actions only, and its ``remove`` has no
+``deletionVector``. DML needs both more: ``cdc`` actions (change data feed) and
+removes of files that carry deletion vectors. This module writes the log entry
+itself, on local (POSIX) tables:
+
+* **Atomic put-if-absent.** The entry goes to a temporary file in ``_delta_log``
+  that is then hard-linked to ``<version:020>.json``; ``link`` fails when the name
+  exists, so exactly one writer wins a version, and readers never see a partial file.
+* **Conflicts by delta-spark's rules (WriteSerializable).** Before each attempt every
+  commit since the read version is checked against what this transaction read and
+  removed (:func:`check_conflict`); a lost race re-checks the winner and retries at
+  the next version, at most :data:`MAX_ATTEMPTS` times.
+* **Checkpoints** through delta-rs when the new version is a multiple of
+  ``delta.checkpointInterval`` (default 100, delta-rs's default, so that a table gets
+  the same checkpoints whichever of the two commit paths wrote it).
+
+Object stores need a conditional put that pyarrow does not offer; commits that need
+this writer fail there with :class:`~deltaflow.table.errors.UnsupportedFeatureError`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote
+
+from deltaflow._atomic import put_if_absent
+from deltaflow.table import _uri
+from deltaflow.table.errors import (
+    ConcurrentWriteError,
+    CorruptTableError,
+    UnsupportedFeatureError,
+)
+
+log = logging.getLogger(__name__)
+
+# Each lost race means another commit landed and was checked; 15 covers bursts of
+# concurrent writers without hiding a livelock (same bound as the delta-rs path).
+MAX_ATTEMPTS = 15
+# delta-rs's default; delta-spark's is 10. Chosen so both commit paths agree.
+DEFAULT_CHECKPOINT_INTERVAL = 100
+ISOLATION_LEVEL = "WriteSerializable"
+
+_COMMIT_NAME = re.compile(r"^(\d{20})\.json$")
+# java.net.URI keeps these in a path unescaped; Spark and delta-rs write log paths so.
+_PATH_SAFE = "/!'()*,;:$&+=@"
+
+PartitionPredicate = Callable[[Mapping[str, str | None]], bool]
+
+
+def engine_info() -> str:
+    from deltaflow import __version__
+
+    return f"deltaflow/{__version__}"
+
+
+def encode_path(relative: str) -> str:
+    """A relative file path as the log stores it (URI-encoded)."""
+    return quote(relative, safe=_PATH_SAFE)
+
+
+@dataclass(frozen=True)
+class ReadSet:
+    """What a transaction read, for conflict detection (delta-spark's readFiles/readPredicates).
+
+    ``files``: log paths of the files it read. ``partition_predicate``: True for the
+    raw ``partitionValues`` of an added file it would have read; None means any
+    partition. ``blind_append``: it read nothing (never conflicts on appends).
+    """
+
+    files: frozenset[str] = frozenset()
+    partition_predicate: PartitionPredicate | None = None
+    blind_append: bool = False
+    whole_table: bool = False  # read every file unfiltered: any concurrent remove conflicts
+
+
+@dataclass(frozen=True)
+class LogCommitRequest:
+    """One commit: actions as the protocol's JSON objects, plus what the transaction read."""
+
+    table_uri: str
+    read_version: int
+    operation: str
+    operation_parameters: Mapping[str, Any] = field(default_factory=dict)
+    operation_metrics: Mapping[str, str] = field(default_factory=dict)
+    adds: Sequence[Mapping[str, Any]] = ()
+    removes: Sequence[Mapping[str, Any]] = ()
+    cdc: Sequence[Mapping[str, Any]] = ()
+    metadata: Mapping[str, Any] | None = None
+    app_id: str | None = None
+    app_version: int | None = None
+    read: ReadSet = field(default_factory=ReadSet)
+    partitioned: bool = True
+    extra_commit_info: Mapping[str, Any] = field(default_factory=dict)
+    # Versions this transaction wrote itself before (e.g. a schema change): not conflicts.
+    own_versions: frozenset[int] = frozenset()
+    checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
+
+
+@dataclass(frozen=True)
+class Conflict:
+    kind: str
+    version: int
+    detail: str
+
+
+def commit(request: LogCommitRequest) -> int:
+    """Write ``request`` as the next version; the version it got. Raises
+    :class:`ConcurrentWriteError` on a conflict, nothing written."""
+    log_dir = _log_dir(request.table_uri)
+    checked = request.read_version
+    ours = _ours(request)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        latest = latest_version(log_dir)
+        for version in range(checked + 1, latest + 1):
+            if version in request.own_versions:
+                continue
+            found = check_conflict(read_actions(log_dir, version), version, ours)
+            if found is not None:
+                raise _conflict_error(request, found, attempt)
+        checked = latest
+        target = latest + 1
+        if _put_if_absent(log_dir, target, _payload(request, target)):
+            log.info(
+                "committed %s to %s as version %d (read %d, attempt %d)",
+                request.operation,
+                request.table_uri,
+                target,
+                request.read_version,
+                attempt,
+            )
+            _maybe_checkpoint(request, target)
+            return target
+        log.info(
+            "version %d of %s was taken by another writer; checking it and retrying",
+            target,
+            request.table_uri,
+        )
+    raise ConcurrentWriteError(
+        f"Commit of {request.operation} to {request.table_uri} lost the race for a version"
+        f" {MAX_ATTEMPTS} times in a row. Nothing was committed; retry the operation.",
+        table_uri=request.table_uri,
+        kind="ConcurrentTransaction",
+        read_version=request.read_version,
+        attempts=MAX_ATTEMPTS,
+    )
+
+
+@dataclass(frozen=True)
+class _Ours:
+    read: ReadSet
+    removed: frozenset[str]
+    app_ids: frozenset[str]
+    metadata_changed: bool
+    partitioned: bool
+
+
+def _ours(request: LogCommitRequest) -> _Ours:
+    return _Ours(
+        read=request.read,
+        removed=frozenset(unquote(r["path"]) for r in request.removes),
+        app_ids=frozenset([request.app_id] if request.app_id is not None else []),
+        metadata_changed=request.metadata is not None,
+        partitioned=request.partitioned,
+    )
+
+
+def check_conflict(
+    actions: Sequence[Mapping[str, Any]], version: int, ours: _Ours
+) -> Conflict | None:
+    """delta-spark's ConflictChecker (WriteSerializable) for one winning commit."""
+    info: Mapping[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+    operation = info.get("operation", "unknown")
+    if any("protocol" in a for a in actions):
+        return Conflict("ProtocolChanged", version, f"{operation} changed the protocol")
+    if any("metaData" in a for a in actions):
+        return Conflict("MetadataChanged", version, f"{operation} changed the table metadata")
+    for action in actions:
+        txn = action.get("txn")
+        if txn is not None and txn.get("appId") in ours.app_ids:
+            return Conflict(
+                "ConcurrentTransaction", version, f"app transaction {txn.get('appId')} advanced"
+            )
+    if not ours.read.blind_append:
+        blind = is_blind_append(info, actions)
+        for action in actions:
+            add = action.get("add")
+            if add is None:
+                continue
+            # WriteSerializable: blind appends and dataChange=false rewrites (OPTIMIZE)
+            # are ordered after this transaction; other new data it should have read.
+            counts = ours.metadata_changed or (not blind and add.get("dataChange", True))
+            if counts and _in_read_partitions(add, ours):
+                return Conflict(
+                    "ConcurrentAppend",
+                    version,
+                    f"{operation} added {add['path']}, which this operation would have read",
+                )
+    removed = [unquote(a["remove"]["path"]) for a in actions if "remove" in a]
+    read_files = {unquote(p) for p in ours.read.files}
+    for path in removed:
+        if path in read_files:
+            return Conflict(
+                "ConcurrentDeleteRead", version, f"{operation} removed {path}, which this read"
+            )
+    if removed and ours.read.whole_table:
+        return Conflict(
+            "ConcurrentDeleteRead", version, f"{operation} removed files of a table this read whole"
+        )
+    for path in removed:
+        if path in ours.removed:
+            return Conflict("ConcurrentDeleteDelete", version, f"{operation} also removed {path}")
+    return None
+
+
+def is_blind_append(info: Mapping[str, Any], actions: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a commit only appended without reading the table.
+
+    delta-spark records ``isBlindAppend``; delta-rs does not, and marks an append by
+    ``operationParameters.mode`` (``outputMode`` for streaming) ``Append``.
+    """
+    recorded = info.get("isBlindAppend")
+    if recorded is not None:
+        return bool(recorded)
+    if any("remove" in a for a in actions) or "readVersion" in info:
+        return False
+    parameters = info.get("operationParameters") or {}
+    mode = parameters.get("mode") or parameters.get("outputMode")
+    return info.get("operation") in _APPEND_OPERATIONS and str(mode).lower() == "append"
+
+
+_APPEND_OPERATIONS = ("WRITE", "STREAMING UPDATE", "CREATE TABLE")
+
+
+def _in_read_partitions(add: Mapping[str, Any], ours: _Ours) -> bool:
+    predicate = ours.read.partition_predicate
+    if predicate is None or not ours.partitioned:
+        return True
+    try:
+        return bool(predicate(add.get("partitionValues") or {}))
+    except Exception:  # a value we cannot evaluate: assume it was read (conservative)
+        return True
+
+
+def _conflict_error(
+    request: LogCommitRequest, found: Conflict, attempt: int
+) -> ConcurrentWriteError:
+    return ConcurrentWriteError(
+        f"{request.operation} on {request.table_uri} conflicted with version {found.version}"
+        f" ({found.kind}): {found.detail}. Nothing was committed; retry the operation on the"
+        " current version of the table.",
+        table_uri=request.table_uri,
+        kind=found.kind,
+        read_version=request.read_version,
+        attempts=attempt,
+    )
+
+
+def _payload(request: LogCommitRequest, version: int) -> bytes:
+    now_ms = int(time.time() * 1000)
+    is_blind = request.read.blind_append and not request.removes
+    info: dict[str, Any] = {
+        "timestamp": now_ms,
+        "operation": request.operation,
+        "operationParameters": dict(request.operation_parameters),
+        "readVersion": request.read_version,
+        "isolationLevel": ISOLATION_LEVEL,
+        "isBlindAppend": is_blind,
+        "operationMetrics": dict(request.operation_metrics),
+        "engineInfo": engine_info(),
+        "txnId": str(uuid.uuid4()),
+    }
+    info.update(request.extra_commit_info)
+    actions: list[dict[str, Any]] = [{"commitInfo": info}]
+    if request.metadata is not None:
+        actions.append({"metaData": dict(request.metadata)})
+    if request.app_id is not None and request.app_version is not None:
+        actions.append(
+            {
+                "txn": {
+                    "appId": request.app_id,
+                    "version": request.app_version,
+                    "lastUpdated": now_ms,
+                }
+            }
+        )
+    actions.extend({"add": dict(a)} for a in request.adds)
+    actions.extend({"remove": {"deletionTimestamp": now_ms, **r}} for r in request.removes)
+    actions.extend({"cdc": dict(c)} for c in request.cdc)
+    text = "\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n"
+    return text.encode("utf-8")
+
+
+def _put_if_absent(log_dir: str, version: int, payload: bytes) -> bool:
+    # FileExistsError from link means the version is taken: the caller re-checks.
+    return put_if_absent(os.path.join(log_dir, f"{version:020d}.json"), payload)
+
+
+def _maybe_checkpoint(request: LogCommitRequest, version: int) -> None:
+    interval = max(request.checkpoint_interval, 1)
+    if version % interval:
+        return
+    try:
+        from deltalake import DeltaTable
+
+        DeltaTable(_uri.delta_rs_uri(request.table_uri), version=version).create_checkpoint()
+    except Exception:  # the commit is in: a missing checkpoint only slows readers down
+        log.warning("could not write a checkpoint at version %d of %s", version, request.table_uri)
+
+
+def checkpoint_interval(configuration: Mapping[str, str | None]) -> int:
+    for key, value in configuration.items():
+        if key.lower() == "delta.checkpointinterval" and value:
+            try:
+                return max(int(value), 1)
+            except ValueError:
+                break
+    return DEFAULT_CHECKPOINT_INTERVAL
+
+
+def require_local(table_uri: str, why: str) -> None:
+    if not _uri.is_local(table_uri):
+        raise UnsupportedFeatureError(
+            f"{why} on table {table_uri} needs deltaflow's own commit writer, which supports"
+            " local (POSIX) paths only: object stores need a conditional put that deltaflow"
+            " cannot do yet. Run the operation on a local table, or disable"
+            " delta.enableChangeDataFeed / purge deletion vectors (OPTIMIZE) first.",
+            table_uri=table_uri,
+            feature="logCommit",
+        )
+
+
+def _log_dir(table_uri: str) -> str:
+    require_local(table_uri, "This commit")
+    return os.path.join(_uri.local_path(table_uri), "_delta_log")
+
+
+def latest_version(log_dir: str) -> int:
+    versions = [int(m.group(1)) for n in os.listdir(log_dir) if (m := _COMMIT_NAME.match(n))]
+    if versions:
+        return max(versions)
+    last = _last_checkpoint_version(log_dir)
+    if last is None:
+        raise CorruptTableError(f"{log_dir} holds no commit", table_uri=log_dir, path=log_dir)
+    return last
+
+
+def read_actions(log_dir: str, version: int) -> list[dict[str, Any]]:
+    path = os.path.join(log_dir, f"{version:020d}.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError as exc:
+        raise CorruptTableError(
+            f"Commit {version} is missing from {log_dir} (log cleanup ran while this"
+            " operation was in flight?). Retry the operation.",
+            table_uri=log_dir,
+            path=path,
+        ) from exc
+
+
+def _last_checkpoint_version(log_dir: str) -> int | None:
+    try:
+        with open(os.path.join(log_dir, "_last_checkpoint"), encoding="utf-8") as f:
+            return int(json.load(f)["version"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def add_actions_of(table_uri: str, version: int, paths: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The ``add`` actions live at ``version`` for ``paths`` (log form), read from the log.
+
+    delta-rs does not expose ``deletionVector`` of adds; a remove must repeat it. The
+    newest JSON commits are read first (a file that got a DV was re-added recently),
+    then the newest checkpoint at or before ``version``.
+    """
+    log_dir = _log_dir(table_uri)
+    wanted = {unquote(p): p for p in paths}
+    found: dict[str, dict[str, Any]] = {}
+    checkpoint = _newest_checkpoint(log_dir, version)
+    floor = checkpoint[0] if checkpoint else -1
+    for v in range(version, floor, -1):
+        if not wanted:
+            break
+        try:
+            actions = read_actions(log_dir, v)
+        except CorruptTableError:
+            break
+        for action in actions:
+            add = action.get("add")
+            if add is not None and unquote(add["path"]) in wanted:
+                found[wanted.pop(unquote(add["path"]))] = add
+    if wanted and checkpoint is not None:
+        found.update(_adds_from_checkpoint(checkpoint[1], wanted))
+    return found
+
+
+def _newest_checkpoint(log_dir: str, version: int) -> tuple[int, list[str]] | None:
+    by_version: dict[int, list[str]] = {}
+    for name in os.listdir(log_dir):
+        if ".checkpoint" in name and name.endswith(".parquet") and name[:20].isdigit():
+            v = int(name[:20])
+            if v <= version:
+                by_version.setdefault(v, []).append(os.path.join(log_dir, name))
+    if not by_version:
+        return None
+    best = max(by_version)
+    return best, sorted(by_version[best])
+
+
+def _adds_from_checkpoint(files: list[str], wanted: dict[str, str]) -> dict[str, dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    found: dict[str, dict[str, Any]] = {}
+    sources = list(files)
+    for path in files:  # v2 checkpoints keep their adds in sidecar files
+        table = pq.read_table(path)
+        if "sidecar" in table.column_names:
+            for row in table.column("sidecar").to_pylist():
+                if row:
+                    sources.append(os.path.join(os.path.dirname(path), "_sidecars", row["path"]))
+    for path in sources:
+        table = pq.read_table(path, columns=["add"])
+        for add in table.column("add").to_pylist():
+            if add and unquote(add["path"]) in wanted:
+                clean = {k: v for k, v in add.items() if v is not None}
+                for key in ("partitionValues", "tags"):
+                    if isinstance(clean.get(key), list):  # parquet maps come back as pairs
+                        clean[key] = dict(clean[key])
+                found[wanted.pop(unquote(add["path"]))] = clean
+    return found

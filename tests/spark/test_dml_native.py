@@ -1,0 +1,238 @@
+"""DML on the JVM path: Spark's Parquet scan and writer where eligible, same results as Python."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable as RsTable
+from deltalake import write_deltalake
+
+import deltaflow
+from deltaflow.errors import InvalidOptionError
+from deltaflow.spark import _change_writer, _dml
+from deltaflow.spark._native_write import NATIVE_WRITE_CONF
+from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
+from tests.table.dv_fixtures import add_deletion_vectors
+
+JVM_SCAN = "JVM Parquet scan"
+PYTHON_SCAN = "Python scan"
+JVM_WRITE = "JVM Parquet writer"
+# Metrics that depend on file layout or timing, not on what the operation did.
+_LAYOUT_METRICS = ("Bytes", "Files", "TimeMs")
+
+
+@pytest.fixture(autouse=True)
+def default_paths(spark: Any) -> Iterator[None]:
+    for key in (_dml.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF):
+        spark.conf.unset(key)
+    yield
+    for key in (_dml.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF):
+        spark.conf.unset(key)
+
+
+def use_python(spark: Any, python: bool) -> None:
+    spark.conf.set(_dml.NATIVE_SCAN_CONF, "false" if python else "auto")
+    spark.conf.set(NATIVE_WRITE_CONF, "false" if python else "auto")
+
+
+def make_table(path: str, *, cdf: bool = False) -> None:
+    """12 rows in 4 files over two partitions (kind a / b)."""
+    config = {"delta.enableChangeDataFeed": "true"} if cdf else None
+    for start in (0, 3, 6, 9):
+        ids = list(range(start, start + 3))
+        write_deltalake(
+            path,
+            pa.table(
+                {
+                    "id": pa.array(ids, pa.int64()),
+                    "kind": ["a" if start < 6 else "b"] * 3,
+                    "value": pa.array([float(i) for i in ids]),
+                }
+            ),
+            mode="append",
+            partition_by=["kind"],
+            configuration=config,
+        )
+
+
+def contents(spark: Any, path: str) -> list[tuple[Any, ...]]:
+    rows = spark.read.format("delta").load(path).select("id", "kind", "value").collect()
+    return sorted(tuple(r) for r in rows)
+
+
+def metrics(spark: Any, path: str) -> dict[str, str]:
+    last = deltaflow.DeltaTable.forPath(spark, path).history(1).collect()[0]
+    values = dict(last["operationMetrics"] or {})
+    return {k: v for k, v in values.items() if not any(part in k for part in _LAYOUT_METRICS)}
+
+
+def merge_all_clauses(spark: Any, path: str) -> None:
+    source = spark.createDataFrame(
+        [(1, "a", 10.0), (4, "a", -1.0), (7, "b", 70.0), (20, "b", 200.0), (21, "a", None)],
+        "id long, kind string, value double",
+    )
+    (
+        deltaflow.DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), "t.id = s.id")
+        .whenMatchedDelete("s.value < 0")
+        .whenMatchedUpdate(set={"value": "t.value + s.value"})
+        .whenNotMatchedInsert(
+            "s.value IS NOT NULL", values={"id": "s.id", "kind": "s.kind", "value": "s.value"}
+        )
+        .execute()
+    )
+
+
+def merge_by_source(spark: Any, path: str) -> None:
+    source = spark.createDataFrame(
+        [(2, "a", 5.0), (8, "b", 5.0)], "id long, kind string, value double"
+    )
+    (
+        deltaflow.DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), "t.id = s.id")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedBySourceUpdate("t.id > 9", set={"value": "0.0"})
+        .whenNotMatchedBySourceDelete("t.id < 1")
+        .execute()
+    )
+
+
+def merge_duplicate_unapplied(spark: Any, path: str) -> None:
+    # id 5 matches twice but only "s.value > 100" updates: the copied row is written once.
+    source = spark.createDataFrame(
+        [(5, "a", 1.0), (5, "a", 2.0), (6, "b", 500.0)], "id long, kind string, value double"
+    )
+    (
+        deltaflow.DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), "t.id = s.id")
+        .whenMatchedUpdate("s.value > 100", set={"value": "s.value"})
+        .execute()
+    )
+
+
+def delete_some(spark: Any, path: str) -> None:
+    deltaflow.DeltaTable.forPath(spark, path).delete("value > 4 AND value < 8")
+
+
+def update_some(spark: Any, path: str) -> None:
+    deltaflow.DeltaTable.forPath(spark, path).update("kind = 'b'", {"value": "value * 2"})
+
+
+OPERATIONS: dict[str, Callable[[Any, str], None]] = {
+    "merge": merge_all_clauses,
+    "merge_by_source": merge_by_source,
+    "merge_duplicates": merge_duplicate_unapplied,
+    "delete": delete_some,
+    "update": update_some,
+}
+
+
+@pytest.mark.parametrize("cdf", [False, True], ids=["plain", "cdf"])
+@pytest.mark.parametrize("name", sorted(OPERATIONS))
+def test_jvm_and_python_paths_agree(
+    spark: Any, table_path: Any, caplog: Any, name: str, cdf: bool
+) -> None:
+    caplog.set_level(logging.INFO, logger="deltaflow")
+    results = {}
+    for python in (False, True):
+        path = table_path()
+        make_table(path, cdf=cdf)
+        use_python(spark, python)
+        caplog.clear()
+        OPERATIONS[name](spark, path)
+        text = caplog.text
+        if python:
+            assert JVM_SCAN not in text and PYTHON_SCAN in text
+            assert JVM_WRITE not in text
+        else:
+            assert JVM_SCAN in text and PYTHON_SCAN not in text
+            # Change rows go through the Python writer; plain rows through Spark's.
+            assert (JVM_WRITE in text) is not cdf
+        changes = []
+        if cdf:
+            feed = (
+                spark.read.format("delta")
+                .option("readChangeFeed", "true")
+                .option("startingVersion", 4)
+                .load(path)
+            )
+            changes = sorted(tuple(r) for r in feed.select("id", "value", "_change_type").collect())
+        results[python] = (contents(spark, path), metrics(spark, path), changes)
+        assert RsTable(path).to_pyarrow_table().num_rows == len(results[python][0])
+    assert results[False] == results[True]
+
+
+def test_files_with_deletion_vectors_take_the_python_scan(
+    spark: Any, table_path: Any, caplog: Any
+) -> None:
+    caplog.set_level(logging.INFO, logger="deltaflow")
+    path = table_path()
+    write_deltalake(path, pa.table({"id": pa.array(range(6), pa.int64()), "v": [0.0] * 6}))
+    (file,) = RsTable(path).file_uris()
+    add_deletion_vectors(path, {file.rsplit("/", 1)[-1]: [1, 4]})
+    source = spark.createDataFrame([(0, 1.0), (4, 1.0), (9, 1.0)], "id long, v double")
+    (
+        deltaflow.DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), "t.id = s.id")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    assert PYTHON_SCAN in caplog.text and "deletion vectors" in caplog.text
+    assert JVM_SCAN not in caplog.text
+    rows = sorted(tuple(r) for r in spark.read.format("delta").load(path).collect())
+    # Row 4 was deleted by the DV, so source row 4 is an insert.
+    assert rows == [(0, 1.0), (2, 0.0), (3, 0.0), (4, 1.0), (5, 0.0), (9, 1.0)]
+
+
+def test_multiple_matches_fail_on_the_jvm_path(spark: Any, table_path: Any, caplog: Any) -> None:
+    caplog.set_level(logging.INFO, logger="deltaflow")
+    path = table_path()
+    make_table(path)
+    source = spark.createDataFrame([(3, 1.0), (3, 2.0)], "id long, value double")
+    with pytest.raises(MultipleSourceRowMatchingTargetRowError):
+        (
+            deltaflow.DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(source.alias("s"), "t.id = s.id")
+            .whenMatchedUpdate(set={"value": "s.value"})
+            .execute()
+        )
+    assert JVM_SCAN in caplog.text
+    assert len(RsTable(path).history()) == 4  # nothing committed
+
+
+def test_merge_equi_join_is_a_hash_join(
+    spark: Any, table_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = table_path()
+    make_table(path)
+    plans: list[str] = []
+    original = _change_writer.write
+
+    def recording(rows: Any, plan: Any, *, changes: bool) -> Any:
+        plans.append(str(rows._jdf.queryExecution().executedPlan().toString()))
+        return original(rows, plan, changes=changes)
+
+    monkeypatch.setattr(_change_writer, "write", recording)
+    merge_all_clauses(spark, path)
+    (plan,) = plans
+    assert "NestedLoopJoin" not in plan
+    assert any(j in plan for j in ("BroadcastHashJoin", "SortMergeJoin", "ShuffledHashJoin"))
+
+
+def test_bad_conf_value_is_a_typed_error(spark: Any, table_path: Any) -> None:
+    path = table_path()
+    make_table(path)
+    spark.conf.set(_dml.NATIVE_SCAN_CONF, "sometimes")
+    with pytest.raises(InvalidOptionError) as info:
+        delete_some(spark, path)
+    assert info.value.option == _dml.NATIVE_SCAN_CONF
