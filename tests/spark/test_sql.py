@@ -76,3 +76,62 @@ def test_create_table_on_missing_location_fails_clearly(spark, table_path):
         spark.sql(f"CREATE TABLE {_fresh_name()} USING delta LOCATION '{missing}'")
     assert "TableNotFoundError" in str(info.value)
     assert missing in str(info.value)
+
+
+def test_insert_select_between_catalog_tables_writes_the_named_table(spark, table_path):
+    """The query's columns carry the SOURCE table's location metadata: the row must still
+    land in the table INSERT names, and nothing may be written to the source."""
+    src_path, dst_path = table_path("src"), table_path("dst")
+    write_deltalake(src_path, pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]}))
+    write_deltalake(dst_path, pa.table({"id": pa.array([9], pa.int64()), "name": ["z"]}))
+    src, dst = _fresh_name(), _fresh_name()
+    spark.sql(f"CREATE TABLE {src} USING delta LOCATION '{src_path}'")
+    spark.sql(f"CREATE TABLE {dst} USING delta LOCATION '{dst_path}'")
+
+    spark.sql(f"INSERT INTO {dst} SELECT * FROM {src}")
+    spark.sql(f"INSERT INTO {dst} SELECT id + 100, 'r' FROM range(2)")  # no location metadata
+    spark.sql(f"INSERT INTO {dst} (name, id) SELECT 'c', 7")
+    spark.sql(f"INSERT INTO {dst} BY NAME SELECT 'n' AS name, 8 AS id")
+    spark.range(1).selectExpr("42 AS id", "'w' AS name").write.insertInto(dst)
+
+    assert DeltaTable(src_path).version() == 0  # untouched
+    got = sorted((r["id"], r["name"]) for r in DeltaTable(dst_path).to_pyarrow_table().to_pylist())
+    expected = [(1, "a"), (2, "b"), (7, "c"), (8, "n"), (9, "z"), (42, "w"), (100, "r"), (101, "r")]
+    assert got == sorted(expected)
+
+    spark.sql(f"INSERT OVERWRITE {dst} SELECT * FROM {src} WHERE id = 1")
+    assert DeltaTable(dst_path).to_pyarrow_table().to_pylist() == [{"id": 1, "name": "a"}]
+
+
+def test_catalog_writes_deltaflow_cannot_route_are_refused_typed(spark, table_path):
+    from deltaflow.errors import InvalidOptionError
+    from deltaflow.spark._writer_compat import unpack_remote_error
+    from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
+
+    src_path = table_path("src")
+    write_deltalake(src_path, pa.table({"id": pa.array([1], pa.int64()), "name": ["a"]}))
+    src = _fresh_name()
+    spark.sql(f"CREATE TABLE {src} USING delta LOCATION '{src_path}'")
+
+    with pytest.raises(SchemaMismatchError, match="gives 1 column"):
+        spark.sql(f"INSERT INTO {src} SELECT 5")
+    with pytest.raises(UnsupportedFeatureError, match="PARTITION"):
+        spark.sql(f"INSERT INTO {src} PARTITION (name='x') SELECT 5")
+    # saveAsTable appends to an existing table through the source's writer, which gets
+    # neither the destination nor options: refused, not guessed.
+    with pytest.raises(Exception) as caught:
+        spark.table(src).write.format("delta").mode("append").saveAsTable(src)
+    error = unpack_remote_error(caught.value)
+    assert isinstance(error, InvalidOptionError), caught.value
+    assert "without naming it" in str(error)
+    assert DeltaTable(src_path).version() == 0
+
+
+def test_copy_of_a_catalog_table_does_not_inherit_its_location_marker(spark, seeded, table_path):
+    name = _fresh_name()
+    spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{seeded}'")
+    copy = table_path("copy")
+    spark.table(name).write.format("delta").save(copy)
+    fields = DeltaTable(copy).schema().to_arrow()
+    assert all(not (f.metadata or {}) for f in fields), [f.metadata for f in fields]
+    assert sorted(DeltaTable(copy).to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]

@@ -13,10 +13,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from deltaflow.spark._options import parse_read_options, parse_write_options
+from deltaflow.spark._options import parse_read_options
 from deltaflow.spark._reader import DeltaBatchReader
-from deltaflow.spark._writer import DeltaBatchWriter, plan_write
-from deltaflow.spark._writer_compat import SAVE_MODE_OPTION
 from deltaflow.table import _schema, _uri
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 
@@ -53,21 +51,46 @@ class DeltaDataSource(DataSource):
 
     def schema(self) -> StructType:
         snapshot = self._load()
-        return with_location(
-            StructType.fromJson(_schema.logical_schema(snapshot.schema)), snapshot.uri
+        schema = StructType.fromJson(_schema.logical_schema(snapshot.schema))
+        if self._reads_change_feed():
+            from deltaflow.spark._cdf import with_cdf_columns
+
+            schema = with_cdf_columns(schema)
+        return with_location(schema, snapshot.uri)
+
+    def _reads_change_feed(self) -> bool:
+        return any(
+            k.lower() in ("readchangefeed", "readchangedata") and str(v).strip().lower() == "true"
+            for k, v in dict(self.options).items()
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:
         snapshot = self._load(schema)
         options = dict(self.options)
         options.setdefault("path", snapshot.uri)
-        return DeltaBatchReader(snapshot, schema, parse_read_options(options).file_skipping)
+        read = parse_read_options(options)
+        if read.read_change_feed:
+            from deltaflow.spark._cdf import DeltaChangeFeedReader
+
+            return DeltaChangeFeedReader(snapshot, schema, read)
+        return DeltaBatchReader(snapshot, schema, read.file_skipping)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        # Imported here: the writer modules pull in pyarrow.dataset and pandas (~1 s of
+        # start-up in every Python worker Spark starts for a read or a stream).
+        from deltaflow.spark._options import parse_write_options
+        from deltaflow.spark._writer import DeltaBatchWriter, plan_write
+        from deltaflow.spark._writer_compat import SAVE_MODE_OPTION
+
         raw = _without(self.options, SAVE_MODE_OPTION)
         location = location_of(schema)
-        if location and not (raw.get("path") or raw.get("location")):
-            raw["path"] = location
+        if not (raw.get("path") or raw.get("location")):
+            # A catalog write that did not go through deltaflow's INSERT / insertInto: the
+            # location in the query's schema may be the table it READS from.
+            from deltaflow.spark._catalog_writes import refuse_unrouted_write
+            from deltaflow.spark._writer_compat import RemoteDeltaflowError
+
+            raise RemoteDeltaflowError(refuse_unrouted_write(location or "no table"))
         options = parse_write_options(raw)
         mode = self.options.get(SAVE_MODE_OPTION) or ("overwrite" if overwrite else "append")
         plan = plan_write(_uri.normalize_uri(options.path), schema.jsonValue(), mode, options)

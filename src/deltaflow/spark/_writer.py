@@ -111,6 +111,20 @@ def arrow_schema(schema: dict[str, Any]) -> pa.Schema:
     return to_arrow_schema(StructType.fromJson(_schema.logical_schema(schema)), timezone="UTC")
 
 
+def _without_location(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` minus the catalog-location marker a read from a catalog table leaves in
+    its first field's metadata (``_source.with_location``): it names the table the data
+    came FROM and must not end up in the schema of the table written."""
+    from deltaflow.spark._source import LOCATION_METADATA_KEY
+
+    fields = schema.get("fields") or []
+    if not fields or LOCATION_METADATA_KEY not in (fields[0].get("metadata") or {}):
+        return schema
+    first = dict(fields[0])
+    first["metadata"] = {k: v for k, v in first["metadata"].items() if k != LOCATION_METADATA_KEY}
+    return {**schema, "fields": [first, *fields[1:]]}
+
+
 def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOptions) -> WritePlan:
     """Decide schema, partitioning and mode for writing ``incoming`` to ``uri``.
 
@@ -124,6 +138,7 @@ def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOpti
             option="replaceWhere",
         )
     replace_where = options.replace_where if mode == "overwrite" else None
+    incoming = _without_location(incoming)
     exists = table_exists(uri)
     if not exists:
         mapping = {k.lower(): v for k, v in options.table_properties.items()}.get(

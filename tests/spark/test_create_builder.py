@@ -1,0 +1,294 @@
+"""DeltaTable.create / createIfNotExists / replace / createOrReplace, and CREATE TABLE (cols)."""
+
+from __future__ import annotations
+
+import decimal
+import os
+import uuid
+
+import deltalake
+import polars as pl
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from deltaflow import DeltaTable
+from deltaflow.errors import InvalidOptionError
+from deltaflow.table.errors import (
+    SchemaMismatchError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+    UnsupportedFeatureError,
+)
+
+
+def _name() -> str:
+    return "cb_" + uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def database(spark, tmp_path):
+    """A database whose location is this test's temp dir (managed tables land there)."""
+    name = "db_" + uuid.uuid4().hex[:8]
+    spark.sql(f"CREATE DATABASE {name} LOCATION '{tmp_path / name}'")
+    yield name
+    spark.sql(f"DROP DATABASE {name} CASCADE")
+
+
+def _fields(path: str) -> list[tuple[str, str, bool]]:
+    schema = pa.schema(deltalake.DeltaTable(path).schema().to_arrow())
+    return [(f.name, str(f.type), f.nullable) for f in schema]
+
+
+def test_create_at_a_location_with_types_partitions_properties_and_comment(spark, table_path):
+    path = table_path("created")
+    table = (
+        DeltaTable.create(spark)
+        .location(path)
+        .addColumn("id", "BIGINT", nullable=False, comment="the key")
+        .addColumn("price", "DECIMAL(10,2)")
+        .addColumn("tags", "ARRAY<STRING>")
+        .addColumn("attrs", MapType(StringType(), LongType()))
+        .addColumn("ts", TimestampType())
+        .addColumn("kind", "STRING")
+        .partitionedBy("kind")
+        .property("delta.enableChangeDataFeed", "true")
+        .property("owner.team", "data")
+        .comment("orders, one row per order")
+        .execute()
+    )
+
+    detail = table.detail().first()
+    assert detail.description == "orders, one row per order"
+    assert detail.partitionColumns == ["kind"]
+    assert detail.properties == {"delta.enableChangeDataFeed": "true", "owner.team": "data"}
+    assert detail.numFiles == 0
+    assert [h.version for h in table.history().collect()] == [0]
+
+    log_table = deltalake.DeltaTable(path)
+    assert log_table.version() == 0
+    assert log_table.metadata().partition_columns == ["kind"]
+    assert log_table.metadata().description == "orders, one row per order"
+    schema = log_table.schema()
+    assert schema.fields[0].metadata == {"comment": "the key"}
+    assert _fields(path) == [
+        ("id", "int64", False),
+        ("price", "decimal128(10, 2)", True),
+        ("tags", "list<element: string>", True),
+        ("attrs", "map<string, int64>", True),
+        ("ts", "timestamp[us, tz=UTC]", True),
+        ("kind", "string", True),
+    ]
+    assert pl.read_delta(path).height == 0
+
+    rows = spark.createDataFrame(
+        [(1, decimal.Decimal("2.50"), ["a"], {"x": 1}, None, "k")], table.toDF().schema
+    )
+    rows.write.format("delta").mode("append").save(path)
+    frame = pl.read_delta(path)
+    assert frame.select("id", "kind").rows() == [(1, "k")]
+    assert frame["price"].to_list() == [decimal.Decimal("2.50")]
+    assert os.path.isdir(os.path.join(path, "kind=k"))
+
+
+def test_add_columns_takes_a_struct_type_or_fields(spark, table_path):
+    path = table_path("fields")
+    schema = StructType([StructField("a", LongType(), False), StructField("b", StringType())])
+    extra = [StructField("c", ArrayType(LongType()))]
+    DeltaTable.create(spark).location(path).addColumns(schema).addColumns(extra).execute()
+    assert _fields(path) == [
+        ("a", "int64", False),
+        ("b", "string", True),
+        ("c", "list<element: int64>", True),
+    ]
+
+
+def test_create_with_a_name_registers_the_table_in_the_catalog(spark, table_path):
+    path, name = table_path("named"), _name()
+    table = (
+        DeltaTable.create(spark)
+        .tableName(name)
+        .location(path)
+        .addColumn("id", "INT")
+        .addColumn("s", "STRING")
+        .execute()
+    )
+    assert table.detail().first().name == name
+    spark.sql(f"INSERT INTO {name} VALUES (1, 'a'), (2, 'b')")
+    assert sorted(r.id for r in spark.table(name).collect()) == [1, 2]
+    assert spark.sql(f"SELECT s FROM {name} WHERE id = 2").first().s == "b"
+    assert DeltaTable.forName(spark, name).toDF().count() == 2
+    assert deltalake.DeltaTable(path).to_pyarrow_table().num_rows == 2
+
+
+def test_a_name_without_location_is_a_table_in_the_database_location(spark, database, tmp_path):
+    name = f"{database}.Events"
+    table = DeltaTable.create(spark).tableName(name).addColumn("id", "LONG").execute()
+    expected = tmp_path / database / "events"
+    assert (expected / "_delta_log").is_dir()
+    assert table.detail().first().location == f"file://{expected}"
+    spark.sql(f"INSERT INTO {name} VALUES (0), (1), (2)")
+    assert spark.table(name).count() == 3
+    assert pl.read_delta(str(expected))["id"].sort().to_list() == [0, 1, 2]
+
+
+def test_create_fails_when_the_table_exists(spark, table_path):
+    path, name = table_path("exists"), _name()
+    DeltaTable.create(spark).tableName(name).location(path).addColumn("id", "INT").execute()
+
+    with pytest.raises(TableAlreadyExistsError) as by_path:
+        DeltaTable.create(spark).location(path).addColumn("id", "INT").execute()
+    assert by_path.value.table_uri == f"file://{path}"
+    with pytest.raises(TableAlreadyExistsError) as by_name:
+        DeltaTable.create(spark).tableName(name).addColumn("id", "INT").execute()
+    assert by_name.value.table_uri == name
+    assert deltalake.DeltaTable(path).version() == 0
+
+
+def test_create_if_not_exists_keeps_an_existing_table(spark, table_path):
+    path, name = table_path("keep"), _name()
+    builder = DeltaTable.createIfNotExists(spark).location(path).addColumn("id", "LONG")
+    builder.execute()
+    deltalake.write_deltalake(path, pa.table({"id": pa.array([7], pa.int64())}), mode="append")
+
+    again = builder.addColumn("other", "STRING").execute()
+    assert deltalake.DeltaTable(path).version() == 1
+    assert again.toDF().collect()[0].id == 7
+    assert [f.name for f in again.toDF().schema.fields] == ["id"]
+
+    by_name = DeltaTable.createIfNotExists(spark).tableName(name).location(path).execute()
+    assert spark.table(name).count() == 1
+    assert DeltaTable.createIfNotExists(spark).tableName(name).execute().toDF().count() == 1
+    assert by_name.detail().first().name == name
+
+
+def test_create_or_replace_commits_new_metadata_and_removes_every_file(spark, table_path):
+    path, name = table_path("replace"), _name()
+    deltalake.write_deltalake(path, pa.table({"id": pa.array([1, 2], pa.int64())}))
+    deltalake.write_deltalake(path, pa.table({"id": pa.array([3], pa.int64())}), mode="append")
+    spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{path}'")
+
+    replaced = (
+        DeltaTable.createOrReplace(spark)
+        .tableName(name)
+        .addColumn("key", "STRING")
+        .addColumn("day", "DATE")
+        .partitionedBy("day")
+        .comment("replaced")
+        .execute()
+    )
+    log_table = deltalake.DeltaTable(path)
+    assert log_table.version() == 2
+    assert log_table.to_pyarrow_table().num_rows == 0
+    assert log_table.metadata().partition_columns == ["day"]
+    assert [f[0] for f in _fields(path)] == ["key", "day"]
+    assert [h.version for h in replaced.history().collect()] == [2, 1, 0]
+    assert spark.read.format("delta").option("versionAsOf", 1).load(path).count() == 3
+    # The catalog follows the new schema.
+    assert spark.table(name).columns == ["key", "day"]
+    spark.sql(f"INSERT INTO {name} VALUES ('a', DATE'2025-01-02')")
+    assert spark.table(name).first().key == "a"
+
+    # Replacing a table that is not there creates it.
+    fresh = table_path("fresh")
+    DeltaTable.createOrReplace(spark).location(fresh).addColumn("x", "INT").execute()
+    assert deltalake.DeltaTable(fresh).version() == 0
+
+
+def test_replace_needs_an_existing_table(spark, table_path):
+    path = table_path("missing")
+    with pytest.raises(TableNotFoundError) as info:
+        DeltaTable.replace(spark).location(path).addColumn("x", "INT").execute()
+    assert info.value.table_uri == f"file://{path}"
+    assert not os.path.exists(path)
+
+
+def test_naming_an_existing_location_registers_it_if_the_columns_match(spark, table_path):
+    path = table_path("existing")
+    deltalake.write_deltalake(path, pa.table({"id": pa.array([1], pa.int64())}))
+    name = _name()
+    DeltaTable.create(spark).tableName(name).location(path).addColumn("id", "LONG").execute()
+    assert spark.table(name).count() == 1
+
+    with pytest.raises(SchemaMismatchError) as info:
+        (
+            DeltaTable.create(spark)
+            .tableName(_name())
+            .location(path)
+            .addColumn("id", "STRING")
+            .execute()
+        )
+    assert info.value.columns == ("id",)
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "field", "value"),
+    [
+        (lambda b: b.addColumn("g", "INT", generatedAlwaysAs="id + 1"), UnsupportedFeatureError,
+         "feature", "generatedColumns"),
+        (lambda b: b.addColumn("x", "NOT A TYPE"), InvalidOptionError, "option", "dataType"),
+        (lambda b: b.clusterBy("id"), UnsupportedFeatureError, "feature", "clustering"),
+        (lambda b: b.property("delta.enableChangeDataFeeed", "true"), InvalidOptionError,
+         "option", "delta.enableChangeDataFeeed"),
+        (lambda b: b.partitionedBy("nope").execute(), InvalidOptionError, "option",
+         "partitionedBy"),
+        (lambda b: b.addColumn("ID", "INT").execute(), InvalidOptionError, "option", "addColumn"),
+        (lambda b: b.partitionedBy("id").execute(), InvalidOptionError, "option",
+         "partitionedBy"),
+    ],
+)  # fmt: skip
+def test_bad_declarations_raise_typed_errors(spark, table_path, build, error, field, value):
+    path = table_path("bad")
+    with pytest.raises(error) as info:
+        build(DeltaTable.create(spark).location(path).addColumn("id", "INT"))
+    assert getattr(info.value, field) == value
+    assert not os.path.exists(path)
+
+
+def test_a_table_needs_a_location_or_name_and_columns(spark, table_path):
+    with pytest.raises(InvalidOptionError) as nowhere:
+        DeltaTable.create(spark).addColumn("id", "INT").execute()
+    assert nowhere.value.option == "location"
+    with pytest.raises(InvalidOptionError) as no_columns:
+        DeltaTable.create(spark).location(table_path("empty")).execute()
+    assert no_columns.value.option == "addColumn"
+
+
+def test_the_builder_is_immutable(spark, table_path):
+    base = DeltaTable.create(spark).addColumn("id", "INT")
+    first, second = table_path("first"), table_path("second")
+    base.location(first).addColumn("extra", "STRING").execute()
+    base.location(second).execute()
+    assert [f[0] for f in _fields(first)] == ["id", "extra"]
+    assert [f[0] for f in _fields(second)] == ["id"]
+    assert base.spec.location is None
+
+
+def test_sql_create_table_with_columns_creates_the_delta_table(spark, table_path):
+    path, name = table_path("sql"), _name()
+    spark.sql(
+        f"CREATE TABLE {name} (id BIGINT NOT NULL, amount DECIMAL(12, 3), day STRING)"
+        f" USING delta PARTITIONED BY (day) LOCATION '{path}' COMMENT 'from sql'"
+        " TBLPROPERTIES ('delta.appendOnly' = 'true')"
+    )
+    log_table = deltalake.DeltaTable(path)
+    assert log_table.metadata().partition_columns == ["day"]
+    assert log_table.metadata().configuration == {"delta.appendOnly": "true"}
+    assert log_table.metadata().description == "from sql"
+    assert _fields(path)[0] == ("id", "int64", False)
+    spark.sql(f"INSERT INTO {name} VALUES (1, 2.5, 'mon')")
+    assert spark.table(name).first().amount == decimal.Decimal("2.500")
+
+    # IF NOT EXISTS keeps it; without, it is an error.
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} (x INT) USING delta LOCATION '{path}'")
+    assert deltalake.DeltaTable(path).version() == 1
+    with pytest.raises(TableAlreadyExistsError):
+        spark.sql(f"CREATE TABLE {name} (x INT) USING delta LOCATION '{path}'")
