@@ -22,6 +22,10 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from deltaflow.spark._delta_table import DeltaTable
+    from deltaflow.spark._progress import BatchProgress, StreamProgress, track_progress
+
+# Names that need pyspark, loaded on first use so `import deltaflow` stays light.
+_PROGRESS_NAMES = ("BatchProgress", "StreamProgress", "track_progress")
 
 
 def __getattr__(name: str) -> Any:
@@ -30,15 +34,21 @@ def __getattr__(name: str) -> Any:
         from deltaflow.spark._delta_table import DeltaTable
 
         return DeltaTable
+    if name in _PROGRESS_NAMES:
+        from deltaflow.spark import _progress
+
+        return getattr(_progress, name)
     raise AttributeError(f"module 'deltaflow' has no attribute {name!r}")
 
 
 __all__ = [
+    "BatchProgress",
     "ConcurrentWriteError",
     "DeltaTable",
     "DeltaflowError",
     "InvalidOptionError",
     "SchemaMismatchError",
+    "StreamProgress",
     "TableAlreadyExistsError",
     "TableNotFoundError",
     "UnsupportedFeatureError",
@@ -47,4 +57,5 @@ __all__ = [
     "__version__",
     "register",
     "session",
+    "track_progress",
 ]

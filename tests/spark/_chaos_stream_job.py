@@ -51,9 +51,10 @@ def run_stream(
         ("gold", gold_frame(spark, source), "complete", ck_gold, gold),
     ):
         if mode == "once" and queries:
-            # The catch-up runs the queries one after the other: starting two availableNow
-            # queries at once failed 1 run in 3 with java.io.OptionalDataException while
-            # deserializing the first task (Spark-side; the looping queries never hit it).
+            # The catch-up runs the queries one after the other, the loop starts them
+            # together. (Starting two at once used to fail 1 run in 3 with
+            # java.io.OptionalDataException; deltaflow.register() now prevents the race,
+            # see _settle_worker_env in deltaflow/spark/_session.py.)
             _await(queries[-1][1])
         writer = (
             frame.writeStream.format("delta")

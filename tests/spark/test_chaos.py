@@ -50,11 +50,11 @@ def chaos_seed() -> int:
 class Child:
     """A child job in its own process group; its stdout lines are read on a thread."""
 
-    def __init__(self, args: list[str], log_path: Path) -> None:
+    def __init__(self, args: list[str], log_path: Path, job: str = JOB) -> None:
         self.log_path = log_path
         self._log = log_path.open("a")
         self.proc = subprocess.Popen(
-            [sys.executable, JOB, *args],
+            [sys.executable, job, *args],
             stdout=subprocess.PIPE,
             stderr=self._log,
             text=True,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -30,17 +31,70 @@ _LOCAL_DEFAULTS = {
 def register(spark: SparkSession) -> SparkSession:
     """Register the ``delta`` data source on ``spark`` (a session you built yourself)."""
     from deltaflow.ingest._cloudfiles import CloudFilesDataSource
-    from deltaflow.spark import _reader_compat, _writer_compat
+    from deltaflow.spark import (
+        _catalog_writes,
+        _create_builder,
+        _reader_compat,
+        _stream_writer,
+        _writer_compat,
+    )
     from deltaflow.spark._source import DeltaDataSource
 
     _reader_compat.install()
     _writer_compat.install()
+    _create_builder.install_sql_create()
+    _stream_writer.install_to_table()
+    _catalog_writes.install()
 
     for key, value in REQUIRED_CONF.items():
         spark.conf.set(key, value)
     spark.dataSource.register(DeltaDataSource)
     spark.dataSource.register(CloudFilesDataSource)
+    for name in ("delta", "cloudFiles"):
+        _settle_worker_env(spark, name)
     return spark
+
+
+# The environment entries Spark's PythonStreamingSourceRunner puts into the registered
+# source's shared envVars map when a streaming query starts (Spark 4.x).
+_STREAM_RUNNER_ENV = (
+    "SPARK_LOCAL_DIRS",
+    "SPARK_AUTH_SOCKET_TIMEOUT",
+    "SPARK_BUFFER_SIZE",
+    "SPARK_PYTHON_RUNTIME",
+)
+
+
+def _settle_worker_env(spark: SparkSession, name: str) -> None:
+    """Give the registered source's Python function, now, the environment entries the
+    streaming source runner would add when the first stream starts.
+
+    Spark's driver-side ``PythonStreamingSourceRunner`` puts its entries straight into the
+    ``envVars`` java.util.HashMap of the function registered for the source, and every
+    task of every query on that source serializes the same map (inside its reader
+    factory). The first stream start adds keys (a structural change) while another
+    query may be serializing a task: the task then fails to deserialize with
+    ``java.io.OptionalDataException`` (seen 1 run in 3 with two queries starting
+    together). With the keys present, later puts only overwrite values with equal ones.
+    """
+    manager = spark._jsparkSession.sessionState().dataSourceManager()  # type: ignore[attr-defined]
+    if not manager.dataSourceExists(name):
+        return
+    env_vars = manager.lookupDataSource(name).dataSourceCls().envVars()
+    conf = spark.sparkContext._jsc.sc().conf()  # type: ignore[union-attr]
+    # The runner overwrites every entry with its own value before it starts a worker,
+    # and executors' runners set their own; these are only the best guesses meanwhile.
+    values = {
+        "SPARK_LOCAL_DIRS": conf.get("spark.local.dir", tempfile.gettempdir()),
+        "SPARK_AUTH_SOCKET_TIMEOUT": str(
+            conf.getTimeAsSeconds("spark.python.authenticate.socketTimeout", "15s")
+        ),
+        "SPARK_BUFFER_SIZE": str(conf.getInt("spark.buffer.size", 65536)),
+        "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER",
+    }
+    for key in _STREAM_RUNNER_ENV:
+        if not env_vars.containsKey(key):
+            env_vars.put(key, values[key])
 
 
 def session(

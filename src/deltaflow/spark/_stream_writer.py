@@ -42,6 +42,8 @@ from deltaflow.table import _commit, _uri
 
 log = logging.getLogger("deltaflow.stream")
 
+# The commitInfo field naming the streaming query and batch of a sink commit.
+STREAM_COMMIT_INFO_KEY = "deltaflow.stream"
 # Options Spark adds for a streaming sink; not write options of the table.
 _STREAM_ONLY_OPTIONS = ("checkpointLocation", "queryName")
 
@@ -63,18 +65,22 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
         self.checkpoint_location = checkpoint_location
         self._plan: WritePlan | None = None
+        # The plan was made in this process (not unpickled): Spark's commit worker builds
+        # the writer and commits right away, so the plan is as current as a new one.
+        self._planned_here = False
 
     @property
     def plan(self) -> WritePlan:
         """How executors lay out files: planned once, where Spark plans the query."""
         if self._plan is None:
             self._plan = plan_write(self.table_uri, self.schema_json, self.mode, self.options)
+            self._planned_here = True
         return self._plan
 
     def __getstate__(self) -> dict[str, Any]:
         # Executors get the writer pickled: plan before, so every task lays files out alike.
         _ = self.plan
-        return dict(self.__dict__)
+        return {**self.__dict__, "_planned_here": False}
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
         writer = FileSetWriter(self.plan, job_id="stream")
@@ -84,11 +90,19 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         started = time.perf_counter()
         adds = _files(messages)
         app_id = self._app_id()
+        num_rows = sum(m.num_rows for m in messages if isinstance(m, DeltaCommitMessage))
         try:
-            # Planned again against the table as it is now: earlier batches created it,
-            # added columns, or moved its version on.
             opts = replace(self.options, txn_app_id=app_id, txn_version=batchId)
-            plan = plan_write(self.table_uri, self.schema_json, self.mode, opts)
+            if self._planned_here:
+                # Spark's commit worker calls streamWriter() (which plans against the table
+                # as it is now) just before commit(): planning again would load the log a
+                # second time per batch. A replayed batch is still caught: _commit.commit
+                # checks the app transaction before committing.
+                plan = self.plan
+            else:
+                # Planned again against the table as it is now: earlier batches created
+                # it, added columns, or moved its version on.
+                plan = plan_write(self.table_uri, self.schema_json, self.mode, opts)
             if plan.skip:
                 result = _commit.CommitResult(None, True, 0)
             else:
@@ -105,6 +119,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                         app_id=app_id,
                         app_version=batchId,
                         user_metadata=opts.user_metadata,
+                        commit_info=batch_commit_info(app_id, batchId, self.mode, adds, num_rows),
                     )
                 )
         except DeltaflowError as exc:
@@ -118,7 +133,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             batchId,
             result.version,
             len(adds),
-            sum(m.num_rows for m in messages if isinstance(m, DeltaCommitMessage)),
+            num_rows,
             (time.perf_counter() - started) * 1000,
             " (already committed, skipped)" if result.skipped else "",
         )
@@ -132,6 +147,30 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
 
     def _app_id(self) -> str:
         return query_id(self.checkpoint_location, self.table_uri)
+
+
+def batch_commit_info(
+    query_id: str, batch_id: int, mode: str, adds: list[_commit.AddedFile], num_rows: int
+) -> dict[str, Any]:
+    """What a micro-batch commit records about itself in the log's ``commitInfo``.
+
+    ``operationMetrics`` uses delta-spark's streaming names (string values, as delta-spark
+    writes them, so its ``history()`` reads them); ``deltaflow.stream`` names the query and
+    batch, which :mod:`deltaflow.spark._progress` pairs with Spark's progress events.
+    """
+    return {
+        "operationMetrics": {
+            "numAddedFiles": str(len(adds)),
+            "numRemovedFiles": "0",
+            "numOutputRows": str(num_rows),
+            "numOutputBytes": str(sum(a.size for a in adds)),
+        },
+        STREAM_COMMIT_INFO_KEY: {
+            "queryId": query_id,
+            "batchId": batch_id,
+            "outputMode": "Complete" if mode == "overwrite" else "Append",
+        },
+    }
 
 
 def _files(messages: list[WriterCommitMessage | None]) -> list[_commit.AddedFile]:
@@ -165,11 +204,68 @@ def stream_writer(
     stream_only = {name.lower() for name in _STREAM_ONLY_OPTIONS}
     raw = {k: v for k, v in dict(options).items() if k.lower() not in stream_only}
     lowered = {k.lower(): v for k, v in dict(options).items()}
-    parsed = parse_write_options(raw)
-    return DeltaStreamWriter(
-        _uri.normalize_uri(parsed.path),
-        schema,
-        overwrite,
-        parsed,
-        lowered.get("checkpointlocation"),
-    )
+    try:
+        parsed = parse_write_options(raw)
+        writer = DeltaStreamWriter(
+            _uri.normalize_uri(parsed.path),
+            schema,
+            overwrite,
+            parsed,
+            lowered.get("checkpointlocation"),
+        )
+        # Planned here, in the worker that runs streamWriter(): a schema violation or bad
+        # option must reach the driver typed. Raised later, while Spark pickles the writer,
+        # it would surface as a PicklingError that no longer names our error.
+        _ = writer.plan
+    except DeltaflowError as exc:
+        raise RemoteDeltaflowError(exc) from exc
+    return writer
+
+
+_TO_TABLE_INSTALLED = "_deltaflow_to_table_installed"
+
+
+def install_to_table() -> None:
+    """Make ``writeStream.toTable(name)`` work for deltaflow catalog tables.
+
+    Spark hands a Python sink the query's schema and no options for a catalog table,
+    so the table's location (kept in the catalog schema, see ``_source.with_location``)
+    never reaches the sink. For a table whose catalog schema carries one, ``toTable``
+    starts the query on that location instead, as ``start(location)`` with
+    ``format("delta")``; other tables go through untouched.
+    """
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    if getattr(DataStreamWriter, _TO_TABLE_INSTALLED, False):
+        return
+    original = DataStreamWriter.toTable
+
+    def toTable(
+        self: Any,
+        tableName: str,
+        format: str | None = None,
+        outputMode: str | None = None,
+        partitionBy: Any = None,
+        queryName: str | None = None,
+        **options: Any,
+    ) -> Any:
+        from deltaflow.spark._source import location_of
+
+        spark = self._spark
+        location = None
+        if spark.catalog.tableExists(tableName):
+            location = location_of(spark.table(tableName).schema)
+        if location is None:
+            return original(self, tableName, format, outputMode, partitionBy, queryName, **options)
+        return self.start(
+            location,
+            format="delta",
+            outputMode=outputMode,
+            partitionBy=partitionBy,
+            queryName=queryName,
+            **options,
+        )
+
+    toTable.__doc__ = original.__doc__
+    DataStreamWriter.toTable = toTable  # type: ignore[method-assign]
+    setattr(DataStreamWriter, _TO_TABLE_INSTALLED, True)

@@ -1,0 +1,226 @@
+"""End-to-end streaming latency: upstream commit -> visible in the downstream Delta table.
+
+An upstream writer thread (delta-rs, in this process) appends a small commit every
+``--interval-ms`` (10 rows each; every row carries ``seq``, the commit's sequence
+number). A Delta -> Delta query (``where`` + ``upper``) runs with
+``trigger(processingTime="0 seconds")``. A poller thread watches the sink's
+``_delta_log`` for the next commit file (every 2 ms: one ``stat``) and reads the new
+commit's ``add`` stats: their ``seq`` min/max tell which upstream commits it made
+visible. Latency of an upstream commit = the time the poller saw the sink commit minus
+the time ``write_deltalake`` returned upstream (both this process's clock).
+
+Variants run one after another in one Spark session (Python workers warm), each with
+a fresh source, sink and checkpoint: a warm-up, then ``--seconds`` of measurement.
+p50 / p90 / p99 / max are over the upstream commits of the measurement window.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from _common import DATA_DIR, fresh_dir, loadavg, parse_args, save_result, spark_session
+
+ROWS_PER_COMMIT = 10
+
+
+class Upstream(threading.Thread):
+    def __init__(self, path: str, interval_s: float) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.interval_s = interval_s
+        self.visible_at: dict[int, float] = {}  # seq -> when write_deltalake returned
+        self.stop_event = threading.Event()
+        self.seq = 0
+
+    def write(self) -> None:
+        from deltalake import write_deltalake
+
+        seq = self.seq
+        table = pa.table(
+            {
+                "seq": pa.array([seq] * ROWS_PER_COMMIT, pa.int64()),
+                "id": pa.array(range(seq * 100, seq * 100 + ROWS_PER_COMMIT), pa.int64()),
+                "kind": pa.array(["click"] * ROWS_PER_COMMIT),
+            }
+        )
+        write_deltalake(self.path, table, mode="append")
+        self.visible_at[seq] = time.time()
+        self.seq += 1
+
+    def run(self) -> None:
+        next_at = time.monotonic()
+        while not self.stop_event.is_set():
+            self.write()
+            next_at += self.interval_s
+            self.stop_event.wait(max(0.0, next_at - time.monotonic()))
+
+
+class SinkPoller(threading.Thread):
+    def __init__(self, path: str) -> None:
+        super().__init__(daemon=True)
+        self.log = Path(path) / "_delta_log"
+        self.seen_at: dict[int, float] = {}  # seq -> when the sink commit with it appeared
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        version = 0
+        while not self.stop_event.is_set():
+            entry = self.log / f"{version:020d}.json"
+            if not entry.exists():
+                time.sleep(0.002)
+                continue
+            seen = time.time()
+            for line in entry.read_text().splitlines():
+                if '"add"' not in line:
+                    continue
+                stats = json.loads(json.loads(line)["add"]["stats"])
+                low, high = stats["minValues"]["seq"], stats["maxValues"]["seq"]
+                for seq in range(low, high + 1):
+                    self.seen_at.setdefault(seq, seen)
+            version += 1
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def measure(spark: Any, name: str, options: dict[str, str], args: Any, out: Path) -> dict[str, Any]:
+    root = out / f"{name.replace(' ', '_')}-{uuid.uuid4().hex[:8]}"
+    source, sink, checkpoint = str(root / "src"), str(root / "dst"), str(root / "chk")
+    upstream = Upstream(source, args.interval_ms / 1000)
+    upstream.write()  # the table exists before the query starts
+    from pyspark.sql import functions as F
+
+    writer = (
+        spark.readStream.format("delta")
+        .load(source)
+        .where("kind <> 'heartbeat'")
+        .select("seq", "id", F.upper("kind").alias("kind"))
+        .writeStream.format("delta")
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="0 seconds")
+    )
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    poller = SinkPoller(sink)
+    poller.start()
+    query = writer.start(sink)
+    deadline = time.monotonic() + 180
+    while 0 not in poller.seen_at:  # the first batch (and the Python workers) are up
+        if time.monotonic() > deadline or not query.isActive:
+            raise RuntimeError(f"{name}: the first batch never arrived: {query.exception()}")
+        time.sleep(0.05)
+    upstream.start()
+    time.sleep(args.warmup)
+    first_seq = upstream.seq
+    load_before = loadavg()
+    time.sleep(args.seconds)
+    last_seq = upstream.seq
+    upstream.stop_event.set()
+    upstream.join()
+    deadline = time.monotonic() + 60
+    while any(s not in poller.seen_at for s in range(first_seq, last_seq)):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    progress = query.recentProgress
+    query.stop()
+    poller.stop_event.set()
+    poller.join()
+    latencies = [
+        (poller.seen_at[s] - upstream.visible_at[s]) * 1000
+        for s in range(first_seq, last_seq)
+        if s in poller.seen_at
+    ]
+    missing = sum(1 for s in range(first_seq, last_seq) if s not in poller.seen_at)
+    durations: dict[str, list[int]] = {}
+    for p in progress:
+        if p["numInputRows"]:
+            for key, value in p["durationMs"].items():
+                durations.setdefault(key, []).append(int(value))
+    result = {
+        "variant": name,
+        "options": options,
+        "commits": len(latencies),
+        "missing": missing,
+        "p50_ms": percentile(latencies, 0.5),
+        "p90_ms": percentile(latencies, 0.9),
+        "p99_ms": percentile(latencies, 0.99),
+        "max_ms": max(latencies),
+        "mean_ms": statistics.fmean(latencies),
+        "batch_phase_median_ms": {k: statistics.median(v) for k, v in durations.items()},
+        "batches_with_data": len(durations.get("triggerExecution", [])),
+        "loadavg_before": load_before,
+        "loadavg_after": loadavg(),
+    }
+    print(
+        f"| {name} | {result['commits']} | {result['p50_ms']:.0f} | {result['p90_ms']:.0f} |"
+        f" {result['p99_ms']:.0f} | {result['max_ms']:.0f} | {load_before.split()[0]} |",
+        flush=True,
+    )
+    print(f"    phases (median ms, batches with data): {result['batch_phase_median_ms']}")
+    return result
+
+
+# name -> (writeStream options, session confs set for the variant's query)
+VARIANTS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "baseline": ({}, {}),
+    "asyncProgressTracking": (
+        {
+            "asyncProgressTrackingEnabled": "true",
+            "asyncProgressTrackingCheckpointIntervalMs": "1000",
+        },
+        {},
+    ),
+    "noDataMicroBatches off": ({}, {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}),
+}
+
+
+def main() -> dict[str, object]:
+    parser_args = parse_args(__doc__ or "")
+    args = parser_args
+    args.seconds = 15 if args.quick else 60
+    args.warmup = 5 if args.quick else 10
+    args.interval_ms = 200
+    spark = spark_session()
+    out = fresh_dir(DATA_DIR / "stream_latency_out")
+    print("| variant | commits | p50 ms | p90 ms | p99 ms | max ms | load |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    results = []
+    for name, (options, confs) in VARIANTS.items():
+        previous = {key: spark.conf.get(key, None) for key in confs}
+        for key, value in confs.items():
+            spark.conf.set(key, value)
+        try:
+            results.append({**measure(spark, name, options, args, out), "confs": confs})
+        except Exception as exc:  # report a refused variant and go on
+            message = str(exc).splitlines()[0][:300]
+            print(f"| {name} | refused: {message} |", flush=True)
+            results.append({"variant": name, "options": options, "error": message})
+        finally:
+            for key, value in previous.items():
+                if value is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, value)
+    result = {
+        "interval_ms": args.interval_ms,
+        "rows_per_commit": ROWS_PER_COMMIT,
+        "seconds": args.seconds,
+        "results": results,
+    }
+    save_result("stream_latency", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
