@@ -12,6 +12,9 @@ BENCHMARKS = (
     "bench_skipping.py",
     "bench_ingest_http.py",
     "bench_merge.py",
+    "bench_cloudfiles.py",
+    "bench_stream_throughput.py",
+    "bench_stream_latency.py",
 )
 
 

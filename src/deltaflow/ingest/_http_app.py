@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import signal
 import socket
 import sys
 import time
@@ -316,7 +317,16 @@ def serve(config: ServeConfig, *, ready_message: bool = True) -> None:
     server = uvicorn.Server(uvicorn_config)
     if ready_message:
         print(f"deltaflow serve: listening on http://{host}:{port}", file=sys.stderr, flush=True)
+    # uvicorn shuts down gracefully on SIGINT / SIGTERM (pending events are committed and
+    # acknowledged), restores the handlers it found and then raises the signal again.
+    # Handlers that ignore it make that clean stop exit 0 rather than die by the signal.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stopped_cleanly)
     server.run(sockets=[sock])
+
+
+def _stopped_cleanly(sig: int, frame: Any) -> None:
+    """The signal uvicorn re-raises after its graceful shutdown: nothing left to do."""
 
 
 def _best(module: str, fallback: str) -> str:

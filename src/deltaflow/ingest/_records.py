@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.types import (
     BinaryType,
@@ -48,6 +49,29 @@ from deltaflow.ingest.errors import MalformedRecordError, NewColumnsError
 from deltaflow.table import _uri
 
 BATCH_ROWS = 10_000
+# Larger JSON files are read in chunks, row by row, so memory stays bounded.
+FAST_JSON_MAX_BYTES = 256 * 1024 * 1024
+# Spark types whose JSON values Arrow's reader parses exactly as :func:`convert` does
+# (integers are read as int64 and then cast safely, so an overflow falls back).
+_FAST_JSON_TYPES: dict[type[DataType], pa.DataType] = {
+    StringType: pa.string(),
+    LongType: pa.int64(),
+    IntegerType: pa.int64(),
+    ShortType: pa.int64(),
+    ByteType: pa.int64(),
+    DoubleType: pa.float64(),
+    FloatType: pa.float64(),
+    BooleanType: pa.bool_(),
+}
+# Strings that Arrow's cast and ``datetime.fromisoformat`` (Python >= 3.11) read alike:
+# both reject the same impossible dates, times and offsets within these shapes, so a
+# file whose values all match is cast whole and any other file goes row by row. Years
+# from 1000 only (Arrow accepts year 0, Python does not); no surrounding spaces.
+_FAST_DATE = r"^[1-9]\d{3}-\d{2}-\d{2}$"
+_FAST_TIMESTAMP = (
+    r"^[1-9]\d{3}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)?$"
+)
+_ZONED = r"(Z|[+-]\d{2}:\d{2})$"
 READ_CHUNK = 8 * 1024 * 1024
 # Values kept per new column to infer its type (cloudFiles.inferColumnTypes).
 NEW_COLUMN_SAMPLE = 1000
@@ -93,6 +117,11 @@ def read_landing_file(file: LandingFile, layout: RecordLayout) -> Iterator[pa.Re
     elif layout.options.format == "text":
         rows = _plain_text_rows(file, layout, schema)
     else:
+        parsed = _json_table(file, layout, schema) if layout.options.format == "json" else None
+        fast = None if parsed is None else _parquet_batches(parsed, file, layout, arrow_schema)
+        if fast is not None:
+            yield from fast
+            return
         rows = _text_rows(file, layout, schema)
     columns: list[list[Any]] = [[] for _ in schema.fields]
     for row in rows:
@@ -157,6 +186,90 @@ def _plain_text_rows(
             lines = read_lines(handle)
         for line in lines:
             yield [meta if f.name == METADATA_COLUMN else line for f in schema.fields]
+
+
+def _json_table(file: LandingFile, layout: RecordLayout, schema: StructType) -> pa.Table | None:
+    """The file parsed whole by Arrow's JSON reader, or None when the row-by-row path must
+    decide: a column type the fast path does not parse exactly as that path would, a
+    record that is not one object on one line, a value of another JSON type, an unknown
+    or case-mismatched key, invalid UTF-8. Every such file falls back as a whole, so
+    both paths give the same rows (tests compare them)."""
+    if file.size > FAST_JSON_MAX_BYTES or file.size == 0:
+        return None
+    fields = []
+    temporal: dict[str, DataType] = {}  # parsed as strings, cast below
+    for field in schema.fields:
+        if field.name not in layout.data_columns:
+            continue
+        parse_type = _FAST_JSON_TYPES.get(type(field.dataType))
+        if isinstance(field.dataType, (TimestampType, DateType)):
+            parse_type = pa.string()
+            temporal[field.name] = field.dataType
+        if parse_type is None:
+            return None
+        fields.append(pa.field(field.name, parse_type))
+    fs, path = _uri.filesystem(file.uri)
+    with fs.open_input_stream(path) as handle:
+        data = handle.read()
+    records = _count_object_lines(data)
+    if not records:
+        return None
+    from pyarrow import json as pa_json
+
+    try:
+        table = pa_json.read_json(
+            io.BytesIO(data),
+            read_options=pa_json.ReadOptions(block_size=max(len(data) + 1, 1 << 20)),
+            parse_options=pa_json.ParseOptions(
+                explicit_schema=pa.schema(fields), unexpected_field_behavior="error"
+            ),
+        )
+        table.validate(full=True)  # Arrow's reader lets invalid UTF-8 through
+        for name, data_type in temporal.items():
+            index = table.schema.get_field_index(name)
+            table = table.set_column(index, name, _cast_iso_strings(table[name], data_type))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return table if table.num_rows == records else None
+
+
+def _count_object_lines(data: bytes) -> int | None:
+    """The number of non-blank lines, or None when one of them does not start with ``{``
+    and end with ``}`` (surrounding whitespace aside): Arrow reads ``{..} {..}`` as two
+    records and a bare ``null`` line as a row of nulls, where the row-by-row path rescues
+    such lines, so they leave the fast path here."""
+    body = data[:-1] if data.endswith(b"\n") else data
+    newlines = body.count(b"\n")
+    if (
+        body.startswith(b"{")
+        and body.endswith(b"}")
+        and body.count(b"\n{") == newlines
+        and body.count(b"}\n") == newlines
+    ):
+        return newlines + 1  # the usual file: every line exactly one "{...}", no blanks
+    records = 0
+    for line in data.split(b"\n"):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped[:1] != b"{" or stripped[-1:] != b"}":
+            return None
+        records += 1
+    return records
+
+
+def _cast_iso_strings(column: pa.ChunkedArray, data_type: DataType) -> pa.ChunkedArray:
+    """ISO 8601 strings as dates or UTC timestamps, as :func:`convert` reads them (a naive
+    timestamp is UTC); raises ``ArrowInvalid`` when any value needs the row-by-row path."""
+    is_date = isinstance(data_type, DateType)
+    shaped = pc.match_substring_regex(column, _FAST_DATE if is_date else _FAST_TIMESTAMP)
+    if pc.all(shaped).as_py() is False:  # None: every value is null
+        raise pa.ArrowInvalid("a value is not a plain ISO 8601 date or timestamp")
+    if is_date:
+        return column.cast(pa.date32())
+    naive_as_utc = pc.binary_join_element_wise(column, "Z", "")
+    zoned = pc.if_else(pc.match_substring_regex(column, _ZONED), column, naive_as_utc)
+    return zoned.cast(pa.timestamp("us", tz="UTC"))
 
 
 def read_lines(handle: Any) -> Iterator[str]:

@@ -38,6 +38,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from deltaflow._atomic import put_if_absent
 from deltaflow.errors import InvalidOptionError
 from deltaflow.ingest._options import METADATA_COLUMN, CloudFilesOptions
 from deltaflow.table import _uri
@@ -163,16 +164,7 @@ def record_schema(schema_location: str, version: int, data_schema: StructType) -
     folder = _schemas_dir(schema_location)
     os.makedirs(folder, exist_ok=True)
     record = {"formatVersion": 1, "version": version, "dataSchema": data_schema.jsonValue()}
-    temp = os.path.join(folder, f".{version}.{os.getpid()}.tmp")
-    with open(temp, "w", encoding="utf-8") as handle:
-        json.dump(record, handle)
-    try:
-        os.link(temp, os.path.join(folder, str(version)))  # atomic, fails if it exists
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        os.unlink(temp)
+    return put_if_absent(os.path.join(folder, str(version)), json.dumps(record).encode())
 
 
 def output_schema(data_schema: StructType, options: CloudFilesOptions) -> StructType:
