@@ -1,10 +1,23 @@
-"""deltaflow's main demo job: IoT fitness-tracker events into a Delta table, then questions.
+"""deltaflow's main demo job: a fitness-tracker lakehouse, from backfill to live streams.
 
-Run it with ``make demo`` (or ``.venv/bin/python demo/main_job.py --help``). It generates
-device events, appends them to ``bronze/device_events`` in a few Delta commits through
-``df.write.format("delta")``, answers a question with Spark SQL and checks the answer
-against the raw Arrow data, then shows the table's history and time-travels to an earlier
-version.
+Run it with ``make demo`` (or ``.venv/bin/python demo/main_job.py --help``). Four parts,
+each printing a short section whose numbers are checked against an independent
+computation (the demo exits 1 with ``DEMO FAILED`` when one disagrees):
+
+1. **Backfill.** Generated device events are appended to ``bronze/device_events`` in a few
+   Delta commits through ``df.write.format("delta")``; a question is answered with Spark
+   SQL and checked against the raw Arrow data; history and time travel.
+2. **Ingest** (``_ingest.py``). ``deltaflow serve`` runs as a subprocess; the trackers'
+   events continue live, POSTed as NDJSON with idempotency keys into
+   ``bronze/live_events``, while a share arrives as NDJSON files in a landing folder that
+   ``readStream.format("cloudFiles")`` appends to the same table.
+3. **Streaming** (``_pipeline.py``). While events arrive, bronze -> silver (cleaned,
+   de-duplicated with a watermark) -> gold (events per minute, state and type, with a
+   watermark); the California question is answered from gold while the streams run;
+   then everything is drained and stopped.
+4. **Device registry** (``_registry.py``). A dimension table created with
+   ``DeltaTable.create`` and the change data feed on, upserted twice with ``merge``; its
+   change feed shows the second round's changes.
 """
 
 from __future__ import annotations
@@ -23,6 +36,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if __package__ in (None, ""):  # run as a script: make ``demo`` importable as a package
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from demo import _live, _registry
+from demo._checks import DemoCheckError, DemoRunError
 
 from deltaflow.testing import DeviceEventGenerator, to_spark
 
@@ -49,10 +68,6 @@ QUESTION_STATE = "CA"
 PARTITION_COLUMN = "event_date"
 
 
-class DemoCheckError(RuntimeError):
-    """Spark's answer and the independent computation disagree."""
-
-
 @dataclass(frozen=True)
 class DemoConfig:
     data_dir: Path
@@ -60,6 +75,11 @@ class DemoConfig:
     events_per_commit: int
     devices: int
     seed: int
+    live_seconds: float = 40.0
+    live_rate: float = 5000.0
+    events_per_request: int = 500
+    trigger_seconds: float = 1.0
+    report_seconds: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -91,17 +111,58 @@ def parse_args(argv: Sequence[str] | None) -> DemoConfig:
         "--devices", type=int, default=1000, help="trackers, each reporting once a second"
     )
     parser.add_argument("--seed", type=int, default=0, help="generator seed (default: 0)")
+    live = parser.add_argument_group("live part (ingest service, landing files, streams)")
+    live.add_argument(
+        "--live-seconds",
+        type=float,
+        default=40.0,
+        help="how long the trackers keep sending while the streams run (default: 40)",
+    )
+    live.add_argument(
+        "--live-rate",
+        type=float,
+        default=5000.0,
+        help="events/s the trackers try to send; event time runs this many / --devices "
+        "times faster than the wall clock (default: 5000)",
+    )
+    live.add_argument(
+        "--events-per-request",
+        type=int,
+        default=500,
+        help="events per HTTP request to the ingest service (default: 500)",
+    )
+    live.add_argument(
+        "--trigger-seconds",
+        type=float,
+        default=1.0,
+        help="processing-time trigger of the streaming queries (default: 1)",
+    )
+    live.add_argument(
+        "--report-seconds",
+        type=float,
+        default=5.0,
+        help="seconds between live progress lines (default: 5)",
+    )
     args = parser.parse_args(argv)
     if args.commits < 2:
         parser.error("--commits must be at least 2 (time travel needs an earlier version)")
     if args.events_per_commit < 1 or args.devices < 1:
         parser.error("--events-per-commit and --devices must be positive")
+    if min(args.live_seconds, args.live_rate, args.trigger_seconds, args.report_seconds) <= 0:
+        parser.error("--live-* , --trigger-seconds and --report-seconds must be positive")
+    if args.events_per_request < 1:
+        parser.error("--events-per-request must be positive")
     return DemoConfig(
         data_dir=Path(args.data_dir).resolve(),
         commits=args.commits,
         events_per_commit=args.events_per_commit,
         devices=args.devices,
         seed=args.seed,
+        live_seconds=args.live_seconds,
+        live_rate=args.live_rate,
+        events_per_request=args.events_per_request,
+        trigger_seconds=args.trigger_seconds,
+        report_seconds=args.report_seconds,
     )
 
 
@@ -113,7 +174,7 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
         print_banner(config)
         with session_for(config, spark) as session:
             run_demo(config, session)
-    except DemoCheckError as err:
+    except (DemoCheckError, DemoRunError) as err:
         print(f"\nDEMO FAILED: {err}", file=sys.stderr)
         return 1
     except DataDirNotOursError as err:
@@ -150,6 +211,11 @@ def print_banner(config: DemoConfig) -> None:
     )
     print("  3. answer a question with Spark SQL; cross-check it against the raw Arrow data")
     print("  4. show the table history; time-travel to an earlier version")
+    print(
+        f"  5. live for {config.live_seconds:.0f}s: trackers POST to `deltaflow serve` and drop "
+        "landing files; streams build silver and gold"
+    )
+    print("  6. device registry: MERGE twice, then read its change data feed")
     print(f"  data: {config.data_dir}   (Spark's own log: {config.data_dir / 'spark.log'})")
 
 
@@ -207,6 +273,9 @@ def run_demo(config: DemoConfig, spark: SparkSession) -> DemoResult:
 
     versions = show_history(table_uri)
     total_rows = time_travel(spark, table_uri, config)
+
+    _live.run_live(spark, config.data_dir, generator, _live_settings(config))
+    _registry.run_registry(spark, config.data_dir, table_uri)
     return DemoResult(
         table_uri=table_uri,
         total_rows=total_rows,
@@ -214,6 +283,17 @@ def run_demo(config: DemoConfig, spark: SparkSession) -> DemoResult:
         arrow_answer=arrow_answer,
         window=window,
         versions=versions,
+    )
+
+
+def _live_settings(config: DemoConfig) -> _live.LiveSettings:
+    return _live.LiveSettings(
+        seconds=config.live_seconds,
+        rate=config.live_rate,
+        events_per_request=config.events_per_request,
+        trigger_seconds=config.trigger_seconds,
+        report_seconds=config.report_seconds,
+        seed=config.seed,
     )
 
 

@@ -22,7 +22,18 @@ def _printed_number(label: str, text: str) -> int:
 
 def test_demo_answers_correctly(spark, tmp_path, capsys):
     data_dir = tmp_path / "demo"
-    argv = ["--data-dir", str(data_dir), "--commits", "3", "--events-per-commit", "20000"]
+    argv = [
+        "--data-dir",
+        str(data_dir),
+        "--commits",
+        "3",
+        "--events-per-commit",
+        "20000",
+        # 30 s of live events are 150 s of event time: enough for the first live minute
+        # to pass gold's one-minute watermark.
+        "--live-seconds",
+        "30",
+    ]
 
     assert main_job.main(argv, spark=spark) == 0
 
@@ -58,6 +69,15 @@ def test_demo_answers_correctly(spark, tmp_path, capsys):
         (0, "20,000"),
     ]
     assert (data_dir / "bronze" / "device_events" / "_delta_log").is_dir()
+    # The live part and the registry check their own numbers against independent
+    # computations and fail the demo (exit 1) when one disagrees; each prints its OK line.
+    for verdict in (
+        "OK: every acknowledged event is in bronze exactly once",
+        "OK: silver holds each valid event once",
+        "OK: gold equals silver's counts in every closed minute",
+        "OK: the change feed shows exactly the devices the second round changed or added",
+    ):
+        assert verdict in out
 
 
 def test_demo_reruns_in_its_own_data_dir_but_refuses_a_foreign_one(tmp_path, capsys):
