@@ -13,6 +13,7 @@ BENCHMARKS = (
     "bench_ingest_http.py",
     "bench_merge.py",
     "bench_cloudfiles.py",
+    "bench_discovery.py",
     "bench_stream_throughput.py",
     "bench_stream_latency.py",
 )
