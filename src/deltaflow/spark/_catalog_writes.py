@@ -74,7 +74,7 @@ def insert_from_sql(spark: SparkSession, statement: str) -> DataFrame | None:
 
     jdf = spark._jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, plan.query())
     query = ClassicDataFrame(jdf, spark)
-    columns = [str(c) for c in _seq(plan.userSpecifiedCols())]
+    columns = [str(c) for c in scala_list(plan.userSpecifiedCols())]
     write(spark, name, location, query, bool(plan.overwrite()), columns, bool(plan.byName()))
     return spark.range(0).select()  # what INSERT returns: nothing
 
@@ -180,7 +180,8 @@ def refuse_unrouted_write(location: str) -> InvalidOptionError:
     )
 
 
-def _seq(scala_seq: Any) -> list[Any]:
+def scala_list(scala_seq: Any) -> list[Any]:
+    """A Scala ``Seq`` (a py4j proxy) as a Python list."""
     iterator = scala_seq.iterator()
     out = []
     while iterator.hasNext():

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import InvalidOptionError
+from deltaflow.spark._catalog_writes import scala_list
 from deltaflow.table import _uri
 from deltaflow.table._snapshot import load_snapshot, table_exists
 from deltaflow.table.errors import (
@@ -482,7 +483,7 @@ def _spec_from_sql(spark: SparkSession, query: str) -> TableSpec | None:
     schema = StructType.fromJson(json.loads(plan.tableSchema().json()))
     if not schema.fields:
         return None  # no column list: the source's schema() handles it
-    partitions = [str(t.describe()) for t in _seq(plan.partitioning())]
+    partitions = [str(t.describe()) for t in scala_list(plan.partitioning())]
     for p in partitions:
         if not re.fullmatch(r"`?[^()`]+`?", p):
             raise UnsupportedFeatureError(
@@ -491,7 +492,7 @@ def _spec_from_sql(spark: SparkSession, query: str) -> TableSpec | None:
                 table_uri=query.strip()[:80],
                 feature="partitionTransforms",
             )
-    name = ".".join(f"`{part.replace('`', '``')}`" for part in _seq(plan.name().nameParts()))
+    name = ".".join(f"`{part.replace('`', '``')}`" for part in scala_list(plan.name().nameParts()))
     location = table_spec.location()
     comment = table_spec.comment()
     properties = {str(k): str(v) for k, v in _scala_map(table_spec.properties()).items()}
@@ -510,14 +511,6 @@ def _spec_from_sql(spark: SparkSession, query: str) -> TableSpec | None:
     for key, value in properties.items():
         builder = builder.property(key, value)
     return builder.spec
-
-
-def _seq(scala_seq: Any) -> list[Any]:
-    iterator = scala_seq.iterator()
-    out = []
-    while iterator.hasNext():
-        out.append(iterator.next())
-    return out
 
 
 def _scala_map(scala_map: Any) -> dict[Any, Any]:
