@@ -10,7 +10,6 @@ with availableNow (larger batches, as a catch-up job would) and prints DONE.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import deltaflow
@@ -59,7 +58,7 @@ def run(landing: str, schemas: str, checkpoint: str, target: str, mode: str) -> 
         if progress and progress["batchId"] != seen:
             seen = progress["batchId"]
             print(f"PROGRESS {seen} {progress['numInputRows']}", flush=True)
-        time.sleep(0.05)
+        query.awaitTermination(0.05)  # wakes at once when the query fails
 
 
 if __name__ == "__main__":

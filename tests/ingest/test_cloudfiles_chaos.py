@@ -30,6 +30,7 @@ from tests.spark.test_chaos import (
     assert_exactly_once_commits,
     assert_versions_load,
     chaos_seed,
+    kill_at_random_moments,
     versions,
 )
 
@@ -116,23 +117,15 @@ def test_landing_stream_killed_at_random_moments_reads_every_file_once(tmp_path)
     producer.start()
     try:
         producer.wait_for_files(5, 30)
-        for kill in range(KILLS):
-            cycle = time.monotonic()
-            child = LandingChild([*args, "loop"], log)
-            try:
-                # Even kills come after the restarted query finished a batch, so the next
-                # one is under way; odd ones at a random moment after the query started
-                # (recovery, listing, planning, the first batch).
-                after = child.wait_for("PROGRESS" if kill % 2 == 0 else "STARTED", START_TIMEOUT)
-                delay = rng.uniform(0.0, 1.5) if kill % 2 == 0 else rng.uniform(0.0, 8.0)
-                time.sleep(delay)  # the random moment; everything else waits on conditions
-            finally:
-                child.kill()
-            print(
-                f"kill {kill} after {time.monotonic() - cycle:.0f}s, {delay:.2f}s after"
-                f" {after.split()[0]}; {len(producer.files)} files dropped; child said"
-                f" {child.drain()}"
-            )
+        kill_at_random_moments(
+            lambda: LandingChild([*args, "loop"], log),
+            KILLS,
+            rng,
+            after_progress=1.5,
+            after_start=8.0,
+            timeout=START_TIMEOUT,
+            describe=lambda: f" {len(producer.files)} files dropped;",
+        )
     finally:
         producer.stop()
     progressed = os.path.isdir(os.path.join(target, "_delta_log")) and len(versions(target)) > 0

@@ -15,7 +15,6 @@ The transform and the aggregation are defined here and mirrored in plain Python 
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import deltaflow
@@ -85,7 +84,7 @@ def run_stream(
                 print(
                     f"PROGRESS {name} {progress['batchId']} {progress['numInputRows']}", flush=True
                 )
-        time.sleep(0.05)
+        spark.streams.awaitAnyTermination(0.05)  # wakes at once when a query fails
 
 
 def _await(query: Any) -> None:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,11 @@ class Child:
                     f"child ended ({line}, rc={self.proc.returncode}) before {prefix!r}\n"
                     + self.stderr_tail()
                 )
+
+    def run_for(self, seconds: float) -> None:
+        """Let the child run ``seconds`` (the random moment of a kill), or until it exits."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(seconds)
 
     def drain(self) -> list[str]:
         while True:
@@ -186,6 +192,35 @@ def assert_exactly_once_commits(path: str, checkpoint: str, context: str) -> Non
     assert batch_ids == sorted(set(batch_ids)), f"{context}: {path} batch ids {batch_ids}"
 
 
+def kill_at_random_moments(
+    start: Callable[[], Child],
+    kills: int,
+    rng: random.Random,
+    *,
+    after_progress: float,
+    after_start: float,
+    timeout: float = START_TIMEOUT,
+    describe: Callable[[], str] = lambda: "",
+) -> None:
+    """Start the child ``kills`` times and SIGKILL it each time. Even kills come up to
+    ``after_progress`` seconds after the restarted job finished a batch (so the next one is
+    under way); odd ones up to ``after_start`` seconds after it started (recovery,
+    listing, planning, the first batch, a commit)."""
+    for kill in range(kills):
+        cycle = time.monotonic()
+        child = start()
+        try:
+            after = child.wait_for("PROGRESS" if kill % 2 == 0 else "STARTED", timeout)
+            delay = rng.uniform(0.0, after_progress if kill % 2 == 0 else after_start)
+            child.run_for(delay)
+        finally:
+            child.kill()
+        print(
+            f"kill {kill} after {time.monotonic() - cycle:.0f}s, {delay:.2f}s after"
+            f" {after.split()[0]};{describe()} child said {child.drain()}"
+        )
+
+
 @pytest.mark.chaos
 @pytest.mark.slow
 @pytest.mark.timeout(900)
@@ -203,21 +238,13 @@ def test_stream_killed_at_random_moments_loses_and_duplicates_nothing(table_path
     upstream = Upstream(source)
     upstream.start()
     try:
-        for kill in range(STREAM_KILLS):
-            cycle = time.monotonic()
-            child = Child([*args, "loop"], log)
-            try:
-                # Even kills come after the restarted query made progress; odd ones at a
-                # random moment after the queries started (planning, first batch, commit).
-                after = child.wait_for("PROGRESS" if kill % 2 == 0 else "STARTED", START_TIMEOUT)
-                delay = rng.uniform(0.0, 2.0) if kill % 2 == 0 else rng.uniform(0.0, 15.0)
-                time.sleep(delay)  # the random moment; everything else waits on conditions
-            finally:
-                child.kill()
-            print(
-                f"kill {kill} after {time.monotonic() - cycle:.0f}s, {delay:.2f}s after"
-                f" {after.split()[0]}; child said {child.drain()}"
-            )
+        kill_at_random_moments(
+            lambda: Child([*args, "loop"], log),
+            STREAM_KILLS,
+            rng,
+            after_progress=2.0,
+            after_start=15.0,
+        )
     finally:
         upstream.stop()
     print(f"{upstream.commits} upstream commits; {time.monotonic() - started:.0f}s to here")
@@ -277,7 +304,7 @@ def test_appender_killed_mid_commit_leaves_only_whole_commits(table_path, tmp_pa
                 child.finish(60)
             else:
                 child.wait_for("COMMITTED", START_TIMEOUT)
-                time.sleep(rng.uniform(0.0, 2.0))
+                child.run_for(rng.uniform(0.0, 2.0))  # the random moment of the kill
         finally:
             child.kill()
         acknowledged |= {int(line.split()[1]) for line in child.drain() if "COMMITTED" in line}

@@ -35,14 +35,6 @@ def commit_adds(path: str, version: int) -> list[dict[str, Any]]:
     return [json.loads(line)["add"] for line in text.splitlines() if '"add"' in line]
 
 
-def wait_for(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def progress(spark: Any) -> Any:
     listener = deltaflow.track_progress(spark)
@@ -65,12 +57,11 @@ def test_batches_report_what_the_sink_log_says(spark, table_path, progress, capl
         .start(sink)
     )
     try:
-        wait_for(lambda: len(progress.batches(query)) >= 1, "the snapshot batch")
+        progress.wait_until(query, lambda batches: len(batches) >= 1, TIMEOUT_S)  # snapshot
         started = time.time() * 1000
         append(source, 100, 7)  # version 2
-        wait_for(
-            lambda: any(b.num_output_rows == 7 for b in progress.batches(query)),
-            "the batch of version 2",
+        progress.wait_until(  # the batch of version 2
+            query, lambda batches: any(b.num_output_rows == 7 for b in batches), TIMEOUT_S
         )
     finally:
         query.stop()
@@ -122,7 +113,7 @@ def test_a_stopped_query_still_gets_its_records(spark, table_path, progress) -> 
     )
     query.awaitTermination(TIMEOUT_S)
     # The listener bus may deliver the event after termination: wait for it.
-    wait_for(lambda: len(progress.batches(query)) >= 1, "the record")
+    progress.wait_until(query, lambda batches: len(batches) >= 1, TIMEOUT_S)
     (record,) = progress.batches(query)
     assert (record.num_output_rows, record.num_files) == (4, 1)
     assert record.sink_version == 0

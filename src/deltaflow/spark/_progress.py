@@ -27,8 +27,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +106,8 @@ class StreamProgress(StreamingQueryListener):
     def __init__(self, spark: SparkSession, *, keep: int = DEFAULT_KEEP) -> None:
         self._spark = spark
         self._keep = keep
-        self._lock = threading.Lock()
+        # Guards the dicts below; notified whenever a progress event arrives.
+        self._lock = threading.Condition(threading.RLock())
         self._records: dict[str, deque[BatchProgress]] = {}
         self._pending: dict[str, list[dict[str, Any]]] = {}
         self._tables: dict[str, _QueryTables] = {}
@@ -124,9 +126,11 @@ class StreamProgress(StreamingQueryListener):
                     active = self._spark.streams.get(query_id)
                     if active is None:
                         self._pending.setdefault(query_id, []).append(progress)
+                        self._lock.notify_all()
                         return
                     self._tables[query_id] = _resolve_tables(active)
                 self._add(self._build(progress, self._tables[query_id]))
+                self._lock.notify_all()
         except Exception:  # never let metrics break Spark's listener bus
             log.warning("deltaflow could not record a streaming progress event", exc_info=True)
 
@@ -154,6 +158,29 @@ class StreamProgress(StreamingQueryListener):
             if query is not None:
                 return list(self._records.get(str(query), ()))
             return [r for records in self._records.values() for r in records]
+
+    def wait_until(
+        self,
+        query: StreamingQuery,
+        condition: Callable[[list[BatchProgress]], bool],
+        timeout: float,
+    ) -> list[BatchProgress]:
+        """Block until ``condition(self.batches(query))`` holds, and return those batches;
+        raise ``TimeoutError`` after ``timeout`` seconds. Spark delivers progress events on
+        its listener thread, possibly after ``awaitTermination`` returned."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                records = self.batches(query)
+                if condition(records):
+                    return records
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(
+                        f"query {query.id}: the recorded batches did not reach the awaited"
+                        f" state within {timeout} s ({len(records)} recorded)"
+                    )
+                self._lock.wait(remaining)
 
     # ---- building records --------------------------------------------------------------
 
