@@ -247,7 +247,7 @@ def test_idempotent_app_transactions(spark: Any, table_path: Any) -> None:
     assert isinstance(native, _native_write.NativeWrite)
     write(df, path, txnAppId="app", txnVersion=2)
     files = parquet_files(path)
-    _native_write.write_native(spark, df, plan, native)
+    _native_write.write_native(df, plan, native)
     assert int(DeltaTable(path).version()) == 1 and parquet_files(path) == files
     assert len(DeltaTable(path).to_pyarrow_table()) == 20
 

@@ -8,6 +8,8 @@ test sleeps. Targets are checked with delta-rs, not with our own reader.
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from deltaflow.errors import InvalidOptionError
+from deltaflow.spark._native_write import NATIVE_WRITE_CONF
 from deltaflow.spark._writer_compat import unpack_remote_error
 from deltaflow.spark.errors import ChangeCommitError
 
@@ -205,7 +208,40 @@ def test_delta_to_delta_filter_and_projection(spark, table_path) -> None:
 # ---- sink ------------------------------------------------------------------------------
 
 
-def test_replayed_batch_is_not_committed_twice(spark, table_path) -> None:
+@pytest.fixture(params=["jvm", "python"])
+def sink_kind(request: Any, spark: Any) -> Iterator[str]:
+    """Each sink test runs on both sinks: the JVM path (foreachBatch with Spark's Parquet
+    writer, the default) and the Python data source sink (nativeWrite off)."""
+    if request.param == "python":
+        spark.conf.set(NATIVE_WRITE_CONF, "false")
+    yield request.param
+    spark.conf.unset(NATIVE_WRITE_CONF)
+
+
+def sink_description(query: Any) -> str:
+    return str(query.lastProgress["sink"]["description"])
+
+
+def test_sink_runs_where_the_conf_says(spark, table_path, sink_kind, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="deltaflow.stream")
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1, 2])
+    query = run(sink(stream(spark, source), checkpoint), target)
+    assert ids(target) == [1, 2]
+    if sink_kind == "jvm":
+        assert "ForeachBatchSink" in sink_description(query)
+        assert "(JVM writer)" in caplog.text
+    else:
+        assert "ForeachBatchSink" not in sink_description(query)
+        assert "(JVM writer)" not in caplog.text
+    # Either way the commit names the query and batch, for the progress listener.
+    info = DeltaTable(target).history(1)[0]
+    app_id = json.loads(Path(checkpoint, "metadata").read_text())["id"]
+    assert info["deltaflow.stream"] == {"queryId": app_id, "batchId": 0, "outputMode": "Append"}
+    assert info["operationMetrics"]["numOutputRows"] == "2"
+
+
+def test_replayed_batch_is_not_committed_twice(spark, table_path, sink_kind) -> None:
     source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
     append(source, [1])
     append(source, [2])
@@ -232,7 +268,7 @@ def test_replayed_batch_is_not_committed_twice(spark, table_path) -> None:
     assert DeltaTable(target).transaction_version(app_id) == last
 
 
-def test_new_checkpoint_is_a_new_query(spark, table_path) -> None:
+def test_new_checkpoint_is_a_new_query(spark, table_path, sink_kind) -> None:
     source, target = table_path("src"), table_path("dst")
     append(source, [1])
     run(sink(stream(spark, source), table_path("ck")), target)
@@ -241,7 +277,7 @@ def test_new_checkpoint_is_a_new_query(spark, table_path) -> None:
     assert ids(target) == [1, 1]
 
 
-def test_complete_mode_overwrites(spark, table_path) -> None:
+def test_complete_mode_overwrites(spark, table_path, sink_kind) -> None:
     source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
     append(source, [1, 2, 3])
     counts = stream(spark, source).selectExpr("id % 2 AS parity").groupBy("parity").count()
@@ -252,7 +288,7 @@ def test_complete_mode_overwrites(spark, table_path) -> None:
     assert rows(target, "parity", "count") == [(0, 3), (1, 4)]
 
 
-def test_partition_by_option(spark, table_path) -> None:
+def test_partition_by_option(spark, table_path, sink_kind) -> None:
     source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
     append(source, [1, 2, 3])
     df = stream(spark, source).selectExpr("id", "id % 2 AS parity")
@@ -261,7 +297,7 @@ def test_partition_by_option(spark, table_path) -> None:
     assert rows(target, "id", "parity") == [(1, 1), (2, 0), (3, 1)]
 
 
-def test_merge_schema_adds_columns(spark, table_path) -> None:
+def test_merge_schema_adds_columns(spark, table_path, sink_kind) -> None:
     source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
     append(source, [1])
     run(sink(stream(spark, source).select("id"), checkpoint), target)
@@ -269,3 +305,61 @@ def test_merge_schema_adds_columns(spark, table_path) -> None:
     append(source, [2])
     run(sink(df, checkpoint).option("mergeSchema", "true"), target)
     assert rows(target, "id", "name") == [(1, None), (2, "n2")]
+
+
+def test_partition_by_method(spark, table_path, sink_kind) -> None:
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1, 2, 3])
+    df = stream(spark, source).selectExpr("id", "id % 2 AS parity")
+    run(sink(df, checkpoint).partitionBy("parity"), target)
+    assert DeltaTable(target).metadata().partition_columns == ["parity"]
+    assert rows(target, "id", "parity") == [(1, 1), (2, 0), (3, 1)]
+    assert all(("parity=" in uri) for uri in DeltaTable(target).file_uris())
+
+
+def test_other_sinks_keep_partition_by(spark, table_path) -> None:
+    # partitionBy is deferred for Delta sinks only; a parquet sink still gets it.
+    source, target, checkpoint = table_path("src"), table_path("out"), table_path("ck")
+    append(source, [1, 2])
+    df = stream(spark, source).selectExpr("id", "id % 2 AS parity")
+    query = (
+        df.writeStream.format("parquet")
+        .partitionBy("parity")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start(target)
+    )
+    query.awaitTermination(120)
+    assert sorted(p.name for p in Path(target).glob("parity=*")) == ["parity=0", "parity=1"]
+
+
+def test_jvm_sink_writes_timestamp_stats(spark, table_path) -> None:
+    # Spark writes INT96 timestamps (no stats) unless the session of the micro-batch's
+    # DataFrame (the query's clone of the user's session) says otherwise.
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1, 2])
+    df = stream(spark, source).selectExpr("id", "timestamp_micros(id * 1000000) AS ts")
+    run(sink(df, checkpoint), target)
+    adds = pa.table(DeltaTable(target).get_add_actions(flatten=True)).to_pydict()
+    assert adds["min.ts"] and all(v is not None for v in adds["min.ts"])
+    assert rows(target, "id") == [(1,), (2,)]
+
+
+def test_jvm_sink_writes_a_batch_it_cannot_take_through_the_python_source(
+    spark, table_path, caplog
+) -> None:
+    # Spark's "lz4" is Hadoop-framed: the JVM path leaves that codec to the Python writer,
+    # batch by batch, with the same app transaction (a replay is still skipped).
+    caplog.set_level(logging.INFO, logger="deltaflow.stream")
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1])
+    run(sink(stream(spark, source), checkpoint).option("compression", "lz4"), target)
+    assert "Python source (compression 'lz4')" in caplog.text
+    assert ids(target) == [1]
+    app_id = json.loads(Path(checkpoint, "metadata").read_text())["id"]
+    assert DeltaTable(target).transaction_version(app_id) == 0
+    Path(checkpoint, "commits", "0").unlink()  # replay batch 0
+    Path(checkpoint, "commits", ".0.crc").unlink(missing_ok=True)
+    run(sink(stream(spark, source), checkpoint).option("compression", "lz4"), target)
+    assert ids(target) == [1]
+    assert DeltaTable(target).version() == 0

@@ -160,8 +160,8 @@ def _write_native(rows: DataFrame, plan: WritePlan) -> Written | None:
     if not isinstance(native, _native_write.NativeWrite):
         log.info("DML write to %s: Python writer (%s)", plan.table_uri, native.reason)
         return None
-    adds = _native_write.stage_native(spark, rows, plan, native)
-    count = sum(int(json.loads(a.stats).get("numRecords", 0)) for a in adds)
+    adds = _native_write.stage_native(rows, plan, native)
+    count = _native_write.rows_in(adds)
     log.info("DML write to %s: JVM Parquet writer, %d files", plan.table_uri, len(adds))
     return Written(adds=adds, cdc=[], rows=count)
 

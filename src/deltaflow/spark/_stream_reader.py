@@ -476,7 +476,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.read_change_feed and not _cdf.cdf_enabled(snapshot.configuration):
             raise _cdf.not_recorded(self.uri, version, version, version)
         deleted = snapshot.deleted_rows()
-        entries = sorted(snapshot.files(), key=lambda e: (e.modification_time, e.path))
+        entries = sorted(snapshot.files(stats=False), key=lambda e: (e.modification_time, e.path))
         files = [
             LogFile(version, i, True, e.path, e.size, e.partition_values, None, deleted.get(e.path))
             for i, e in enumerate(entries)

@@ -1,5 +1,8 @@
 """Streaming writes: ``df.writeStream.format("delta").option("checkpointLocation", c).start(uri)``.
 
+This is the Python data source sink. ``start()`` normally runs a Delta sink on the JVM
+path instead (:mod:`deltaflow.spark._stream_native`, same commits); this sink serves
+when ``deltaflow.write.nativeWrite`` is ``false`` and where that path does not apply.
 Each micro-batch becomes exactly one Delta commit:
 
 - executors write Parquet files with the batch writer's ``FileSetWriter`` and return
@@ -44,8 +47,13 @@ log = logging.getLogger("deltaflow.stream")
 
 # The commitInfo field naming the streaming query and batch of a sink commit.
 STREAM_COMMIT_INFO_KEY = "deltaflow.stream"
-# Options Spark adds for a streaming sink; not write options of the table.
-_STREAM_ONLY_OPTIONS = ("checkpointLocation", "queryName")
+# Options of the streaming query, not write options of the table.
+STREAM_ONLY_OPTIONS = (
+    "checkpointLocation",
+    "queryName",
+    "asyncProgressTrackingEnabled",
+    "asyncProgressTrackingCheckpointIntervalMs",
+)
 
 
 class DeltaStreamWriter(DataSourceStreamArrowWriter):
@@ -201,7 +209,7 @@ def stream_writer(
     options: Mapping[str, str], schema: StructType, overwrite: bool
 ) -> DeltaStreamWriter:
     """The writer for ``DeltaDataSource.streamWriter``."""
-    stream_only = {name.lower() for name in _STREAM_ONLY_OPTIONS}
+    stream_only = {name.lower() for name in STREAM_ONLY_OPTIONS}
     raw = {k: v for k, v in dict(options).items() if k.lower() not in stream_only}
     lowered = {k.lower(): v for k, v in dict(options).items()}
     try:

@@ -213,7 +213,7 @@ def _write_on_jvm(df: Any, plan: Any) -> bool:
     spark = df.sparkSession
     native = _native_write.plan_native_write(plan, df.schema.jsonValue(), spark.conf.get)
     if isinstance(native, _native_write.NativeWrite):
-        _native_write.write_native(spark, df, plan, native)
+        _native_write.write_native(df, plan, native)
         return True
     log.info("deltaflow write to %s: Python source (%s)", plan.table_uri, native.reason)
     return False

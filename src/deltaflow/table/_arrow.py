@@ -14,6 +14,16 @@ import pyarrow.compute as pc
 _CAST = pc.CastOptions  # alias keeps lines short
 
 
+def read_stream(source: object) -> pa.Table:
+    """A pyarrow table of an Arrow C stream (delta-rs hands back arro3 tables and readers).
+
+    ``pa.table(source)`` would do too, but it first checks whether ``source`` is a pandas
+    DataFrame and so imports pandas: ~0.25 s in a fresh Python worker (a stream's
+    source runner is one per query).
+    """
+    return pa.RecordBatchReader.from_stream(source).read_all()
+
+
 def conform(
     array: pa.Array | None, physical: pa.DataType, target: pa.DataType, length: int
 ) -> pa.Array:

@@ -17,12 +17,11 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from deltalake.exceptions import TableNotFoundError as _DeltaRsTableNotFound
 
-from deltaflow.table import _schema, _uri
+from deltaflow.table import _arrow, _schema, _uri
 from deltaflow.table.errors import TableNotFoundError, UnsupportedFeatureError, VersionNotFoundError
 
 log = logging.getLogger(__name__)
@@ -85,9 +84,18 @@ class Snapshot:
             _uri.delta_rs_uri(self.uri), version=self.version, storage_options=self.storage_options
         )
 
-    def files(self) -> list[FileEntry]:
-        """Every live data file, stats keyed by logical column names."""
-        actions = pa.table(self.delta_table.get_add_actions(flatten=False))
+    def files(self, *, stats: bool = True) -> list[FileEntry]:
+        """Every live data file, stats keyed by logical column names.
+
+        ``stats=False`` leaves the stats out (``min_values`` etc. stay empty): turning
+        timestamp stats into Python values imports pandas (pyarrow's time zone
+        handling), ~0.25 s in a fresh worker that needs no stats, like a stream's.
+        """
+        actions = _arrow.read_stream(self.delta_table.get_add_actions(flatten=False))
+        if not stats:
+            actions = actions.drop_columns(
+                [c for c in ("min", "max", "null_count") if c in actions.column_names]
+            )
         physical_to_logical = _physical_to_logical(self.schema)
         rows = actions.to_pylist()
         entries = []
@@ -113,7 +121,7 @@ class Snapshot:
         out: dict[str, np.ndarray] = {}
         prefix = _uri.delta_rs_uri(self.uri).rstrip("/") + "/"
         reader = self.delta_table.deletion_vectors()
-        table = pa.table(reader)
+        table = _arrow.read_stream(reader)
         for file_uri, selection in zip(
             table.column("filepath").to_pylist(),
             table.column("selection_vector").to_pylist(),
