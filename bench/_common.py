@@ -30,6 +30,7 @@ def parse_args(description: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="small sizes, 2 warm repetitions")
     parser.add_argument("--reps", type=int, default=None, help="warm repetitions per variant")
+    parser.add_argument("--rows", type=int, default=None, help="data size, where a bench has one")
     args = parser.parse_args()
     if args.reps is None:
         args.reps = 2 if args.quick else 5

@@ -17,24 +17,28 @@ p50 / p90 / p99 / max are over the upstream commits of the measurement window.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
 from _common import DATA_DIR, fresh_dir, loadavg, parse_args, save_result, spark_session
 
 ROWS_PER_COMMIT = 10
+RAW_LOCAL_FS = "org.apache.hadoop.fs.local.RawLocalFs"
 
 
 class Upstream(threading.Thread):
-    def __init__(self, path: str, interval_s: float) -> None:
+    def __init__(self, path: str, interval_s: float, kind: str = "delta") -> None:
         super().__init__(daemon=True)
         self.path = path
+        self.kind = kind  # "delta": a commit per write; "parquet": a file per write
         self.interval_s = interval_s
         self.visible_at: dict[int, float] = {}  # seq -> when write_deltalake returned
         self.stop_event = threading.Event()
@@ -51,7 +55,15 @@ class Upstream(threading.Thread):
                 "kind": pa.array(["click"] * ROWS_PER_COMMIT),
             }
         )
-        write_deltalake(self.path, table, mode="append")
+        if self.kind == "delta":
+            write_deltalake(self.path, table, mode="append")
+        else:  # a file Spark's file source lists once it has its final name
+            import pyarrow.parquet as pq
+
+            Path(self.path).mkdir(parents=True, exist_ok=True)
+            staged = Path(self.path, f".part-{seq:06d}.parquet")
+            pq.write_table(table, staged)
+            staged.rename(Path(self.path, f"part-{seq:06d}.parquet"))
         self.visible_at[seq] = time.time()
         self.seq += 1
 
@@ -64,13 +76,18 @@ class Upstream(threading.Thread):
 
 
 class SinkPoller(threading.Thread):
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, kind: str = "delta") -> None:
         super().__init__(daemon=True)
         self.log = Path(path) / "_delta_log"
+        self.kind = kind
+        self.path = Path(path)
         self.seen_at: dict[int, float] = {}  # seq -> when the sink commit with it appeared
         self.stop_event = threading.Event()
 
     def run(self) -> None:
+        if self.kind == "parquet":
+            self.run_file_sink()
+            return
         version = 0
         while not self.stop_event.is_set():
             entry = self.log / f"{version:020d}.json"
@@ -87,31 +104,62 @@ class SinkPoller(threading.Thread):
                     self.seen_at.setdefault(seq, seen)
             version += 1
 
+    def run_file_sink(self) -> None:
+        """Spark's file sink: ``_spark_metadata/<batch>`` (``<batch>.compact`` every 10th)
+        lists the files a batch committed; their footers' ``seq`` stats say which."""
+        import pyarrow.parquet as pq
+
+        batch = 0
+        while not self.stop_event.is_set():
+            log = self.path / "_spark_metadata"
+            entry = next(
+                (p for p in (log / str(batch), log / f"{batch}.compact") if p.exists()), None
+            )
+            if entry is None:
+                time.sleep(0.002)
+                continue
+            seen = time.time()
+            for line in entry.read_text().splitlines()[1:]:
+                file_path = unquote(urlparse(json.loads(line)["path"]).path)
+                meta = pq.read_metadata(file_path)
+                column = meta.schema.names.index("seq")
+                for group in range(meta.num_row_groups):
+                    stats = meta.row_group(group).column(column).statistics
+                    if stats is not None and stats.has_min_max:
+                        for seq in range(stats.min, stats.max + 1):
+                            self.seen_at.setdefault(seq, seen)
+            batch += 1
+
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def measure(spark: Any, name: str, options: dict[str, str], args: Any, out: Path) -> dict[str, Any]:
-    root = out / f"{name.replace(' ', '_')}-{uuid.uuid4().hex[:8]}"
+def measure(
+    spark: Any, name: str, options: dict[str, str], args: Any, out: Path, kind: str = "delta"
+) -> dict[str, Any]:
+    slug = re.sub(r"\W+", "_", name)
+    root = out / f"{slug}-{uuid.uuid4().hex[:8]}"
     source, sink, checkpoint = str(root / "src"), str(root / "dst"), str(root / "chk")
-    upstream = Upstream(source, args.interval_ms / 1000)
+    upstream = Upstream(source, args.interval_ms / 1000, kind)
     upstream.write()  # the table exists before the query starts
     from pyspark.sql import functions as F
 
+    if kind == "delta":
+        reader = spark.readStream.format("delta").load(source)
+    else:
+        reader = spark.readStream.schema("seq long, id long, kind string").parquet(source)
     writer = (
-        spark.readStream.format("delta")
-        .load(source)
-        .where("kind <> 'heartbeat'")
+        reader.where("kind <> 'heartbeat'")
         .select("seq", "id", F.upper("kind").alias("kind"))
-        .writeStream.format("delta")
+        .writeStream.format(kind)
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime="0 seconds")
     )
     for key, value in options.items():
         writer = writer.option(key, value)
-    poller = SinkPoller(sink)
+    poller = SinkPoller(sink, kind)
     poller.start()
     query = writer.start(sink)
     deadline = time.monotonic() + 180
@@ -174,6 +222,7 @@ def measure(spark: Any, name: str, options: dict[str, str], args: Any, out: Path
 # name -> (writeStream options, session confs set for the variant's query)
 VARIANTS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "baseline": ({}, {}),
+    "Python sink (nativeWrite=false)": ({}, {"deltaflow.write.nativeWrite": "false"}),
     "asyncProgressTracking": (
         {
             "asyncProgressTrackingEnabled": "true",
@@ -182,6 +231,8 @@ VARIANTS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         {},
     ),
     "noDataMicroBatches off": ({}, {"spark.sql.streaming.noDataMicroBatches.enabled": "false"}),
+    # Checkpoint files through Hadoop's raw local FileContext: no .crc file per entry.
+    "raw local checkpoint FS": ({}, {"fs.AbstractFileSystem.file.impl": RAW_LOCAL_FS}),
 }
 
 
@@ -196,6 +247,9 @@ def main() -> dict[str, object]:
     print("| variant | commits | p50 ms | p90 ms | p99 ms | max ms | load |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     results = []
+    # Spark's own floor on this machine: its parquet file source and sink, same query.
+    reference = "Spark reference: parquet files -> parquet file sink"
+    results.append(measure(spark, reference, {}, args, out, kind="parquet"))
     for name, (options, confs) in VARIANTS.items():
         previous = {key: spark.conf.get(key, None) for key in confs}
         for key, value in confs.items():

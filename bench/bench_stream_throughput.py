@@ -32,7 +32,7 @@ from _data import events_table
 
 def main() -> dict[str, object]:
     args = parse_args(__doc__ or "")
-    rows = 400_000 if args.quick else 4_000_000
+    rows = args.rows or (400_000 if args.quick else 4_000_000)
     table = events_table("stream_events", rows, 8)
     spark = spark_session()
     from pyspark.sql import functions as F
@@ -107,7 +107,7 @@ def main() -> dict[str, object]:
         "ratio_of_medians": {name: base / timings.median(name) for name in variants},
         "per_rep_ratios": per_rep,
     }
-    save_result("stream_throughput", result)
+    save_result("stream_throughput" if args.rows is None else f"stream_throughput_{rows}", result)
     return result
 
 

@@ -363,3 +363,34 @@ def test_jvm_sink_writes_a_batch_it_cannot_take_through_the_python_source(
     run(sink(stream(spark, source), checkpoint).option("compression", "lz4"), target)
     assert ids(target) == [1]
     assert DeltaTable(target).version() == 0
+
+
+def test_jvm_sink_keeps_its_table_current_between_batches(spark, table_path) -> None:
+    # The sink keeps one DeltaTable and moves it on incrementally per batch: commits of
+    # other writers in between must be seen (appends kept, overwrites pinned right).
+    from deltaflow.spark._options import parse_write_options
+    from deltaflow.spark._stream_native import NativeBatchSink
+
+    target, checkpoint = table_path("dst"), table_path("ck")
+    Path(checkpoint).mkdir()
+    Path(checkpoint, "metadata").write_text(json.dumps({"id": "query-1"}))
+    uri = "file://" + str(Path(target).resolve())
+
+    def batch(*values: int) -> Any:
+        return spark.createDataFrame([(v, f"n{v}") for v in values], "id long, name string")
+
+    append_sink = NativeBatchSink(uri, "append", parse_write_options({"path": uri}), {}, checkpoint)
+    append_sink(batch(1, 2), 0)
+    append(target, [100])  # another writer, between two batches
+    append_sink(batch(3), 1)
+    append_sink(batch(3), 1)  # a replay: skipped
+    assert ids(target) == [1, 2, 3, 100]
+    assert DeltaTable(target).transaction_version("query-1") == 1
+
+    complete = NativeBatchSink(uri, "overwrite", parse_write_options({"path": uri}), {}, checkpoint)
+    complete(batch(7), 2)
+    append(target, [200])
+    complete(batch(8, 9), 3)  # overwrites on the newest version, 200 included
+    assert ids(target) == [8, 9]
+    history = DeltaTable(target).history()
+    assert history[0]["deltaflow.stream"]["batchId"] == 3

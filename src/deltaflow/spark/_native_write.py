@@ -60,7 +60,7 @@ from deltaflow.spark._native_read import NATIVE_PARTITION_TYPES, Fallback, unesc
 from deltaflow.spark._writer import WritePlan, arrow_schema
 from deltaflow.table import _commit, _partitions, _uri
 from deltaflow.table._footer_stats import footer_stats
-from deltaflow.table._snapshot import load_snapshot
+from deltaflow.table._snapshot import Snapshot, load_snapshot
 
 log = logging.getLogger("deltaflow.write")
 
@@ -118,9 +118,13 @@ def native_write_mode(value: str | None) -> str:
 
 
 def plan_native_write(
-    plan: WritePlan, incoming: dict[str, Any], conf: Callable[[str, str], str | None]
+    plan: WritePlan,
+    incoming: dict[str, Any],
+    conf: Callable[[str, str], str | None],
+    current: Snapshot | None = None,
 ) -> NativeWrite | Fallback:
-    """The JVM write of ``incoming`` (Spark schema JSON) under ``plan``, or why not."""
+    """The JVM write of ``incoming`` (Spark schema JSON) under ``plan``, or why not.
+    ``current``: the snapshot ``plan`` was made from, if the caller has it."""
     if native_write_mode(conf(NATIVE_WRITE_CONF, "auto")) == "false":
         return Fallback(f"{NATIVE_WRITE_CONF}=false")
     if plan.skip or plan.replace_where is not None:
@@ -136,7 +140,9 @@ def plan_native_write(
         return Fallback("spark.sql.parquet.writeLegacyFormat=true")
     configuration: dict[str, str | None] = dict(plan.configuration)
     if plan.read_version is not None:
-        configuration.update(load_snapshot(plan.table_uri, version=plan.read_version).configuration)
+        if current is None or current.version != plan.read_version:
+            current = load_snapshot(plan.table_uri, version=plan.read_version)
+        configuration.update(current.configuration)
     for key, value in configuration.items():
         if key == "delta.columnMapping.mode" and (value or "none").lower() == "none":
             continue

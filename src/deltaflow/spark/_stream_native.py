@@ -36,12 +36,15 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from deltalake import DeltaTable
+
 from deltaflow.errors import DeltaflowError
 from deltaflow.spark import _file_writer
 from deltaflow.spark._options import WriteOptions, parse_write_options
 from deltaflow.spark._stream_writer import STREAM_ONLY_OPTIONS, batch_commit_info, query_id
 from deltaflow.spark._writer_compat import RemoteDeltaflowError
 from deltaflow.table import _commit, _uri
+from deltaflow.table._snapshot import Snapshot, snapshot_of_table, table_exists
 
 log = logging.getLogger("deltaflow.stream")
 
@@ -78,6 +81,9 @@ class NativeBatchSink:
         self.raw_options = raw_options
         self.checkpoint_location = checkpoint_location
         self._app_id: str | None = None
+        # Kept up to date batch by batch: a full log load per batch grows with the
+        # versions since the last checkpoint (~30 ms at 90 of them, vs ~5 ms).
+        self._table: DeltaTable | None = None
 
     def app_id(self) -> str:
         if self._app_id is None:
@@ -85,6 +91,16 @@ class NativeBatchSink:
             with _SINKS_LOCK:
                 _SINKS[self._app_id] = self.table_uri
         return self._app_id
+
+    def _current(self) -> Snapshot | None:
+        """The table now: loaded once, then moved on by the commits since (incremental)."""
+        if self._table is None:
+            if not table_exists(self.table_uri):
+                return None
+            self._table = DeltaTable(_uri.delta_rs_uri(self.table_uri))
+        else:
+            self._table.update_incremental()
+        return snapshot_of_table(self._table, self.table_uri)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         try:
@@ -102,7 +118,8 @@ class NativeBatchSink:
         app_id = self.app_id()
         opts = replace(self.options, txn_app_id=app_id, txn_version=batch_id)
         incoming = df.schema.jsonValue()
-        plan = plan_write(self.table_uri, incoming, self.mode, opts)
+        current = self._current()
+        plan = plan_write(self.table_uri, incoming, self.mode, opts, current)
         if plan.skip:
             log.info(
                 "deltaflow stream commit to %s: batch %d already committed, skipped",
@@ -110,7 +127,7 @@ class NativeBatchSink:
                 batch_id,
             )
             return
-        native = _native_write.plan_native_write(plan, incoming, df.sparkSession.conf.get)
+        native = _native_write.plan_native_write(plan, incoming, df.sparkSession.conf.get, current)
         if not isinstance(native, _native_write.NativeWrite):
             log.info(
                 "deltaflow stream batch %d to %s: Python source (%s)",
@@ -138,6 +155,7 @@ class NativeBatchSink:
                     app_version=batch_id,
                     user_metadata=opts.user_metadata,
                     commit_info=batch_commit_info(app_id, batch_id, self.mode, adds, num_rows),
+                    table=self._table,
                 )
             )
             committed = not result.skipped

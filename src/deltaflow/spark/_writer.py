@@ -125,11 +125,18 @@ def _without_location(schema: dict[str, Any]) -> dict[str, Any]:
     return {**schema, "fields": [first, *fields[1:]]}
 
 
-def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOptions) -> WritePlan:
+def plan_write(
+    uri: str,
+    incoming: dict[str, Any],
+    mode: str,
+    options: WriteOptions,
+    current: Snapshot | None = None,
+) -> WritePlan:
     """Decide schema, partitioning and mode for writing ``incoming`` to ``uri``.
 
     Runs on the driver twice per save: in ``_writer_compat`` (so errors reach the
     caller typed and skipped writes start no job) and when Spark plans the job.
+    ``current``: the table's latest snapshot when the caller has it loaded already.
     """
     if options.replace_where is not None and mode == "overwrite" and options.overwrite_schema:
         raise InvalidOptionError(
@@ -139,7 +146,7 @@ def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOpti
         )
     replace_where = options.replace_where if mode == "overwrite" else None
     incoming = _without_location(incoming)
-    exists = table_exists(uri)
+    exists = current is not None or table_exists(uri)
     if not exists:
         mapping = {k.lower(): v for k, v in options.table_properties.items()}.get(
             "delta.columnmapping.mode", "none"
@@ -188,7 +195,7 @@ def plan_write(uri: str, incoming: dict[str, Any], mode: str, options: WriteOpti
             " rows or mode('overwrite') to replace them.",
             table_uri=uri,
         )
-    snapshot = load_snapshot(uri)
+    snapshot = current or load_snapshot(uri)
     _check_writer_features(snapshot.uri, snapshot.writer_features)
     if _commit.already_committed(snapshot.delta_table, options.txn_app_id, options.txn_version):
         # A retry of a write that already committed: nothing to check, nothing to do.

@@ -159,6 +159,9 @@ class CommitRequest:
     read: _log_commit.ReadSet | None = None
     operation: str = "WRITE"
     cdc: Sequence[AddedFile] = ()  # change data files (``_change_data/...``)
+    # The table, loaded (at read_version when pinned) by a caller that keeps it up to
+    # date: the commit then loads no log of its own. Moved on by the commit.
+    table: DeltaTable | None = None
 
 
 @dataclass(frozen=True)
@@ -210,11 +213,13 @@ def commit(request: CommitRequest) -> CommitResult:
     # commits against the version it read, so delta-rs checks every commit since then
     # for conflicts (e.g. an append that an overwrite would silently drop).
     pinned = request.mode == "overwrite" or bool(request.removes)
-    table = DeltaTable(
-        location,
-        version=request.read_version if pinned else None,
-        storage_options=request.storage_options,
-    )
+    table = request.table
+    if table is None or (pinned and table.version() != request.read_version):
+        table = DeltaTable(
+            location,
+            version=request.read_version if pinned else None,
+            storage_options=request.storage_options,
+        )
     if already_committed(table, request.app_id, request.app_version):
         log.info(
             "skipping commit to %s: app transaction %s/%s is already recorded",

@@ -217,6 +217,19 @@ def load_snapshot(
     return snapshot
 
 
+def snapshot_of_table(table: DeltaTable, uri: str) -> Snapshot:
+    """The snapshot of ``table`` as loaded now, sharing that ``DeltaTable`` (no log load).
+
+    For a caller that keeps one table up to date with ``update_incremental()`` (a streaming
+    sink, per micro-batch): the snapshot's ``delta_table`` *is* ``table``, so it is only
+    valid until the caller moves ``table`` on.
+    """
+    snapshot = _snapshot_of(table, uri, None)
+    check_reader_features(snapshot)
+    snapshot.__dict__["delta_table"] = table  # the cached_property, pre-filled
+    return snapshot
+
+
 def _snapshot_of(table: DeltaTable, uri: str, storage_options: dict[str, str] | None) -> Snapshot:
     metadata = table.metadata()
     protocol = table.protocol()

@@ -1,0 +1,40 @@
+"""deltaflow.session(): Python workers import the installed pyspark, not pyspark.zip."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyspark
+
+from deltaflow.spark import _session
+
+
+def _pyspark_origin(_: Any) -> str:
+    import pyspark as worker_pyspark
+
+    return str(worker_pyspark.__file__)
+
+
+def test_python_workers_import_the_installed_pyspark(spark) -> None:
+    # From pyspark.zip every fresh worker would compile pyspark again (~0.5 s each).
+    origins = spark.sparkContext.parallelize([0, 1], 2).map(_pyspark_origin).collect()
+    assert origins == [pyspark.__file__] * 2
+    assert "SPARK_HOME" not in os.environ  # only the JVM launch saw the linked home
+
+
+def test_linked_spark_home_has_everything_but_python() -> None:
+    shim = _session._spark_home_without_zip()
+    assert shim is not None
+    home = Path(pyspark.__file__).parent
+    assert not Path(shim, "python").exists()
+    assert Path(shim, "jars").resolve() == (home / "jars").resolve()
+    assert Path(shim, "bin", "spark-submit").exists()
+    assert _session._spark_home_without_zip() == shim  # made once, then reused
+
+
+def test_no_linked_home_for_another_worker_interpreter(monkeypatch) -> None:
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable + "-other")
+    assert _session._spark_home_without_zip() is None
