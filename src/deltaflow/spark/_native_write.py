@@ -57,7 +57,7 @@ import pyarrow.parquet as pq
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark import _file_writer
 from deltaflow.spark._native_read import NATIVE_PARTITION_TYPES, Fallback, unescape_path_name
-from deltaflow.spark._writer import WritePlan, arrow_schema
+from deltaflow.spark._writer import WritePlan, arrow_schema, commit_request
 from deltaflow.table import _commit, _partitions, _uri
 from deltaflow.table._footer_stats import footer_stats
 from deltaflow.table._snapshot import Snapshot, load_snapshot
@@ -229,21 +229,7 @@ def write_native(df: Any, plan: WritePlan, native: NativeWrite) -> None:
     files_done = time.perf_counter()
     committed = False
     try:
-        result = _commit.commit(
-            _commit.CommitRequest(
-                table_uri=plan.table_uri,
-                schema=plan.schema,
-                partition_columns=plan.partition_columns,
-                adds=moved,
-                mode="overwrite" if plan.mode == "overwrite" else "append",
-                read_version=plan.read_version,
-                new_columns=plan.new_columns,
-                configuration=plan.configuration,
-                app_id=plan.options.txn_app_id,
-                app_version=plan.options.txn_version,
-                user_metadata=plan.options.user_metadata,
-            )
-        )
+        result = _commit.commit(commit_request(plan, moved))
         committed = not result.skipped
         log.info(
             "deltaflow JVM write to %s: version %s, %d files; job, footers and moves %.0f ms,"

@@ -41,7 +41,12 @@ from deltalake import DeltaTable
 from deltaflow.errors import DeltaflowError
 from deltaflow.spark import _file_writer
 from deltaflow.spark._options import WriteOptions, parse_write_options
-from deltaflow.spark._stream_writer import STREAM_ONLY_OPTIONS, batch_commit_info, query_id
+from deltaflow.spark._stream_writer import (
+    STREAM_ONLY_OPTIONS,
+    batch_commit_info,
+    log_batch_commit,
+    query_id,
+)
 from deltaflow.spark._writer_compat import RemoteDeltaflowError
 from deltaflow.table import _commit, _uri
 from deltaflow.table._snapshot import Snapshot, snapshot_of_table, table_exists
@@ -112,7 +117,7 @@ class NativeBatchSink:
 
     def _write_batch(self, df: Any, batch_id: int) -> None:
         from deltaflow.spark import _native_write
-        from deltaflow.spark._writer import plan_write
+        from deltaflow.spark._writer import commit_request, plan_write
 
         started = time.perf_counter()
         app_id = self.app_id()
@@ -141,39 +146,14 @@ class NativeBatchSink:
         num_rows = _native_write.rows_in(adds)
         committed = False
         try:
-            result = _commit.commit(
-                _commit.CommitRequest(
-                    table_uri=plan.table_uri,
-                    schema=plan.schema,
-                    partition_columns=plan.partition_columns,
-                    adds=adds,
-                    mode="overwrite" if plan.mode == "overwrite" else "append",
-                    read_version=plan.read_version,
-                    new_columns=plan.new_columns,
-                    configuration=plan.configuration,
-                    app_id=app_id,
-                    app_version=batch_id,
-                    user_metadata=opts.user_metadata,
-                    commit_info=batch_commit_info(app_id, batch_id, self.mode, adds, num_rows),
-                    table=self._table,
-                )
-            )
+            info = batch_commit_info(app_id, batch_id, self.mode, adds, num_rows)
+            result = _commit.commit(commit_request(plan, adds, commit_info=info, table=self._table))
             committed = not result.skipped
         finally:
             if not committed:
                 # A failed commit, or a replay that raced another attempt: copies.
                 _file_writer.delete_files(self.table_uri, adds)
-        log.info(
-            "deltaflow stream commit to %s: batch %d -> version %s, %d files, %d rows,"
-            " %.1f ms (JVM writer)%s",
-            self.table_uri,
-            batch_id,
-            result.version,
-            len(adds),
-            num_rows,
-            (time.perf_counter() - started) * 1000,
-            " (already committed, skipped)" if result.skipped else "",
-        )
+        log_batch_commit(self.table_uri, batch_id, result, adds, num_rows, started, " (JVM writer)")
 
     def _write_with_python_source(self, df: Any, app_id: str, batch_id: int) -> None:
         writer = df.write.format("delta").mode(self.mode).options(**self.raw_options)

@@ -38,7 +38,7 @@ from pyspark.sql.types import StructType
 from deltaflow.errors import DeltaflowError
 from deltaflow.spark._file_writer import FileSetWriter, delete_files
 from deltaflow.spark._options import WriteOptions, parse_write_options
-from deltaflow.spark._writer import DeltaCommitMessage, WritePlan, plan_write
+from deltaflow.spark._writer import DeltaCommitMessage, WritePlan, commit_request, plan_write
 from deltaflow.spark._writer_compat import RemoteDeltaflowError
 from deltaflow.spark.errors import StreamIdentityError
 from deltaflow.table import _commit, _uri
@@ -114,37 +114,21 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             if plan.skip:
                 result = _commit.CommitResult(None, True, 0)
             else:
-                result = _commit.commit(
-                    _commit.CommitRequest(
-                        table_uri=plan.table_uri,
-                        schema=plan.schema,
-                        partition_columns=plan.partition_columns,
-                        adds=adds,
-                        mode="overwrite" if plan.mode == "overwrite" else "append",
-                        read_version=plan.read_version,
-                        new_columns=plan.new_columns,
-                        configuration=plan.configuration,
-                        app_id=app_id,
-                        app_version=batchId,
-                        user_metadata=opts.user_metadata,
-                        commit_info=batch_commit_info(app_id, batchId, self.mode, adds, num_rows),
-                    )
+                request = commit_request(
+                    plan,
+                    adds,
+                    app_id=app_id,
+                    app_version=batchId,
+                    user_metadata=opts.user_metadata,
+                    commit_info=batch_commit_info(app_id, batchId, self.mode, adds, num_rows),
                 )
+                result = _commit.commit(request)
         except DeltaflowError as exc:
             raise RemoteDeltaflowError(exc) from exc
         if result.skipped:
             # A replay of a batch that already committed: these files are copies.
             delete_files(self.table_uri, adds)
-        log.info(
-            "deltaflow stream commit to %s: batch %d -> version %s, %d files, %d rows, %.1f ms%s",
-            self.table_uri,
-            batchId,
-            result.version,
-            len(adds),
-            num_rows,
-            (time.perf_counter() - started) * 1000,
-            " (already committed, skipped)" if result.skipped else "",
-        )
+        log_batch_commit(self.table_uri, batchId, result, adds, num_rows, started, "")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         adds = _files(messages)
@@ -155,6 +139,28 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
 
     def _app_id(self) -> str:
         return query_id(self.checkpoint_location, self.table_uri)
+
+
+def log_batch_commit(
+    table_uri: str,
+    batch_id: int,
+    result: _commit.CommitResult,
+    adds: list[_commit.AddedFile],
+    num_rows: int,
+    started: float,
+    how: str,
+) -> None:
+    log.info(
+        "deltaflow stream commit to %s: batch %d -> version %s, %d files, %d rows, %.1f ms%s%s",
+        table_uri,
+        batch_id,
+        result.version,
+        len(adds),
+        num_rows,
+        (time.perf_counter() - started) * 1000,
+        how,
+        " (already committed, skipped)" if result.skipped else "",
+    )
 
 
 def batch_commit_info(

@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -75,6 +75,27 @@ class WritePlan:
     skip: bool = False  # mode "ignore" on an existing table, or a duplicate app transaction
     partition_physical: dict[str, str] = field(default_factory=dict)
     replace_where: str | None = None  # only with mode "overwrite"
+
+
+def commit_request(
+    plan: WritePlan, adds: list[_commit.AddedFile], **overrides: Any
+) -> _commit.CommitRequest:
+    """The commit of ``adds`` under ``plan``: the plan's schema, partitioning, mode, read
+    version and app transaction; ``overrides`` replace any field (commitInfo, ...)."""
+    request = _commit.CommitRequest(
+        table_uri=plan.table_uri,
+        schema=plan.schema,
+        partition_columns=plan.partition_columns,
+        adds=adds,
+        mode="overwrite" if plan.mode == "overwrite" else "append",
+        read_version=plan.read_version,
+        new_columns=plan.new_columns,
+        configuration=plan.configuration,
+        app_id=plan.options.txn_app_id,
+        app_version=plan.options.txn_version,
+        user_metadata=plan.options.user_metadata,
+    )
+    return replace(request, **overrides) if overrides else request
 
 
 @dataclass
