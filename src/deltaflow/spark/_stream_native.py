@@ -3,8 +3,8 @@
 ``df.writeStream.format("delta").start(path)`` would run the Python sink
 (``_stream_writer.DeltaStreamWriter``): every row crosses from the JVM into a Python
 worker as Arrow and is encoded there, and Spark starts a planning and a commit worker
-per batch. When nothing about the write needs Python, ``install()`` makes ``start``
-run the query with a ``foreachBatch`` function instead, :class:`NativeBatchSink`,
+per batch. ``install()`` makes ``start`` run a Delta sink's query with a
+``foreachBatch`` function instead, :class:`NativeBatchSink`,
 which does in the driver what the Python sink does, with the batch writer's JVM path
 (:mod:`deltaflow.spark._native_write`):
 
@@ -25,7 +25,8 @@ in use when ``deltaflow.write.nativeWrite`` is ``false``, for other output modes
 wherever the Spark session is not a classic one.
 
 Measured (``bench/bench_stream_throughput.py``, 4 M rows): the sink alone went from
-0.61 to about 1.0 of Spark's parquet file sink.
+0.61 to 1.18 of Spark's parquet file sink; end-to-end latency p50 407 -> 310 ms
+(``bench/bench_stream_latency.py``, docs/benchmarks.md sections 5 and 6).
 """
 
 from __future__ import annotations
