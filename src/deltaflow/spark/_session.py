@@ -185,7 +185,8 @@ def _spark_home_without_zip() -> str | None:
     if not os.path.exists(os.path.join(home, "python", "lib", "pyspark.zip")):
         return None
     digest = hashlib.sha1(home.encode()).hexdigest()[:12]
-    shim = os.path.join(tempfile.gettempdir(), f"deltaflow-spark-home-{os.getuid()}-{digest}")
+    user = getattr(os, "getuid", lambda: 0)()  # per user: the links live in a shared /tmp
+    shim = os.path.join(tempfile.gettempdir(), f"deltaflow-spark-home-{user}-{digest}")
     if os.path.isdir(os.path.join(shim, "jars")):
         return shim
     staging = tempfile.mkdtemp(prefix=os.path.basename(shim) + ".", dir=os.path.dirname(shim))
