@@ -13,8 +13,9 @@ which does in the driver what the Python sink does, with the batch writer's JVM 
   ``(query id, batchId)`` and the same ``commitInfo`` as the Python sink
   (``_stream_writer.batch_commit_info``);
 - a batch Spark replays after a crash finds its app transaction in the log before any
-  file is written and is skipped; files of a failed attempt are deleted, and those of an
-  attempt that died are never referenced (VACUUM removes them);
+  file is written: it runs into Spark's ``noop`` sink (so a stateful query's state
+  stores commit the batch) and nothing is written; files of a failed attempt are
+  deleted, and those of an attempt that died are never referenced (VACUUM removes them);
 - output mode complete overwrites, append appends; ``partitionBy`` (method or option)
   and the batch writer's options apply as in ``DataStreamWriter`` with the Python sink.
 
@@ -127,6 +128,10 @@ class NativeBatchSink:
         current = self._current()
         plan = plan_write(self.table_uri, incoming, self.mode, opts, current)
         if plan.skip:
+            # Still run the batch, writing nowhere: a stateful query's state stores commit
+            # only when every partition is processed, and Spark 4.3 fails the query
+            # (STATE_STORE_COMMIT_VALIDATION_FAILED) if a foreachBatch function skips them.
+            df.write.format("noop").mode("overwrite").save()
             log.info(
                 "deltaflow stream commit to %s: batch %d already committed, skipped",
                 self.table_uri,
