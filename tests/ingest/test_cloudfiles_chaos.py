@@ -18,7 +18,6 @@ import json
 import os
 import random
 import sqlite3
-import threading
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from deltalake import DeltaTable
 
 from tests.spark.test_chaos import (
     Child,
+    Feeder,
     assert_exactly_once_commits,
     assert_versions_load,
     chaos_seed,
@@ -58,45 +58,30 @@ def file_rows(number: int) -> list[dict[str, object]]:
     ]
 
 
-class Producer(threading.Thread):
+class Producer(Feeder):
     """Drops file after file into the landing zone by atomic rename until stopped; every
     fourth file goes to a subdirectory, so the listing is recursive too."""
 
     def __init__(self, landing: Path) -> None:
-        super().__init__(daemon=True)
+        super().__init__(FILE_INTERVAL, MAX_FILES)
         self.landing = landing
         self.files: list[Path] = []
-        self.stopped = threading.Event()
-        self.error: BaseException | None = None
 
-    def run(self) -> None:
-        try:
-            while not self.stopped.is_set() and len(self.files) < MAX_FILES:
-                number = len(self.files)
-                folder = self.landing / f"day{number // 100}" if number % 4 == 0 else self.landing
-                folder.mkdir(exist_ok=True)
-                staging = folder / f".staging-{number:05d}.json"
-                text = "".join(json.dumps(r) + "\n" for r in file_rows(number))
-                staging.write_text(text, encoding="utf-8")
-                final = folder / f"events-{number:05d}.json"
-                os.replace(staging, final)
-                self.files.append(final)
-                self.stopped.wait(FILE_INTERVAL)
-        except BaseException as exc:  # reported by the test
-            self.error = exc
+    def step(self, number: int) -> None:
+        folder = self.landing / f"day{number // 100}" if number % 4 == 0 else self.landing
+        folder.mkdir(exist_ok=True)
+        staging = folder / f".staging-{number:05d}.json"
+        text = "".join(json.dumps(r) + "\n" for r in file_rows(number))
+        staging.write_text(text, encoding="utf-8")
+        final = folder / f"events-{number:05d}.json"
+        os.replace(staging, final)
+        self.files.append(final)
 
     def wait_for_files(self, count: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while len(self.files) < count:
             assert self.is_alive() and time.monotonic() < deadline, self.error
             self.stopped.wait(0.05)
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join(60)
-        assert not self.is_alive()
-        if self.error is not None:
-            raise self.error
 
 
 @pytest.mark.chaos

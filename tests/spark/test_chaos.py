@@ -125,22 +125,27 @@ class Child:
         return self.log_path.read_text()[-6000:]
 
 
-class Upstream(threading.Thread):
-    """Appends ROWS_PER_COMMIT rows with unique event ids per commit until stopped."""
+class Feeder(threading.Thread):
+    """Calls ``step(n)`` for n = 0, 1, ... every ``interval`` seconds until stopped or
+    ``limit`` steps are done; ``stop()`` re-raises whatever a step raised."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, interval: float, limit: int) -> None:
         super().__init__(daemon=True)
-        self.path = path
-        self.commits = 0
+        self.interval = interval
+        self.limit = limit
+        self.steps = 0
         self.stopped = threading.Event()
         self.error: BaseException | None = None
 
+    def step(self, number: int) -> None:
+        raise NotImplementedError
+
     def run(self) -> None:
         try:
-            while not self.stopped.is_set() and self.commits < UPSTREAM_MAX_COMMITS:
-                write_deltalake(self.path, source_batch(self.commits + 1), mode="append")
-                self.commits += 1
-                self.stopped.wait(UPSTREAM_INTERVAL)
+            while not self.stopped.is_set() and self.steps < self.limit:
+                self.step(self.steps)
+                self.steps += 1
+                self.stopped.wait(self.interval)
         except BaseException as exc:  # reported by the test
             self.error = exc
 
@@ -150,6 +155,21 @@ class Upstream(threading.Thread):
         assert not self.is_alive()
         if self.error is not None:
             raise self.error
+
+
+class Upstream(Feeder):
+    """Appends ROWS_PER_COMMIT rows with unique event ids per commit until stopped."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(UPSTREAM_INTERVAL, UPSTREAM_MAX_COMMITS)
+        self.path = path
+
+    @property
+    def commits(self) -> int:
+        return self.steps
+
+    def step(self, number: int) -> None:
+        write_deltalake(self.path, source_batch(number + 1), mode="append")
 
 
 def source_batch(commit: int) -> pa.Table:

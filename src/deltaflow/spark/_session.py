@@ -8,7 +8,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -159,10 +159,8 @@ def _bytecode_spark_home() -> Iterator[None]:
 
     shim = None
     if SparkContext._gateway is None and not os.environ.get("SPARK_HOME"):  # type: ignore[attr-defined]
-        try:
+        with suppress(OSError):
             shim = _spark_home_without_zip()
-        except OSError:
-            shim = None
     if shim is None:
         yield
         return

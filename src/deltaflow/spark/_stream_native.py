@@ -49,7 +49,7 @@ from deltaflow.spark._stream_writer import (
     log_batch_commit,
     query_id,
 )
-from deltaflow.spark._writer_compat import RemoteDeltaflowError
+from deltaflow.spark._writer_compat import RemoteDeltaflowError, remember_option
 from deltaflow.table import _commit, _uri
 from deltaflow.table._snapshot import Snapshot, snapshot_of_table, table_exists
 
@@ -194,12 +194,12 @@ def install() -> None:
         return original_format(self, source)
 
     def option(self: Any, key: str, value: Any) -> Any:
-        _remember(_state(self), key, value)
+        remember_option(_state(self), key, value)
         return original_option(self, key, value)
 
     def options(self: Any, **opts: Any) -> Any:
         for key, value in opts.items():
-            _remember(_state(self), key, value)
+            remember_option(_state(self), key, value)
         return original_options(self, **opts)
 
     def outputMode(self: Any, outputMode: str) -> Any:
@@ -264,13 +264,6 @@ def install() -> None:
         method.__doc__ = getattr(DataStreamWriter, name).__doc__
         setattr(DataStreamWriter, name, method)
     setattr(DataStreamWriter, _INSTALLED, True)
-
-
-def _remember(state: dict[str, Any], key: str, value: Any) -> None:
-    from pyspark.sql.utils import to_str
-
-    if value is not None:
-        state["options"][key] = to_str(value)
 
 
 def _native_sink(writer: Any, state: dict[str, Any], path: str | None) -> NativeBatchSink | None:

@@ -77,12 +77,12 @@ def install() -> None:
         return original_mode(self, saveMode)
 
     def option(self: Any, key: str, value: Any) -> Any:
-        _remember_option(_state(self), key, value)
+        remember_option(_state(self), key, value)
         return original_option(self, key, value)
 
     def options(self: Any, **opts: Any) -> Any:
         for key, value in opts.items():
-            _remember_option(_state(self), key, value)
+            remember_option(_state(self), key, value)
         return original_options(self, **opts)
 
     def partitionBy(self: Any, *cols: Any) -> Any:
@@ -154,7 +154,8 @@ def _direct_write(name: str, original_partition_by: Any) -> Any:
     return method
 
 
-def _remember_option(state: dict[str, Any], key: str, value: Any) -> None:
+def remember_option(state: dict[str, Any], key: str, value: Any) -> None:
+    """Keep a writer option in the Python-side ``state`` (batch and stream writers)."""
     from pyspark.sql.utils import to_str
 
     if value is None:
