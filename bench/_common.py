@@ -31,6 +31,11 @@ def parse_args(description: str) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes, 2 warm repetitions")
     parser.add_argument("--reps", type=int, default=None, help="warm repetitions per variant")
     parser.add_argument("--rows", type=int, default=None, help="data size, where a bench has one")
+    parser.add_argument(
+        "--sources-only",
+        action="store_true",
+        help="streaming throughput: the sources alone, into Spark's noop sink",
+    )
     args = parser.parse_args()
     if args.reps is None:
         args.reps = 2 if args.quick else 5

@@ -9,8 +9,11 @@ commit's ``add`` stats: their ``seq`` min/max tell which upstream commits it mad
 visible. Latency of an upstream commit = the time the poller saw the sink commit minus
 the time ``write_deltalake`` returned upstream (both this process's clock).
 
-Variants run one after another in one Spark session (Python workers warm), each with
-a fresh source, sink and checkpoint: a warm-up, then ``--seconds`` of measurement.
+Two references run first, with the upstream writing a Parquet file per commit into a
+folder and Spark's parquet file sink downstream: Spark's own file source (Spark's floor
+here) and a bare Python stream source that lists the folder (the floor for any Python
+source). Variants run one after another in one Spark session (Python workers warm), each
+with a fresh source, sink and checkpoint: a warm-up, then ``--seconds`` of measurement.
 p50 / p90 / p99 / max are over the upstream commits of the measurement window.
 """
 
@@ -28,9 +31,11 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 
+import _bare_source
 from _common import DATA_DIR, fresh_dir, loadavg, parse_args, save_result, spark_session
 
 ROWS_PER_COMMIT = 10
+FILE_SCHEMA = "seq long, id long, kind string"
 RAW_LOCAL_FS = "org.apache.hadoop.fs.local.RawLocalFs"
 
 
@@ -38,7 +43,7 @@ class Upstream(threading.Thread):
     def __init__(self, path: str, interval_s: float, kind: str = "delta") -> None:
         super().__init__(daemon=True)
         self.path = path
-        self.kind = kind  # "delta": a commit per write; "parquet": a file per write
+        self.kind = kind  # "delta": a commit per write; otherwise a Parquet file per write
         self.interval_s = interval_s
         self.visible_at: dict[int, float] = {}  # seq -> when write_deltalake returned
         self.stop_event = threading.Event()
@@ -85,7 +90,7 @@ class SinkPoller(threading.Thread):
         self.stop_event = threading.Event()
 
     def run(self) -> None:
-        if self.kind == "parquet":
+        if self.kind != "delta":
             self.run_file_sink()
             return
         version = 0
@@ -148,12 +153,14 @@ def measure(
 
     if kind == "delta":
         reader = spark.readStream.format("delta").load(source)
+    elif kind == "bare":
+        reader = spark.readStream.format("bare_python_files").load(source)
     else:
-        reader = spark.readStream.schema("seq long, id long, kind string").parquet(source)
+        reader = spark.readStream.schema(FILE_SCHEMA).parquet(source)
     writer = (
         reader.where("kind <> 'heartbeat'")
         .select("seq", "id", F.upper("kind").alias("kind"))
-        .writeStream.format(kind)
+        .writeStream.format("delta" if kind == "delta" else "parquet")
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime="0 seconds")
     )
@@ -250,6 +257,17 @@ def main() -> dict[str, object]:
     # Spark's own floor on this machine: its parquet file source and sink, same query.
     reference = "Spark reference: parquet files -> parquet file sink"
     results.append(measure(spark, reference, {}, args, out, kind="parquet"))
+    # The floor of any Python stream source: the same, with the files listed and read
+    # by a Python source that has no Delta logic.
+    _bare_source.register(
+        spark,
+        "bare_python_files",
+        FILE_SCHEMA,
+        lambda options: sorted(str(p) for p in Path(options["path"]).glob("part-*.parquet")),
+        lambda new: [new],
+    )
+    bare = "bare Python source: parquet files -> parquet file sink"
+    results.append(measure(spark, bare, {}, args, out, kind="bare"))
     for name, (options, confs) in VARIANTS.items():
         previous = {key: spark.conf.get(key, None) for key in confs}
         for key, value in confs.items():

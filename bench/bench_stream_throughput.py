@@ -9,15 +9,21 @@ into a fresh output and checkpoint:
     where(qty % 10 <> 0) . select(id, ts, upper(category), value * 2)
 
 Variants: parquet -> parquet (baseline), delta -> delta (deltaflow), and the two mixed
-ones, which tell the source's cost from the sink's. The output row count of every run
-is checked against the baseline's.
+ones, which tell the source's cost from the sink's. A last variant, "bare Python source
+-> parquet", is the ceiling of Spark's Python stream source API on this machine: a
+source with no Delta logic at all that reads the same files with pyarrow, grouped into
+the same tasks as deltaflow's source. The output row count of every run is checked
+against the baseline's. ``--sources-only`` runs the three sources into Spark's ``noop``
+sink instead (input row counts checked).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+import _bare_source
 from _common import (
     DATA_DIR,
     fresh_dir,
@@ -45,14 +51,25 @@ def main() -> dict[str, object]:
             "id", "ts", F.upper("category").alias("category"), (F.col("value") * 2).alias("value")
         )
 
+    files = sorted(str(p) for p in table.glob("*.parquet"))
+    # In the same tasks as deltaflow's source, so that the two differ only in what a task does.
+    _bare_source.register(
+        spark, "bare_python_stream", schema, lambda _: files, _bare_source.as_deltaflow_groups
+    )
+
     def source(kind: str) -> Any:
         if kind == "delta":
             return spark.readStream.format("delta").load(str(table))
+        if kind == "bare":
+            return spark.readStream.format("bare_python_stream").load()
         return spark.readStream.schema(schema).parquet(str(table))
 
     expected: dict[str, int] = {}
 
     def variant(src: str, dst: str):
+        if dst == "noop":
+            return into_noop(src)
+
         def run() -> None:
             target = out / uuid.uuid4().hex
             writer = (
@@ -77,19 +94,58 @@ def main() -> dict[str, object]:
 
         return run
 
+    def into_noop(src: str):
+        def run() -> None:
+            target = out / uuid.uuid4().hex
+            query = (
+                transform(source(src))
+                .writeStream.format("noop")
+                .option("checkpointLocation", str(target / "_chk"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            count = sum(p["numInputRows"] for p in query.recentProgress)
+            assert count == rows, (src, count, rows)
+
+        return run
+
+    if args.sources_only:
+        base_name = "parquet -> noop (Spark file source)"
+        variants = {
+            base_name: variant("parquet", "noop"),
+            "delta -> noop (deltaflow source)": variant("delta", "noop"),
+            "bare Python source -> noop (the API's ceiling)": variant("bare", "noop"),
+        }
+        return report(args, rows, base_name, variants, lambda: "into noop", "stream_sources")
     variants = {
         "parquet -> parquet (Spark file stream)": variant("parquet", "parquet"),
         "delta -> delta (deltaflow)": variant("delta", "delta"),
         "delta -> parquet (deltaflow source only)": variant("delta", "parquet"),
         "parquet -> delta (deltaflow sink only)": variant("parquet", "delta"),
+        "bare Python source -> parquet (the API's ceiling)": variant("bare", "parquet"),
     }
-    timings = run_side_by_side(variants, args.reps)
     base_name = "parquet -> parquet (Spark file stream)"
+    return report(
+        args, rows, base_name, variants, lambda: f"{expected['rows']:,} out", "stream_throughput"
+    )
+
+
+def report(
+    args: Any,
+    rows: int,
+    base_name: str,
+    variants: dict[str, Any],
+    describe_output: Callable[[], str],
+    result_name: str,
+) -> dict[str, object]:
+    timings = run_side_by_side(variants, args.reps)
+    output = describe_output()  # after the runs: they count the output
     base = timings.median(base_name)
     table_rows = [
         (name, timings.median(name), rows, base / timings.median(name)) for name in variants
     ]
-    print_table(f"Streaming throughput, {rows:,} rows in, {expected['rows']:,} out", table_rows)
+    print_table(f"Streaming throughput, {rows:,} rows in, {output}", table_rows)
     per_rep = {
         name: sorted(
             b / s for b, s in zip(timings.seconds[base_name], timings.seconds[name], strict=True)
@@ -100,14 +156,14 @@ def main() -> dict[str, object]:
         print(f"  per-rep ratios {name}: {', '.join(f'{r:.2f}' for r in ratios)}")
     result = {
         "rows": rows,
-        "output_rows": expected["rows"],
+        "output": output,
         "reps": args.reps,
         "seconds": timings.seconds,
         "median_s": {name: timings.median(name) for name in variants},
         "ratio_of_medians": {name: base / timings.median(name) for name in variants},
         "per_rep_ratios": per_rep,
     }
-    save_result("stream_throughput" if args.rows is None else f"stream_throughput_{rows}", result)
+    save_result(result_name if args.rows is None else f"{result_name}_{rows}", result)
     return result
 
 

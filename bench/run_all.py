@@ -15,6 +15,7 @@ BENCHMARKS = (
     "bench_cloudfiles.py",
     "bench_discovery.py",
     "bench_stream_throughput.py",
+    ("bench_stream_throughput.py", "--sources-only"),
     "bench_stream_latency.py",
 )
 
@@ -25,11 +26,13 @@ def main() -> int:
     from _common import loadavg
 
     failed = 0
-    for name in BENCHMARKS:
-        print(f"== {name} (load average before: {loadavg()})", flush=True)
+    for entry in BENCHMARKS:
+        name, *extra = (entry,) if isinstance(entry, str) else entry
+        label = " ".join([name, *extra])
+        print(f"== {label} (load average before: {loadavg()})", flush=True)
         # One process per benchmark: each starts from a fresh Spark session.
-        failed |= subprocess.call([sys.executable, str(here / name), *sys.argv[1:]])
-        print(f"== {name} done (load average after: {loadavg()})", flush=True)
+        failed |= subprocess.call([sys.executable, str(here / name), *extra, *sys.argv[1:]])
+        print(f"== {label} done (load average after: {loadavg()})", flush=True)
     return failed
 
 

@@ -21,6 +21,7 @@ from deltaflow.errors import InvalidOptionError
 from deltaflow.spark._native_write import NATIVE_WRITE_CONF
 from deltaflow.spark._writer_compat import unpack_remote_error
 from deltaflow.spark.errors import ChangeCommitError
+from tests.spark._checkpoints import forget_batch
 
 # ---- helpers ---------------------------------------------------------------------------
 
@@ -254,9 +255,7 @@ def test_replayed_batch_is_not_committed_twice(spark, table_path, sink_kind) -> 
 
     # Forget that the last batch finished, as after a crash between the Delta commit
     # and Spark's commit log entry: Spark runs batch 1 again with the same offsets.
-    last = max(int(p.name) for p in Path(checkpoint, "commits").glob("[0-9]*"))
-    Path(checkpoint, "commits", str(last)).unlink()
-    Path(checkpoint, "commits", f".{last}.crc").unlink(missing_ok=True)
+    last = forget_batch(checkpoint)
     run(sink(stream(spark, source), checkpoint), target)
 
     assert ids(target) == [1, 2, 3]
@@ -358,8 +357,7 @@ def test_jvm_sink_writes_a_batch_it_cannot_take_through_the_python_source(
     assert ids(target) == [1]
     app_id = json.loads(Path(checkpoint, "metadata").read_text())["id"]
     assert DeltaTable(target).transaction_version(app_id) == 0
-    Path(checkpoint, "commits", "0").unlink()  # replay batch 0
-    Path(checkpoint, "commits", ".0.crc").unlink(missing_ok=True)
+    forget_batch(checkpoint, 0)  # replay batch 0
     run(sink(stream(spark, source), checkpoint).option("compression", "lz4"), target)
     assert ids(target) == [1]
     assert DeltaTable(target).version() == 0
@@ -404,8 +402,7 @@ def test_replayed_batch_of_a_stateful_query(spark, table_path, sink_kind) -> Non
     counts = stream(spark, source).selectExpr("id % 2 AS parity").groupBy("parity").count()
     run(sink(counts, checkpoint, "complete"), target)
     version = DeltaTable(target).version()
-    Path(checkpoint, "commits", "0").unlink()  # as after a kill between the two commits
-    Path(checkpoint, "commits", ".0.crc").unlink(missing_ok=True)
+    forget_batch(checkpoint, 0)  # as after a kill between the two commits
     run(sink(counts, checkpoint, "complete"), target)
     assert DeltaTable(target).version() == version  # the replay committed nothing
     append(source, [4])

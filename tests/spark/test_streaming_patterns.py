@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 import deltaflow
 from deltaflow.spark._writer_compat import unpack_remote_error
 from deltaflow.table.errors import SchemaMismatchError
+from tests.spark._checkpoints import forget_batch
 
 BASE = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 TS = pa.timestamp("us", tz="UTC")
@@ -249,14 +250,71 @@ def test_foreach_batch_idempotent_writes_with_txn_options(spark, table_path) -> 
 
     # Forget that the last batch finished, as after a crash right after the write:
     # Spark runs it again with the same batch id, and the write is skipped.
-    last = max(int(p.name) for p in Path(checkpoint, "commits").glob("[0-9]*"))
-    Path(checkpoint, "commits", str(last)).unlink()
-    Path(checkpoint, "commits", f".{last}.crc").unlink(missing_ok=True)
+    last = forget_batch(checkpoint)
     start()
 
     assert table_rows(target, "id") == [(1,), (2,), (3,)]
     assert DeltaRsTable(target).version() == version
     assert DeltaRsTable(target).transaction_version("orders-pipeline") == last
+
+
+def test_foreach_batch_txn_skip_in_a_stateful_query(spark, table_path) -> None:
+    # delta-spark's idempotent-write pattern on a stateful query: on a replay the write is
+    # skipped, yet the batch must still run, or Spark 4.3 fails the query with
+    # STATE_STORE_COMMIT_VALIDATION_FAILED (its state stores did not commit the batch).
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+
+    def write(batch: Any, batch_id: int) -> None:
+        (
+            batch.write.format("delta")
+            .mode("overwrite")
+            .option("txnAppId", "counts")
+            .option("txnVersion", batch_id)
+            .save(target)
+        )
+
+    def start() -> None:
+        counts = stream(spark, source).selectExpr("id % 2 AS parity").groupBy("parity").count()
+        run(
+            counts.writeStream.foreachBatch(write).outputMode("complete")
+            .option("checkpointLocation", checkpoint)
+        )  # fmt: skip
+
+    commit(source, id=pa.array([1, 2, 3], pa.int64()))
+    start()
+    version = DeltaRsTable(target).version()
+    forget_batch(checkpoint, 0)  # as after a kill between the two commits
+    start()  # the replay: skipped write, state stores still commit
+    assert DeltaRsTable(target).version() == version
+    commit(source, id=pa.array([4], pa.int64()))
+    start()
+    assert table_rows(target, "parity", "count") == [(0, 2), (1, 2)]
+
+
+def test_only_stateful_micro_batches_run_when_skipped(spark, table_path) -> None:
+    # A skipped write re-runs its batch only where Spark needs it (state stores).
+    from deltaflow.spark._writer_compat import _runs_state_stores
+
+    source = table_path("src")
+    commit(source, id=pa.array([1, 2, 3], pa.int64()))
+    seen: dict[str, bool] = {}
+
+    def capture(name: str) -> Any:
+        def inspect(batch: Any, batch_id: int) -> None:
+            seen[name] = _runs_state_stores(batch)
+            batch.write.format("noop").mode("overwrite").save()
+
+        return inspect
+
+    counts = stream(spark, source).groupBy((F.col("id") % 2).alias("p")).count()
+    for name, df, mode in [("stateless", stream(spark, source), "append"),
+                           ("stateful", counts, "complete")]:  # fmt: skip
+        run(
+            df.writeStream.foreachBatch(capture(name)).outputMode(mode)
+            .option("checkpointLocation", table_path(f"ck_{name}"))
+        )  # fmt: skip
+    assert seen == {"stateless": False, "stateful": True}
+    assert _runs_state_stores(spark.range(3)) is False  # a batch DataFrame
 
 
 # ---- arbitrary state -------------------------------------------------------------------

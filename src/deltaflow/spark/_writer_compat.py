@@ -190,7 +190,9 @@ def _save_delta(
     # The same checks the source runs while Spark plans the job; here they raise typed.
     plan = plan_write(uri, writer._df.schema.jsonValue(), mode, parsed)
     if plan.skip:
-        return  # mode ignore on an existing table, or an app transaction already committed
+        # mode ignore on an existing table, or an app transaction already committed
+        finish_skipped_batch(writer._df)
+        return
     if _write_on_jvm(writer._df, plan):
         return
     if mode in ("error", "ignore"):
@@ -205,6 +207,35 @@ def _save_delta(
         if error is None:
             raise
         raise error from exc
+
+
+def finish_skipped_batch(df: Any) -> None:
+    """Run a skipped ``foreachBatch`` micro-batch of a stateful query into Spark's ``noop``.
+
+    Spark 4.3 fails a stateful query (STATE_STORE_COMMIT_VALIDATION_FAILED) when a
+    ``foreachBatch`` function returns without running its batch, because the batch's
+    state stores commit only when every partition is processed. A write skipped as a
+    replay (``txnAppId`` / ``txnVersion`` already in the log) or by mode ``ignore`` must
+    still run it; anything else that is skipped runs nothing, as in delta-spark. (The
+    JVM stream sink runs every replayed batch, without asking: it only ever sees
+    micro-batches, and replays are rare.)
+    """
+    if _runs_state_stores(df):
+        log.info("deltaflow write skipped: running the stateful micro-batch into noop")
+        df.write.format("noop").mode("overwrite").save()
+
+
+def _runs_state_stores(df: Any) -> bool:
+    """Whether ``df`` is a micro-batch (``foreachBatch`` hands over a LogicalRDD of the
+    planned batch) whose RDD lineage reads or writes state stores."""
+    try:
+        logical = df._jdf.queryExecution().logical()
+        if not logical.getClass().getName().endswith(".LogicalRDD"):
+            return False
+        return "StateStore" in str(logical.rdd().toDebugString())
+    except Exception:  # Spark Connect, or a JVM that moved these classes
+        log.debug("deltaflow write: could not inspect the skipped DataFrame", exc_info=True)
+        return False
 
 
 def _write_on_jvm(df: Any, plan: Any) -> bool:
