@@ -49,7 +49,12 @@ from deltaflow.spark._stream_writer import (
     log_batch_commit,
     query_id,
 )
-from deltaflow.spark._writer_compat import RemoteDeltaflowError, remember_option
+from deltaflow.spark._writer_compat import (
+    RemoteDeltaflowError,
+    partition_columns,
+    recording_methods,
+    writer_state,
+)
 from deltaflow.table import _commit, _uri
 from deltaflow.table._snapshot import Snapshot, snapshot_of_table, table_exists
 
@@ -167,11 +172,7 @@ class NativeBatchSink:
 
 
 def _state(writer: Any) -> dict[str, Any]:
-    state = writer.__dict__.get(_STATE)
-    if state is None:
-        state = {"format": None, "output_mode": None, "partition_by": None, "options": {}}
-        writer.__dict__[_STATE] = state
-    return state
+    return writer_state(writer, _STATE, output_mode=None)
 
 
 def install() -> None:
@@ -189,28 +190,16 @@ def install() -> None:
     original_foreach_batch = DataStreamWriter.foreachBatch
     original_start = DataStreamWriter.start
 
-    def format(self: Any, source: str) -> Any:
-        _state(self)["format"] = source
-        return original_format(self, source)
-
-    def option(self: Any, key: str, value: Any) -> Any:
-        remember_option(_state(self), key, value)
-        return original_option(self, key, value)
-
-    def options(self: Any, **opts: Any) -> Any:
-        for key, value in opts.items():
-            remember_option(_state(self), key, value)
-        return original_options(self, **opts)
+    format, option, options = recording_methods(
+        _state, original_format, original_option, original_options
+    )
 
     def outputMode(self: Any, outputMode: str) -> Any:
         _state(self)["output_mode"] = outputMode
         return original_output_mode(self, outputMode)
 
     def partitionBy(self: Any, *cols: Any) -> Any:
-        if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
-            cols = tuple(cols[0])
-        state = _state(self)
-        state["partition_by"] = list(cols)
+        _state(self)["partition_by"] = partition_columns(cols)
         # Deferred: a Python sink refuses partitionBy, so the JVM hears of it at start()
         # only when the sink is not Delta.
         return self

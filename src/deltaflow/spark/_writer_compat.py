@@ -23,6 +23,7 @@ Other formats go through untouched. The patch is installed by ``register()``
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from deltaflow.errors import DeltaflowError, from_wire, to_wire
@@ -47,12 +48,50 @@ def unpack_remote_error(exc: BaseException) -> DeltaflowError | None:
     return from_wire(str(exc))
 
 
-def _state(writer: Any) -> dict[str, Any]:
-    state = writer.__dict__.get(_STATE)
+def writer_state(writer: Any, key: str, **fields: Any) -> dict[str, Any]:
+    """The record of a (stream) writer's calls kept on the writer under ``key``: format,
+    partition columns, options, and ``fields`` (their defaults), made on first use."""
+    state = writer.__dict__.get(key)
     if state is None:
-        state = {"format": None, "mode": None, "partition_by": None, "path": None, "options": {}}
-        writer.__dict__[_STATE] = state
+        state = {"format": None, "partition_by": None, **fields, "options": {}}
+        writer.__dict__[key] = state
     return state
+
+
+def recording_methods(
+    state_of: Callable[[Any], dict[str, Any]],
+    original_format: Any,
+    original_option: Any,
+    original_options: Any,
+) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+    """``format``, ``option`` and ``options`` for a (stream) writer class: each records
+    the call in ``state_of(writer)`` and makes the original one."""
+
+    def format(self: Any, source: str) -> Any:
+        state_of(self)["format"] = source
+        return original_format(self, source)
+
+    def option(self: Any, key: str, value: Any) -> Any:
+        remember_option(state_of(self), key, value)
+        return original_option(self, key, value)
+
+    def options(self: Any, **opts: Any) -> Any:
+        for key, value in opts.items():
+            remember_option(state_of(self), key, value)
+        return original_options(self, **opts)
+
+    return format, option, options
+
+
+def partition_columns(cols: tuple[Any, ...]) -> list[Any]:
+    """``partitionBy``'s arguments as a list: ``("a", "b")`` or ``(["a", "b"],)``."""
+    if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
+        return list(cols[0])
+    return list(cols)
+
+
+def _state(writer: Any) -> dict[str, Any]:
+    return writer_state(writer, _STATE, mode=None, path=None)
 
 
 def install() -> None:
@@ -67,34 +106,23 @@ def install() -> None:
     original_options = DataFrameWriter.options
     original_save = DataFrameWriter.save
 
-    def format(self: Any, source: str) -> Any:
-        _state(self)["format"] = source
-        return original_format(self, source)
+    format, option, options = recording_methods(
+        _state, original_format, original_option, original_options
+    )
 
     def mode(self: Any, saveMode: str | None) -> Any:
         if saveMode is not None:
             _state(self)["mode"] = saveMode
         return original_mode(self, saveMode)
 
-    def option(self: Any, key: str, value: Any) -> Any:
-        remember_option(_state(self), key, value)
-        return original_option(self, key, value)
-
-    def options(self: Any, **opts: Any) -> Any:
-        for key, value in opts.items():
-            remember_option(_state(self), key, value)
-        return original_options(self, **opts)
-
     def partitionBy(self: Any, *cols: Any) -> Any:
-        if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
-            cols = tuple(cols[0])
         # Deferred: Spark refuses partitionBy for Python sources, so the JVM call is
         # made at save() time, and only for other formats.
         state = _state(self)
-        state["partition_by"] = list(cols)
+        state["partition_by"] = partition_columns(cols)
         if state.get("implied_format") not in (None, "delta"):
             # Inside parquet(..., partitionBy=...) and friends, which never call save().
-            original_partition_by(self, *cols)
+            original_partition_by(self, *state["partition_by"])
         return self
 
     def save(
