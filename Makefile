@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench check-java clean
+.PHONY: demo test lint bench check-java clean jar
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { \
@@ -19,18 +19,23 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
-demo: check-java $(STAMP)
+# The JVM connector, compiled with the Scala compiler inside the pyspark wheel; rebuilt
+# only when its sources or the pyspark version change (deltaflow/spark/_jar.py).
+jar: check-java $(STAMP)
+	$(PY) -m deltaflow.spark._jar
+
+demo: jar
 	$(PY) demo/main_job.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench demo
 	$(VENV)/bin/mypy
 
-test: check-java $(STAMP) lint
+test: jar lint
 	$(PY) -m pytest
 
-bench: check-java $(STAMP)
+bench: jar
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache data
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache data src/deltaflow/_jvm

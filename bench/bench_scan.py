@@ -1,4 +1,4 @@
-"""Full scan: ``format("delta")`` (JVM path, Python path) vs ``spark.read.parquet``, same files.
+"""Full scan: ``format("delta")`` (connector, Python path) vs ``spark.read.parquet``, same files.
 
 The baseline is ``spark.read.schema(s).parquet(*files)``: with the schema given,
 Spark does not read footers to infer it, so the comparison is scan against scan.
@@ -37,7 +37,7 @@ def main() -> dict[str, object]:
     variants = {
         "parquet": scan(lambda: spark.read.schema(schema).parquet(*uris)),
         "parquet, schema inferred": scan(lambda: spark.read.parquet(*uris)),
-        "delta (JVM path)": scan(delta("auto")),
+        "delta (connector)": scan(delta("auto")),
         "delta (Python path)": scan(delta("false")),
     }
     print(f"scan: {rows} rows, {files} files, {args.reps} warm reps")

@@ -9,12 +9,13 @@ into a fresh output and checkpoint:
     where(qty % 10 <> 0) . select(id, ts, upper(category), value * 2)
 
 Variants: parquet -> parquet (baseline), delta -> delta (deltaflow), and the two mixed
-ones, which tell the source's cost from the sink's. A last variant, "bare Python source
--> parquet", is the ceiling of Spark's Python stream source API on this machine: a
-source with no Delta logic at all that reads the same files with pyarrow, grouped into
-the same tasks as deltaflow's source. The output row count of every run is checked
-against the baseline's. ``--sources-only`` runs the three sources into Spark's ``noop``
-sink instead (input row counts checked).
+ones, which tell the source's cost from the sink's; "Python source" variants read through
+the Python data source the connector's JVM source replaced (``nativeScan=false``). A
+last variant, "bare Python source -> parquet", is the ceiling of Spark's Python stream
+source API on this machine: a source with no Delta logic at all that reads the same
+files with pyarrow, grouped into the same tasks as deltaflow's Python source. The output
+row count of every run is checked against the baseline's. ``--sources-only`` runs the
+sources into Spark's ``noop`` sink instead (input row counts checked).
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ def main() -> dict[str, object]:
     def source(kind: str) -> Any:
         if kind == "delta":
             return spark.readStream.format("delta").load(str(table))
+        if kind == "delta-python":  # the Python data source the connector replaced
+            spark.conf.set("deltaflow.read.nativeScan", "false")
+            try:
+                return spark.readStream.format("delta").load(str(table))
+            finally:
+                spark.conf.unset("deltaflow.read.nativeScan")
         if kind == "bare":
             return spark.readStream.format("bare_python_stream").load()
         return spark.readStream.schema(schema).parquet(str(table))
@@ -114,7 +121,8 @@ def main() -> dict[str, object]:
         base_name = "parquet -> noop (Spark file source)"
         variants = {
             base_name: variant("parquet", "noop"),
-            "delta -> noop (deltaflow source)": variant("delta", "noop"),
+            "delta -> noop (deltaflow connector source)": variant("delta", "noop"),
+            "delta -> noop (deltaflow Python source)": variant("delta-python", "noop"),
             "bare Python source -> noop (the API's ceiling)": variant("bare", "noop"),
         }
         return report(args, rows, base_name, variants, lambda: "into noop", "stream_sources")
@@ -122,6 +130,9 @@ def main() -> dict[str, object]:
         "parquet -> parquet (Spark file stream)": variant("parquet", "parquet"),
         "delta -> delta (deltaflow)": variant("delta", "delta"),
         "delta -> parquet (deltaflow source only)": variant("delta", "parquet"),
+        "delta -> parquet (Python source, before the connector)": variant(
+            "delta-python", "parquet"
+        ),
         "parquet -> delta (deltaflow sink only)": variant("parquet", "delta"),
         "bare Python source -> parquet (the API's ceiling)": variant("bare", "parquet"),
     }

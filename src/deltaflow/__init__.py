@@ -1,14 +1,15 @@
 """deltaflow: a streaming lakehouse for Python on Apache Spark.
 
-Delta Lake tables through Spark's Python Data Source API, with delta-rs for the
-transaction log; no JVM jars to fetch. Importing this package has no side
+Delta Lake tables through deltaflow's own Spark connector (a DataSource V2 provider
+compiled on this machine with the Scala compiler pyspark ships), with delta-rs for the
+transaction log; nothing is fetched from Maven. Importing this package has no side
 effects: no Spark session starts and nothing touches storage.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from deltaflow.errors import DeltaflowError, InvalidOptionError, UserCodeError
-from deltaflow.spark import register, session
+from deltaflow.errors import DeltaflowError, InvalidOptionError, UserCodeError, typed_error
+from deltaflow.spark import configure, register, session, spark_conf
 from deltaflow.table.errors import (
     ConcurrentWriteError,
     SchemaMismatchError,
@@ -55,7 +56,10 @@ __all__ = [
     "UserCodeError",
     "VersionNotFoundError",
     "__version__",
+    "configure",
     "register",
     "session",
+    "spark_conf",
     "track_progress",
+    "typed_error",
 ]

@@ -95,6 +95,31 @@ def from_wire(text: str) -> DeltaflowError | None:
         return None
 
 
+def typed_error(exc: BaseException) -> DeltaflowError | None:
+    """The deltaflow error behind ``exc``: ``exc`` itself if it is one, else the error a
+    deltaflow marker in its text (or in any exception it was raised from) describes.
+
+    Spark wraps what the connector raises (py4j errors, ``StreamingQueryException``,
+    ``AnalysisException``, JDBC errors); each keeps the marker in its text::
+
+        try:
+            query.awaitTermination()
+        except Exception as exc:
+            error = deltaflow.typed_error(exc)  # e.g. ConcurrentWriteError, or None
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, DeltaflowError):
+            return current
+        found = from_wire(str(current))
+        if found is not None:
+            return found
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value

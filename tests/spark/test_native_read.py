@@ -31,9 +31,11 @@ def plan_of(df: Any) -> str:
 
 
 def is_native(df: Any) -> bool:
+    """Read by the connector's DSv2 scan (Spark's Parquet reader), not the Python source."""
     plan = plan_of(df)
-    assert ("FileScan parquet" in plan) != ("BatchScan delta" in plan), plan
-    return "FileScan parquet" in plan
+    native = "DeltaScan delta." in plan
+    assert native != ("deltaflow_python" in plan), plan
+    return native
 
 
 def load(spark: Any, path: str, native: bool, **options: Any) -> Any:
@@ -76,8 +78,10 @@ def test_partition_filters_prune_on_the_native_path(spark: Any, table_path: Any)
     partitioned_table(spark, path)
     df = load(spark, path, True).where("p = 'c:d' OR p IS NULL")
     plan = plan_of(df)
-    assert "PartitionFilters: [" in plan and "isnull(p" in plan, plan
+    assert "skipping by [Or(EqualTo(p,c:d),IsNull(p))]" in plan, plan
     assert sorted(r.id for r in df.collect()) == [1, 8]
+    report = deltaflow.spark.scan_reports(spark, path)[-1]
+    assert (report.files_scanned, report.skipped_by_partition) == (2, report.files_in_snapshot - 2)
     python = load(spark, path, False).where("p = 'c:d' OR p IS NULL")
     assert rows(df) == rows(python)
 
@@ -112,14 +116,15 @@ def test_typed_partition_columns(spark: Any, table_path: Any) -> None:
     assert len(rows(native)) == 3
 
 
-def test_deletion_vectors_fall_back(spark: Any, table_path: Any) -> None:
+def test_deletion_vectors_are_applied_by_the_connector(spark: Any, table_path: Any) -> None:
     path = table_path()
     write_deltalake(path, pa.table({"id": pa.array(range(6), pa.int64())}))
     (file,) = DeltaTable(path).file_uris()
     add_deletion_vectors(path, {file.rsplit("/", 1)[-1]: [1, 4]})
-    df = load(spark, path, True)
-    assert not is_native(df)
-    assert sorted(r.id for r in df.collect()) == [0, 2, 3, 5]
+    native, python = both_paths(spark, path)
+    assert sorted(r.id for r in native.collect()) == [0, 2, 3, 5]
+    assert rows(native) == rows(python)
+    assert sorted(r.id for r in native.where("id > 2").collect()) == [3, 5]
     assert isinstance(plan_native_scan(load_snapshot(path)), Fallback)
 
 
@@ -133,13 +138,14 @@ def test_deletion_vector_feature_without_vectors_stays_native(spark: Any, table_
     assert rows(native) == rows(python)
 
 
-def test_column_mapping_falls_back(spark: Any, table_path: Any) -> None:
+def test_column_mapping_is_read_by_physical_names(spark: Any, table_path: Any) -> None:
     path = table_path()
     table = pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]})
     write_deltalake(path, table, configuration={"delta.columnMapping.mode": "name"})
     df = load(spark, path, True)
-    assert not is_native(df)
+    assert is_native(df)
     assert rows(df) == [(1, "a"), (2, "b")]
+    assert [r.name for r in df.where("id = 2").select("name").collect()] == ["b"]
 
 
 def test_conf_false_turns_the_native_path_off(spark: Any, table_path: Any) -> None:
@@ -214,3 +220,18 @@ def test_delta_rs_escaped_partitions_fall_back_when_spark_would_misread(table_pa
     assert isinstance(plan, Fallback) and "not the log's" in plan.reason
     write_deltalake(path, pa.table({"id": one, "p": ["e f"]}), mode="overwrite")
     assert isinstance(plan_native_scan(load_snapshot(path)), NativeScan)
+
+
+def test_connector_scans_are_reported_without_worker_logging(spark, table_path):
+    spark.conf.set("spark.sql.pyspark.worker.logging.enabled", "false")
+    path = table_path()
+    spark.range(10).selectExpr("id", "id % 2 AS p").write.format("delta").partitionBy(
+        "p"
+    ).save(path)
+    before = len(deltaflow.spark.scan_reports(spark, path))
+    assert spark.read.format("delta").load(path).where("p = 1").count() == 5
+    reports = deltaflow.spark.scan_reports(spark, path)
+    assert len(reports) == before + 1
+    last = reports[-1]
+    assert last.files_scanned >= 1
+    assert last.skipped_by_partition == last.files_in_snapshot - last.files_scanned > 0

@@ -20,11 +20,11 @@ import pytest
 from deltalake import DeltaTable
 
 from deltaflow import InvalidOptionError
+from deltaflow import typed_error as deltaflow_typed
 from deltaflow.spark import _native_write
 from deltaflow.spark._native_read import NativeScan, plan_native_scan
 from deltaflow.spark._options import parse_write_options
 from deltaflow.spark._writer import plan_write
-from deltaflow.table import _commit
 from deltaflow.table._snapshot import load_snapshot
 
 CONF = _native_write.NATIVE_WRITE_CONF
@@ -42,13 +42,22 @@ def python_path(spark: Any) -> Iterator[None]:
 
 
 @pytest.fixture
-def jvm_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+def jvm_log(spark: Any, caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     caplog.set_level(logging.INFO, logger="deltaflow.write")
+    spark._jvm.io.deltaflow.spark.WriteReports.clear()
     return caplog
 
 
 def jvm_writes(caplog: pytest.LogCaptureFixture) -> int:
-    return sum("JVM write" in r.getMessage() for r in caplog.records)
+    """Batch writes the connector ran on Spark's Parquet writer since ``jvm_log`` started
+    (the connector's write reports), plus stream batches the Python side logged."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    reports = json.loads(spark._jvm.io.deltaflow.spark.WriteReports.json())
+    batch = sum(r["route"] == "jvm" for r in reports)
+    return batch + sum("JVM write" in r.getMessage() for r in caplog.records)
 
 
 def log_entries(path: str, version: int) -> list[dict[str, Any]]:
@@ -285,22 +294,39 @@ def test_failed_job_commits_nothing(spark: Any, table_path: Any) -> None:
     assert not any((Path(path) / "_delta_staging").iterdir())
 
 
-def test_failed_commit_deletes_moved_files(
-    spark: Any, table_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_failed_commit_deletes_moved_files(spark: Any, table_path: Any) -> None:
+    """The commit fails for real after the job (the log cannot be written: a task put
+    a file where the ``_delta_log`` directory was); the files already moved into the
+    table are deleted and nothing is committed."""
+    from pyspark.sql.functions import udf
+
+    from deltaflow import DeltaflowError
+
     path = table_path()
     spark.range(3).write.format("delta").save(path)
     before = parquet_files(path)
+    log_dir = Path(path) / "_delta_log"
+    hidden = Path(path + ".log")
 
-    def refuse(request: _commit.CommitRequest) -> None:
-        assert request.adds  # the files were written and moved into place
-        raise RuntimeError("commit refused")
+    @udf("long")
+    def break_the_log_once(value: int) -> int:
+        if not hidden.exists():
+            log_dir.rename(hidden)
+            log_dir.write_text("not a directory")
+        return value
 
-    monkeypatch.setattr(_commit, "commit", refuse)
-    with pytest.raises(RuntimeError, match="commit refused"):
-        spark.range(0, 100, numPartitions=2).write.format("delta").mode("append").save(path)
+    df = spark.range(0, 100, numPartitions=1).select(break_the_log_once("id").alias("id"))
+    with pytest.raises(DeltaflowError):
+        try:
+            df.write.format("delta").mode("append").save(path)
+        except Exception as exc:
+            raise (deltaflow_typed(exc) or exc) from exc
+    assert hidden.exists()
+    log_dir.unlink()
+    hidden.rename(log_dir)
     assert parquet_files(path) == before
     assert not any((Path(path) / "_delta_staging").iterdir())
+    assert int(DeltaTable(path).version()) == 0
 
 
 def test_other_jobs_staged_files_are_never_picked_up(spark: Any, table_path: Any) -> None:

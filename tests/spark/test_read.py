@@ -723,13 +723,6 @@ def test_truncated_string_stats_never_skip_matching_rows(spark, table_path):
     assert plan(path, StringStartsWith(s, "k" * 35)).files_scanned == 1
 
 
-def test_scan_reports_need_worker_logging(spark):
-    spark.conf.set(WORKER_LOGGING_CONF, "false")
-    with pytest.raises(deltaflow.InvalidOptionError) as info:
-        scan_reports(spark)
-    assert info.value.option == WORKER_LOGGING_CONF
-
-
 # --- 8. errors -------------------------------------------------------------------------------
 
 

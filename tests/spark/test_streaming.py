@@ -104,7 +104,7 @@ def test_stream_start_leaves_the_shared_worker_env_keys_alone(spark, table_path)
     # racing a task's serialization broke the task (java.io.OptionalDataException).
     # register() adds the keys up front, so a stream start must not add any.
     manager = spark._jsparkSession.sessionState().dataSourceManager()
-    env_vars = manager.lookupDataSource("delta").dataSourceCls().envVars()
+    env_vars = manager.lookupDataSource("deltaflow_python").dataSourceCls().envVars()
     before = set(env_vars.keySet())
     assert {"SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE"} <= before
     source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
@@ -408,3 +408,25 @@ def test_replayed_batch_of_a_stateful_query(spark, table_path, sink_kind) -> Non
     append(source, [4])
     run(sink(counts, checkpoint, "complete"), target)
     assert rows(target, "parity", "count") == [(0, 2), (1, 2)]
+
+
+@pytest.mark.parametrize("deleted", [False, True], ids=["columnar", "deletion-vectors"])
+def test_partition_column_in_the_middle_keeps_its_place(spark, table_path, deleted) -> None:
+    """Spark's Parquet reader emits partition columns last; a stream's rows must still be
+    in the table's column order (columnar reads, and row reads for deletion vectors)."""
+    from tests.table.dv_fixtures import add_deletion_vectors
+
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    table = pa.table(
+        {"id": pa.array([1, 2, 3], pa.int64()), "p": ["a", "a", "b"], "v": [1.5, 2.5, 3.5]}
+    )
+    write_deltalake(source, table, partition_by=["p"])
+    if deleted:
+        paths = DeltaTable(source).get_add_actions(flatten=True).column("path").to_pylist()
+        (in_a,) = [f for f in paths if f.startswith("p=a/")]
+        add_deletion_vectors(source, {in_a: [0]})  # the row of id 1
+    df = stream(spark, source)
+    assert df.columns == ["id", "p", "v"]
+    run(sink(df, checkpoint), target)
+    kept = [(1, "a", 1.5)] if not deleted else []
+    assert rows(target, "id", "p", "v") == [*kept, (2, "a", 2.5), (3, "b", 3.5)]

@@ -35,12 +35,12 @@ _INSTALLED = "_deltaflow_insert_into"
 
 def catalog_location(spark: SparkSession, name: str) -> str | None:
     """The Delta location of catalog table ``name``, or None if it is not a deltaflow table."""
-    from deltaflow.spark._source import location_of
+    from deltaflow.spark._source import table_location
 
     try:
         if not spark.catalog.tableExists(name):
             return None
-        return location_of(spark.table(name).schema)
+        return table_location(spark, name)
     except Exception:  # not a table Spark can resolve: not ours to take over
         return None
 

@@ -394,11 +394,11 @@ def _register(spark: SparkSession, name: str, uri: str, *, replace: bool) -> Non
 
 
 def _catalog_location(spark: SparkSession, name: str) -> str | None:
-    from deltaflow.spark._source import location_of
+    from deltaflow.spark._source import table_location
 
     if not spark.catalog.tableExists(name):
         return None
-    return location_of(spark.table(name).schema)
+    return table_location(spark, name)
 
 
 def managed_location(spark: SparkSession, name: str) -> str:
@@ -481,8 +481,11 @@ def _spec_from_sql(spark: SparkSession, query: str) -> TableSpec | None:
     from pyspark.sql.types import StructType
 
     schema = StructType.fromJson(json.loads(plan.tableSchema().json()))
+    location = table_spec.location()
     if not schema.fields:
-        return None  # no column list: the source's schema() handles it
+        if location.isDefined() and kind == "CreateTable":
+            _require_table_at(str(location.get()))
+        return None  # no column list: the table at the location gives the schema
     partitions = [str(t.describe()) for t in scala_list(plan.partitioning())]
     for p in partitions:
         if not re.fullmatch(r"`?[^()`]+`?", p):
@@ -493,7 +496,6 @@ def _spec_from_sql(spark: SparkSession, query: str) -> TableSpec | None:
                 feature="partitionTransforms",
             )
     name = ".".join(f"`{part.replace('`', '``')}`" for part in scala_list(plan.name().nameParts()))
-    location = table_spec.location()
     comment = table_spec.comment()
     properties = {str(k): str(v) for k, v in _scala_map(table_spec.properties()).items()}
     if kind == "ReplaceTable":
@@ -511,6 +513,22 @@ def _spec_from_sql(spark: SparkSession, query: str) -> TableSpec | None:
     for key, value in properties.items():
         builder = builder.property(key, value)
     return builder.spec
+
+
+def _require_table_at(location: str) -> None:
+    """delta-spark refuses ``CREATE TABLE t USING delta LOCATION p`` without columns when
+    ``p`` holds no table: there is no schema to register."""
+    from deltaflow.table import _uri
+    from deltaflow.table._snapshot import table_exists
+
+    uri = _uri.normalize_uri(location)
+    if not table_exists(uri):
+        raise TableNotFoundError(
+            f"CREATE TABLE ... USING delta LOCATION '{location}' names no Delta table (no"
+            f" _delta_log at {uri}) and gives no columns. Give the columns (CREATE TABLE t"
+            " (id BIGINT, ...) USING delta LOCATION ...) or write the table first.",
+            table_uri=uri,
+        )
 
 
 def _scala_map(scala_map: Any) -> dict[Any, Any]:

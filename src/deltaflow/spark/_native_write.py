@@ -257,22 +257,41 @@ def stage_native(
     """
     job_id = job_id or uuid.uuid4().hex[:8]
     staging_uri = _uri.join(plan.table_uri, f"{STAGING_DIR}/{job_id}-{uuid.uuid4().hex}")
+    started = time.perf_counter()
+    try:
+        _run_spark_job(_shaped(df, native), plan, native, staging_uri)
+    except BaseException:
+        delete_staging(staging_uri)
+        raise
+    log.info(
+        "deltaflow staged files for %s with Spark's Parquet writer; job %.0f ms",
+        plan.table_uri,
+        (time.perf_counter() - started) * 1000,
+    )
+    return collect_staged(plan, native, staging_uri, job_id)
+
+
+def collect_staged(
+    plan: WritePlan, native: NativeWrite, staging_uri: str, job_id: str
+) -> list[_commit.AddedFile]:
+    """The files Spark's writer left in ``staging_uri``, moved into the table with stats
+    from their footers: the adds for the caller to commit (or delete, on failure).
+
+    On failure the moved files are deleted before the error propagates; the staging
+    directory is always deleted.
+    """
     fs, staging = _uri.filesystem(staging_uri)
     moved: list[_commit.AddedFile] = []
     done = False
     started = time.perf_counter()
     try:
-        _run_spark_job(_shaped(df, native), plan, native, staging_uri)
-        job_done = time.perf_counter()
         staged = _list_staged(fs, staging)
         moved.extend(_collect_files(fs, staging, staged, plan, native, job_id))
         log.info(
-            "deltaflow staged %d files for %s with Spark's Parquet writer; job %.0f ms,"
-            " footers and moves %.0f ms",
+            "deltaflow moved %d staged files into %s; footers and moves %.0f ms",
             len(moved),
             plan.table_uri,
-            (job_done - started) * 1000,
-            (time.perf_counter() - job_done) * 1000,
+            (time.perf_counter() - started) * 1000,
         )
         done = True
         return moved
@@ -280,6 +299,12 @@ def stage_native(
         if not done:
             _file_writer.delete_files(plan.table_uri, moved)
         _delete_dir(fs, staging)
+
+
+def delete_staging(staging_uri: str) -> None:
+    """Delete a write's staging directory and whatever Spark left in it."""
+    fs, staging = _uri.filesystem(staging_uri)
+    _delete_dir(fs, staging)
 
 
 def _shaped(df: Any, native: NativeWrite) -> Any:

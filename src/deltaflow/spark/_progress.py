@@ -275,7 +275,7 @@ def _resolve_tables(query: StreamingQuery) -> _QueryTables:
         return _QueryTables(sink_uri, {})
     try:
         options = plan.writeOptions()
-        if plan.table().name() == "delta" and options.contains("path"):
+        if _is_delta(plan.table().name()) and options.contains("path"):
             sink_uri = _uri.normalize_uri(str(options.apply("path")))
     except Exception:  # not a data source v2 sink (foreachBatch, console, ...)
         log.debug("streaming query %s: no Python Delta sink", query.id, exc_info=True)
@@ -285,7 +285,7 @@ def _resolve_tables(query: StreamingQuery) -> _QueryTables:
             leaf = leaves.apply(i)
             try:
                 relation = leaf.relation()
-                if relation.table().name() != "delta":
+                if not _is_delta(relation.table().name()):
                     continue
                 path = dict(relation.options()).get("path")
             except Exception:
@@ -417,3 +417,9 @@ def _offset(raw: Any) -> dict[str, Any] | None:
         "reservoirVersion": int(raw["reservoirVersion"]),
         "index": int(raw.get("index", -1)),
     }
+
+
+def _is_delta(table_name: str) -> bool:
+    """A DSv2 table of deltaflow's: the connector's (``delta.`<uri>```) or the Python
+    data source's."""
+    return table_name.startswith("delta.`") or table_name in ("delta", "deltaflow_python")

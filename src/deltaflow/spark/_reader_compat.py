@@ -1,25 +1,18 @@
-"""``spark.read.format("delta").load(...)``: checked on the driver, scanned by the JVM when it can.
+"""``spark.read.format("delta").load(...)``: checked on the driver, in the caller's process.
 
-``install()`` teaches ``DataFrameReader`` two things for the ``delta`` format:
+``format("delta")`` is deltaflow's connector (the JVM ``delta`` provider). ``install()``
+adds what the connector cannot give a PySpark caller by itself yet:
 
 - **Typed errors where the user called.** ``load()`` parses the options and loads
   the snapshot in the user's process, so ``TableNotFoundError``,
-  ``VersionNotFoundError`` and ``InvalidOptionError`` are raised as themselves,
-  not wrapped in a Py4J error from a Python worker.
-- **A JVM fast path.** When Spark's Parquet scan reads the snapshot exactly (see
-  :mod:`deltaflow.spark._native_read`), ``load()`` returns
-  ``spark.read.parquet`` over the snapshot's files, columns in the table's order;
-  otherwise the ``delta`` Python source reads it. The Spark conf
-  ``deltaflow.read.nativeScan`` = ``auto`` (default) | ``false`` chooses.
-
-The JVM path reads exactly the snapshot the driver loaded. The Python source
-resolves ``path`` / ``versionAsOf`` / ``timestampAsOf`` again in its own
-``schema()`` call, so a latest-version read racing a commit may see the newer
-version there (as it did before this patch).
+  ``VersionNotFoundError`` and ``InvalidOptionError`` are raised as themselves; an
+  error the connector raises while resolving the table is re-raised typed
+  (:func:`deltaflow.typed_error`) instead of as a Py4J error.
+- **User-specified schemas** go to the Python data source (``deltaflow_python``),
+  which checks them against the table; the connector's provider takes none.
 
 Other formats go through untouched. The patch is idempotent and keeps every
-original method; user-specified schemas and multi-path loads take the Python
-source as before.
+original method.
 """
 
 from __future__ import annotations
@@ -27,14 +20,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from deltaflow.spark._native_read import (
-    NATIVE_SCAN_CONF,
-    Fallback,
-    NativeScan,
-    native_scan_mode,
-    plan_native_scan,
-)
+from deltaflow.errors import typed_error
 from deltaflow.spark._options import ReadOptions, parse_read_options
+from deltaflow.spark._session import PYTHON_SOURCE_NAME
 from deltaflow.table import _uri
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 
@@ -97,9 +85,16 @@ def install() -> None:
         self.options(**opts)
         state = _state(self)
         if (state["format"] or "").lower() == "delta":
-            native = _load_delta(self, state, path)
-            if native is not None:
-                return native
+            source = _check_delta(state, path)
+            if source is not None:
+                original_format(self, source)
+            try:
+                return original_load(self, path)
+            except Exception as exc:
+                error = typed_error(exc)
+                if error is None or error is exc:
+                    raise
+                raise error from exc
         return original_load(self, path)
 
     DataFrameReader.format = format
@@ -110,8 +105,9 @@ def install() -> None:
     setattr(DataFrameReader, _INSTALLED, True)
 
 
-def _load_delta(reader: Any, state: dict[str, Any], path: Any) -> Any:
-    """The JVM DataFrame for this delta read, or None for the Python source.
+def _check_delta(state: dict[str, Any], path: Any) -> str | None:
+    """Check this delta read on the driver; the source to load it with instead of the
+    connector's ``delta`` provider, if any.
 
     Raises deltaflow's typed errors for bad options and missing tables or versions.
     """
@@ -129,23 +125,11 @@ def _load_delta(reader: Any, state: dict[str, Any], path: Any) -> Any:
     if read.read_change_feed:
         _check_change_feed(snapshot, read)
         return None
-    spark = reader._spark
-    if native_scan_mode(spark.conf.get(NATIVE_SCAN_CONF, "auto")) == "false":
-        return None
     if state["schema"] is not None:
+        # The connector's provider takes no user schema; the Python source checks it.
         _log_fallback(snapshot, "a user-specified schema")
-        return None
-    plan = plan_native_scan(snapshot)
-    if isinstance(plan, Fallback):
-        _log_fallback(snapshot, plan.reason)
-        return None
-    log.info(
-        "deltaflow scan of %s v%d: JVM Parquet scan of %d files",
-        snapshot.uri,
-        snapshot.version,
-        len(plan.file_uris),
-    )
-    return native_dataframe(spark, plan)
+        return PYTHON_SOURCE_NAME
+    return None
 
 
 def _check_change_feed(snapshot: Snapshot, read: ReadOptions) -> None:
@@ -161,28 +145,9 @@ def _check_change_feed(snapshot: Snapshot, read: ReadOptions) -> None:
     )
 
 
-def native_dataframe(spark: Any, plan: NativeScan) -> Any:
-    """``spark.read.parquet`` over the plan's files, columns in the Delta schema's order."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
-
-    schema = StructType.fromJson(plan.schema)
-    if not plan.file_uris:
-        return spark.createDataFrame([], schema)
-    df = spark.read.schema(schema).option("basePath", plan.root).parquet(*plan.file_uris)
-    # Spark puts partition columns last; the Delta schema may not.
-    if df.columns != schema.fieldNames():
-        df = df.select(*[F.col(_quote(name)) for name in schema.fieldNames()])
-    return df
-
-
 def _to_str(value: Any) -> str:
     # pyspark's own to_str: booleans as Spark spells them.
     return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _log_fallback(snapshot: Snapshot, reason: str) -> None:

@@ -23,6 +23,7 @@ whatever logging the worker process has, and :func:`scan_reports` raises
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -116,28 +117,42 @@ def _captured() -> Iterator[None]:
 def scan_reports(spark: SparkSession, table_uri: str | None = None) -> list[ScanReport]:
     """The scan reports of this session's Delta reads, oldest first.
 
-    Needs ``spark.sql.pyspark.worker.logging.enabled=true`` before the queries
-    run (Spark 4.1+). ``table_uri`` (a path or URI) keeps only that table's
-    scans. A report counts files after partition pruning and stats skipping;
-    Spark still filters the rows of every file read.
+    Scans by the connector (the JVM) are always reported. Scans by the Python data
+    source (object stores, change feeds, ``deltaflow.read.nativeScan=false``) are
+    reported through Spark's Python worker logs, which need
+    ``spark.sql.pyspark.worker.logging.enabled=true`` before the queries run.
+    ``table_uri`` (a path or URI) keeps only that table's scans. A report counts files
+    after partition pruning and stats skipping; Spark still filters the rows of every
+    file read.
     """
-    from pyspark.sql import functions as sf
-
-    from deltaflow.errors import InvalidOptionError
     from deltaflow.table import _uri
 
-    if (spark.conf.get(WORKER_LOGGING_CONF, "false") or "").lower() != "true":
-        raise InvalidOptionError(
-            f"scan_reports() reads Spark's Python worker logs, which this session does not"
-            f" collect. Run spark.conf.set('{WORKER_LOGGING_CONF}', 'true') before the"
-            " queries whose scans you want to see.",
-            option=WORKER_LOGGING_CONF,
-            valid=("true",),
-        )
-    logs = spark.tvf.python_worker_logs().where(sf.col("logger") == LOGGER_NAME)
-    rows = logs.orderBy("ts").select("context").collect()
-    reports = [ScanReport.from_context(row["context"]) for row in rows]
+    timed = jvm_scan_reports(spark)
+    if (spark.conf.get(WORKER_LOGGING_CONF, "false") or "").lower() == "true":
+        timed.extend(_worker_scan_reports(spark))
+    reports = [report for _, report in sorted(timed, key=lambda pair: pair[0])]
     if table_uri is not None:
         wanted = _uri.normalize_uri(table_uri)
         reports = [r for r in reports if r.table_uri == wanted]
     return reports
+
+
+def jvm_scan_reports(spark: SparkSession) -> list[tuple[float, ScanReport]]:
+    """(epoch seconds, report) of the connector's scans kept in the driver JVM."""
+    try:
+        text = spark._jvm.io.deltaflow.spark.ScanReports.json()  # type: ignore[attr-defined]
+    except Exception:  # Spark Connect, or a session without the connector
+        return []
+    names = [f.name for f in fields(ScanReport)]
+    return [
+        (float(item.get("ts", 0)) / 1000, ScanReport(**{n: item[n] for n in names}))
+        for item in json.loads(text)
+    ]
+
+
+def _worker_scan_reports(spark: SparkSession) -> list[tuple[float, ScanReport]]:
+    from pyspark.sql import functions as sf
+
+    logs = spark.tvf.python_worker_logs().where(sf.col("logger") == LOGGER_NAME)
+    rows = logs.orderBy("ts").select("ts", "context").collect()
+    return [(row["ts"].timestamp(), ScanReport.from_context(row["context"])) for row in rows]

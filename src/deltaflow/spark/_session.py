@@ -31,8 +31,53 @@ _LOCAL_DEFAULTS = {
 }
 
 
+# The Python data source's name: the JVM connector's ``delta`` provider hands it what the
+# JVM does not implement yet (streams, change-feed reads, object stores).
+PYTHON_SOURCE_NAME = "deltaflow_python"
+_PROVIDER_CLASS = "io.deltaflow.spark.DeltaDataSource"
+_CLASSPATH_KEYS = ("spark.jars", "spark.driver.extraClassPath", "spark.executor.extraClassPath")
+
+
+def spark_conf() -> dict[str, str]:
+    """The Spark settings deltaflow needs, for any host Spark runs in.
+
+    Pass them to ``spark-submit`` / ``spark-sql`` / ``start-connect-server.sh`` /
+    ``start-thriftserver.sh`` as ``--conf key=value`` (or use :func:`configure` on a
+    builder). They put deltaflow's connector jar (built on first call from its sources
+    with the Scala compiler pyspark ships) on the driver's and executors' classpath,
+    and tell the connector which Python runs its brain (this one).
+    """
+    from deltaflow.spark._jar import jar_path
+
+    jar = str(jar_path())
+    return {
+        **dict.fromkeys(_CLASSPATH_KEYS, jar),
+        "spark.deltaflow.python": sys.executable,
+        **REQUIRED_CONF,
+    }
+
+
+def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
+    """``builder`` with :func:`spark_conf` applied: deltaflow's counterpart of delta-spark's
+    ``configure_spark_with_delta_pip``. Class paths already on the builder are kept, with
+    the connector jar added."""
+    existing = dict(getattr(builder, "_options", {}))
+    for key, value in spark_conf().items():
+        current = existing.get(key)
+        if key in _CLASSPATH_KEYS and current:
+            separator = "," if key == "spark.jars" else os.pathsep
+            if value not in current.split(separator):
+                value = current + separator + value
+            else:
+                value = current
+        builder = builder.config(key, value)
+    return builder
+
+
 def register(spark: SparkSession) -> SparkSession:
-    """Register the ``delta`` data source on ``spark`` (a session you built yourself)."""
+    """Register deltaflow on ``spark``, a session built with :func:`configure` (or with
+    :func:`spark_conf`'s settings): the Python data source the connector delegates to,
+    cloudFiles, and delta-spark's writer behaviour on the driver."""
     from deltaflow.ingest._cloudfiles import CloudFilesDataSource
     from deltaflow.spark import (
         _catalog_writes,
@@ -44,6 +89,7 @@ def register(spark: SparkSession) -> SparkSession:
     )
     from deltaflow.spark._source import DeltaDataSource
 
+    _check_connector(spark)
     _reader_compat.install()
     _writer_compat.install()
     _create_builder.install_sql_create()
@@ -55,9 +101,29 @@ def register(spark: SparkSession) -> SparkSession:
         spark.conf.set(key, value)
     spark.dataSource.register(DeltaDataSource)
     spark.dataSource.register(CloudFilesDataSource)
-    for name in ("delta", "cloudFiles"):
+    for name in (PYTHON_SOURCE_NAME, "cloudFiles"):
         _settle_worker_env(spark, name)
     return spark
+
+
+def _check_connector(spark: SparkSession) -> None:
+    """Raise :class:`SessionNotConfiguredError` unless the connector's jar is loaded."""
+    from deltaflow.spark.errors import SessionNotConfiguredError
+
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+    try:
+        jvm.java.lang.Class.forName(_PROVIDER_CLASS, True, loader)
+    except Exception as exc:
+        raise SessionNotConfiguredError(
+            "This Spark session was started without deltaflow's connector jar, so"
+            " format('delta') cannot reach deltaflow. Build the session with"
+            " deltaflow.configure(SparkSession.builder).getOrCreate() (or"
+            " deltaflow.session()), or pass deltaflow.spark_conf() as --conf settings"
+            " to spark-submit. The jar must be on the classpath when the JVM starts:"
+            " stop this session first.",
+            missing=("spark.jars", "spark.driver.extraClassPath"),
+        ) from exc
 
 
 # The environment entries Spark's PythonStreamingSourceRunner puts into the registered
@@ -134,6 +200,7 @@ def session(
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
+    builder = configure(builder)
     with _bytecode_spark_home():
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

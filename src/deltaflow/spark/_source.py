@@ -33,7 +33,7 @@ class DeltaDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
-        return "delta"
+        return "deltaflow_python"
 
     def _load(self, schema: StructType | None = None) -> Snapshot:
         if self._snapshot is None:
@@ -136,3 +136,24 @@ def location_of(schema: StructType) -> str | None:
         if isinstance(value, str):
             return value
     return None
+
+
+def table_location(spark: Any, name: str) -> str | None:
+    """The location of catalog table ``name`` if it is a Delta table, else None.
+
+    Tables the connector serves keep their location in the catalog; tables the
+    Python source made keep it in their schema's field metadata as well.
+    """
+    location = location_of(spark.table(name).schema)
+    if location is not None:
+        return location
+    try:
+        state = spark._jsparkSession.sessionState()
+        metadata = state.catalog().getTableMetadata(state.sqlParser().parseTableIdentifier(name))
+        provider = metadata.provider()
+        if not provider.isDefined() or str(provider.get()).lower() != "delta":
+            return None
+        uri = metadata.location()
+        return str(uri) if uri is not None else None
+    except Exception:  # a temporary view, Spark Connect, or no such table
+        return None

@@ -269,6 +269,32 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @_carry_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        files = self._files_between(start, end)
+        if self.options.read_change_feed:
+            changes = [self._change_task(f) for f in files]
+            layout = change_layout(self.snapshot, StructType.fromJson(self.schema_json))
+            return change_partitions(self.uri, changes, layout)
+        tasks = [self._task(f) for f in files]
+        layout = self._read_layout()
+        groups = bin_pack(tasks, os.cpu_count() or 2)
+        return [StreamPartition(i, group, layout) for i, group in enumerate(groups)]
+
+    def tasks(self, start: dict[str, Any], end: dict[str, Any]) -> list[FileTask]:
+        """The files of the batch ``start`` -> ``end``, in stream order (the connector's
+        ``planInputPartitions``; not for change-feed streams)."""
+        return [self._task(f) for f in self._files_between(start, end)]
+
+    def backlog(self, offset: dict[str, Any]) -> tuple[int, int]:
+        """Files and bytes committed after ``offset`` and not read yet (delta-spark's
+        ``numFilesOutstanding`` / ``numBytesOutstanding``)."""
+        files = size = 0
+        for item in self._walk(self._parse(offset), last_version=None):
+            if isinstance(item, LogFile):
+                files += 1
+                size += item.size
+        return files, size
+
+    def _files_between(self, start: dict[str, Any], end: dict[str, Any]) -> list[LogFile]:
         begin, stop = self._parse(start), self._parse(end)
         if begin.is_unresolved:
             if not begin.is_starting:  # startingVersion=latest: the first batch is empty
@@ -290,14 +316,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             len(files),
             sum(f.size for f in files),
         )
-        if self.options.read_change_feed:
-            changes = [self._change_task(f) for f in files]
-            layout = change_layout(self.snapshot, StructType.fromJson(self.schema_json))
-            return change_partitions(self.uri, changes, layout)
-        tasks = [self._task(f) for f in files]
-        layout = self._read_layout()
-        groups = bin_pack(tasks, os.cpu_count() or 2)
-        return [StreamPartition(i, group, layout) for i, group in enumerate(groups)]
+        return files
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, ChangePartition):

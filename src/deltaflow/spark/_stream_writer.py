@@ -263,12 +263,12 @@ def install_to_table() -> None:
         queryName: str | None = None,
         **options: Any,
     ) -> Any:
-        from deltaflow.spark._source import location_of
+        from deltaflow.spark._source import table_location
 
         spark = self._spark
         location = None
         if spark.catalog.tableExists(tableName):
-            location = location_of(spark.table(tableName).schema)
+            location = table_location(spark, tableName)
         if location is None:
             return original(self, tableName, format, outputMode, partitionBy, queryName, **options)
         return self.start(

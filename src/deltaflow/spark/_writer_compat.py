@@ -221,13 +221,8 @@ def _save_delta(
         # mode ignore on an existing table, or an app transaction already committed
         finish_skipped_batch(writer._df)
         return
-    if _write_on_jvm(writer._df, plan):
-        return
-    if mode in ("error", "ignore"):
-        # Spark refuses these modes for Python sources: write as append, and tell the
-        # source the real mode so that it still refuses a table created meanwhile.
-        original_option(writer, SAVE_MODE_OPTION, "error")
-        original_mode(writer, "append")
+    # The connector's provider runs every save mode itself (Spark's Parquet writer,
+    # or the Python source for what the JVM does not write yet).
     try:
         original_save(writer, path)
     except Exception as exc:
@@ -264,16 +259,3 @@ def _runs_state_stores(df: Any) -> bool:
     except Exception:  # Spark Connect, or a JVM that moved these classes
         log.debug("deltaflow write: could not inspect the skipped DataFrame", exc_info=True)
         return False
-
-
-def _write_on_jvm(df: Any, plan: Any) -> bool:
-    """Run the write on Spark's Parquet writer when it can (``_native_write``); True if done."""
-    from deltaflow.spark import _native_write
-
-    spark = df.sparkSession
-    native = _native_write.plan_native_write(plan, df.schema.jsonValue(), spark.conf.get)
-    if isinstance(native, _native_write.NativeWrite):
-        _native_write.write_native(df, plan, native)
-        return True
-    log.info("deltaflow write to %s: Python source (%s)", plan.table_uri, native.reason)
-    return False

@@ -80,3 +80,27 @@ class MultipleSourceRowMatchingTargetRowError(DeltaflowError):
 
     def __init__(self, message: str, *, table_uri: str) -> None:
         super().__init__(message, table_uri=table_uri)
+
+
+class JvmBuildError(DeltaflowError):
+    """deltaflow's JVM connector could not be built or found; ``step`` says where it failed
+    (``java``, ``compiler``, ``sources``, ``compile``, ``output``, ``lock``, ``missing``)."""
+
+    def __init__(self, message: str, *, step: str) -> None:
+        super().__init__(message, step=step)
+
+
+class SessionNotConfiguredError(DeltaflowError):
+    """A Spark session was started without deltaflow's connector on its classpath or
+    without its settings; ``missing`` names the settings that are absent or wrong."""
+
+    def __init__(self, message: str, *, missing: tuple[str, ...]) -> None:
+        super().__init__(message, missing=missing)
+
+
+class BridgeError(DeltaflowError):
+    """The JVM connector's call into the Python side failed outside deltaflow's own
+    error types (``operation`` names the call)."""
+
+    def __init__(self, message: str, *, operation: str) -> None:
+        super().__init__(message, operation=operation)

@@ -37,7 +37,21 @@ class Negation:
     child: Comparison
 
 
-Predicate = Comparison | Negation
+@dataclass(frozen=True)
+class AnyOf:
+    """Holds when one of ``children`` may hold (SQL ``OR``)."""
+
+    children: tuple[Predicate, ...]
+
+
+@dataclass(frozen=True)
+class AllOf:
+    """Holds when every one of ``children`` may hold (an ``AND`` under an ``OR``)."""
+
+    children: tuple[Predicate, ...]
+
+
+Predicate = Comparison | Negation | AnyOf | AllOf
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,17 @@ def prune_files(
 
 
 def _verdict(entry: FileEntry, predicate: Predicate, partitions: dict[str, str]) -> str:
+    if isinstance(predicate, AnyOf):
+        verdicts = [_verdict(entry, child, partitions) for child in predicate.children]
+        if "keep" in verdicts:
+            return "keep"
+        return "stats" if "stats" in verdicts else "partition"
+    if isinstance(predicate, AllOf):
+        for child in predicate.children:
+            verdict = _verdict(entry, child, partitions)
+            if verdict != "keep":
+                return verdict
+        return "keep"
     comparison = predicate.child if isinstance(predicate, Negation) else predicate
     column = comparison.column
     if len(column) == 1 and column[0].lower() in partitions:

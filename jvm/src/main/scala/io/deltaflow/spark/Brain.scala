@@ -1,0 +1,163 @@
+package io.deltaflow.spark
+
+import java.io.{BufferedReader, BufferedWriter, InputStreamReader, OutputStreamWriter}
+import java.nio.charset.StandardCharsets
+import java.util.concurrent.{CompletableFuture, ConcurrentHashMap, TimeUnit}
+import java.util.concurrent.atomic.AtomicLong
+
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
+import com.fasterxml.jackson.databind.node.ObjectNode
+
+import org.apache.spark.SparkEnv
+import org.apache.spark.internal.Logging
+
+/**
+ * The driver JVM's way into deltaflow's Python brain (the Delta log's rules).
+ *
+ * The JVM starts one long-lived Python process, `python -m deltaflow.spark._bridge`, and
+ * talks to it over its stdin/stdout: one JSON object a line each way. A request is
+ * `{"id": n, "op": "...", "args": {...}}`; its answer is `{"id": n, "result": ...}` or
+ * `{"id": n, "error": {"type", "message", "wire"}}`. Requests are multiplexed: the
+ * Python side answers each on its own thread, so one slow snapshot load never holds up
+ * another query's planning. Every operation is listed in `deltaflow/spark/_bridge.py`.
+ *
+ * This works in every host Spark runs the connector in (a PySpark driver, the Connect
+ * server, `spark-sql`, the Thrift server) because it needs nothing but a Python with
+ * deltaflow installed: `spark.deltaflow.python` names it (`deltaflow.spark_conf()` sets
+ * it), else `DELTAFLOW_PYTHON`, `PYSPARK_PYTHON`, then `python3`. If the process dies,
+ * pending calls fail with a [[DeltaflowException]] and the next call starts a new one.
+ */
+object Brain extends Logging {
+  val PythonConf = "spark.deltaflow.python"
+  private val mapper = new ObjectMapper()
+  // A planning call that takes longer than this is stuck, not slow.
+  private val CallTimeoutSeconds = 600L
+  @volatile private var current: BrainProcess = _
+
+  def json: ObjectMapper = mapper
+
+  def newArgs(): ObjectNode = mapper.createObjectNode()
+
+  /** Call `op` with `args`; the result, or the deltaflow error the Python side raised. */
+  def call(op: String, args: ObjectNode): JsonNode = {
+    val process = ensure()
+    process.call(op, args, CallTimeoutSeconds)
+  }
+
+  private def ensure(): BrainProcess = synchronized {
+    if (current == null || !current.alive) {
+      current = new BrainProcess(pythonCommand())
+    }
+    current
+  }
+
+  private def pythonCommand(): String = {
+    val fromConf = Option(SparkEnv.get).flatMap(env => env.conf.getOption(PythonConf))
+    fromConf
+      .orElse(sys.env.get("DELTAFLOW_PYTHON"))
+      .orElse(Option(SparkEnv.get).flatMap(_.conf.getOption("spark.pyspark.python")))
+      .orElse(sys.env.get("PYSPARK_PYTHON"))
+      .getOrElse("python3")
+  }
+}
+
+private class BrainProcess(python: String) extends Logging {
+  private val mapper = Brain.json
+  private val nextId = new AtomicLong(1)
+  private val pending = new ConcurrentHashMap[Long, CompletableFuture[JsonNode]]()
+  @volatile private var failure: String = _
+
+  private val process: Process = {
+    val builder = new ProcessBuilder(python, "-u", "-m", "deltaflow.spark._bridge")
+    builder.redirectError(ProcessBuilder.Redirect.INHERIT)
+    try builder.start()
+    catch {
+      case e: java.io.IOException =>
+        throw DeltaflowException.of(
+          "BridgeError",
+          s"deltaflow's connector could not start its Python side `$python -m " +
+            s"deltaflow.spark._bridge`: ${e.getMessage}. Set the Spark conf " +
+            s"${Brain.PythonConf} to a Python that has deltaflow installed " +
+            "(deltaflow.spark_conf() does).",
+          Map("operation" -> "start"))
+    }
+  }
+  private val out = new BufferedWriter(
+    new OutputStreamWriter(process.getOutputStream, StandardCharsets.UTF_8))
+  private val in = new BufferedReader(
+    new InputStreamReader(process.getInputStream, StandardCharsets.UTF_8))
+
+  private val readerThread = {
+    val t = new Thread(() => readAnswers(), "deltaflow-brain-reader")
+    t.setDaemon(true)
+    t.start()
+    t
+  }
+
+  def alive: Boolean = failure == null && process.isAlive
+
+  def call(op: String, args: com.fasterxml.jackson.databind.node.ObjectNode,
+           timeoutSeconds: Long): JsonNode = {
+    val id = nextId.getAndIncrement()
+    val future = new CompletableFuture[JsonNode]()
+    pending.put(id, future)
+    val request = mapper.createObjectNode()
+    request.put("id", id)
+    request.put("op", op)
+    request.set[JsonNode]("args", args)
+    try {
+      out.synchronized {
+        out.write(mapper.writeValueAsString(request))
+        out.write('\n')
+        out.flush()
+      }
+    } catch {
+      case e: java.io.IOException =>
+        pending.remove(id)
+        fail(s"writing to the Python side failed: ${e.getMessage}")
+        throw died(op)
+    }
+    val answer = try future.get(timeoutSeconds, TimeUnit.SECONDS)
+    catch {
+      case _: java.util.concurrent.TimeoutException =>
+        pending.remove(id)
+        throw DeltaflowException.of("BridgeError",
+          s"deltaflow's Python side did not answer `$op` within $timeoutSeconds s.",
+          Map("operation" -> op))
+      case e: java.util.concurrent.ExecutionException => throw e.getCause
+    }
+    if (answer.has("error")) throw DeltaflowException.fromAnswer(op, answer.get("error"))
+    answer.get("result")
+  }
+
+  private def died(op: String): DeltaflowException = DeltaflowException.of("BridgeError",
+    s"deltaflow's Python side stopped while answering `$op`: $failure. Its output above " +
+      "(the driver's stderr) says why; the next call starts it again.",
+    Map("operation" -> op))
+
+  private def readAnswers(): Unit = {
+    try {
+      var line = in.readLine()
+      while (line != null) {
+        val answer = mapper.readTree(line)
+        val future = pending.remove(answer.get("id").asLong())
+        if (future != null) future.complete(answer)
+        line = in.readLine()
+      }
+      fail(s"the process exited (code ${process.waitFor()})")
+    } catch {
+      case e: Exception => fail(s"reading its answers failed: $e")
+    }
+  }
+
+  private def fail(reason: String): Unit = {
+    if (failure == null) failure = reason
+    process.destroy()
+    for (id <- pending.keySet().asScala.toList) {
+      val future = pending.remove(id)
+      if (future != null) future.completeExceptionally(died("a pending call"))
+    }
+  }
+}

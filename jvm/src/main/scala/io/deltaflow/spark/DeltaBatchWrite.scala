@@ -1,0 +1,134 @@
+package io.deltaflow.spark
+
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.JsonNode
+
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.{Column, DataFrame, SaveMode}
+import org.apache.spark.sql.functions.{col, concat, lit, when}
+import org.apache.spark.sql.types.DataType
+
+/**
+ * `df.write.format("delta").save(path)`, every save mode: one Delta commit.
+ *
+ * 1. The brain plans the write (`write.plan`): schema enforcement and evolution,
+ *    partitioning, save mode against the table as it is, the app transaction
+ *    (`txnAppId`/`txnVersion`); it answers skip, `jvm` or `python`.
+ * 2. `jvm`: Spark's Parquet writer writes the DataFrame, shaped to the table's columns,
+ *    into a private staging directory under the table (`_delta_staging/<job>`);
+ *    `write.commit` then reads the footers for stats, moves the files into the table
+ *    and commits once (conflict checks, app transaction). On any failure
+ *    `write.abort` deletes what was staged or moved: nothing is visible before the
+ *    commit, and a crash leaves only files no commit references (VACUUM removes them).
+ * 3. `python`: what the JVM path does not implement yet (column mapping, replaceWhere,
+ *    CHECK constraints, ...) goes through deltaflow's Python data source.
+ */
+object DeltaBatchWrite extends Logging {
+  private val TimestampConf = "spark.sql.parquet.outputTimestampType"
+  // Settings the brain's plan depends on, read from the session.
+  private val PlanConfs = Seq("deltaflow.write.nativeWrite", "spark.sql.parquet.writeLegacyFormat")
+
+  def save(data: DataFrame, mode: SaveMode, parameters: Map[String, String]): Unit = {
+    val args = Brain.newArgs()
+    args.put("mode", modeName(mode))
+    args.put("schema", data.schema.json)
+    val opts = args.putObject("options")
+    parameters.foreach { case (k, v) => opts.put(k, v) }
+    val conf = args.putObject("conf")
+    PlanConfs.foreach(k => data.sparkSession.conf.getOption(k).foreach(conf.put(k, _)))
+    val plan = Brain.call("write.plan", args)
+    val route = plan.get("route").asText()
+    val committed = route match {
+      case "skip" => None
+      case "python" => writeThroughPython(data, plan); None
+      case _ => Some(writeOnJvm(data, plan))
+    }
+    val report = Brain.newArgs()
+    report.put("table_uri", plan.path("tableUri").asText(parameters.getOrElse("path", "")))
+    report.put("route", route)
+    committed.foreach { result =>
+      report.set[JsonNode]("version", result.get("version"))
+      report.set[JsonNode]("files", result.get("files"))
+    }
+    WriteReports.add(report)
+  }
+
+  private def modeName(mode: SaveMode): String = mode match {
+    case SaveMode.Append => "append"
+    case SaveMode.Overwrite => "overwrite"
+    case SaveMode.ErrorIfExists => "error"
+    case SaveMode.Ignore => "ignore"
+  }
+
+  private def writeThroughPython(data: DataFrame, plan: JsonNode): Unit = {
+    val options = plan.get("delegateOptions").properties().asScala
+      .map(e => e.getKey -> e.getValue.asText()).toMap
+    PythonDelegate.requireRegistered(options.getOrElse("path", "(no path)"))
+    data.write.format(PythonDelegate.Name).mode("append").options(options).save()
+  }
+
+  /** The commit's answer: `version`, `files`, `skipped`. */
+  private def writeOnJvm(data: DataFrame, plan: JsonNode): JsonNode = {
+    val handle = plan.get("handle").asText()
+    val staging = plan.get("staging").asText()
+    val partitions = plan.get("partitionColumns").elements().asScala.map(_.asText()).toSeq
+    val session = data.sparkSession
+    val hasTimestamps = plan.get("hasTimestamps").asBoolean()
+    val previous = session.conf.getOption(TimestampConf)
+    var committed = false
+    try {
+      // Spark's default INT96 timestamps carry no footer statistics.
+      if (hasTimestamps) session.conf.set(TimestampConf, "TIMESTAMP_MICROS")
+      try {
+        shaped(data, plan).write.format("parquet").mode("append")
+          .partitionBy(partitions: _*)
+          .option("compression", plan.get("codec").asText())
+          .option("maxRecordsPerFile", plan.get("maxRecordsPerFile").asLong())
+          .save(staging)
+      } finally {
+        if (hasTimestamps) previous match {
+          case Some(v) => session.conf.set(TimestampConf, v)
+          case None => session.conf.unset(TimestampConf)
+        }
+      }
+      val args = Brain.newArgs()
+      args.put("handle", handle)
+      val result = Brain.call("write.commit", args)
+      committed = true
+      logInfo(s"deltaflow wrote ${result.path("files").asInt()} files to " +
+        s"${plan.get("tableUri").asText()} at version ${result.path("version").asText()}")
+      result
+    } finally {
+      if (!committed) {
+        val args = Brain.newArgs()
+        args.put("handle", handle)
+        try Brain.call("write.abort", args)
+        catch { case e: Exception => logWarning(s"deltaflow could not clean up a failed write: $e") }
+      }
+    }
+  }
+
+  /** `data` as the table's columns, in order, cast where the plan says, with string
+   *  partition values Spark cannot tell apart in a directory name marked. */
+  private def shaped(data: DataFrame, plan: JsonNode): DataFrame = {
+    val escaped = plan.get("escapedPartitions").elements().asScala.map(_.asText()).toSet
+    val mark = plan.get("escapeMark").asText()
+    val hiveNull = plan.get("hiveNull").asText()
+    val columns = plan.get("columns").elements().asScala.map { c =>
+      val name = c.get("name").asText()
+      val source = Option(c.get("source")).filterNot(_.isNull).map(_.asText())
+      var column: Column = source.map(s => col("`" + s.replace("`", "``") + "`"))
+        .getOrElse(lit(null))
+      if (c.get("cast").asBoolean()) {
+        column = column.cast(DataType.fromJson(c.get("type").toString))
+      }
+      if (escaped.contains(name)) {
+        val ambiguous = column === "" || column === hiveNull || column.startsWith(mark)
+        column = when(ambiguous, concat(lit(mark), column)).otherwise(column)
+      }
+      column.alias(name)
+    }.toSeq
+    data.select(columns: _*)
+  }
+}

@@ -1,0 +1,114 @@
+package io.deltaflow.spark
+
+import java.util
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.sql.{DataFrame, SaveMode, SQLContext}
+import org.apache.spark.sql.connector.catalog.{Table, TableProvider}
+import org.apache.spark.sql.connector.expressions.Transform
+import org.apache.spark.sql.sources.{BaseRelation, CreatableRelationProvider, DataSourceRegister}
+import org.apache.spark.sql.types.{DataType, StructType}
+import org.apache.spark.sql.util.CaseInsensitiveStringMap
+
+/**
+ * `format("delta")`: deltaflow's DataSource V2 provider.
+ *
+ * Reads: [[DeltaTable]] (batch scans on Spark's vectorized Parquet reader; streams and
+ * change-feed reads through the Python data source until the JVM implements them).
+ * Batch writes: `df.write.format("delta").save(...)` comes here through
+ * [[CreatableRelationProvider]] for every save mode, as delta-spark's does: the table
+ * reports no `BATCH_WRITE`, so Spark hands the DataFrame over whole ([[DeltaBatchWrite]]).
+ */
+class DeltaDataSource extends TableProvider with DataSourceRegister
+  with CreatableRelationProvider {
+
+  override def shortName(): String = "delta"
+
+  // Spark calls inferSchema then getTable for one read, back to back on one thread:
+  // getTable takes the table inferSchema resolved, so both see one version.
+  private val resolved = new ThreadLocal[(Map[String, String], Table)]
+
+  override def inferSchema(options: CaseInsensitiveStringMap): StructType = {
+    val properties = options.asCaseSensitiveMap()
+    val table = resolve(properties)
+    resolved.set((properties.asScala.toMap, table))
+    table.schema()
+  }
+
+  override def getTable(
+      schema: StructType,
+      partitioning: Array[Transform],
+      properties: util.Map[String, String]): Table = {
+    val cached = resolved.get()
+    resolved.remove()
+    if (cached != null && cached._1 == properties.asScala.toMap) cached._2 else resolve(properties)
+  }
+
+  /** The connector's table, or the Python data source's for a table the brain routes there. */
+  private def resolve(properties: util.Map[String, String]): Table = {
+    val info = TableInfo.load(properties)
+    if (info.exists && info.route == "python") PythonDelegate.table(properties)
+    else new DeltaTable(info, properties)
+  }
+
+  override def createRelation(
+      sqlContext: SQLContext,
+      mode: SaveMode,
+      parameters: Map[String, String],
+      data: DataFrame): BaseRelation = {
+    DeltaBatchWrite.save(data, mode, parameters)
+    val written = data.schema
+    new BaseRelation {
+      override def sqlContext: SQLContext = data.sparkSession.sqlContext
+      override def schema: StructType = written
+    }
+  }
+}
+
+/**
+ * What the brain says about a table for one read: where it is, the version pinned, its
+ * logical and physical schemas and partition columns. `exists` is false for a path with
+ * no table yet (a first write asks for its schema too).
+ */
+case class TableInfo(
+    uri: String,
+    version: Long,
+    exists: Boolean,
+    timeTravel: Boolean,
+    schema: StructType,
+    physicalSchema: StructType,
+    partitionColumns: Seq[String],
+    deletionVectors: Boolean,
+    route: String,
+    routeReason: String)
+
+object TableInfo {
+  private val NativeScanConf = "deltaflow.read.nativeScan"
+
+  def load(options: util.Map[String, String]): TableInfo = {
+    val key = options.asScala.toMap
+    val args = Brain.newArgs()
+    val opts = args.putObject("options")
+    key.foreach { case (k, v) => opts.put(k, v) }
+    val conf = args.putObject("conf")
+    // py4j calls run on threads with no active session: fall back to the default one.
+    val active = org.apache.spark.sql.SparkSession.getActiveSession
+      .orElse(org.apache.spark.sql.SparkSession.getDefaultSession)
+    for (session <- active;
+         value <- session.conf.getOption(NativeScanConf)) conf.put(NativeScanConf, value)
+    val r = Brain.call("table.load", args)
+    TableInfo(
+      uri = r.get("uri").asText(),
+      version = r.get("version").asLong(),
+      exists = r.get("exists").asBoolean(),
+      timeTravel = key.keys.exists(k =>
+        k.equalsIgnoreCase("versionAsOf") || k.equalsIgnoreCase("timestampAsOf")),
+      schema = DataType.fromJson(r.get("schema").toString).asInstanceOf[StructType],
+      physicalSchema = DataType.fromJson(r.get("physicalSchema").toString).asInstanceOf[StructType],
+      partitionColumns = r.get("partitionColumns").elements().asScala.map(_.asText()).toSeq,
+      deletionVectors = r.path("deletionVectors").asBoolean(false),
+      route = r.get("route").asText(),
+      routeReason = r.path("routeReason").asText(""))
+  }
+}

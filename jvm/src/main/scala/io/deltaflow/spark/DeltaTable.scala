@@ -1,0 +1,132 @@
+package io.deltaflow.spark
+
+import java.util
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.sql.connector.catalog.{SupportsRead, SupportsWrite, Table, TableCapability}
+import org.apache.spark.sql.connector.expressions.{Expressions, Transform}
+import org.apache.spark.sql.connector.read.ScanBuilder
+import org.apache.spark.sql.{DataFrame, SaveMode}
+import org.apache.spark.sql.connector.write.{LogicalWriteInfo, SupportsTruncate, V1Write, Write, WriteBuilder}
+import org.apache.spark.sql.connector.write.streaming.StreamingWrite
+import org.apache.spark.sql.sources.InsertableRelation
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2
+import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.util.CaseInsensitiveStringMap
+
+/**
+ * One Delta table, pinned at the version the brain loaded for this read.
+ *
+ * Batch scans and stream sources run on the JVM ([[DeltaScanBuilder]],
+ * [[DeltaMicroBatchStream]]) when the brain routes the table `jvm`; tables it routes
+ * `python` (object stores Spark's Hadoop layer cannot open, change-feed reads, type
+ * widening) and streaming writes go to deltaflow's Python data source
+ * ([[PythonDelegate]]) until the JVM implements them.
+ */
+class DeltaTable(val info: TableInfo, properties: util.Map[String, String])
+  extends Table with SupportsRead with SupportsWrite {
+
+  override def name(): String = s"delta.`${info.uri}`"
+
+  override def schema(): StructType = info.schema
+
+  override def partitioning(): Array[Transform] =
+    info.partitionColumns.map(c => Expressions.identity(c): Transform).toArray
+
+  override def properties(): util.Map[String, String] = properties
+
+  override def capabilities(): util.Set[TableCapability] = Set(
+    TableCapability.BATCH_READ,
+    TableCapability.MICRO_BATCH_READ,
+    TableCapability.STREAMING_WRITE,
+    TableCapability.V1_BATCH_WRITE,
+    TableCapability.TRUNCATE).asJava
+
+  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
+    if (!info.exists) {
+      throw DeltaflowException.of("TableNotFoundError",
+        s"No Delta table at ${info.uri}: the path has no _delta_log. Write one first " +
+          "(df.write.format('delta').save(path)) or check the path.",
+        Map("table_uri" -> info.uri))
+    }
+    if (info.route == "jvm") return new DeltaScanBuilder(info, options)
+    // A catalog table's scan options do not name its location; the table does.
+    val withPath = new java.util.HashMap[String, String](properties)
+    withPath.putAll(options.asCaseSensitiveMap())
+    withPath.put("path", info.uri)
+    PythonDelegate.table(withPath).newScanBuilder(new CaseInsensitiveStringMap(withPath))
+  }
+
+  override def newWriteBuilder(writeInfo: LogicalWriteInfo): WriteBuilder =
+    new DeltaWriteBuilder(info, writeInfo)
+}
+
+/**
+ * Writes Spark plans against the table itself (SQL `INSERT [OVERWRITE] INTO
+ * delta.`/path``, streaming sinks). Batch: a V1 write, so the DataFrame reaches
+ * [[DeltaBatchWrite]] whole. Streaming: the Python data source's sink, until the JVM has
+ * its own.
+ */
+class DeltaWriteBuilder(info: TableInfo, writeInfo: LogicalWriteInfo)
+  extends WriteBuilder with SupportsTruncate {
+  private var overwrite = false
+
+  override def truncate(): WriteBuilder = { overwrite = true; this }
+
+  override def build(): Write = new V1Write {
+    override def description(): String = s"DeltaWrite delta.`${info.uri}`"
+
+    override def toInsertableRelation: InsertableRelation = (data: DataFrame, ow: Boolean) => {
+      val options = writeInfo.options().asCaseSensitiveMap().asScala.toMap + ("path" -> info.uri)
+      DeltaBatchWrite.save(data, if (overwrite || ow) SaveMode.Overwrite else SaveMode.Append,
+        options)
+    }
+
+    override def toStreaming: StreamingWrite = {
+      val delegate = PythonDelegate.writeTable(writeInfo).newWriteBuilder(writeInfo)
+      val builder = if (overwrite) delegate.asInstanceOf[SupportsTruncate].truncate() else delegate
+      builder.build().toStreaming
+    }
+  }
+}
+
+/**
+ * deltaflow's Python data source, registered by `deltaflow.register()` under [[Name]],
+ * for what the JVM face does not do yet. Only sessions with a Python driver have it.
+ */
+object PythonDelegate {
+  val Name = "deltaflow_python"
+
+  def table(options: util.Map[String, String]): Table with SupportsRead with SupportsWrite = {
+    requireRegistered(Option(options.get("path")).getOrElse("(no path)"))
+    val provider = new PythonDataSourceV2()
+    provider.setShortName(Name)
+    val map = new CaseInsensitiveStringMap(options)
+    provider.getTable(provider.inferSchema(map), provider.inferPartitioning(map), options)
+      .asInstanceOf[Table with SupportsRead with SupportsWrite]
+  }
+
+  /** The Python source's table for a write, made with the query's schema (the source
+   *  takes external metadata, so no table needs to exist yet). */
+  def writeTable(writeInfo: LogicalWriteInfo): Table with SupportsWrite = {
+    val options = writeInfo.options().asCaseSensitiveMap()
+    requireRegistered(Option(options.get("path")).getOrElse("(no path)"))
+    val provider = new PythonDataSourceV2()
+    provider.setShortName(Name)
+    provider.getTable(writeInfo.schema(), Array.empty[Transform], options)
+      .asInstanceOf[Table with SupportsWrite]
+  }
+
+  /** Fails typed unless this session has the Python data source. */
+  def requireRegistered(path: String): Unit = {
+    val spark = org.apache.spark.sql.classic.SparkSession.active
+    if (!spark.sessionState.dataSourceManager.dataSourceExists(Name)) {
+      throw DeltaflowException.of("UnsupportedFeatureError",
+        s"Reading or writing $path this way (a stream, a change feed, an object store or a " +
+          "type-widened table) needs deltaflow's Python data source, which only a PySpark " +
+          "session has: start one with deltaflow.session() or deltaflow.register(spark).",
+        Map("table_uri" -> path, "feature" -> "pythonDataSource"))
+    }
+  }
+}

@@ -1,0 +1,220 @@
+package io.deltaflow.spark
+
+import java.util.Locale
+
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.JsonNode
+import org.apache.hadoop.fs.Path
+
+import org.apache.spark.paths.SparkPath
+import org.apache.spark.sql.catalyst.{InternalRow, ProjectingInternalRow}
+import org.apache.spark.sql.catalyst.expressions.{Cast, Literal}
+import org.apache.spark.sql.classic.SparkSession
+import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
+import org.apache.spark.sql.execution.datasources.{FilePartition, PartitionedFile}
+import org.apache.spark.sql.execution.datasources.parquet.ParquetOptions
+import org.apache.spark.sql.execution.datasources.v2.parquet.ParquetPartitionReaderFactory
+import org.apache.spark.sql.sources.Filter
+import org.apache.spark.sql.types._
+import org.apache.spark.sql.vectorized.ColumnarBatch
+import org.apache.spark.unsafe.types.UTF8String
+import org.apache.spark.util.SerializableConfiguration
+
+/**
+ * One data file the brain planned for a batch scan or a micro-batch: its location (an
+ * absolute, percent-decoded path or URI, as Hadoop's `Path(String)` takes it), size,
+ * partition values (Delta's serialized strings, null for null) and deleted row indexes.
+ */
+case class ScanFile(location: String, size: Long, partitionValues: Map[String, String],
+    deleted: Array[Long])
+
+object ScanFile {
+  def fromJson(node: JsonNode): ScanFile = {
+    val values = node.get("partitionValues").properties().asScala.map(e =>
+      e.getKey -> (if (e.getValue.isNull) null else e.getValue.asText())).toMap
+    val deleted = Option(node.get("deleted")).map(_.elements().asScala.map(_.asLong()).toArray)
+    ScanFile(node.get("location").asText(), node.get("size").asLong(), values,
+      deleted.getOrElse(Array.empty))
+  }
+}
+
+/**
+ * How files of a table are read for a given output: data columns (logical and physical
+ * names) and the partition columns, which Spark's reader appends after them in the
+ * table's order.
+ */
+case class ReadLayout(info: TableInfo, required: StructType) {
+  private val partitionNames = info.partitionColumns.map(_.toLowerCase(Locale.ROOT)).toSet
+  private def isPartition(f: StructField) = partitionNames.contains(f.name.toLowerCase(Locale.ROOT))
+
+  val dataFields: Array[StructField] = required.fields.filterNot(isPartition)
+  val partitionFields: Array[StructField] = info.schema.fields.filter(isPartition).filter(f =>
+    required.fields.exists(_.name.equalsIgnoreCase(f.name)))
+  val readSchema: StructType = StructType(dataFields ++ partitionFields)
+  /** For each column of `required`, its position in what the reader emits (data columns,
+   *  then partition columns); None when the two orders agree. */
+  val requiredOrder: Option[Array[Int]] = {
+    val positions = required.fields.map(f => readSchema.fieldNames.indexWhere(_.equalsIgnoreCase(f.name)))
+    if (positions.sameElements(positions.indices)) None else Some(positions)
+  }
+  val partitionSchema: StructType = StructType(partitionFields)
+  lazy val physicalData: StructType =
+    SchemaMapping.physical(StructType(dataFields), info.schema, info.physicalSchema)
+  lazy val physicalTable: StructType = StructType(info.physicalSchema.fields.filterNot(f =>
+    partitionNames.contains(f.name.toLowerCase(Locale.ROOT))))
+
+  def partitionRow(values: Map[String, String]): InternalRow = {
+    val byName = values.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }
+    InternalRow.fromSeq(partitionFields.toSeq.map { f =>
+      byName.get(f.name.toLowerCase(Locale.ROOT)).flatMap(Option(_)) match {
+        case None => null
+        case Some(text) if f.dataType == StringType => UTF8String.fromString(text)
+        case Some("") => null
+        case Some(text) =>
+          Cast(Literal(UTF8String.fromString(text)), f.dataType, Some("UTC")).eval()
+      }
+    })
+  }
+}
+
+/** Planned files into Spark tasks, and the reader factory over Spark's Parquet reader. */
+object FileReads {
+  /** Tasks as Spark's file scans make them (split, bin-packed with the open cost); a file
+   *  with deleted rows is read whole in a task of its own, its rows counted from the first. */
+  def partitions(spark: SparkSession, files: Seq[ScanFile], layout: ReadLayout)
+      : Array[InputPartition] = {
+    if (files.isEmpty) return Array.empty
+    if (files.exists(_.deleted.nonEmpty)) {
+      return files.zipWithIndex.map { case (f, i) =>
+        DeltaInputPartition(FilePartition(i, Array(partitioned(f, 0, f.size, layout))),
+          Array(f.deleted)): InputPartition
+      }.toArray
+    }
+    val conf = spark.sessionState.conf
+    val totalBytes = files.map(_.size + conf.filesOpenCostInBytes).sum
+    val parallelism = math.max(1, spark.sparkContext.defaultParallelism)
+    val maxSplit = math.min(conf.filesMaxPartitionBytes,
+      math.max(conf.filesOpenCostInBytes, totalBytes / parallelism))
+    val splits = files.flatMap { f =>
+      (0L until math.max(f.size, 1L) by maxSplit).map(start =>
+        partitioned(f, start, math.min(maxSplit, f.size - start), layout))
+    }.sortBy(-_.length)
+    FilePartition.getFilePartitions(spark, splits, maxSplit).map(p =>
+      DeltaInputPartition(p, Array.empty): InputPartition).toArray
+  }
+
+  private def partitioned(f: ScanFile, start: Long, length: Long, layout: ReadLayout) =
+    PartitionedFile(layout.partitionRow(f.partitionValues), SparkPath.fromPath(new Path(f.location)),
+      start, length, Array.empty[String], 0L, f.size, Map.empty)
+
+  /** Spark's vectorized Parquet reader for `layout`; row mode when files have deleted rows
+   *  (the pushed filters then stay out of the reader, so no row group is skipped).
+   *  `inRequiredOrder`: emit `layout.required`'s column order (a stream's output is the
+   *  table's columns in order; a batch scan declares its own via `readSchema`). */
+  def readerFactory(spark: SparkSession, layout: ReadLayout, withDeletes: Boolean,
+      pushed: Array[Filter], inRequiredOrder: Boolean = false): PartitionReaderFactory = {
+    val sqlConf = spark.sessionState.conf
+    val hadoopConf = spark.sessionState.newHadoopConfWithOptions(Map.empty[String, String])
+    ParquetConf.prepare(hadoopConf, sqlConf, layout.physicalData)
+    val broadcast = spark.sparkContext.broadcast(new SerializableConfiguration(hadoopConf))
+    val parquet = ParquetPartitionReaderFactory(sqlConf, broadcast, layout.physicalTable,
+      layout.physicalData, layout.partitionSchema,
+      if (withDeletes) Array.empty[Filter] else pushed, None,
+      new ParquetOptions(Map.empty[String, String], sqlConf))
+    val order = if (inRequiredOrder) layout.requiredOrder else None
+    new DeltaReaderFactory(parquet, withDeletes, order.map(o => (layout.required, o)))
+  }
+}
+
+/** The files of one task and, per file (in order), the sorted indexes of deleted rows. */
+case class DeltaInputPartition(files: FilePartition, deleted: Array[Array[Long]])
+  extends InputPartition {
+  override def preferredLocations(): Array[String] = files.preferredLocations()
+}
+
+/** Spark's Parquet reader, with rows removed by deletion vectors left out and, given
+ *  `reorder` (output schema, reader position of each output column), columns reordered. */
+class DeltaReaderFactory(
+    parquet: ParquetPartitionReaderFactory,
+    withDeletes: Boolean,
+    reorder: Option[(StructType, Array[Int])])
+  extends PartitionReaderFactory {
+
+  private def files(p: InputPartition) = p.asInstanceOf[DeltaInputPartition].files
+
+  override def supportColumnarReads(partition: InputPartition): Boolean =
+    !withDeletes && parquet.supportColumnarReads(files(partition))
+
+  override def createColumnarReader(partition: InputPartition): PartitionReader[ColumnarBatch] = {
+    val reader = parquet.createColumnarReader(files(partition))
+    reorder match {
+      case None => reader
+      case Some((_, order)) => new PartitionReader[ColumnarBatch] {
+        override def next(): Boolean = reader.next()
+        override def get(): ColumnarBatch = {
+          val batch = reader.get()
+          new ColumnarBatch(order.map(batch.column), batch.numRows())
+        }
+        override def close(): Unit = reader.close()
+      }
+    }
+  }
+
+  override def createReader(partition: InputPartition): PartitionReader[InternalRow] = {
+    val p = partition.asInstanceOf[DeltaInputPartition]
+    val reader =
+      if (!withDeletes) parquet.createReader(p.files) else new DeletedRowsReader(p, parquet.buildReader)
+    reorder match {
+      case None => reader
+      case Some((schema, order)) => new PartitionReader[InternalRow] {
+        private val row = ProjectingInternalRow(schema, order.toSeq)
+        override def next(): Boolean = reader.next()
+        override def get(): InternalRow = { row.project(reader.get()); row }
+        override def close(): Unit = reader.close()
+      }
+    }
+  }
+}
+
+/** Reads each file of a partition whole, in row order (`open`), skipping its deleted rows. */
+class DeletedRowsReader(
+    partition: DeltaInputPartition,
+    open: PartitionedFile => PartitionReader[InternalRow])
+  extends PartitionReader[InternalRow] {
+  private var fileIndex = -1
+  private var current: PartitionReader[InternalRow] = _
+  private var deleted: Array[Long] = Array.empty
+  private var nextDeleted = 0
+  private var row = -1L
+
+  private def openNext(): Boolean = {
+    if (current != null) current.close()
+    fileIndex += 1
+    if (fileIndex >= partition.files.files.length) { current = null; return false }
+    current = open(partition.files.files(fileIndex))
+    deleted = partition.deleted(fileIndex)
+    nextDeleted = 0
+    row = -1L
+    true
+  }
+
+  override def next(): Boolean = {
+    if (current == null && !openNext()) return false
+    while (true) {
+      if (current.next()) {
+        row += 1
+        while (nextDeleted < deleted.length && deleted(nextDeleted) < row) nextDeleted += 1
+        if (nextDeleted >= deleted.length || deleted(nextDeleted) != row) return true
+      } else if (!openNext()) {
+        return false
+      }
+    }
+    false
+  }
+
+  override def get(): InternalRow = current.get()
+
+  override def close(): Unit = if (current != null) current.close()
+}
+

@@ -1,0 +1,123 @@
+package io.deltaflow.spark
+
+import java.nio.charset.StandardCharsets
+import java.util.Base64
+
+import scala.collection.mutable.ArrayBuffer
+
+import org.apache.spark.paths.SparkPath
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.connector.read.PartitionReader
+import org.apache.spark.sql.execution.datasources.{FilePartition, PartitionedFile}
+import org.apache.spark.sql.sources._
+import org.apache.spark.sql.types._
+
+/**
+ * Unit tests of the connector's JVM-only parts (no Spark session, no Python): run by
+ * `tests/jvm/test_connector_units.py`, which compiles this file against the built jar.
+ * ScalaTest is not in the pyspark wheel, so this is a plain runner that prints
+ * `N passed, N failed` and exits 1 on any failure.
+ */
+object ConnectorTests {
+  private val failures = ArrayBuffer.empty[String]
+  private var passed = 0
+
+  private def check(name: String)(body: => Unit): Unit =
+    try { body; passed += 1 }
+    catch { case e: Throwable => failures += s"$name: $e" }
+
+  private def assertEq[T](actual: T, expected: T): Unit =
+    if (actual != expected) throw new AssertionError(s"expected $expected, got $actual")
+
+  def main(args: Array[String]): Unit = {
+    check("comparisons become brain predicates") {
+      assertEq(FilterJson.toJson(EqualTo("a", 3)).get.toString,
+        """{"op":"=","column":["a"],"value":3}""")
+      assertEq(FilterJson.toJson(GreaterThanOrEqual("`x.y`", "k")).get.toString,
+        """{"op":">=","column":["x.y"],"value":"k"}""")
+      assertEq(FilterJson.toJson(LessThan("s.inner", 2L)).get.toString,
+        """{"op":"<","column":["s","inner"],"value":2}""")
+    }
+    check("dates, timestamps and decimals are tagged") {
+      assertEq(FilterJson.toJson(EqualTo("d", java.time.LocalDate.of(2024, 1, 31))).get
+        .get("value").toString, """{"date":"2024-01-31"}""")
+      val instant = java.time.Instant.parse("2024-01-31T00:00:00.000001Z")
+      assertEq(FilterJson.toJson(EqualTo("t", instant)).get.get("value").toString,
+        """{"timestamp_us":1706659200000001}""")
+      assertEq(FilterJson.toJson(EqualTo("m", new java.math.BigDecimal("12.50"))).get
+        .get("value").toString, """{"decimal":"12.50"}""")
+    }
+    check("IN, IS NULL, OR and NOT of a comparison are pushed; NaN is not") {
+      assertEq(FilterJson.toJson(In("a", Array(1, 2))).get.toString,
+        """{"op":"in","column":["a"],"value":[1,2]}""")
+      assertEq(FilterJson.toJson(Not(IsNull("a"))).get.toString,
+        """{"op":"not","child":{"op":"is_null","column":["a"]}}""")
+      assertEq(FilterJson.toJson(Or(EqualTo("a", 1), IsNull("a"))).get.toString,
+        """{"op":"or","children":[{"op":"=","column":["a"],"value":1},""" +
+          """{"op":"is_null","column":["a"]}]}""")
+      assertEq(FilterJson.toJson(Or(And(EqualTo("a", 1), EqualTo("b", Double.NaN)),
+        EqualTo("c", 2))).get.toString,
+        """{"op":"or","children":[{"op":"=","column":["a"],"value":1},""" +
+          """{"op":"=","column":["c"],"value":2}]}""")
+      assertEq(FilterJson.convertible(Or(EqualTo("a", 1), EqualTo("b", Double.NaN))), false)
+      assertEq(FilterJson.convertible(EqualTo("a", Double.NaN)), false)
+      assertEq(FilterJson.convertible(Not(And(EqualTo("a", 1), EqualTo("b", 2)))), false)
+    }
+    check("column mapping: a pruned nested schema takes physical names") {
+      val logical = StructType(Seq(
+        StructField("id", LongType),
+        StructField("s", StructType(Seq(StructField("a", IntegerType),
+          StructField("b", StringType))))))
+      val physical = StructType(Seq(
+        StructField("col-1", LongType),
+        StructField("col-2", StructType(Seq(StructField("col-3", IntegerType),
+          StructField("col-4", StringType))))))
+      val required = StructType(Seq(
+        StructField("S", StructType(Seq(StructField("b", StringType))))))
+      assertEq(SchemaMapping.physical(required, logical, physical),
+        StructType(Seq(StructField("col-2", StructType(Seq(StructField("col-4", StringType)))))))
+    }
+    check("deleted rows are skipped per file, counting rows from each file's first") {
+      val files = Array(file("a", 5), file("b", 3))
+      val partition = DeltaInputPartition(FilePartition(0, files), Array(Array(0L, 3L),
+        Array(2L)))
+      val reader = new DeletedRowsReader(partition, f => rows(f.filePath.toString))
+      val seen = ArrayBuffer.empty[String]
+      while (reader.next()) seen += reader.get().getUTF8String(0).toString
+      reader.close()
+      assertEq(seen.toList, List("a1", "a2", "a4", "b0", "b1"))
+    }
+    check("errors raised on the JVM carry a wire marker the Python side decodes") {
+      val e = DeltaflowException.of("TableNotFoundError", "no table", Map("table_uri" -> "x"))
+      val marker = """\[deltaflow-error:([A-Za-z0-9+/=]+)\]""".r
+      val encoded = marker.findFirstMatchIn(e.getMessage).get.group(1)
+      val payload = Brain.json.readTree(
+        new String(Base64.getDecoder.decode(encoded), StandardCharsets.UTF_8))
+      assertEq(payload.get("type").asText(), "TableNotFoundError")
+      assertEq(payload.get("fields").get("table_uri").asText(), "x")
+      assertEq(e.errorType, "TableNotFoundError")
+    }
+
+    failures.foreach(f => System.err.println(s"FAILED $f"))
+    println(s"$passed passed, ${failures.size} failed")
+    if (failures.nonEmpty) sys.exit(1)
+  }
+
+  private val fileSizes = scala.collection.mutable.Map.empty[String, Int]
+
+  private def file(name: String, rowCount: Int): PartitionedFile = {
+    fileSizes(s"file:/t/$name") = rowCount
+    PartitionedFile(InternalRow.empty, SparkPath.fromUrlString(s"file:/t/$name"), 0, 10,
+      Array.empty[String], 0L, 10L, Map.empty)
+  }
+
+  private def rows(path: String): PartitionReader[InternalRow] = new PartitionReader[InternalRow] {
+    private val name = path.stripPrefix("file:/t/")
+    private val count = fileSizes(path)
+    private var i = -1
+    override def next(): Boolean = { i += 1; i < count }
+    override def get(): InternalRow =
+      InternalRow(org.apache.spark.unsafe.types.UTF8String.fromString(s"$name$i"))
+    override def close(): Unit = ()
+  }
+}

@@ -1,0 +1,145 @@
+"""The connector outside a PySpark driver: the ``spark-sql`` CLI and a Spark Connect server,
+both started from the pyspark wheel with nothing but ``deltaflow.spark_conf()``."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyspark
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+import deltaflow
+
+pytestmark = pytest.mark.slow
+
+SPARK_HOME = Path(pyspark.__file__).resolve().parent
+
+
+def conf_args(extra: dict[str, str] | None = None) -> list[str]:
+    settings = {**deltaflow.spark_conf(), "spark.ui.enabled": "false", **(extra or {})}
+    return [arg for key, value in settings.items() for arg in ("--conf", f"{key}={value}")]
+
+
+def spark_env() -> dict[str, str]:
+    return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "PYSPARK_PYTHON": sys.executable}
+
+
+def seeded(path: str) -> None:
+    write_deltalake(path, pa.table({"id": pa.array([1, 2], pa.int64()), "name": ["a", "b"]}))
+
+
+def test_spark_sql_cli_reads_and_writes_a_delta_table(table_path, tmp_path):
+    path = table_path()
+    seeded(path)
+    statements = (
+        f"CREATE TEMPORARY VIEW v USING delta OPTIONS (path '{path}');"
+        " INSERT INTO v VALUES (3, 'c');"
+        " SELECT count(*), sum(id), max(name) FROM v WHERE id > 1;"
+    )
+    command = [str(SPARK_HOME / "bin" / "spark-sql"), "--master", "local[1]", *conf_args()]
+    result = subprocess.run(
+        [*command, "-e", statements],
+        cwd=tmp_path,  # the CLI's Derby metastore and warehouse go here
+        env=spark_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2\t5\tc" in result.stdout.splitlines(), result.stdout
+    table = DeltaTable(path)
+    assert table.version() == 1
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, server: subprocess.Popen[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"the Connect server exited with {server.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)  # polling a port with a deadline, not waiting blind
+    raise AssertionError(f"the Connect server did not listen on {port} within {timeout} s")
+
+
+CLIENT = textwrap.dedent(
+    """
+    import sys
+    from pyspark.sql import SparkSession
+
+    port, path = sys.argv[1], sys.argv[2]
+    spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
+    spark.range(3, 6).selectExpr("id", "'x' AS name").write.format("delta").mode(
+        "append"
+    ).save(path)
+    df = spark.read.format("delta").load(path)
+    rows = sorted((r.id, r.name) for r in df.collect())
+    print("ROWS", rows)
+    print("COUNT", df.where("id >= 3").count())
+    spark.stop()
+    """
+)
+
+
+def test_spark_connect_client_reads_and_writes_a_delta_table(table_path, tmp_path):
+    path = table_path()
+    seeded(path)
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            str(SPARK_HOME / "bin" / "spark-submit"),
+            "--class",
+            "org.apache.spark.sql.connect.service.SparkConnectServer",
+            "--master",
+            "local[2]",
+            *conf_args(
+                {
+                    "spark.connect.grpc.binding.port": str(port),
+                    "spark.connect.grpc.binding.address": "127.0.0.1",
+                }
+            ),
+            "spark-internal",
+        ],
+        cwd=tmp_path,
+        env=spark_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "server.log").open("w"),
+        text=True,
+    )
+    try:
+        wait_for_port(port, server, timeout=180)
+        client = tmp_path / "client.py"
+        client.write_text(CLIENT)
+        result = subprocess.run(
+            [sys.executable, str(client), str(port), path],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    log = (tmp_path / "server.log").read_text()[-3000:]
+    assert result.returncode == 0, result.stderr[-3000:] + log
+    assert "ROWS [(1, 'a'), (2, 'b'), (3, 'x'), (4, 'x'), (5, 'x')]" in result.stdout
+    assert "COUNT 3" in result.stdout
+    assert DeltaTable(path).version() == 1
