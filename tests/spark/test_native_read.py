@@ -235,3 +235,22 @@ def test_connector_scans_are_reported_without_worker_logging(spark, table_path):
     last = reports[-1]
     assert last.files_scanned >= 1
     assert last.skipped_by_partition == last.files_in_snapshot - last.files_scanned > 0
+
+
+def test_variant_columns_round_trip_through_the_connector(spark: Any, table_path: Any) -> None:
+    path = table_path()
+    df = spark.sql(
+        "SELECT id, parse_json(concat('{\"a\": ', id, ', \"s\": \"x', id, '\"}')) AS v"
+        " FROM range(4)"
+    )
+    df.write.format("delta").save(path)
+    assert "variantType" in DeltaTable(path).protocol().reader_features
+    back = load(spark, path, True)
+    assert is_native(back)
+    assert back.schema.simpleString() == "struct<id:bigint,v:variant>"
+    got = back.selectExpr("id", "variant_get(v, '$.a', 'int') AS a", "v:s::string AS s")
+    assert sorted(tuple(r) for r in got.collect()) == [(i, i, f"x{i}") for i in range(4)]
+    # The Python data source cannot read VARIANT: refused, typed, naming the feature.
+    with pytest.raises(deltaflow.UnsupportedFeatureError) as info:
+        load(spark, path, False)
+    assert info.value.feature == "variantType"

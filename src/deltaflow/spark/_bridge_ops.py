@@ -33,7 +33,7 @@ from deltaflow.spark._writer_compat import SAVE_MODE_OPTION
 from deltaflow.spark.errors import BridgeError
 from deltaflow.table import _commit, _partitions, _pruning, _schema, _uri
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
-from deltaflow.table.errors import SchemaMismatchError
+from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
 
 # Schemes Spark's Hadoop layer opens from the pyspark wheel; other URIs (s3://, gs://,
 # abfss://, ...) are read and written by the Python data path.
@@ -79,6 +79,14 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
     features = _PYTHON_READ_FEATURES.intersection(snapshot.reader_features)
     if route == "jvm" and features:
         route, reason = "python", f"reader feature {sorted(features)[0]!r}"
+    if route == "python" and _has_variant(snapshot.schema):
+        raise UnsupportedFeatureError(
+            f"Table {snapshot.uri} has VARIANT columns, which only deltaflow's connector reads,"
+            f" and this read needs the Python data source ({reason}). Read it without that"
+            " (VARIANT tables on object stores and their change feed are not supported yet).",
+            table_uri=snapshot.uri,
+            feature="variantType",
+        )
     return _answer(
         snapshot.uri,
         snapshot.version,
@@ -90,6 +98,10 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
         reason,
         snapshot.has_deletion_vectors_enabled,
     )
+
+
+def _has_variant(schema: dict[str, Any]) -> bool:
+    return '"variant"' in json.dumps(schema)
 
 
 _TIME_TRAVEL = frozenset({"path", "versionasof", "timestampasof"})

@@ -37,6 +37,10 @@ SUPPORTED_READER_FEATURES = frozenset(
         "typeWidening-preview",
         "v2Checkpoint",
         "vacuumProtocolCheck",
+        # VARIANT columns are read by the connector (Spark's Parquet reader decodes
+        # them); the Python path refuses a table that has one (spark/_bridge_ops.py).
+        "variantType",
+        "variantType-preview",
     }
 )
 

@@ -52,6 +52,10 @@ class DeltaDataSource extends TableProvider with DataSourceRegister
     else new DeltaTable(info, properties)
   }
 
+  // Every Spark type may reach the brain, which knows what Delta can store (VARIANT
+  // needs the variantType feature); Spark's default refuses VARIANT here.
+  override def supportsDataType(dt: DataType): Boolean = true
+
   override def createRelation(
       sqlContext: SQLContext,
       mode: SaveMode,
