@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from typing import Any
 
@@ -225,9 +226,9 @@ def test_delta_rs_escaped_partitions_fall_back_when_spark_would_misread(table_pa
 def test_connector_scans_are_reported_without_worker_logging(spark, table_path):
     spark.conf.set("spark.sql.pyspark.worker.logging.enabled", "false")
     path = table_path()
-    spark.range(10).selectExpr("id", "id % 2 AS p").write.format("delta").partitionBy(
-        "p"
-    ).save(path)
+    spark.range(10).selectExpr("id", "id % 2 AS p").write.format("delta").partitionBy("p").save(
+        path
+    )
     before = len(deltaflow.spark.scan_reports(spark, path))
     assert spark.read.format("delta").load(path).where("p = 1").count() == 5
     reports = deltaflow.spark.scan_reports(spark, path)
@@ -254,3 +255,63 @@ def test_variant_columns_round_trip_through_the_connector(spark: Any, table_path
     with pytest.raises(deltaflow.UnsupportedFeatureError) as info:
         load(spark, path, False)
     assert info.value.feature == "variantType"
+
+
+WIDENINGS = [
+    ("integer", "long", pa.int32(), [7, None], [7, None]),
+    ("short", "integer", pa.int16(), [-3, 4], [-3, 4]),
+    ("float", "double", pa.float32(), [1.5, None], [1.5, None]),
+    ("integer", "double", pa.int32(), [2, 3], [2.0, 3.0]),
+    ("decimal(5,2)", "decimal(10,4)", pa.decimal128(5, 2), [1, 2], None),
+    ("byte", "long", pa.int8(), [-1, 127], [-1, 127]),
+    (
+        "date",
+        "timestamp_ntz",
+        pa.date32(),
+        [dt.date(2024, 2, 29), None],
+        [dt.datetime(2024, 2, 29), None],
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "arrow", "values", "expected"), WIDENINGS)
+def test_type_widening_is_read_by_the_connector(
+    spark: Any, table_path: Any, old: str, new: str, arrow: Any, values: list[Any], expected: Any
+) -> None:
+    """Files written before a widening are read with the table's new type, on both paths."""
+    import decimal
+    import json
+    from pathlib import Path
+
+    path = table_path()
+    if expected is None:  # decimals
+        values = [decimal.Decimal(v) for v in values]
+        expected = [decimal.Decimal(v).quantize(decimal.Decimal("0.0001")) for v in values]
+    write_deltalake(
+        path, pa.table({"id": pa.array([1, 2], pa.int64()), "x": pa.array(values, arrow)})
+    )
+    log = Path(path) / "_delta_log"
+    metadata = next(
+        json.loads(line)["metaData"]
+        for line in (log / f"{0:020d}.json").read_text().splitlines()
+        if "metaData" in line
+    )
+    schema = json.loads(metadata["schemaString"])
+    for field in schema["fields"]:
+        if field["name"] == "x":
+            field["type"] = new
+            field["metadata"] = {"delta.typeChanges": [{"fromType": old, "toType": new}]}
+    features = ["typeWidening", *(["timestampNtz"] if new == "timestamp_ntz" else [])]
+    protocol = {
+        "minReaderVersion": 3,
+        "minWriterVersion": 7,
+        "readerFeatures": features,
+        "writerFeatures": features,
+    }
+    actions = [
+        {"protocol": protocol},
+        {"metaData": {**metadata, "schemaString": json.dumps(schema)}},
+    ]
+    (log / f"{1:020d}.json").write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+    native, python = both_paths(spark, path)
+    assert rows(native) == rows(python) == list(zip([1, 2], expected, strict=True))

@@ -38,8 +38,9 @@ from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
 # Schemes Spark's Hadoop layer opens from the pyspark wheel; other URIs (s3://, gs://,
 # abfss://, ...) are read and written by the Python data path.
 JVM_SCHEMES = frozenset({"", "file", "hdfs", "viewfs"})
-# Reader features the JVM scan does not implement yet.
-_PYTHON_READ_FEATURES = frozenset({"typeWidening", "typeWidening-preview"})
+# Reader features the JVM scan does not implement yet. (typeWidening it does: Spark's
+# Parquet reader promotes int -> long / double, float -> double and widens decimals.)
+_PYTHON_READ_FEATURES: frozenset[str] = frozenset()
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "struct", "fields": []}
 
 

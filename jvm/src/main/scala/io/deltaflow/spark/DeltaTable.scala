@@ -20,8 +20,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  *
  * Batch scans and stream sources run on the JVM ([[DeltaScanBuilder]],
  * [[DeltaMicroBatchStream]]) when the brain routes the table `jvm`; tables it routes
- * `python` (object stores Spark's Hadoop layer cannot open, change-feed reads, type
- * widening) and streaming writes go to deltaflow's Python data source
+ * `python` (object stores Spark's Hadoop layer cannot open, change-feed reads) and
+ * streaming writes go to deltaflow's Python data source
  * ([[PythonDelegate]]) until the JVM implements them.
  */
 class DeltaTable(val info: TableInfo, properties: util.Map[String, String])
@@ -123,9 +123,10 @@ object PythonDelegate {
     val spark = org.apache.spark.sql.classic.SparkSession.active
     if (!spark.sessionState.dataSourceManager.dataSourceExists(Name)) {
       throw DeltaflowException.of("UnsupportedFeatureError",
-        s"Reading or writing $path this way (a stream, a change feed, an object store or a " +
-          "type-widened table) needs deltaflow's Python data source, which only a PySpark " +
-          "session has: start one with deltaflow.session() or deltaflow.register(spark).",
+        s"Writing a stream to $path, reading its change feed, an object store, or a write " +
+          "the connector does not take yet (replaceWhere, column mapping, constraints) needs " +
+          "deltaflow's Python data source, which only a PySpark session has: start one " +
+          "with deltaflow.session() or deltaflow.register(spark).",
         Map("table_uri" -> path, "feature" -> "pythonDataSource"))
     }
   }
