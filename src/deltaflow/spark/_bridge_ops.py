@@ -25,8 +25,10 @@ from deltaflow.spark._native_write import (
     NativeWrite,
     collect_staged,
     plan_native_write,
+    rows_in,
 )
 from deltaflow.spark._options import parse_read_options, parse_write_options
+from deltaflow.spark._stream_writer import batch_commit_info
 from deltaflow.spark._writer import WritePlan, commit_request
 from deltaflow.spark._writer import plan_write as plan_table_write
 from deltaflow.spark._writer_compat import SAVE_MODE_OPTION
@@ -260,6 +262,7 @@ class _PendingWrite:
     native: NativeWrite
     staging_uri: str
     job_id: str
+    stream: tuple[str, int] | None = None  # a sink's micro-batch: (query id, batch id)
 
 
 _pending: dict[str, _PendingWrite] = {}
@@ -283,12 +286,14 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
         if write_options.partition_by:
             delegate["partitionBy"] = ",".join(write_options.partition_by)
         delegate[SAVE_MODE_OPTION] = mode
-        return {"route": "python", "delegateOptions": delegate}
+        return {"route": "python", "tableUri": uri, "delegateOptions": delegate}
     job_id = uuid.uuid4().hex[:8]
     staging = _uri.join(uri, f"{STAGING_DIR}/{job_id}-{uuid.uuid4().hex}")
     handle = uuid.uuid4().hex
+    stream = args.get("stream")
+    batch = (str(stream["queryId"]), int(stream["batchId"])) if stream else None
     with _pending_lock:
-        _pending[handle] = _PendingWrite(plan, native, staging, job_id)
+        _pending[handle] = _PendingWrite(plan, native, staging, job_id, batch)
     return {
         "route": "jvm",
         "handle": handle,
@@ -324,9 +329,15 @@ def commit_write(args: dict[str, Any]) -> dict[str, Any]:
             operation="write.commit",
         )
     moved = collect_staged(pending.plan, pending.native, pending.staging_uri, pending.job_id)
+    overrides: dict[str, Any] = {}
+    if pending.stream is not None:
+        query_id, batch_id = pending.stream
+        overrides["commit_info"] = batch_commit_info(
+            query_id, batch_id, pending.plan.mode, moved, rows_in(moved)
+        )
     committed = False
     try:
-        result = _commit.commit(commit_request(pending.plan, moved))
+        result = _commit.commit(commit_request(pending.plan, moved, **overrides))
         committed = not result.skipped
         return {"version": result.version, "files": len(moved), "skipped": result.skipped}
     finally:

@@ -42,7 +42,6 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
-from deltaflow.spark._stream_native import sink_of
 from deltaflow.spark._stream_writer import STREAM_COMMIT_INFO_KEY
 from deltaflow.table import _uri
 
@@ -265,14 +264,19 @@ def _int(value: Any) -> int | None:
 
 
 def _resolve_tables(query: StreamingQuery) -> _QueryTables:
-    # A Delta sink on the JVM path is a foreachBatch sink: its plan names no table.
-    sink_uri = sink_of(str(query.id))
+    sink_uri: str | None = None
     sources: dict[str, str] = {}
     try:
         plan = query._jsq.streamingQuery().logicalPlan()  # type: ignore[attr-defined]
     except Exception:
         log.debug("no plan for streaming query %s", query.id, exc_info=True)
         return _QueryTables(sink_uri, {})
+    try:  # the connector's sink (a V1 sink): DeltaSink[<path>]
+        described = str(plan.sink().toString())
+        if described.startswith(_JVM_SINK) and described.endswith("]"):
+            sink_uri = _uri.normalize_uri(described[len(_JVM_SINK) : -1])
+    except Exception:
+        log.debug("streaming query %s: not the connector's sink", query.id, exc_info=True)
     try:
         options = plan.writeOptions()
         if _is_delta(plan.table().name()) and options.contains("path"):
@@ -417,6 +421,9 @@ def _offset(raw: Any) -> dict[str, Any] | None:
         "reservoirVersion": int(raw["reservoirVersion"]),
         "index": int(raw.get("index", -1)),
     }
+
+
+_JVM_SINK = "DeltaSink["
 
 
 def _is_delta(table_name: str) -> bool:

@@ -83,7 +83,7 @@ def register(spark: SparkSession) -> SparkSession:
         _catalog_writes,
         _create_builder,
         _reader_compat,
-        _stream_native,
+        _stream_partitions,
         _stream_writer,
         _writer_compat,
     )
@@ -94,7 +94,7 @@ def register(spark: SparkSession) -> SparkSession:
     _writer_compat.install()
     _create_builder.install_sql_create()
     _stream_writer.install_to_table()
-    _stream_native.install()
+    _stream_partitions.install()
     _catalog_writes.install()
 
     for key, value in REQUIRED_CONF.items():

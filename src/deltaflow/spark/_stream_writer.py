@@ -1,8 +1,9 @@
 """Streaming writes: ``df.writeStream.format("delta").option("checkpointLocation", c).start(uri)``.
 
-This is the Python data source sink. ``start()`` normally runs a Delta sink on the JVM
-path instead (:mod:`deltaflow.spark._stream_native`, same commits); this sink serves
-when ``deltaflow.write.nativeWrite`` is ``false`` and where that path does not apply.
+This is the Python data source sink. A Delta sink normally runs on the connector's JVM
+sink instead (``io.deltaflow.spark.DeltaSink``, same commits); this one serves when
+``deltaflow.write.nativeWrite`` is ``false`` and for tables the connector routes to the
+Python data source (object stores).
 Each micro-batch becomes exactly one Delta commit:
 
 - executors write Parquet files with the batch writer's ``FileSetWriter`` and return

@@ -29,9 +29,17 @@ object DeltaBatchWrite extends Logging {
   // Settings the brain's plan depends on, read from the session.
   private val PlanConfs = Seq("deltaflow.write.nativeWrite", "spark.sql.parquet.writeLegacyFormat")
 
-  def save(data: DataFrame, mode: SaveMode, parameters: Map[String, String]): Unit = {
+  /** Write `data`; the route the brain chose (`jvm`, `python`, `skip`). `stream`: the
+   *  micro-batch this write is (query id, batch id), recorded in the commit's info. */
+  def save(data: DataFrame, mode: SaveMode, parameters: Map[String, String],
+      stream: Option[(String, Long)] = None): String = {
     val args = Brain.newArgs()
     args.put("mode", modeName(mode))
+    stream.foreach { case (queryId, batchId) =>
+      val s = args.putObject("stream")
+      s.put("queryId", queryId)
+      s.put("batchId", batchId)
+    }
     args.put("schema", data.schema.json)
     val opts = args.putObject("options")
     parameters.foreach { case (k, v) => opts.put(k, v) }
@@ -52,6 +60,7 @@ object DeltaBatchWrite extends Logging {
       report.set[JsonNode]("files", result.get("files"))
     }
     WriteReports.add(report)
+    route
   }
 
   private def modeName(mode: SaveMode): String = mode match {

@@ -7,7 +7,9 @@ import scala.jdk.CollectionConverters._
 import org.apache.spark.sql.{DataFrame, SaveMode, SQLContext}
 import org.apache.spark.sql.connector.catalog.{Table, TableProvider}
 import org.apache.spark.sql.connector.expressions.Transform
-import org.apache.spark.sql.sources.{BaseRelation, CreatableRelationProvider, DataSourceRegister}
+import org.apache.spark.sql.execution.streaming.Sink
+import org.apache.spark.sql.sources.{BaseRelation, CreatableRelationProvider, DataSourceRegister, StreamSinkProvider}
+import org.apache.spark.sql.streaming.OutputMode
 import org.apache.spark.sql.types.{DataType, StructType}
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
@@ -21,7 +23,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * reports no `BATCH_WRITE`, so Spark hands the DataFrame over whole ([[DeltaBatchWrite]]).
  */
 class DeltaDataSource extends TableProvider with DataSourceRegister
-  with CreatableRelationProvider {
+  with CreatableRelationProvider with StreamSinkProvider {
 
   override def shortName(): String = "delta"
 
@@ -55,6 +57,12 @@ class DeltaDataSource extends TableProvider with DataSourceRegister
   // Every Spark type may reach the brain, which knows what Delta can store (VARIANT
   // needs the variantType feature); Spark's default refuses VARIANT here.
   override def supportsDataType(dt: DataType): Boolean = true
+
+  override def createSink(
+      sqlContext: SQLContext,
+      parameters: Map[String, String],
+      partitionColumns: Seq[String],
+      outputMode: OutputMode): Sink = new DeltaSink(parameters, partitionColumns, outputMode)
 
   override def createRelation(
       sqlContext: SQLContext,

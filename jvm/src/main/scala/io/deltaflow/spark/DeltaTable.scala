@@ -19,10 +19,11 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * One Delta table, pinned at the version the brain loaded for this read.
  *
  * Batch scans and stream sources run on the JVM ([[DeltaScanBuilder]],
- * [[DeltaMicroBatchStream]]) when the brain routes the table `jvm`; tables it routes
- * `python` (object stores Spark's Hadoop layer cannot open, change-feed reads) and
- * streaming writes go to deltaflow's Python data source
- * ([[PythonDelegate]]) until the JVM implements them.
+ * [[DeltaMicroBatchStream]]) when the brain routes the table `jvm`; stream sinks are the
+ * provider's [[DeltaSink]]. Tables it routes `python` (object stores Spark's Hadoop layer
+ * cannot open, change-feed reads) go to deltaflow's Python data source
+ * ([[PythonDelegate]]), and so do streams into the table when
+ * `deltaflow.write.nativeWrite=false`.
  */
 class DeltaTable(val info: TableInfo, properties: util.Map[String, String])
   extends Table with SupportsRead with SupportsWrite {
@@ -36,12 +37,13 @@ class DeltaTable(val info: TableInfo, properties: util.Map[String, String])
 
   override def properties(): util.Map[String, String] = properties
 
-  override def capabilities(): util.Set[TableCapability] = Set(
-    TableCapability.BATCH_READ,
-    TableCapability.MICRO_BATCH_READ,
-    TableCapability.STREAMING_WRITE,
-    TableCapability.V1_BATCH_WRITE,
-    TableCapability.TRUNCATE).asJava
+  // Without STREAMING_WRITE, Spark runs a stream into this table through the provider's
+  // V1 sink ([[DeltaSink]]); `deltaflow.write.nativeWrite=false` keeps the Python sink.
+  override def capabilities(): util.Set[TableCapability] = {
+    val base = Set(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ,
+      TableCapability.V1_BATCH_WRITE, TableCapability.TRUNCATE)
+    (if (DeltaTable.pythonSink) base + TableCapability.STREAMING_WRITE else base).asJava
+  }
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
     if (!info.exists) {
@@ -62,11 +64,19 @@ class DeltaTable(val info: TableInfo, properties: util.Map[String, String])
     new DeltaWriteBuilder(info, writeInfo)
 }
 
+object DeltaTable {
+  private[spark] def pythonSink: Boolean =
+    org.apache.spark.sql.SparkSession.getActiveSession
+      .orElse(org.apache.spark.sql.SparkSession.getDefaultSession)
+      .flatMap(_.conf.getOption("deltaflow.write.nativeWrite"))
+      .exists(_.trim.equalsIgnoreCase("false"))
+}
+
 /**
- * Writes Spark plans against the table itself (SQL `INSERT [OVERWRITE] INTO
- * delta.`/path``, streaming sinks). Batch: a V1 write, so the DataFrame reaches
- * [[DeltaBatchWrite]] whole. Streaming: the Python data source's sink, until the JVM has
- * its own.
+ * Writes Spark plans against the table itself (SQL `INSERT [OVERWRITE] INTO` a view
+ * or catalog table of it; streams when the Python sink is asked for). Batch: a V1 write,
+ * so the DataFrame reaches [[DeltaBatchWrite]] whole. Streaming: the Python data
+ * source's sink.
  */
 class DeltaWriteBuilder(info: TableInfo, writeInfo: LogicalWriteInfo)
   extends WriteBuilder with SupportsTruncate {
