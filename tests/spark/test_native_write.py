@@ -23,8 +23,6 @@ from deltaflow import InvalidOptionError
 from deltaflow import typed_error as deltaflow_typed
 from deltaflow.spark import _native_write
 from deltaflow.spark._native_read import NativeScan, plan_native_scan
-from deltaflow.spark._options import parse_write_options
-from deltaflow.spark._writer import plan_write
 from deltaflow.table._snapshot import load_snapshot
 
 CONF = _native_write.NATIVE_WRITE_CONF
@@ -249,16 +247,33 @@ def test_idempotent_app_transactions(spark: Any, table_path: Any) -> None:
     assert commit_info["userMetadata"] == "first"
     assert DeltaTable(path).transaction_version("app") == 1
 
-    # A duplicate that passes the driver check but loses at commit leaves no files.
-    options = parse_write_options({"path": path, "txnAppId": "app", "txnVersion": "2"})
-    plan = plan_write("file://" + path, df.schema.jsonValue(), "append", options)
-    native = _native_write.plan_native_write(plan, df.schema.jsonValue(), spark.conf.get)
-    assert isinstance(native, _native_write.NativeWrite)
-    write(df, path, txnAppId="app", txnVersion=2)
-    files = parquet_files(path)
-    _native_write.write_native(df, plan, native)
-    assert int(DeltaTable(path).version()) == 1 and parquet_files(path) == files
-    assert len(DeltaTable(path).to_pyarrow_table()) == 20
+    # A duplicate that passes the planning check but loses at commit leaves no files:
+    # while its job runs, another writer commits the same app transaction.
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+    from pyspark.sql.functions import udf
+
+    marker = Path(path + ".raced")
+
+    @udf("long")
+    def race_once(value: int) -> int:
+        if not marker.exists():
+            marker.touch()
+            write_deltalake(
+                path,
+                pa.table({"id": pa.array([100], pa.int64())}),
+                mode="append",
+                commit_properties=CommitProperties(app_transactions=[Transaction("app", 2)]),
+            )
+        return value
+
+    racing = df.select(race_once("id").alias("id"))
+    write(racing, path, txnAppId="app", txnVersion=2)
+    assert marker.exists()
+    assert int(DeltaTable(path).version()) == 1  # the other writer's commit only
+    assert DeltaTable(path).transaction_version("app") == 2
+    assert len(parquet_files(path)) == len(files) + 1  # ours were deleted
+    assert len(DeltaTable(path).to_pyarrow_table()) == 11
 
 
 def test_overwrite(spark: Any, table_path: Any, jvm_log: pytest.LogCaptureFixture) -> None:

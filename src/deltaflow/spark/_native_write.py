@@ -6,7 +6,8 @@ mapping, no replaceWhere, no row checks, partition values Spark writes into
 directory names exactly), Spark's Parquet writer does the same work in the JVM;
 deltaflow then only lists the files, reads their footers and commits.
 
-How one write runs, all driven from the driver (``write_native``):
+How one write runs, all driven from the driver (the connector's ``write.plan`` /
+``write.commit`` bridge operations; ``stage_native`` for DML's change-data writer):
 
 1. ``df`` is cast and reordered to the table schema and written with
    ``df.write.mode("append").partitionBy(...).parquet(<root>/_delta_staging/<uuid>)``.
@@ -57,7 +58,7 @@ import pyarrow.parquet as pq
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark import _file_writer
 from deltaflow.spark._native_read import NATIVE_PARTITION_TYPES, Fallback, unescape_path_name
-from deltaflow.spark._writer import WritePlan, arrow_schema, commit_request
+from deltaflow.spark._writer import WritePlan, arrow_schema
 from deltaflow.table import _commit, _partitions, _uri
 from deltaflow.table._footer_stats import footer_stats
 from deltaflow.table._snapshot import Snapshot, load_snapshot
@@ -220,30 +221,6 @@ def _without_nullability(t: Any) -> Any:
     if t["type"] == "map":
         return ("map", _without_nullability(t["keyType"]), _without_nullability(t["valueType"]))
     return t
-
-
-def write_native(df: Any, plan: WritePlan, native: NativeWrite) -> None:
-    """Write ``df`` with Spark's Parquet writer and commit it under ``plan``: one commit."""
-    started = time.perf_counter()
-    moved = stage_native(df, plan, native)
-    files_done = time.perf_counter()
-    committed = False
-    try:
-        result = _commit.commit(commit_request(plan, moved))
-        committed = not result.skipped
-        log.info(
-            "deltaflow JVM write to %s: version %s, %d files; job, footers and moves %.0f ms,"
-            " commit %.0f ms%s",
-            plan.table_uri,
-            result.version,
-            len(moved),
-            (files_done - started) * 1000,
-            (time.perf_counter() - files_done) * 1000,
-            " (duplicate app transaction, skipped)" if result.skipped else "",
-        )
-    finally:
-        if not committed:
-            _file_writer.delete_files(plan.table_uri, moved)
 
 
 def stage_native(
