@@ -1,4 +1,8 @@
-"""The JVM fast path for batch reads: when Spark's own Parquet scan reads a snapshot exactly.
+"""When Spark's own Parquet scan reads a set of a snapshot's files exactly (DML's scans).
+
+(Batch reads go through the connector's DSv2 scan, which handles everything below
+itself; DELETE / UPDATE / MERGE still build their candidate scans with
+``spark.read.parquet`` and use these rules.)
 
 A Delta snapshot is a list of Parquet files plus rules for reading them. When no
 rule needs Python (no deletion vectors, no column mapping, no type widening) and

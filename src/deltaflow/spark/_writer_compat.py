@@ -1,14 +1,14 @@
-"""delta-spark's DataFrameWriter behaviour for ``format("delta")``.
+"""delta-spark's DataFrameWriter behaviour for ``format("delta")``, checked in the caller.
 
-Spark refuses two things delta-spark users do every day when the source is a
-Python data source: the default save mode (``errorifexists``, and ``ignore``) and
-``.partitionBy(...)``. ``install()`` teaches ``DataFrameWriter`` to handle
-``delta`` writes the way delta-spark does, on the driver, before any job runs:
+The connector's provider runs every save mode and ``partitionBy`` itself. What
+``install()`` still adds, on the driver, before any job runs (it goes when the
+connector's errors reach PySpark callers typed by themselves):
 
 - ``error`` / ``errorifexists``: raise :class:`TableAlreadyExistsError` if a table
-  exists at the path, else create it;
-- ``ignore``: do nothing if a table exists, else create it;
-- ``partitionBy(cols)``: passed to the source as the ``partitionBy`` option;
+  exists at the path; ``ignore``: do nothing if a table exists (the provider decides
+  again at commit time, so a table created meanwhile is still refused);
+- ``partitionBy(cols)``: passed as the ``partitionBy`` option (the Python sink and the
+  Python writer read it; the provider reads both forms);
 - schema enforcement, option checks and app-transaction deduplication run on the
   driver too (``plan_write``), so their errors reach the caller as deltaflow's
   typed errors instead of a pyspark exception wrapping a Python traceback, and a
@@ -146,7 +146,7 @@ def install() -> None:
                 original_partition_by(self, *state["partition_by"])
             original_save(self, path)
             return
-        _save_delta(self, state, path, original_mode, original_option, original_save)
+        _save_delta(self, state, path, original_option, original_save)
 
     for name in _DIRECT_WRITES:
         setattr(DataFrameWriter, name, _direct_write(name, original_partition_by))
@@ -197,7 +197,6 @@ def _save_delta(
     writer: Any,
     state: dict[str, Any],
     path: str | None,
-    original_mode: Any,
     original_option: Any,
     original_save: Any,
 ) -> None:
