@@ -184,12 +184,22 @@ def test_optimize_commits_are_ignored(spark, table_path) -> None:
 
 
 def test_stream_option_errors(spark, table_path) -> None:
+    from deltaflow import typed_error
+
     source = table_path("src")
     append(source, [1])
     with pytest.raises(InvalidOptionError):
         from deltaflow.spark._options import parse_stream_options
 
         parse_stream_options({"path": source, "maxFilesPerTriger": "2"})
+    # Wrong stream settings fail where the stream is defined, before any query starts.
+    for bad in ({"maxFilesPerTrigger": "0"}, {"startingVersion": "-3"}):
+        with pytest.raises(Exception) as caught:
+            stream(spark, source, **bad)
+        error = typed_error(caught.value)
+        assert isinstance(error, InvalidOptionError), caught.value
+        assert error.option == next(iter(bad))
+    assert spark.streams.active == []
     with pytest.raises(Exception, match="change data was not recorded"):  # feed is off
         run(sink(stream(spark, source, readChangeFeed="true"), table_path("ck")), table_path("d"))
 

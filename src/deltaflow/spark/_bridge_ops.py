@@ -30,7 +30,12 @@ from deltaflow.spark._native_write import (
     plan_native_write,
     rows_in,
 )
-from deltaflow.spark._options import parse_read_options, parse_write_options
+from deltaflow.spark._options import (
+    STREAM_READ_OPTIONS,
+    parse_read_options,
+    parse_stream_options,
+    parse_write_options,
+)
 from deltaflow.spark._stream_writer import batch_commit_info
 from deltaflow.spark._writer import WritePlan, commit_request
 from deltaflow.spark._writer import plan_write as plan_table_write
@@ -74,6 +79,10 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
     too (with the write's options); the scan checks read options strictly."""
     options = options_of(args)
     uri = _path(options, "table.load")
+    if any(k.lower() in _STREAM_ONLY for k in options):
+        # A stream's options fail where the stream is defined (readStream...load()), not
+        # in the query's thread after start().
+        parse_stream_options({**options, "path": uri})
     conf = args.get("conf") or {}
     version = _get(options, "versionAsOf")
     timestamp = _get(options, "timestampAsOf")
@@ -110,6 +119,9 @@ def _has_variant(schema: dict[str, Any]) -> bool:
     return '"variant"' in json.dumps(schema)
 
 
+_STREAM_ONLY = frozenset(
+    k.lower() for k in STREAM_READ_OPTIONS if k not in ("readChangeFeed",)
+)
 _TIME_TRAVEL = frozenset({"path", "versionasof", "timestampasof"})
 
 
