@@ -79,23 +79,11 @@ def register(spark: SparkSession) -> SparkSession:
     :func:`spark_conf`'s settings): the Python data source the connector delegates to,
     cloudFiles, and delta-spark's writer behaviour on the driver."""
     from deltaflow.ingest._cloudfiles import CloudFilesDataSource
-    from deltaflow.spark import (
-        _catalog_writes,
-        _create_builder,
-        _reader_compat,
-        _stream_partitions,
-        _stream_writer,
-        _writer_compat,
-    )
+    from deltaflow.spark import _patches
     from deltaflow.spark._source import DeltaDataSource
 
     _check_connector(spark)
-    _reader_compat.install()
-    _writer_compat.install()
-    _create_builder.install_sql_create()
-    _stream_writer.install_to_table()
-    _stream_partitions.install()
-    _catalog_writes.install()
+    _patches.install()  # the pyspark patches that remain, all listed in _patches.PATCHES
 
     for key, value in REQUIRED_CONF.items():
         spark.conf.set(key, value)

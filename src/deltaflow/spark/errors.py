@@ -104,3 +104,11 @@ class BridgeError(DeltaflowError):
 
     def __init__(self, message: str, *, operation: str) -> None:
         super().__init__(message, operation=operation)
+
+
+class PysparkCompatibilityError(DeltaflowError):
+    """The installed pyspark is not one deltaflow's remaining patches support, or a method
+    a patch replaces is not where it was (``where`` names it)."""
+
+    def __init__(self, message: str, *, where: str) -> None:
+        super().__init__(message, where=where)

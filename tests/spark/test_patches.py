@@ -1,0 +1,56 @@
+"""The remaining pyspark patches: one table, a version guard, install and uninstall."""
+
+from __future__ import annotations
+
+import pytest
+
+from deltaflow.spark import _patches
+from deltaflow.spark.errors import PysparkCompatibilityError
+
+
+def _methods() -> dict[tuple[str, str], object]:
+    return {
+        (p.cls, m): _patches._class(p.cls).__dict__.get(m)
+        for p in _patches.PATCHES
+        for m in p.methods
+    }
+
+
+def test_uninstall_restores_every_original_and_install_patches_again(spark, table_path):
+    patched = _methods()
+    _patches.uninstall()
+    try:
+        originals = _methods()
+        changed = [key for key in patched if patched[key] is not originals[key]]
+        assert changed, "uninstall changed nothing"
+        from pyspark.sql.readwriter import DataFrameReader
+
+        assert DataFrameReader.load.__module__ == "pyspark.sql.readwriter"
+        assert not [n for n in vars(DataFrameReader) if n.startswith("_deltaflow")]
+    finally:
+        _patches.install()
+    again = _methods()
+    assert all(again[key] is not originals[key] for key in changed)
+    # Patched again: a missing table is a typed error in the caller's process.
+    import deltaflow
+
+    with pytest.raises(deltaflow.TableNotFoundError):
+        spark.read.format("delta").load(table_path("missing"))
+
+
+def test_a_moved_method_fails_loudly(monkeypatch):
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    monkeypatch.delattr(DataStreamWriter, "toTable")
+    with pytest.raises(PysparkCompatibilityError) as info:
+        _patches.check()
+    assert info.value.where.endswith("DataStreamWriter.toTable")
+
+
+def test_an_unsupported_pyspark_version_fails_loudly(monkeypatch):
+    import pyspark
+
+    monkeypatch.setattr(pyspark, "__version__", "5.0.0")
+    with pytest.raises(PysparkCompatibilityError) as info:
+        _patches.check()
+    assert info.value.where == "pyspark"
