@@ -68,15 +68,20 @@ def free_port() -> int:
 
 
 def wait_for_port(port: int, server: subprocess.Popen[str], timeout: float) -> None:
+    """Probe the port until it answers; between probes, wait on the server process (an
+    exit ends the wait at once and fails)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise AssertionError(f"the Connect server exited with {server.returncode}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return
         except OSError:
-            time.sleep(0.2)  # polling a port with a deadline, not waiting blind
+            pass
+        try:
+            code = server.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            continue
+        raise AssertionError(f"the Connect server exited with {code}")
     raise AssertionError(f"the Connect server did not listen on {port} within {timeout} s")
 
 

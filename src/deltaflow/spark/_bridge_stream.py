@@ -27,7 +27,7 @@ _lock = threading.Lock()
 
 
 def open_stream(args: dict[str, Any]) -> dict[str, Any]:
-    """``stream.open`` ``{uri, schema, options}`` -> ``{handle}``."""
+    """``stream.open`` ``{uri, schema, options}`` -> ``{handle, maxFilesPerTrigger}``."""
     from pyspark.sql.types import StructType
 
     from deltaflow.spark._options import parse_stream_options
@@ -43,7 +43,7 @@ def open_stream(args: dict[str, Any]) -> dict[str, Any]:
     handle = uuid.uuid4().hex
     with _lock:
         _streams[handle] = reader
-    return {"handle": handle}
+    return {"handle": handle, "maxFilesPerTrigger": parsed.max_files_per_trigger}
 
 
 def _reader(args: dict[str, Any]) -> Any:

@@ -36,7 +36,11 @@ class DeltaMicroBatchStream(info: TableInfo, options: CaseInsensitiveStringMap)
   // Uniform per stream (Spark wants every task of a scan columnar, or none): a table
   // that may have deletion vectors is read in row mode.
   private val withDeletes = info.deletionVectors
-  @volatile private var handle: String = open()
+  @volatile private var handle: String = _
+  // The brain's parsed maxFilesPerTrigger (its default applied): Spark hands it back to
+  // latestOffset, which asks the brain anyway; only "everything" (availableNow) matters.
+  @volatile private var maxFiles: Int = _
+  handle = open()
 
   private def open(): String = {
     val args = Brain.newArgs()
@@ -44,7 +48,9 @@ class DeltaMicroBatchStream(info: TableInfo, options: CaseInsensitiveStringMap)
     args.put("schema", info.schema.json)
     val opts = args.putObject("options")
     options.asCaseSensitiveMap().asScala.foreach { case (k, v) => opts.put(k, v) }
-    Brain.call("stream.open", args).get("handle").asText()
+    val opened = Brain.call("stream.open", args)
+    maxFiles = opened.get("maxFilesPerTrigger").asInt()
+    opened.get("handle").asText()
   }
 
   /** Call a stream operation; a brain that restarted since gets the stream opened again. */
@@ -69,10 +75,7 @@ class DeltaMicroBatchStream(info: TableInfo, options: CaseInsensitiveStringMap)
   override def initialOffset(): Offset =
     DeltaSourceOffset.of(call("stream.initialOffset", _ => ()))
 
-  override def getDefaultReadLimit: ReadLimit = {
-    val maxFiles = Option(options.get("maxFilesPerTrigger")).map(_.trim.toInt).getOrElse(1000)
-    ReadLimit.maxFiles(maxFiles)
-  }
+  override def getDefaultReadLimit: ReadLimit = ReadLimit.maxFiles(maxFiles)
 
   override def latestOffset(): Offset = throw new UnsupportedOperationException(
     "deltaflow's stream source takes a read limit: latestOffset(start, limit)")
