@@ -77,7 +77,7 @@ class _SizedFile(NamedTuple):
 
 def as_deltaflow_groups(paths: list[str]) -> list[list[str]]:
     """``paths`` grouped into tasks as deltaflow's source groups them (``bin_pack``)."""
-    from deltaflow.spark._reader import bin_pack
+    from deltaflow.spark.read._reader import bin_pack
 
     sized = [_SizedFile(p, os.path.getsize(p)) for p in paths]
     return [[f.path for f in group] for group in bin_pack(sized, os.cpu_count() or 2)]

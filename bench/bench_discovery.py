@@ -43,8 +43,8 @@ def landing_zone(files: int) -> Path:
 
 
 def store(zone: Path, schemas: Path, window: str) -> object:
-    from deltaflow.ingest._discovery import FileStore
-    from deltaflow.ingest._options import parse_options
+    from deltaflow.ingest.cloudfiles._discovery import FileStore
+    from deltaflow.ingest.cloudfiles._options import parse_options
 
     return FileStore(
         parse_options(

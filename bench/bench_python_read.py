@@ -21,7 +21,7 @@ def main() -> dict[str, object]:
     path = events_table("events", rows, files)
     from pyspark.sql.types import StructType
 
-    from deltaflow.spark import _reader
+    from deltaflow.spark.read import _reader
     from deltaflow.table import _schema, _uri
     from deltaflow.table._snapshot import load_snapshot
 

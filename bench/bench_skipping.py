@@ -30,7 +30,7 @@ def main() -> dict[str, object]:
     )
     from pyspark.sql import functions as F
 
-    from deltaflow.spark import _reader
+    from deltaflow.spark.read import _reader
     from deltaflow.table import _pruning
     from deltaflow.table._snapshot import load_snapshot
 

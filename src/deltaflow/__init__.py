@@ -8,8 +8,8 @@ effects: no Spark session starts and nothing touches storage.
 
 from typing import TYPE_CHECKING, Any
 
+from deltaflow._session import configure, register, session, spark_conf
 from deltaflow.errors import DeltaflowError, InvalidOptionError, UserCodeError, typed_error
-from deltaflow.spark import configure, register, session, spark_conf
 from deltaflow.table.errors import (
     ConcurrentWriteError,
     SchemaMismatchError,
@@ -22,8 +22,8 @@ from deltaflow.table.errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from deltaflow.spark._delta_table import DeltaTable
-    from deltaflow.spark._progress import BatchProgress, StreamProgress, track_progress
+    from deltaflow.spark.dml._delta_table import DeltaTable
+    from deltaflow.spark.stream._progress import BatchProgress, StreamProgress, track_progress
 
 # Names that need pyspark, loaded on first use so `import deltaflow` stays light.
 _PROGRESS_NAMES = ("BatchProgress", "StreamProgress", "track_progress")
@@ -32,11 +32,11 @@ _PROGRESS_NAMES = ("BatchProgress", "StreamProgress", "track_progress")
 def __getattr__(name: str) -> Any:
     # DeltaTable needs pyspark; load it on first use so `import deltaflow` stays light.
     if name == "DeltaTable":
-        from deltaflow.spark._delta_table import DeltaTable
+        from deltaflow.spark.dml._delta_table import DeltaTable
 
         return DeltaTable
     if name in _PROGRESS_NAMES:
-        from deltaflow.spark import _progress
+        from deltaflow.spark.stream import _progress
 
         return getattr(_progress, name)
     raise AttributeError(f"module 'deltaflow' has no attribute {name!r}")

@@ -16,10 +16,10 @@ import pytest
 from deltalake import DeltaTable
 
 from deltaflow.ingest import NewColumnsError
-from deltaflow.ingest._discovery import FileStore, is_visible
-from deltaflow.ingest._options import parse_options
-from deltaflow.ingest._schemas import apply_hints, parse_hints
-from deltaflow.spark._writer_compat import unpack_remote_error
+from deltaflow.ingest.cloudfiles._discovery import FileStore, is_visible
+from deltaflow.ingest.cloudfiles._options import parse_options
+from deltaflow.ingest.cloudfiles._schemas import apply_hints, parse_hints
+from deltaflow.spark.write._compat import unpack_remote_error
 
 # ---- helpers ---------------------------------------------------------------------------
 
@@ -139,7 +139,7 @@ def test_errors_pickle_and_cross_the_wire_typed() -> None:
 def test_lines_end_only_at_newlines_and_csv_keeps_quoted_newlines() -> None:
     import io
 
-    from deltaflow.ingest import _records
+    from deltaflow.ingest.cloudfiles import _records
 
     text = '{"a": "x\u2028y"}\r\n{"a": 2}\nnot json\n{"a": "' + "z" * 300_000 + '"}'
     handle = io.BytesIO(text.encode())
@@ -187,8 +187,8 @@ def test_json_fast_path_gives_the_same_rows_as_the_row_by_row_path(
 ):
     from pyspark.sql.types import StructType
 
-    from deltaflow.ingest import _records
-    from deltaflow.ingest._discovery import LandingFile
+    from deltaflow.ingest.cloudfiles import _records
+    from deltaflow.ingest.cloudfiles._discovery import LandingFile
 
     data = FAST_AND_SLOW_CASES[case]
     path = tmp_path / "f.json"

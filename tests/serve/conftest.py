@@ -63,7 +63,7 @@ class RunningServer:
     def __init__(self, config: Any) -> None:
         import uvicorn
 
-        from deltaflow.ingest._http_app import IngestService
+        from deltaflow.ingest.http._app import IngestService
 
         self.service = IngestService(config)
         self.server = uvicorn.Server(
@@ -93,7 +93,7 @@ class RunningServer:
 
 
 def make_config(tmp_path: Path, **tables: dict[str, Any]) -> Any:
-    from deltaflow.ingest._http_config import load_config
+    from deltaflow.ingest.http._config import load_config
 
     if not tables:
         tables = {"events": {}}

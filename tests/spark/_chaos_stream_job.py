@@ -53,7 +53,7 @@ def run_stream(
             # The catch-up runs the queries one after the other, the loop starts them
             # together. (Starting two at once used to fail 1 run in 3 with
             # java.io.OptionalDataException; deltaflow.register() now prevents the race,
-            # see _settle_worker_env in deltaflow/spark/_session.py.)
+            # see _settle_worker_env in deltaflow/_session.py.)
             _await(queries[-1][1])
         writer = (
             frame.writeStream.format("delta")

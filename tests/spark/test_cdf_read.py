@@ -22,7 +22,7 @@ import pytest
 from deltalake import DeltaTable, Schema, write_deltalake
 
 from deltaflow.errors import InvalidOptionError
-from deltaflow.spark._writer_compat import unpack_remote_error
+from deltaflow.spark.write._compat import unpack_remote_error
 from deltaflow.table.errors import (
     ChangeDataFilesMissingError,
     ChangeDataNotRecordedError,

@@ -19,7 +19,7 @@ from deltalake import DeltaTable as RsTable
 from deltalake import write_deltalake
 
 from deltaflow import ConcurrentWriteError, DeltaTable
-from deltaflow.spark import _dml, _merge
+from deltaflow.spark.dml import _delete_update, _merge
 from tests.table.dv_fixtures import add_deletion_vectors
 
 COLUMNS = ("id", "kind", "value")
@@ -323,7 +323,11 @@ def test_dml_succeeds_over_a_concurrent_optimize_of_other_partitions(
     path = _make(table_path())
     write_deltalake(path, _arrow([(11, "b", 1)]), mode="append")  # kind=b: two files
     table = DeltaTable.forPath(spark, path)
-    _interleave(_dml, monkeypatch, lambda: table.optimize().where("kind = 'b'").executeCompaction())
+    _interleave(
+        _delete_update,
+        monkeypatch,
+        lambda: table.optimize().where("kind = 'b'").executeCompaction(),
+    )
     table.delete("kind = 'a' AND id = 3")
     monkeypatch.undo()
     assert _rows(spark, path) == sorted([r for r in ROWS if r[0] != 3] + [(11, "b", 1)])

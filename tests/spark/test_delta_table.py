@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 import deltaflow
 from deltaflow import ConcurrentWriteError, DeltaTable, TableNotFoundError
-from deltaflow.spark import _delta_table, _dml
+from deltaflow.spark.dml import _delete_update, _delta_table
 from deltaflow.spark.errors import RetentionTooShortError
 from deltaflow.table.errors import UnsupportedFeatureError
 
@@ -277,13 +277,13 @@ def test_dml_on_deltaflow_written_table_with_typed_columns(spark, table_path):
 
 def _interleave(monkeypatch, concurrent) -> None:
     """Run ``concurrent`` (another writer) right before the DML commits."""
-    original = _dml.commit
+    original = _delete_update.commit
 
     def commit_after_concurrent_writer(request):
         concurrent()
         return original(request)
 
-    monkeypatch.setattr(_dml, "commit", commit_after_concurrent_writer)
+    monkeypatch.setattr(_delete_update, "commit", commit_after_concurrent_writer)
 
 
 def test_delete_conflicts_with_concurrent_delete_of_a_file_it_read(spark, table_path, monkeypatch):

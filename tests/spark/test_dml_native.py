@@ -13,9 +13,9 @@ from deltalake import write_deltalake
 
 import deltaflow
 from deltaflow.errors import InvalidOptionError
-from deltaflow.spark import _change_writer, _dml
-from deltaflow.spark._native_write import NATIVE_WRITE_CONF
+from deltaflow.spark.dml import _changes, _delete_update
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
+from deltaflow.spark.write._native import NATIVE_WRITE_CONF
 from tests.table.dv_fixtures import add_deletion_vectors
 
 JVM_SCAN = "JVM Parquet scan"
@@ -27,15 +27,15 @@ _LAYOUT_METRICS = ("Bytes", "Files", "TimeMs")
 
 @pytest.fixture(autouse=True)
 def default_paths(spark: Any) -> Iterator[None]:
-    for key in (_dml.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF):
+    for key in (_delete_update.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF):
         spark.conf.unset(key)
     yield
-    for key in (_dml.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF):
+    for key in (_delete_update.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF):
         spark.conf.unset(key)
 
 
 def use_python(spark: Any, python: bool) -> None:
-    spark.conf.set(_dml.NATIVE_SCAN_CONF, "false" if python else "auto")
+    spark.conf.set(_delete_update.NATIVE_SCAN_CONF, "false" if python else "auto")
     spark.conf.set(NATIVE_WRITE_CONF, "false" if python else "auto")
 
 
@@ -216,13 +216,13 @@ def test_merge_equi_join_is_a_hash_join(
     path = table_path()
     make_table(path)
     plans: list[str] = []
-    original = _change_writer.write
+    original = _changes.write
 
     def recording(rows: Any, plan: Any, *, changes: bool) -> Any:
         plans.append(str(rows._jdf.queryExecution().executedPlan().toString()))
         return original(rows, plan, changes=changes)
 
-    monkeypatch.setattr(_change_writer, "write", recording)
+    monkeypatch.setattr(_changes, "write", recording)
     merge_all_clauses(spark, path)
     (plan,) = plans
     assert "NestedLoopJoin" not in plan
@@ -232,7 +232,7 @@ def test_merge_equi_join_is_a_hash_join(
 def test_bad_conf_value_is_a_typed_error(spark: Any, table_path: Any) -> None:
     path = table_path()
     make_table(path)
-    spark.conf.set(_dml.NATIVE_SCAN_CONF, "sometimes")
+    spark.conf.set(_delete_update.NATIVE_SCAN_CONF, "sometimes")
     with pytest.raises(InvalidOptionError) as info:
         delete_some(spark, path)
-    assert info.value.option == _dml.NATIVE_SCAN_CONF
+    assert info.value.option == _delete_update.NATIVE_SCAN_CONF

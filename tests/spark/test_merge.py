@@ -12,7 +12,7 @@ from deltalake import write_deltalake
 from pyspark.sql import functions as F
 
 from deltaflow import ConcurrentWriteError, DeltaTable, InvalidOptionError, SchemaMismatchError
-from deltaflow.spark import _dml, _merge
+from deltaflow.spark.dml import _delete_update, _merge
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
 from deltaflow.table.errors import UnsupportedFeatureError
 
@@ -318,13 +318,13 @@ def test_partition_column_update_moves_rows(spark, table_path):
 def test_partition_equality_with_source_prunes_files(spark, table_path, monkeypatch):
     path = _make(table_path())
     scanned: list[int] = []
-    original = _dml._scan
+    original = _delete_update._scan
 
     def recording_scan(spark, snapshot, struct, files, alias, **kwargs):
         scanned.append(len(files))
         return original(spark, snapshot, struct, files, alias, **kwargs)
 
-    monkeypatch.setattr(_dml, "_scan", recording_scan)
+    monkeypatch.setattr(_delete_update, "_scan", recording_scan)
     before = _files(path)
     b_files = {p for p in before if "kind=b" in p}
     source = [(4, "b", 44, "s"), (50, "b", 5, "n"), (None, None, 1, "n")]

@@ -11,8 +11,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 import deltaflow
-from deltaflow.spark import _native_read, _reader_compat
-from deltaflow.spark._native_read import NATIVE_SCAN_CONF, Fallback, NativeScan, plan_native_scan
+from deltaflow.spark.read import _compat, _native
+from deltaflow.spark.read._native import NATIVE_SCAN_CONF, Fallback, NativeScan, plan_native_scan
 from deltaflow.table._snapshot import load_snapshot
 from tests.table.dv_fixtures import add_deletion_vectors
 
@@ -21,7 +21,7 @@ SPECIAL = ["a/b", "c:d", "e f", "x%y", "q=r", "it's", "ü", "%41", None, "z"]
 
 @pytest.fixture(autouse=True)
 def native_reads(spark: Any) -> Iterator[None]:
-    _reader_compat.install()  # until register() installs it
+    _compat.install()  # until register() installs it
     spark.conf.unset(NATIVE_SCAN_CONF)
     yield
     spark.conf.unset(NATIVE_SCAN_CONF)
@@ -206,7 +206,7 @@ def test_empty_table_reads_no_rows(spark: Any, table_path: Any) -> None:
     ],
 )
 def test_path_checks(relative: str, value: Any, problem: str | None) -> None:
-    found = _native_read._path_problem(relative, ("p",), {"p": value})
+    found = _native._path_problem(relative, ("p",), {"p": value})
     if problem is None:
         assert found is None
     else:

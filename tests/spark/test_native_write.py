@@ -21,11 +21,11 @@ from deltalake import DeltaTable
 
 from deltaflow import InvalidOptionError
 from deltaflow import typed_error as deltaflow_typed
-from deltaflow.spark import _native_write
-from deltaflow.spark._native_read import NativeScan, plan_native_scan
+from deltaflow.spark.read._native import NativeScan, plan_native_scan
+from deltaflow.spark.write import _native
 from deltaflow.table._snapshot import load_snapshot
 
-CONF = _native_write.NATIVE_WRITE_CONF
+CONF = _native.NATIVE_WRITE_CONF
 SPECIAL = ["a/b=c", "sp ace", "per%cent", "colon:q?", "ünï", "", "__HIVE_DEFAULT_PARTITION__"]
 SPECIAL += ["\x01lead", "{[x]}*"]
 

@@ -33,8 +33,8 @@ from pyspark.sql.datasource import (
 
 import deltaflow
 from deltaflow.spark import ScanReport, scan_reports
-from deltaflow.spark._reader import FILE_SKIPPING_SAFE, plan_scan, to_predicate
-from deltaflow.spark._scan_report import WORKER_LOGGING_CONF
+from deltaflow.spark.read._reader import FILE_SKIPPING_SAFE, plan_scan, to_predicate
+from deltaflow.spark.read._scan_report import WORKER_LOGGING_CONF
 from deltaflow.table._snapshot import load_snapshot
 from tests.table.dv_fixtures import add_deletion_vectors
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyspark
 
-from deltaflow.spark import _session
+from deltaflow import _session
 
 
 def _pyspark_origin(_: Any) -> str:

@@ -17,9 +17,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from deltaflow.errors import InvalidOptionError
-from deltaflow.spark._native_write import NATIVE_WRITE_CONF
-from deltaflow.spark._writer_compat import unpack_remote_error
 from deltaflow.spark.errors import ChangeCommitError
+from deltaflow.spark.write._compat import unpack_remote_error
+from deltaflow.spark.write._native import NATIVE_WRITE_CONF
 from tests.spark._checkpoints import forget_batch
 
 # ---- helpers ---------------------------------------------------------------------------

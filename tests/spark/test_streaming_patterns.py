@@ -20,7 +20,7 @@ from deltalake import write_deltalake
 from pyspark.sql import functions as F
 
 import deltaflow
-from deltaflow.spark._writer_compat import unpack_remote_error
+from deltaflow.spark.write._compat import unpack_remote_error
 from deltaflow.table.errors import SchemaMismatchError
 from tests.spark._checkpoints import forget_batch
 
@@ -293,7 +293,7 @@ def test_foreach_batch_txn_skip_in_a_stateful_query(spark, table_path) -> None:
 
 def test_only_stateful_micro_batches_run_when_skipped(spark, table_path) -> None:
     # A skipped write re-runs its batch only where Spark needs it (state stores).
-    from deltaflow.spark._writer_compat import _runs_state_stores
+    from deltaflow.spark.write._compat import _runs_state_stores
 
     source = table_path("src")
     commit(source, id=pa.array([1, 2, 3], pa.int64()))

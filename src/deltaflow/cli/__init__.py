@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The flags of ``deltaflow serve`` as configuration overrides."""
-    from deltaflow.ingest._http_errors import ServeConfigError
+    from deltaflow.ingest.http.errors import ServeConfigError
 
     tables: dict[str, dict[str, Any]] = {}
     pairs = (
@@ -88,8 +88,8 @@ def serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
-        from deltaflow.ingest._http_app import serve
-        from deltaflow.ingest._http_config import load_config
+        from deltaflow.ingest.http._app import serve
+        from deltaflow.ingest.http._config import load_config
 
         try:
             config = load_config(args.config, serve_overrides(args))

@@ -49,7 +49,7 @@ recorded file (new query, offset 0), as Auto Loader does with a new checkpoint.
 
 from __future__ import annotations
 
-from deltaflow.ingest.errors import (
+from deltaflow.ingest.cloudfiles.errors import (
     CloudFilesError,
     MalformedRecordError,
     NewColumnsError,

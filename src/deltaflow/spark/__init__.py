@@ -1,6 +1,12 @@
-"""The Spark layer: sessions, the ``delta`` data source and the DeltaTable API."""
+"""The Spark layer: the ``delta`` data source, its JVM connector's brain and the DeltaTable API.
 
-from deltaflow.spark._scan_report import ScanReport, scan_reports
-from deltaflow.spark._session import configure, register, session, spark_conf
+Subpackages: ``read`` (batch reads, scan reports, the change data feed), ``write``
+(batch writes, ``replaceWhere``), ``stream`` (stream source and sink, progress), ``dml``
+(``DeltaTable``: DELETE, UPDATE, MERGE, history), ``catalog`` (catalog tables, the table
+builder) and ``bridge`` (the operations the JVM connector calls). Sessions are wired one
+level up, in :mod:`deltaflow._session`, because they register ``ingest`` sources too.
+"""
 
-__all__ = ["ScanReport", "configure", "register", "scan_reports", "session", "spark_conf"]
+from deltaflow.spark.read._scan_report import ScanReport, scan_reports
+
+__all__ = ["ScanReport", "scan_reports"]

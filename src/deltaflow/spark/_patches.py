@@ -34,7 +34,7 @@ PATCHES = (
     Patch(
         "pyspark.sql.readwriter.DataFrameReader",
         ("format", "schema", "option", "options", "load"),
-        "_reader_compat",
+        "read._compat",
         "install",
         "typed errors (missing table, bad version or option) where the caller called"
         " load(); a user-specified schema goes to the Python source",
@@ -45,7 +45,7 @@ PATCHES = (
             *("format", "mode", "option", "options", "partitionBy", "save"),
             *("parquet", "orc", "json", "csv", "text", "saveAsTable"),
         ),
-        "_writer_compat",
+        "write._compat",
         "install",
         "typed errors and skipped duplicate app transactions before any job;"
         " partitionBy as an option the Python writer reads",
@@ -53,7 +53,7 @@ PATCHES = (
     Patch(
         "pyspark.sql.session.SparkSession",
         ("sql",),
-        "_create_builder",
+        "catalog._create",
         "install_sql_create",
         "CREATE TABLE t (columns) USING delta and INSERT into catalog tables, until"
         " issue 12's catalog extension",
@@ -61,21 +61,21 @@ PATCHES = (
     Patch(
         "pyspark.sql.readwriter.DataFrameWriter",
         ("insertInto",),
-        "_catalog_writes",
+        "catalog._writes",
         "install",
         "insertInto a catalog table by its location, until issue 12's catalog extension",
     ),
     Patch(
         "pyspark.sql.streaming.readwriter.DataStreamWriter",
         ("toTable",),
-        "_stream_writer",
+        "stream._writer",
         "install_to_table",
         "toTable(name) as start(location) for Delta catalog tables, until issue 12",
     ),
     Patch(
         "pyspark.sql.streaming.readwriter.DataStreamWriter",
         ("format", "option", "options", "partitionBy", "start"),
-        "_stream_partitions",
+        "stream._partitions",
         "install",
         "partitionBy as an option for the Python sink, which Spark refuses it for",
     ),

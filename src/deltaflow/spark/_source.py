@@ -14,7 +14,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from deltaflow.spark._options import parse_read_options
-from deltaflow.spark._reader import DeltaBatchReader
+from deltaflow.spark.read._reader import DeltaBatchReader
 from deltaflow.table import _schema, _uri
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 
@@ -53,7 +53,7 @@ class DeltaDataSource(DataSource):
         snapshot = self._load()
         schema = StructType.fromJson(_schema.logical_schema(snapshot.schema))
         if self._reads_change_feed():
-            from deltaflow.spark._cdf import with_cdf_columns
+            from deltaflow.spark.read._cdf import with_cdf_columns
 
             schema = with_cdf_columns(schema)
         return with_location(schema, snapshot.uri)
@@ -70,7 +70,7 @@ class DeltaDataSource(DataSource):
         options.setdefault("path", snapshot.uri)
         read = parse_read_options(options)
         if read.read_change_feed:
-            from deltaflow.spark._cdf import DeltaChangeFeedReader
+            from deltaflow.spark.read._cdf import DeltaChangeFeedReader
 
             return DeltaChangeFeedReader(snapshot, schema, read)
         return DeltaBatchReader(snapshot, schema, read.file_skipping)
@@ -79,16 +79,16 @@ class DeltaDataSource(DataSource):
         # Imported here: the writer modules pull in pyarrow.dataset and pandas (~1 s of
         # start-up in every Python worker Spark starts for a read or a stream).
         from deltaflow.spark._options import parse_write_options
-        from deltaflow.spark._writer import DeltaBatchWriter, plan_write
-        from deltaflow.spark._writer_compat import SAVE_MODE_OPTION
+        from deltaflow.spark.write._compat import SAVE_MODE_OPTION
+        from deltaflow.spark.write._writer import DeltaBatchWriter, plan_write
 
         raw = _without(self.options, SAVE_MODE_OPTION)
         location = location_of(schema)
         if not (raw.get("path") or raw.get("location")):
             # A catalog write that did not go through deltaflow's INSERT / insertInto: the
             # location in the query's schema may be the table it READS from.
-            from deltaflow.spark._catalog_writes import refuse_unrouted_write
-            from deltaflow.spark._writer_compat import RemoteDeltaflowError
+            from deltaflow.spark.catalog._writes import refuse_unrouted_write
+            from deltaflow.spark.write._compat import RemoteDeltaflowError
 
             raise RemoteDeltaflowError(refuse_unrouted_write(location or "no table"))
         options = parse_write_options(raw)
@@ -98,14 +98,14 @@ class DeltaDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from deltaflow.spark._options import parse_stream_options
-        from deltaflow.spark._stream_reader import DeltaStreamReader
+        from deltaflow.spark.stream._reader import DeltaStreamReader
 
         snapshot = self._load(schema)
         options = parse_stream_options({**dict(self.options), "path": snapshot.uri})
         return DeltaStreamReader(snapshot, schema, options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from deltaflow.spark._stream_writer import stream_writer
+        from deltaflow.spark.stream._writer import stream_writer
 
         return stream_writer(self.options, schema, overwrite)
 

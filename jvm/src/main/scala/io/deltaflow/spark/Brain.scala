@@ -16,12 +16,12 @@ import org.apache.spark.internal.Logging
 /**
  * The driver JVM's way into deltaflow's Python brain (the Delta log's rules).
  *
- * The JVM starts one long-lived Python process, `python -m deltaflow.spark._bridge`, and
+ * The JVM starts one long-lived Python process, `python -m deltaflow.spark.bridge._server`, and
  * talks to it over its stdin/stdout: one JSON object a line each way. A request is
  * `{"id": n, "op": "...", "args": {...}}`; its answer is `{"id": n, "result": ...}` or
  * `{"id": n, "error": {"type", "message", "wire"}}`. Requests are multiplexed: the
  * Python side answers each on its own thread, so one slow snapshot load never holds up
- * another query's planning. Every operation is listed in `deltaflow/spark/_bridge.py`.
+ * another query's planning. Every operation is listed in `deltaflow/spark/bridge/_server.py`.
  *
  * This works in every host Spark runs the connector in (a PySpark driver, the Connect
  * server, `spark-sql`, the Thrift server) because it needs nothing but a Python with
@@ -70,7 +70,7 @@ private class BrainProcess(python: String) extends Logging {
   @volatile private var failure: String = _
 
   private val process: Process = {
-    val builder = new ProcessBuilder(python, "-u", "-m", "deltaflow.spark._bridge")
+    val builder = new ProcessBuilder(python, "-u", "-m", "deltaflow.spark.bridge._server")
     builder.redirectError(ProcessBuilder.Redirect.INHERIT)
     try builder.start()
     catch {
@@ -78,7 +78,7 @@ private class BrainProcess(python: String) extends Logging {
         throw DeltaflowException.of(
           "BridgeError",
           s"deltaflow's connector could not start its Python side `$python -m " +
-            s"deltaflow.spark._bridge`: ${e.getMessage}. Set the Spark conf " +
+            s"deltaflow.spark.bridge._server`: ${e.getMessage}. Set the Spark conf " +
             s"${Brain.PythonConf} to a Python that has deltaflow installed " +
             "(deltaflow.spark_conf() does).",
           Map("operation" -> "start"))

@@ -12,7 +12,7 @@ import org.apache.spark.sql.sources._
 import org.apache.spark.sql.types._
 
 /**
- * Pushed filters in the brain's JSON form (`deltaflow/spark/_bridge.py` reads them):
+ * Pushed filters in the brain's JSON form (`deltaflow/spark/bridge/_server.py` reads them):
  * `{"op": "=", "column": ["a", "b"], "value": v}` with `op` one of = <=> > >= < <= in
  * is_null is_not_null starts_with, and `{"op": "not", "child": {...}}`. Values that JSON
  * `{"op": "or" | "and", "children": [...]}`. Values that JSON

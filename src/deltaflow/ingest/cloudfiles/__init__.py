@@ -1,0 +1,1 @@
+"""The ``cloudFiles`` source: Auto Loader-style ingestion of files dropped in a landing zone."""

@@ -1,0 +1,1 @@
+"""``deltaflow serve``: events POSTed over HTTP, group-committed into Delta tables."""

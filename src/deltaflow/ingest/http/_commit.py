@@ -1,0 +1,485 @@
+"""Group commit with durable acknowledgement and idempotency keys, per table.
+
+Delivery semantics (what a ``200`` means): every event of the request is in a Delta
+commit of the table, and (``fsync``, local tables) the data files and the log entry
+reached the disk. Requests that arrive while a commit runs are gathered into the next
+group: one Parquet file per partition and **one** Delta commit per group, after which
+all of the group's requests are answered.
+
+Idempotency: a request's ``Idempotency-Key`` is recorded inside the commit that holds
+its events (commitInfo field ``deltaflow.ingest``: group id plus ``[key, rows]`` pairs),
+so "events committed" and "key remembered" are one atomic fact. The service keeps the
+keys in memory (at most ``idempotency_max_keys`` per table, oldest forgotten first) and
+re-reads them from the table's latest ``idempotency_recover_commits`` commits at
+start-up. A retry of a remembered key is answered with the first attempt's result and
+writes nothing; a retry while the first attempt is still in flight waits for it.
+No Delta ``txn`` action per key: those stay in every checkpoint forever.
+
+A commit that fails is checked against the log before it is reported: if the group's id
+is in a commit after all (e.g. the failure came after the log entry was written), the
+requests succeed. Otherwise its files are deleted and its requests fail with a
+retryable error; nothing of the group is in the table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Schema
+
+from deltaflow.ingest.http._config import ServeConfig, TableConfig
+from deltaflow.ingest.http.errors import IngestCommitError, ServeConfigError
+from deltaflow.table import _commit, _partitions, _stats, _uri
+from deltaflow.table._snapshot import load_snapshot, table_exists
+from deltaflow.table.errors import UnsupportedFeatureError
+
+log = logging.getLogger("deltaflow.serve")
+
+COMMIT_INFO_KEY = "deltaflow.ingest"
+
+
+@dataclass(frozen=True)
+class Acknowledgement:
+    version: int
+    rows: int
+    duplicate: bool = False
+
+
+@dataclass
+class _Pending:
+    table: pa.Table
+    key: str | None
+    future: asyncio.Future[Acknowledgement]
+    arrived: float
+    nbytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.nbytes = self.table.nbytes
+
+
+class TableWriter:
+    """The storage side of one table: files, commits, key recovery. One thread only."""
+
+    def __init__(self, config: TableConfig, server: ServeConfig) -> None:
+        self.config = config
+        self.fsync = server.fsync and _uri.is_local(config.uri)
+        self._location = _uri.delta_rs_uri(config.uri)
+        self.table = self._open()
+        snapshot = load_snapshot(config.uri)
+        if snapshot.column_mapping_mode != "none":
+            raise UnsupportedFeatureError(
+                f"{config.uri} uses column mapping, which HTTP ingest does not write yet."
+                " Serve a table without delta.columnMapping.mode.",
+                table_uri=config.uri,
+                feature="columnMapping",
+            )
+        self.partition_by = snapshot.partition_columns
+        self.num_indexed = _stats.num_indexed_cols(snapshot.configuration)
+        self.delta_schema: Schema = self.table.schema()
+        self.arrow_schema = pa.schema(self.delta_schema.to_arrow())
+        self._check_configured_schema(snapshot.schema)
+
+    def _open(self) -> DeltaTable:
+        config = self.config
+        if not table_exists(config.uri):
+            if not config.create or config.schema is None:
+                raise ServeConfigError(
+                    f"table {config.name!r}: there is no Delta table at {config.uri}. Give"
+                    " the table a 'schema' (and leave 'create' true) to create it, or fix"
+                    " 'path'.",
+                    option="path",
+                )
+            DeltaTable.create(
+                self._location,
+                Schema.from_json(json.dumps(config.schema)),
+                partition_by=list(config.partition_by) or None,
+                mode="ignore",
+            )
+            log.info("created table %s at %s", config.name, config.uri)
+        return DeltaTable(self._location)
+
+    def _check_configured_schema(self, existing: dict[str, Any]) -> None:
+        wanted = self.config.schema
+        if wanted is None:
+            return
+        have = {f["name"]: f["type"] for f in existing["fields"]}
+        want = {f["name"]: f["type"] for f in wanted["fields"]}
+        if have != want or (
+            self.config.partition_by and tuple(self.config.partition_by) != self.partition_by
+        ):
+            raise ServeConfigError(
+                f"table {self.config.name!r}: the configured schema/partitioning differs from"
+                f" the existing table at {self.config.uri} (table columns: "
+                f"{', '.join(f'{k} {json.dumps(v)}' for k, v in have.items())}; partitioned"
+                f" by {list(self.partition_by)}). Remove 'schema' from the configuration to"
+                " serve the table as it is, or point 'path' elsewhere.",
+                option="schema",
+            )
+
+    # ---- idempotency keys ------------------------------------------------------------
+
+    def recover_keys(self, limit: int) -> list[tuple[str, int, int]]:
+        """``(key, version, rows)`` recorded in the latest ``limit`` commits, oldest first."""
+        if limit <= 0:
+            return []
+        found: list[tuple[str, int, int]] = []
+        for info in reversed(self.table.history(limit)):
+            marker = _marker(info)
+            if marker is None:
+                continue
+            version = int(info["version"])
+            found.extend((str(k), version, int(rows)) for k, rows in marker.get("keys", []))
+        return found
+
+    # ---- commits ---------------------------------------------------------------------
+
+    def commit_group(self, tables: list[pa.Table], keys: list[tuple[str, int]]) -> int:
+        """Write ``tables`` as files and commit them once; returns the commit's version."""
+        group = uuid.uuid4().hex
+        combined = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        files = self._write_files(combined, group)
+        before = self.table.version()
+        marker = json.dumps({"group": group, "keys": keys}, separators=(",", ":"))
+        properties = CommitProperties(
+            custom_metadata={COMMIT_INFO_KEY: marker},
+            max_commit_retries=_commit.MAX_COMMIT_RETRIES,
+        )
+        try:
+            self.table.create_write_transaction(
+                [f.to_action() for f in files],
+                "append",
+                self.delta_schema,
+                list(self.partition_by) or None,
+                commit_properties=properties,
+            )
+        except Exception as exc:
+            version = self._find_group(group, before)
+            if version is not None:
+                log.warning("commit of group %s raised but is in the log: %s", group, exc)
+                return version
+            _delete(self.config.uri, files)
+            raise IngestCommitError(
+                f"could not commit to table {self.config.name!r} ({self.config.uri}): {exc}."
+                " Nothing of this request was written; retry it (with the same"
+                " Idempotency-Key).",
+                table=self.config.name,
+                table_uri=self.config.uri,
+            ) from exc
+        version = self._find_group(group, before)
+        if version is None:  # cannot happen unless the log was rewritten under us
+            raise IngestCommitError(
+                f"committed to {self.config.uri} but cannot find the commit in the log",
+                table=self.config.name,
+                table_uri=self.config.uri,
+            )
+        if self.fsync:
+            log_dir = os.path.join(_uri.local_path(self.config.uri), "_delta_log")
+            _fsync_path(os.path.join(log_dir, f"{version:020d}.json"))
+            _fsync_path(log_dir)
+        return version
+
+    def _find_group(self, group: str, before: int) -> int | None:
+        """The version after ``before`` whose commit carries ``group``, if any."""
+        try:
+            self.table.update_incremental()
+            latest = self.table.version()
+            if latest <= before:
+                return None
+            for info in self.table.history(latest - before):
+                marker = _marker(info)
+                if marker is not None and marker.get("group") == group:
+                    return int(info["version"])
+        except Exception:
+            log.exception("could not read the log of %s to check a commit", self.config.uri)
+            raise
+        return None
+
+    def _write_files(self, table: pa.Table, group: str) -> list[_commit.AddedFile]:
+        files = []
+        fs, root = _uri.filesystem(self.config.uri)
+        directories: set[str] = set()
+        for number, (values, part) in enumerate(self._split(table)):
+            data = part.drop_columns(list(self.partition_by)) if self.partition_by else part
+            directory = _partitions.partition_dir(list(self.partition_by), values)
+            name = f"part-{number:05d}-{group}-c000.snappy.parquet"
+            relative = f"{directory}/{name}" if directory else name
+            full = f"{root}/{relative}"
+            if directory:
+                fs.create_dir(f"{root}/{directory}", recursive=True)
+            if self.fsync:
+                with open(full, "wb") as handle:
+                    pq.write_table(data, handle, compression="snappy")
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                directories.add(os.path.dirname(full))
+            else:
+                with fs.open_output_stream(full) as stream:
+                    pq.write_table(data, stream, compression="snappy")
+            files.append(
+                _commit.AddedFile(
+                    path=relative,
+                    size=fs.get_file_info(full).size,
+                    partition_values=values,
+                    modification_time=int(time.time() * 1000),
+                    stats=_stats.file_stats(data, self.num_indexed),
+                )
+            )
+        for directory in sorted(directories, key=len, reverse=True):
+            _fsync_path(directory)
+        if self.fsync and self.partition_by:
+            _fsync_path(root)
+        return files
+
+    def _split(self, table: pa.Table) -> list[tuple[dict[str, str | None], pa.Table]]:
+        columns = list(self.partition_by)
+        if not columns:
+            return [({}, table)]
+        combos = table.select(columns).group_by(columns).aggregate([]).to_pylist()
+        parts = []
+        for combo in combos:
+            mask = None
+            for column in columns:
+                value = combo[column]
+                array = table.column(column)
+                if value is None:
+                    test = pc.is_null(array)
+                else:
+                    test = pc.equal(array, pa.scalar(value, type=array.type))
+                mask = test if mask is None else pc.and_(mask, test)
+            values = {c: _partitions.serialize_partition_value(combo[c]) for c in columns}
+            parts.append((values, table.filter(mask)))
+        return parts
+
+
+def describe_table(config: TableConfig) -> dict[str, Any]:
+    """Version, row count and last commit of a served table (a fresh snapshot)."""
+    snapshot = load_snapshot(config.uri)
+    files = snapshot.files()
+    rows = sum(f.num_records or 0 for f in files)
+    last = snapshot.history(1)
+    commit = last[0] if last else {}
+    return {
+        "name": config.name,
+        "uri": config.uri,
+        "version": snapshot.version,
+        "num_rows": rows,
+        "num_files": len(files),
+        "partition_columns": list(snapshot.partition_columns),
+        "last_commit": {
+            "version": commit.get("version", snapshot.version),
+            "timestamp_ms": commit.get("timestamp"),
+            "operation": commit.get("operation"),
+        },
+    }
+
+
+class GroupCommitter:
+    """The event-loop side: queue, grouping by delay/size, and the key index."""
+
+    def __init__(
+        self,
+        writer: TableWriter,
+        server: ServeConfig,
+        on_commit: Callable[[int, int, float], None] | None = None,
+    ) -> None:
+        self.writer = writer
+        self.name = writer.config.name
+        self.max_delay = server.group_commit_max_delay_ms / 1000.0
+        self.max_rows = max(server.group_commit_max_rows, 1)
+        self.max_bytes = max(server.group_commit_max_bytes, 1)
+        self.max_pending_bytes = server.max_pending_bytes
+        self.max_keys = max(server.idempotency_max_keys, 0)
+        self._on_commit = on_commit
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._pending_rows = 0
+        self.pending_bytes = 0
+        self._wakeup = asyncio.Event()
+        self._full = asyncio.Event()
+        self._closing = False
+        self._keys: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
+        self._in_flight: dict[str, asyncio.Future[Acknowledgement]] = {}
+        # One thread: commits of a table are sequential; the event loop keeps accepting.
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, f"deltaflow-commit-{self.name}")
+        self._task: asyncio.Task[None] | None = None
+        self.healthy = True
+
+    def remember(self, keys: list[tuple[str, int, int]]) -> None:
+        for key, version, rows in keys:
+            self._remember(key, version, rows)
+
+    def _remember(self, key: str, version: int, rows: int) -> None:
+        if self.max_keys == 0:
+            return
+        self._keys[key] = (version, rows)
+        self._keys.move_to_end(key)
+        while len(self._keys) > self.max_keys:
+            self._keys.popitem(last=False)
+
+    @property
+    def remembered_keys(self) -> int:
+        return len(self._keys)
+
+    def pending_bytes_now(self) -> float:
+        return float(self.pending_bytes)
+
+    def remembered_keys_now(self) -> float:
+        return float(len(self._keys))
+
+    def known(self, key: str) -> Acknowledgement | None:
+        """The result a committed request with ``key`` had, if it is remembered."""
+        found = self._keys.get(key)
+        return None if found is None else Acknowledgement(found[0], found[1], duplicate=True)
+
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def overloaded(self) -> bool:
+        return self.pending_bytes >= self.max_pending_bytes
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def submit(self, table: pa.Table, key: str | None) -> Acknowledgement:
+        """Resolve once ``table`` is committed (or was, under ``key``); raises on failure."""
+        if self._closing:
+            raise IngestCommitError(
+                f"table {self.name!r} is shutting down; retry against the restarted service",
+                table=self.name,
+                table_uri=self.writer.config.uri,
+            )
+        if key is not None:
+            known = self._keys.get(key)
+            if known is not None:
+                return Acknowledgement(known[0], known[1], duplicate=True)
+            running = self._in_flight.get(key)
+            if running is not None:
+                first = await asyncio.shield(running)
+                return Acknowledgement(first.version, first.rows, duplicate=True)
+        future: asyncio.Future[Acknowledgement] = asyncio.get_running_loop().create_future()
+        if key is not None:
+            self._in_flight[key] = future
+        item = _Pending(table, key, future, time.monotonic())
+        self._pending.append(item)
+        self._pending_rows += table.num_rows
+        self.pending_bytes += item.nbytes
+        self._wakeup.set()
+        if self._pending_rows >= self.max_rows or self.pending_bytes >= self.max_bytes:
+            self._full.set()
+        return await asyncio.shield(future)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wakeup.wait()
+            if not self._pending:
+                self._wakeup.clear()
+                if self._closing:
+                    return
+                continue
+            wait = self._pending[0].arrived + self.max_delay - time.monotonic()
+            if wait > 0 and not self._closing and not self._full.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._full.wait(), wait)
+            group = self._take_group()
+            started = time.monotonic()
+            tables = [p.table for p in group]
+            keys = [(p.key, p.table.num_rows) for p in group if p.key is not None]
+            try:
+                version = await loop.run_in_executor(
+                    self._executor, self.writer.commit_group, tables, keys
+                )
+            except Exception as exc:
+                log.error("commit to table %s failed: %s", self.name, exc)
+                self._fail(group, exc)
+                continue
+            finally:
+                for p in group:
+                    self.pending_bytes -= p.nbytes
+            rows = sum(t.num_rows for t in tables)
+            for p in group:
+                if p.key is not None:
+                    self._remember(p.key, version, p.table.num_rows)
+                    self._in_flight.pop(p.key, None)
+                if not p.future.done():
+                    p.future.set_result(Acknowledgement(version, p.table.num_rows))
+            if self._on_commit is not None:
+                self._on_commit(rows, len(group), time.monotonic() - started)
+
+    def _take_group(self) -> list[_Pending]:
+        group: list[_Pending] = []
+        rows = nbytes = 0
+        while self._pending and (not group or (rows < self.max_rows and nbytes < self.max_bytes)):
+            item = self._pending.popleft()
+            group.append(item)
+            rows += item.table.num_rows
+            nbytes += item.nbytes
+        self._pending_rows -= rows
+        if self._pending_rows < self.max_rows and self.pending_bytes - nbytes < self.max_bytes:
+            self._full.clear()
+        if not self._pending:
+            self._wakeup.clear()
+        return group
+
+    def _fail(self, group: list[_Pending], exc: Exception) -> None:
+        error = exc
+        if not isinstance(exc, IngestCommitError):
+            error = IngestCommitError(
+                f"could not commit to table {self.name!r}: {exc}. Retry the request.",
+                table=self.name,
+                table_uri=self.writer.config.uri,
+            )
+        for p in group:
+            if p.key is not None:
+                self._in_flight.pop(p.key, None)
+            if not p.future.done():
+                p.future.set_exception(error)
+
+    async def close(self) -> None:
+        """Commit what is pending, then stop."""
+        self._closing = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+        self._executor.shutdown(wait=True)
+
+
+def _marker(info: dict[str, Any]) -> dict[str, Any] | None:
+    raw = info.get(COMMIT_INFO_KEY)
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _fsync_path(path: str) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _delete(table_uri: str, files: list[_commit.AddedFile]) -> None:
+    fs, root = _uri.filesystem(table_uri)
+    for added in files:
+        try:
+            fs.delete_file(f"{root}/{added.path}")
+        except OSError:
+            log.warning("could not delete uncommitted file %s", added.path)

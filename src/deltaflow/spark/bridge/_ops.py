@@ -1,0 +1,396 @@
+"""What each bridge operation does (see :mod:`deltaflow.spark.bridge._server` for the interface).
+
+Everything here runs in the brain process the JVM connector started, on the driver:
+no Spark session, no pyspark DataFrame. The Delta rules are the table layer's and the
+planning functions the Python data source uses; this module only translates between
+them and the JSON the JVM sends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import threading
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from deltalake import DeltaTable
+
+from deltaflow.spark._options import (
+    STREAM_READ_OPTIONS,
+    parse_read_options,
+    parse_stream_options,
+    parse_write_options,
+)
+from deltaflow.spark.errors import BridgeError
+from deltaflow.spark.read._native import NATIVE_SCAN_CONF, native_scan_mode
+from deltaflow.spark.stream._writer import batch_commit_info
+from deltaflow.spark.write import _files
+from deltaflow.spark.write._compat import SAVE_MODE_OPTION
+from deltaflow.spark.write._native import (
+    _ESCAPE,
+    STAGING_DIR,
+    NativeWrite,
+    collect_staged,
+    plan_native_write,
+    rows_in,
+)
+from deltaflow.spark.write._writer import WritePlan, commit_request
+from deltaflow.spark.write._writer import plan_write as plan_table_write
+from deltaflow.table import _commit, _partitions, _pruning, _schema, _uri
+from deltaflow.table._snapshot import Snapshot, load_snapshot, snapshot_of_table, table_exists
+from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
+
+# Schemes Spark's Hadoop layer opens from the pyspark wheel; other URIs (s3://, gs://,
+# abfss://, ...) are read and written by the Python data path.
+JVM_SCHEMES = frozenset({"", "file", "hdfs", "viewfs"})
+# Reader features the JVM scan does not implement yet. (typeWidening it does: Spark's
+# Parquet reader promotes int -> long / double, float -> double and widens decimals.)
+_PYTHON_READ_FEATURES: frozenset[str] = frozenset()
+_EMPTY_SCHEMA: dict[str, Any] = {"type": "struct", "fields": []}
+
+
+def options_of(args: dict[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (args.get("options") or {}).items()}
+
+
+def _get(options: dict[str, str], key: str) -> str | None:
+    lowered = key.lower()
+    return next((v for k, v in options.items() if k.lower() == lowered), None)
+
+
+def _path(options: dict[str, str], operation: str) -> str:
+    path = _get(options, "path")
+    if not path:
+        raise BridgeError(
+            "format('delta') needs a table location: .load('/path/to/table') or"
+            " .save('/path/to/table').",
+            operation=operation,
+        )
+    return _uri.normalize_uri(path)
+
+
+def load_table(args: dict[str, Any]) -> dict[str, Any]:
+    """``table.load``: lenient about options, since Spark asks for the table of a write
+    too (with the write's options); the scan checks read options strictly."""
+    options = options_of(args)
+    uri = _path(options, "table.load")
+    if any(k.lower() in _STREAM_ONLY for k in options):
+        # A stream's options fail where the stream is defined (readStream...load()), not
+        # in the query's thread after start().
+        parse_stream_options({**options, "path": uri})
+    conf = args.get("conf") or {}
+    version = _get(options, "versionAsOf")
+    timestamp = _get(options, "timestampAsOf")
+    route, reason = _route(uri, options, conf)
+    if version is None and timestamp is None and not table_exists(uri):
+        return _answer(uri, -1, False, _EMPTY_SCHEMA, _EMPTY_SCHEMA, (), route, reason)
+    read = parse_read_options({k: v for k, v in options.items() if k.lower() in _TIME_TRAVEL})
+    snapshot = load_snapshot(uri, version=read.version_as_of, timestamp=read.timestamp_as_of)
+    features = _PYTHON_READ_FEATURES.intersection(snapshot.reader_features)
+    if route == "jvm" and features:
+        route, reason = "python", f"reader feature {sorted(features)[0]!r}"
+    if route == "python" and _has_variant(snapshot.schema):
+        raise UnsupportedFeatureError(
+            f"Table {snapshot.uri} has VARIANT columns, which only deltaflow's connector reads,"
+            f" and this read needs the Python data source ({reason}). Read it without that"
+            " (VARIANT tables on object stores and their change feed are not supported yet).",
+            table_uri=snapshot.uri,
+            feature="variantType",
+        )
+    return _answer(
+        snapshot.uri,
+        snapshot.version,
+        True,
+        _schema.logical_schema(snapshot.schema),
+        _schema.physical_schema(snapshot.schema),
+        snapshot.partition_columns,
+        route,
+        reason,
+        snapshot.has_deletion_vectors_enabled,
+    )
+
+
+def _has_variant(schema: dict[str, Any]) -> bool:
+    return '"variant"' in json.dumps(schema)
+
+
+_STREAM_ONLY = frozenset(k.lower() for k in STREAM_READ_OPTIONS if k not in ("readChangeFeed",))
+_TIME_TRAVEL = frozenset({"path", "versionasof", "timestampasof"})
+
+
+def _route(uri: str, options: dict[str, str], conf: dict[str, str]) -> tuple[str, str]:
+    scheme = urlparse(uri).scheme
+    if scheme not in JVM_SCHEMES:
+        return "python", f"{scheme}:// is not a filesystem Spark's Hadoop layer opens here"
+    for key in ("readChangeFeed", "readChangeData"):
+        if (_get(options, key) or "").lower() == "true":
+            return "python", "change data feed"
+    if native_scan_mode(conf.get(NATIVE_SCAN_CONF)) == "false":
+        return "python", f"{NATIVE_SCAN_CONF}=false"
+    return "jvm", ""
+
+
+def _answer(
+    uri: str,
+    version: int,
+    exists: bool,
+    logical: dict[str, Any],
+    physical: dict[str, Any],
+    partition_columns: tuple[str, ...],
+    route: str,
+    reason: str,
+    deletion_vectors: bool = False,
+) -> dict[str, Any]:
+    return {
+        "uri": uri,
+        "version": version,
+        "exists": exists,
+        "schema": logical,
+        "physicalSchema": physical,
+        "partitionColumns": list(partition_columns),
+        "deletionVectors": deletion_vectors,
+        "route": route,
+        "routeReason": reason,
+    }
+
+
+def plan_scan(args: dict[str, Any]) -> dict[str, Any]:
+    """``scan.plan``: the snapshot's files left after pruning, with deleted rows."""
+    options = options_of(args)
+    if options:
+        parse_read_options(options)  # typed errors for misspelt or invalid read options
+    version = args.get("version")
+    snapshot = load_snapshot(str(args["uri"]), version=None if version is None else int(version))
+    _check_columns(snapshot, args.get("columns") or [])
+    predicates = [p for p in (to_predicate(f) for f in args.get("filters") or []) if p]
+    pruned = _pruning.prune_files(snapshot.files(), predicates, snapshot.partition_columns)
+    deleted = snapshot.deleted_rows() if pruned.files else {}
+    files = [
+        file_item(
+            _location(snapshot.uri, entry.path),
+            entry.size,
+            entry.partition_values,
+            deleted.get(entry.path),
+        )
+        for entry in pruned.files
+    ]
+    return {
+        "version": snapshot.version,
+        "files": files,
+        "report": {
+            "table_uri": snapshot.uri,
+            "version": snapshot.version,
+            "files_in_snapshot": pruned.files_in_snapshot,
+            "files_scanned": len(files),
+            "skipped_by_partition": pruned.skipped_by_partition,
+            "skipped_by_stats": pruned.skipped_by_stats,
+            "bytes_scanned": sum(f["size"] for f in files),
+        },
+    }
+
+
+def _location(table_uri: str, log_path: str) -> str:
+    """A data file's absolute, percent-decoded location (what Hadoop's ``Path(String)``
+    takes) from its path in the log (URI-encoded, relative or absolute)."""
+    decoded = unquote(log_path)
+    return decoded if urlparse(log_path).scheme else _uri.join(table_uri, decoded)
+
+
+def file_item(
+    location: str,
+    size: int,
+    partition_values: dict[str, Any],
+    deleted: Any = None,
+) -> dict[str, Any]:
+    """One planned file as the connector reads it (``ScanFile`` on the JVM side)."""
+    item: dict[str, Any] = {
+        "location": location,
+        "size": size,
+        "partitionValues": {
+            k: _partitions.serialize_partition_value(v) for k, v in partition_values.items()
+        },
+    }
+    if deleted is not None and len(deleted):
+        item["deleted"] = [int(i) for i in deleted]
+    return item
+
+
+def _check_columns(snapshot: Snapshot, columns: list[str]) -> None:
+    """Refuse to read a table that lost columns since the DataFrame was made (delta-spark
+    refuses too); columns added since are left out of the DataFrame, as there."""
+    present = {f["name"].lower() for f in snapshot.schema["fields"]}
+    missing = tuple(c for c in columns if c.lower() not in present)
+    if missing:
+        raise SchemaMismatchError(
+            f"The schema of the Delta table {snapshot.uri} changed since this DataFrame was"
+            f" made: version {snapshot.version} has no column {', '.join(missing)}. Read the"
+            " table again (spark.read.format('delta').load(...)) to see its new schema.",
+            table_uri=snapshot.uri,
+            columns=missing,
+        )
+
+
+def to_predicate(node: dict[str, Any]) -> _pruning.Predicate | None:
+    """A pushed filter in the connector's JSON form as the table layer's predicate."""
+    op = node.get("op")
+    if op in ("or", "and"):
+        children = tuple(to_predicate(child) for child in node["children"])
+        if any(child is None for child in children):
+            return None
+        kind = _pruning.AnyOf if op == "or" else _pruning.AllOf
+        return kind(tuple(c for c in children if c is not None))
+    if op == "not":
+        child = to_predicate(node["child"])
+        return _pruning.Negation(child) if isinstance(child, _pruning.Comparison) else None
+    column = tuple(node["column"])
+    if op in ("is_null", "is_not_null"):
+        return _pruning.Comparison(op, column)
+    if op == "in":
+        return _pruning.Comparison("in", column, tuple(_value(v) for v in node["value"]))
+    if op in ("=", "<=>", ">", ">=", "<", "<=", "starts_with"):
+        return _pruning.Comparison(op, column, _value(node["value"]))
+    return None
+
+
+def _value(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "date" in value:
+            return dt.date.fromisoformat(value["date"])
+        if "timestamp_us" in value:
+            epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+            return epoch + dt.timedelta(microseconds=int(value["timestamp_us"]))
+        if "decimal" in value:
+            return decimal.Decimal(value["decimal"])
+    return value
+
+
+@dataclass(frozen=True)
+class _PendingWrite:
+    plan: WritePlan
+    native: NativeWrite
+    staging_uri: str
+    job_id: str
+    stream: tuple[str, int] | None = None  # a sink's micro-batch: (query id, batch id)
+    table: DeltaTable | None = None  # the sink's table, as the plan saw it
+
+
+_pending: dict[str, _PendingWrite] = {}
+_pending_lock = threading.Lock()
+
+# A streaming sink's table, per (table, query): loaded once, then moved on with
+# update_incremental() each batch. A fresh load per batch reads every commit since the
+# last checkpoint (~30 ms at 90 of them, growing); a query's batches run one at a time,
+# so its entry is never used by two calls at once. The oldest entries go past the cap.
+_SINK_TABLES_KEPT = 64
+_sink_tables: OrderedDict[tuple[str, str], DeltaTable] = OrderedDict()
+_sink_tables_lock = threading.Lock()
+
+
+def _sink_table(uri: str, query_id: str) -> DeltaTable | None:
+    """The sink's table now (None if there is none yet)."""
+    key = (uri, query_id)
+    with _sink_tables_lock:
+        table = _sink_tables.pop(key, None)
+    if table is None:
+        if not table_exists(uri):
+            return None
+        table = DeltaTable(_uri.delta_rs_uri(uri))
+    else:
+        table.update_incremental()
+    with _sink_tables_lock:
+        _sink_tables[key] = table
+        while len(_sink_tables) > _SINK_TABLES_KEPT:
+            _sink_tables.popitem(last=False)
+    return table
+
+
+def plan_write(args: dict[str, Any]) -> dict[str, Any]:
+    """``write.plan``: decide the write (typed errors here, before any job runs)."""
+    options = options_of(args)
+    mode = str(args["mode"])
+    incoming = json.loads(args["schema"]) if isinstance(args["schema"], str) else args["schema"]
+    conf = {str(k): str(v) for k, v in (args.get("conf") or {}).items()}
+    write_options = parse_write_options(options)
+    uri = _uri.normalize_uri(write_options.path)
+    stream = args.get("stream")
+    batch = (str(stream["queryId"]), int(stream["batchId"])) if stream else None
+    table = _sink_table(uri, batch[0]) if batch else None
+    current = snapshot_of_table(table, uri) if table is not None else None
+    plan = plan_table_write(uri, incoming, mode, write_options, current)
+    if plan.skip:
+        return {"route": "skip"}
+    native = plan_native_write(plan, incoming, lambda key, default: conf.get(key, default), current)
+    if urlparse(uri).scheme not in JVM_SCHEMES or not isinstance(native, NativeWrite):
+        delegate = {k: v for k, v in options.items() if k != "__partition_columns"}
+        if write_options.partition_by:
+            delegate["partitionBy"] = ",".join(write_options.partition_by)
+        delegate[SAVE_MODE_OPTION] = mode
+        return {"route": "python", "tableUri": uri, "delegateOptions": delegate}
+    job_id = uuid.uuid4().hex[:8]
+    staging = _uri.join(uri, f"{STAGING_DIR}/{job_id}-{uuid.uuid4().hex}")
+    handle = uuid.uuid4().hex
+    with _pending_lock:
+        _pending[handle] = _PendingWrite(plan, native, staging, job_id, batch, table)
+    return {
+        "route": "jvm",
+        "handle": handle,
+        "tableUri": uri,
+        "staging": staging,
+        "columns": [
+            {"name": name, "type": dtype, "source": source, "cast": cast}
+            for name, dtype, source, cast in native.columns
+        ],
+        "partitionColumns": list(native.partition_columns),
+        "escapedPartitions": list(native.escaped_string_partitions),
+        "escapeMark": _ESCAPE,
+        "hiveNull": _partitions.HIVE_NULL,
+        "codec": native.codec,
+        "hasTimestamps": native.has_timestamps,
+        "maxRecordsPerFile": plan.options.max_records_per_file or _files.DEFAULT_MAX_ROWS_PER_FILE,
+    }
+
+
+def _take(handle: str) -> _PendingWrite | None:
+    with _pending_lock:
+        return _pending.pop(handle, None)
+
+
+def commit_write(args: dict[str, Any]) -> dict[str, Any]:
+    """``write.commit``: footers, moves, one commit; the staging directory is removed."""
+    pending = _take(str(args["handle"]))
+    if pending is None:
+        raise BridgeError(
+            "write.commit for an unknown write: the Python side restarted since the write"
+            " was planned. Nothing was committed; run the write again.",
+            operation="write.commit",
+        )
+    moved = collect_staged(pending.plan, pending.native, pending.staging_uri, pending.job_id)
+    overrides: dict[str, Any] = {"table": pending.table} if pending.table is not None else {}
+    if pending.stream is not None:
+        query_id, batch_id = pending.stream
+        overrides["commit_info"] = batch_commit_info(
+            query_id, batch_id, pending.plan.mode, moved, rows_in(moved)
+        )
+    committed = False
+    try:
+        result = _commit.commit(commit_request(pending.plan, moved, **overrides))
+        committed = not result.skipped
+        return {"version": result.version, "files": len(moved), "skipped": result.skipped}
+    finally:
+        if not committed:
+            _files.delete_files(pending.plan.table_uri, moved)
+
+
+def abort_write(args: dict[str, Any]) -> dict[str, Any]:
+    """``write.abort``: delete the staging directory of a write that failed."""
+    pending = _take(str(args["handle"]))
+    if pending is not None:
+        from deltaflow.spark.write._native import delete_staging
+
+        delete_staging(pending.staging_uri)
+    return {}

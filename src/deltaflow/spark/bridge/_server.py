@@ -1,0 +1,142 @@
+"""The Python brain's side of the bridge the JVM connector calls.
+
+The connector's driver code (``io.deltaflow.spark.Brain``) starts this module as a
+long-lived process, ``python -u -m deltaflow.spark.bridge._server``, and writes one JSON
+request a line to its stdin: ``{"id": n, "op": "...", "args": {...}}``. Each request
+runs on a thread of its own; its answer is one line on stdout, ``{"id": n,
+"result": ...}`` or ``{"id": n, "error": {"type", "message", "fields", "wire"}}``,
+where ``type`` names a :class:`~deltaflow.errors.DeltaflowError` subclass and
+``wire`` is its marker (:func:`deltaflow.errors.to_wire`). Anything else the process
+prints goes to stderr (the driver's log). The process ends when stdin closes.
+
+The whole interface, every operation the JVM may call:
+
+=================  ==============================================================
+``ping``           ``{}`` -> ``{"pid"}``: the process is up.
+``table.load``     ``{options}`` -> the table at ``path`` (time travel applied):
+                   ``uri``, ``version``, ``exists``, logical ``schema`` and
+                   ``physicalSchema`` (Spark StructType JSON), ``partitionColumns``,
+                   ``route`` (``jvm`` | ``python``) and ``routeReason``.
+``scan.plan``      ``{uri, version, filters, options}`` -> ``files``: log path,
+                   size, partition values (Delta's strings), deleted row indexes;
+                   plus the scan report's counts.
+``write.plan``     ``{mode, schema, options, conf}`` -> ``route`` ``skip`` |
+                   ``python`` (with ``delegateOptions``) | ``jvm`` (a ``handle``, the
+                   ``staging`` URI and the columns Spark's writer must produce).
+``write.commit``   ``{handle}`` -> ``version``, ``files``: stats from the staged
+                   files' footers, files moved into the table, one commit.
+``write.abort``    ``{handle}`` -> ``{}``: staged and moved files deleted.
+``stream.open``    ``{uri, schema, options}`` -> ``{handle}``: a stream source.
+``stream.*``       ``initialOffset``, ``latestOffset {start, all}``,
+                   ``availableNow``, ``files {start, end}``, ``commit {end}``,
+                   ``backlog {offset}``, ``close``: each ``{handle, ...}``; see
+                   :mod:`deltaflow.spark.bridge._stream`.
+=================  ==============================================================
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import IO, Any
+
+from deltaflow.errors import DeltaflowError, from_wire, to_wire
+from deltaflow.spark.bridge import _ops, _stream
+from deltaflow.spark.errors import BridgeError
+
+log = logging.getLogger("deltaflow.bridge")
+
+# Requests run concurrently (several queries plan at once on a Thrift server); the log
+# work they do is mostly I/O in delta-rs, which releases the GIL.
+WORKERS = 8
+
+OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "ping": lambda args: {"pid": os.getpid()},
+    "table.load": _ops.load_table,
+    "scan.plan": _ops.plan_scan,
+    "write.plan": _ops.plan_write,
+    "write.commit": _ops.commit_write,
+    "write.abort": _ops.abort_write,
+    "stream.open": _stream.open_stream,
+    "stream.initialOffset": _stream.initial_offset,
+    "stream.latestOffset": _stream.latest_offset,
+    "stream.availableNow": _stream.available_now,
+    "stream.files": _stream.plan_files,
+    "stream.commit": _stream.commit,
+    "stream.backlog": _stream.backlog,
+    "stream.close": _stream.close,
+}
+
+
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    """The answer line for one request (never raises)."""
+    op = str(request.get("op"))
+    request_id = request.get("id")
+    try:
+        handler = OPERATIONS.get(op)
+        if handler is None:
+            raise BridgeError(
+                f"unknown bridge operation {op!r}; known: {', '.join(sorted(OPERATIONS))}."
+                " The connector jar and the Python package are from different deltaflow"
+                " versions: reinstall deltaflow.",
+                operation=op,
+            )
+        return {"id": request_id, "result": handler(request.get("args") or {})}
+    except DeltaflowError as exc:
+        return {"id": request_id, "error": _error(exc)}
+    except Exception as exc:  # anything else still answers, typed as a bridge error
+        carried = from_wire(str(exc))  # a reader packs its typed errors for Spark's workers
+        if carried is not None:
+            return {"id": request_id, "error": _error(carried)}
+        traceback.print_exc(file=sys.stderr)
+        wrapped = BridgeError(f"{op} failed: {type(exc).__name__}: {exc}", operation=op)
+        return {"id": request_id, "error": _error(wrapped)}
+
+
+def _error(exc: DeltaflowError) -> dict[str, Any]:
+    return {
+        "type": type(exc).__name__,
+        "message": exc.message,
+        "fields": {k: str(v) for k, v in exc._fields.items()},
+        "wire": to_wire(exc),
+    }
+
+
+def serve(lines: IO[str], out: IO[str]) -> None:
+    """Answer every request line from ``lines`` on ``out`` until ``lines`` ends."""
+    lock = threading.Lock()
+
+    def handle(line: str) -> None:
+        try:
+            request = json.loads(line)
+        except ValueError:
+            log.error("deltaflow bridge: not a JSON request: %.200s", line)
+            return
+        text = json.dumps(answer(request), default=str)
+        with lock:
+            out.write(text + "\n")
+            out.flush()
+
+    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="deltaflow-bridge") as pool:
+        for line in lines:
+            if line.strip():
+                pool.submit(handle, line)
+
+
+def main() -> None:
+    # The protocol owns stdout; a stray print anywhere must not corrupt it.
+    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    serve(sys.stdin, protocol)
+
+
+if __name__ == "__main__":
+    main()

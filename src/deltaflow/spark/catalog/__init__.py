@@ -1,0 +1,1 @@
+"""Catalog tables: ``saveAsTable``, ``INSERT INTO`` and the ``DeltaTable`` builder."""

@@ -1,0 +1,540 @@
+"""Creating tables: delta-spark's ``DeltaTableBuilder`` (``DeltaTable.create`` and friends).
+
+The builder only declares (each call returns a new builder holding a frozen
+:class:`TableSpec`); ``execute()`` runs it:
+
+- the Delta log is written by delta-rs (``deltalake.DeltaTable.create``): version 0 with
+  the protocol, the ``metaData`` (schema JSON in Spark's format, partition columns,
+  properties, comment) and no files. ``createOrReplace`` on an existing table commits
+  the new ``metaData`` and a ``remove`` of every live file in one commit; history stays;
+- with ``tableName``, the table is registered in the session catalog as
+  ``CREATE TABLE <name> USING delta LOCATION '<uri>'`` does it, so ``spark.table``,
+  ``SELECT``, ``INSERT INTO`` and ``DeltaTable.forName`` work. Without ``location``, the
+  table lives where Spark puts a managed table: ``<database location>/<table name>``.
+
+:func:`install_sql_create` makes ``spark.sql("CREATE TABLE t (cols) USING delta ...")``
+go through the same code: Spark never asks a Python source anything when a column list
+is given, so the catalog would otherwise hold a table with no location.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from deltaflow.errors import InvalidOptionError
+from deltaflow.spark.catalog._writes import scala_list
+from deltaflow.table import _uri
+from deltaflow.table._snapshot import load_snapshot, table_exists
+from deltaflow.table.errors import (
+    SchemaMismatchError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+    UnsupportedFeatureError,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType, StructField, StructType
+
+    from deltaflow.spark.dml._delta_table import DeltaTable
+
+log = logging.getLogger("deltaflow.create")
+
+CreateMode = Literal["create", "createIfNotExists", "replace", "createOrReplace"]
+# Spark keeps CHAR/VARCHAR as strings plus this field metadata, and so does delta-spark.
+_CHAR_VARCHAR_KEY = "__CHAR_VARCHAR_TYPE_STRING"
+_INSTALLED = "_deltaflow_sql_create_installed"
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    name: str
+    type_json: Any  # Spark / Delta JSON type
+    nullable: bool = True
+    metadata: tuple[tuple[str, str], ...] = ()
+
+    def field_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type_json,
+            "nullable": self.nullable,
+            "metadata": dict(self.metadata),
+        }
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A declared table: what :class:`DeltaTableBuilder` builds and :func:`execute` runs."""
+
+    mode: CreateMode
+    name: str | None = None
+    location: str | None = None
+    columns: tuple[ColumnSpec, ...] = ()
+    partition_columns: tuple[str, ...] = ()
+    properties: tuple[tuple[str, str], ...] = ()
+    comment: str | None = None
+
+    def schema_json(self) -> dict[str, Any]:
+        return {"type": "struct", "fields": [c.field_json() for c in self.columns]}
+
+
+class DeltaTableBuilder:
+    """delta-spark's ``DeltaTableBuilder``. Every call returns a new builder; nothing
+    touches the table until :meth:`execute`."""
+
+    def __init__(self, spark: SparkSession, spec: TableSpec) -> None:
+        self._spark = spark
+        self.spec = spec
+
+    def _with(self, **changes: Any) -> DeltaTableBuilder:
+        return DeltaTableBuilder(self._spark, dataclasses.replace(self.spec, **changes))
+
+    def tableName(self, identifier: str) -> DeltaTableBuilder:
+        """The catalog name (``t`` or ``db.t``) to register the table under."""
+        return self._with(name=identifier)
+
+    def location(self, location: str) -> DeltaTableBuilder:
+        """Where the table lives (path or URI). Without it, a named table goes under the
+        database's location, as a Spark managed table does."""
+        return self._with(location=location)
+
+    def comment(self, comment: str) -> DeltaTableBuilder:
+        """The table comment (``description`` in the log, in ``detail()``)."""
+        return self._with(comment=comment)
+
+    def addColumn(
+        self,
+        colName: str,
+        dataType: str | DataType,
+        nullable: bool = True,
+        generatedAlwaysAs: str | None = None,
+        generatedByDefaultAs: Any = None,
+        comment: str | None = None,
+    ) -> DeltaTableBuilder:
+        """Add a column; ``dataType`` is a DDL string (``"DECIMAL(10,2)"``,
+        ``"ARRAY<STRING>"``) or a Spark ``DataType``."""
+        if generatedAlwaysAs is not None or generatedByDefaultAs is not None:
+            feature = "generatedColumns" if generatedAlwaysAs is not None else "identityColumns"
+            raise UnsupportedFeatureError(
+                f"Column '{colName}' of {self._describe()}: {feature} are not supported by"
+                " deltaflow yet (delta-rs cannot write them). Add the column without"
+                " generatedAlwaysAs/generatedByDefaultAs and compute the value in the query"
+                " that writes the table.",
+                table_uri=self._describe(),
+                feature=feature,
+            )
+        from pyspark.sql.types import StructField
+
+        field = StructField(colName, _data_type(dataType, colName), nullable)
+        if comment is not None:
+            field.metadata = {"comment": comment}
+        return self._with(columns=(*self.spec.columns, _column(field)))
+
+    def addColumns(self, cols: StructType | Iterable[StructField]) -> DeltaTableBuilder:
+        """Add every field of a ``StructType`` (or a list of ``StructField``)."""
+        from pyspark.sql.types import StructField, StructType
+
+        fields = cols.fields if isinstance(cols, StructType) else list(cols)
+        for f in fields:
+            if not isinstance(f, StructField):
+                raise InvalidOptionError(
+                    f"addColumns takes a StructType or a list of StructField, got {f!r}.",
+                    option="addColumns",
+                )
+        return self._with(columns=(*self.spec.columns, *(_column(f) for f in fields)))
+
+    def partitionedBy(self, *cols: str | Iterable[str]) -> DeltaTableBuilder:
+        """Partition columns, in order (names of added columns)."""
+        names: list[str] = []
+        for group in cols:
+            names.extend([group] if isinstance(group, str) else group)
+        return self._with(partition_columns=(*self.spec.partition_columns, *names))
+
+    def clusterBy(self, *cols: str) -> DeltaTableBuilder:
+        raise UnsupportedFeatureError(
+            f"clusterBy on {self._describe()}: liquid clustering is not supported by deltaflow"
+            " yet. Use partitionedBy(...), or optimize().executeZOrderBy(...) after writing.",
+            table_uri=self._describe(),
+            feature="clustering",
+        )
+
+    def property(self, key: str, value: str) -> DeltaTableBuilder:
+        """A table property (``delta.*`` or your own)."""
+        from deltaflow.spark._options import TABLE_PROPERTIES
+
+        canonical = {p.lower(): p for p in TABLE_PROPERTIES}
+        name = canonical.get(key.lower(), key)
+        lowered = name.lower()
+        unknown = name not in TABLE_PROPERTIES and not lowered.startswith("delta.feature.")
+        if lowered.startswith("delta.") and unknown:
+            raise InvalidOptionError(
+                f"Unknown Delta table property '{key}' for {self._describe()}. Known:"
+                f" {', '.join(TABLE_PROPERTIES)}. Properties not starting with 'delta.'"
+                " are stored as given.",
+                option=key,
+                valid=TABLE_PROPERTIES,
+            )
+        kept = tuple((k, v) for k, v in self.spec.properties if k != name)
+        return self._with(properties=(*kept, (name, str(value))))
+
+    def execute(self) -> DeltaTable:
+        """Create (or replace) the table and return it as a ``DeltaTable``."""
+        return execute(self._spark, self.spec)
+
+    def _describe(self) -> str:
+        return self.spec.location or self.spec.name or "the new table"
+
+
+def _column(field: StructField) -> ColumnSpec:
+    from pyspark.sql.types import CharType, VarcharType
+
+    data = field.jsonValue()
+    metadata = {k: str(v) for k, v in (field.metadata or {}).items()}
+    if isinstance(field.dataType, (CharType, VarcharType)):
+        metadata[_CHAR_VARCHAR_KEY] = field.dataType.simpleString()
+        data["type"] = "string"
+    return ColumnSpec(field.name, data["type"], field.nullable, tuple(sorted(metadata.items())))
+
+
+def _data_type(data_type: str | DataType, column: str) -> DataType:
+    from pyspark.errors import PySparkException
+    from pyspark.sql.types import DataType
+
+    if isinstance(data_type, DataType):
+        return data_type
+    if not isinstance(data_type, str):
+        raise InvalidOptionError(
+            f"Column '{column}': dataType must be a DDL string or a pyspark DataType, got"
+            f" {type(data_type).__name__}.",
+            option="dataType",
+        )
+    try:
+        return DataType.fromDDL(data_type)
+    except PySparkException as exc:
+        raise InvalidOptionError(
+            f"Column '{column}': {data_type!r} is not a Spark SQL data type ({exc}). Use DDL"
+            " such as 'INT', 'DECIMAL(10,2)', 'ARRAY<STRING>', 'STRUCT<a: INT, b: STRING>'.",
+            option="dataType",
+        ) from None
+
+
+def builder(spark: SparkSession | None, mode: CreateMode) -> DeltaTableBuilder:
+    """A new builder for ``DeltaTable.<mode>(spark)``; the active session when None."""
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+        if spark is None:
+            raise InvalidOptionError(
+                f"DeltaTable.{mode}() needs a SparkSession: pass one, e.g."
+                f" DeltaTable.{mode}(spark).",
+                option="sparkSession",
+            )
+    return DeltaTableBuilder(spark, TableSpec(mode=mode))
+
+
+# ---- running a spec ---------------------------------------------------------------------
+
+
+def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
+    """Create, create-if-missing or replace the table ``spec`` declares."""
+    from deltaflow.spark.dml._delta_table import DeltaTable
+
+    if not spec.name and not spec.location:
+        raise InvalidOptionError(
+            "DeltaTable.create needs .tableName(name) or .location(path) (or both).",
+            option="location",
+        )
+    registered = _catalog_location(spark, spec.name) if spec.name else None
+    in_catalog = bool(spec.name) and spark.catalog.tableExists(spec.name)
+    if spec.location:
+        uri = _uri.normalize_uri(spec.location)
+    elif registered:
+        uri = registered
+    else:
+        assert spec.name is not None
+        uri = managed_location(spark, spec.name)
+    label = spec.name or uri
+
+    if spec.mode == "create" and in_catalog:
+        raise TableAlreadyExistsError(
+            f"Table {spec.name} already exists in the catalog. Use"
+            " DeltaTable.createIfNotExists to keep it or DeltaTable.createOrReplace to replace"
+            " it.",
+            table_uri=spec.name or uri,
+        )
+    if spec.mode == "createIfNotExists" and in_catalog:
+        return DeltaTable(spark, registered or uri, name=spec.name)
+
+    exists = table_exists(uri)
+    if spec.mode == "replace" and not exists:
+        raise TableNotFoundError(
+            f"Cannot replace {label}: there is no Delta table at {uri}. Use"
+            " DeltaTable.createOrReplace to create it when missing.",
+            table_uri=uri,
+        )
+    if exists and spec.mode not in ("replace", "createOrReplace"):
+        if spec.mode == "create" and not (spec.name and spec.location):
+            raise TableAlreadyExistsError(
+                f"A Delta table already exists at {uri}. Use DeltaTable.createIfNotExists"
+                " to keep it, DeltaTable.createOrReplace to replace it, or"
+                " DeltaTable.forPath to open it.",
+                table_uri=uri,
+            )
+        # Naming an existing location registers that table, as CREATE TABLE ... LOCATION
+        # does in delta-spark: the declared columns, if any, must be the table's.
+        # createIfNotExists leaves an existing table alone, whatever was declared.
+        if spec.mode == "create":
+            _check_matches(spec, uri)
+    else:
+        _validate(spec, label)
+        _write_log(spec, uri, replace=exists)
+    if spec.name:
+        _register(spark, spec.name, uri, replace=in_catalog)
+    return DeltaTable(spark, uri, name=spec.name)
+
+
+def _validate(spec: TableSpec, label: str) -> None:
+    if not spec.columns:
+        raise InvalidOptionError(
+            f"Creating {label} needs its columns: call .addColumn(name, type) or"
+            " .addColumns(schema) before execute().",
+            option="addColumn",
+        )
+    seen: dict[str, str] = {}
+    for declared in spec.columns:
+        if declared.name.lower() in seen:
+            raise InvalidOptionError(
+                f"Column '{declared.name}' of {label} is declared twice (names are"
+                f" case-insensitive: '{seen[declared.name.lower()]}'). Remove one.",
+                option="addColumn",
+            )
+        seen[declared.name.lower()] = declared.name
+    for partition in spec.partition_columns:
+        column = next((c for c in spec.columns if c.name.lower() == partition.lower()), None)
+        if column is None:
+            raise InvalidOptionError(
+                f"Partition column '{partition}' of {label} is not one of its columns:"
+                f" {', '.join(c.name for c in spec.columns)}. Add it with addColumn first.",
+                option="partitionedBy",
+                valid=tuple(c.name for c in spec.columns),
+            )
+        if not isinstance(column.type_json, str):
+            raise InvalidOptionError(
+                f"Partition column '{partition}' of {label} has a nested type; Delta"
+                " partition columns must be of a primitive type.",
+                option="partitionedBy",
+            )
+    if len({p.lower() for p in spec.partition_columns}) != len(spec.partition_columns):
+        raise InvalidOptionError(
+            f"partitionedBy of {label} names a column twice: {list(spec.partition_columns)}.",
+            option="partitionedBy",
+        )
+    if spec.partition_columns and len(spec.partition_columns) == len(spec.columns):
+        raise InvalidOptionError(
+            f"{label}: every column is a partition column; Delta needs at least one data column.",
+            option="partitionedBy",
+        )
+
+
+def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
+    from deltalake import DeltaTable as DeltaRsTable
+    from deltalake import Schema
+
+    by_lower = {c.name.lower(): c.name for c in spec.columns}
+    DeltaRsTable.create(
+        _uri.delta_rs_uri(uri),
+        Schema.from_json(json.dumps(spec.schema_json())),
+        mode="overwrite" if replace else "error",
+        partition_by=[by_lower[p.lower()] for p in spec.partition_columns] or None,
+        name=_short_name(spec.name) if spec.name else None,
+        description=spec.comment,
+        configuration=dict(spec.properties) or None,
+        # delta.* keys are checked in property(); others are the user's own, kept as given.
+        raise_if_key_not_exists=False,
+    )
+    log.info("%s Delta table at %s", "replaced" if replace else "created", uri)
+
+
+def _check_matches(spec: TableSpec, uri: str) -> None:
+    if not spec.columns:
+        return
+    from deltaflow.table import _schema
+
+    existing = _schema.logical_schema(load_snapshot(uri).schema)
+    declared = [(c.name.lower(), c.type_json) for c in spec.columns]
+    actual = [(f["name"].lower(), f["type"]) for f in existing["fields"]]
+    if declared != actual:
+        differing = tuple(
+            sorted({n for n, _ in declared}.symmetric_difference({n for n, _ in actual}))
+            or [n for (n, t), (_, u) in zip(declared, actual, strict=False) if t != u]
+        )
+        raise SchemaMismatchError(
+            f"The columns declared for {spec.name or uri} differ from those of the existing"
+            f" Delta table at {uri} (differing: {', '.join(differing) or 'column order'})."
+            " Declare no columns to use the table as it is, or use createOrReplace to"
+            " replace it.",
+            table_uri=uri,
+            columns=differing,
+        )
+
+
+def _register(spark: SparkSession, name: str, uri: str, *, replace: bool) -> None:
+    # CREATE TABLE without a column list makes Spark call the source's schema(), which
+    # stores the location in the catalog schema (see _source.with_location).
+    verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"
+    location = uri.replace("\\", "\\\\").replace("'", "\\'")
+    _original_sql(spark)(f"{verb} {name} USING delta LOCATION '{location}'")
+
+
+def _catalog_location(spark: SparkSession, name: str) -> str | None:
+    from deltaflow.spark._source import table_location
+
+    if not spark.catalog.tableExists(name):
+        return None
+    return table_location(spark, name)
+
+
+def managed_location(spark: SparkSession, name: str) -> str:
+    """Where Spark would keep managed table ``name``: ``<database location>/<table>``."""
+    parts = _name_parts(name)
+    database = parts[-2] if len(parts) > 1 else spark.catalog.currentDatabase()
+    root = spark.catalog.getDatabase(database).locationUri
+    table = parts[-1]
+    if spark.conf.get("spark.sql.caseSensitive", "false").lower() != "true":
+        table = table.lower()
+    return _uri.normalize_uri(_uri.join(root, table))
+
+
+def _name_parts(name: str) -> list[str]:
+    parts = re.findall(r"`((?:[^`]|``)*)`|([^.`]+)", name)
+    return [quoted.replace("``", "`") if quoted else plain.strip() for quoted, plain in parts]
+
+
+def _short_name(name: str) -> str:
+    return _name_parts(name)[-1]
+
+
+# ---- CREATE TABLE t (columns) USING delta -----------------------------------------------
+
+
+def _original_sql(spark: SparkSession) -> Any:
+    method = type(spark).sql
+    return lambda query: getattr(method, "__wrapped_sql__", method)(spark, query)
+
+
+def install_sql_create() -> None:
+    """Route ``CREATE [OR REPLACE] TABLE t (columns) USING delta`` through the builder.
+
+    Spark's parser reads the statement; only a ``CREATE``/``REPLACE TABLE`` with a
+    column list, provider ``delta`` and no ``AS SELECT`` is taken over. Everything else
+    runs as before. Classic (py4j) sessions only.
+    """
+    from pyspark.sql import SparkSession
+
+    if getattr(SparkSession, _INSTALLED, False):
+        return
+    original = SparkSession.sql
+
+    def sql(self: SparkSession, sqlQuery: str, args: Any = None, **kwargs: Any) -> Any:
+        if args is None and not kwargs and isinstance(sqlQuery, str):
+            spec = _spec_from_sql(self, sqlQuery)
+            if spec is not None:
+                execute(self, spec)
+                return self.range(0).select()  # what CREATE TABLE returns: nothing
+            from deltaflow.spark.catalog._writes import insert_from_sql
+
+            inserted = insert_from_sql(self, sqlQuery)
+            if inserted is not None:
+                return inserted
+        return original(self, sqlQuery, args, **kwargs)
+
+    sql.__doc__ = original.__doc__
+    sql.__wrapped_sql__ = original  # type: ignore[attr-defined]
+    SparkSession.sql = sql  # type: ignore[method-assign]
+    setattr(SparkSession, _INSTALLED, True)
+
+
+_CREATE_PREFIX = re.compile(r"^\s*(?:CREATE|REPLACE)\b", re.IGNORECASE)
+
+
+def _spec_from_sql(spark: SparkSession, query: str) -> TableSpec | None:
+    if not _CREATE_PREFIX.match(query) or "delta" not in query.lower():
+        return None
+    try:
+        plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(query)
+    except Exception:
+        return None  # Spark reports the syntax error when it runs the statement itself
+    kind = plan.getClass().getSimpleName()
+    if kind not in ("CreateTable", "ReplaceTable"):
+        return None
+    table_spec = plan.tableSpec()
+    provider = table_spec.provider()
+    if not provider.isDefined() or str(provider.get()).lower() != "delta":
+        return None
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromJson(json.loads(plan.tableSchema().json()))
+    location = table_spec.location()
+    if not schema.fields:
+        if location.isDefined() and kind == "CreateTable":
+            _require_table_at(str(location.get()))
+        return None  # no column list: the table at the location gives the schema
+    partitions = [str(t.describe()) for t in scala_list(plan.partitioning())]
+    for p in partitions:
+        if not re.fullmatch(r"`?[^()`]+`?", p):
+            raise UnsupportedFeatureError(
+                f"CREATE TABLE ... PARTITIONED BY {p}: only plain partition columns are"
+                " supported, not transforms.",
+                table_uri=query.strip()[:80],
+                feature="partitionTransforms",
+            )
+    name = ".".join(f"`{part.replace('`', '``')}`" for part in scala_list(plan.name().nameParts()))
+    comment = table_spec.comment()
+    properties = {str(k): str(v) for k, v in _scala_map(table_spec.properties()).items()}
+    if kind == "ReplaceTable":
+        mode: CreateMode = "createOrReplace" if plan.orCreate() else "replace"
+    else:
+        mode = "createIfNotExists" if plan.ignoreIfExists() else "create"
+    builder = DeltaTableBuilder(spark, TableSpec(mode=mode, name=name))
+    if location.isDefined():
+        builder = builder.location(str(location.get()))
+    if comment.isDefined():
+        builder = builder.comment(str(comment.get()))
+    builder = builder.addColumns(schema)
+    if partitions:
+        builder = builder.partitionedBy(*(p.strip("`") for p in partitions))
+    for key, value in properties.items():
+        builder = builder.property(key, value)
+    return builder.spec
+
+
+def _require_table_at(location: str) -> None:
+    """delta-spark refuses ``CREATE TABLE t USING delta LOCATION p`` without columns when
+    ``p`` holds no table: there is no schema to register."""
+    from deltaflow.table import _uri
+    from deltaflow.table._snapshot import table_exists
+
+    uri = _uri.normalize_uri(location)
+    if not table_exists(uri):
+        raise TableNotFoundError(
+            f"CREATE TABLE ... USING delta LOCATION '{location}' names no Delta table (no"
+            f" _delta_log at {uri}) and gives no columns. Give the columns (CREATE TABLE t"
+            " (id BIGINT, ...) USING delta LOCATION ...) or write the table first.",
+            table_uri=uri,
+        )
+
+
+def _scala_map(scala_map: Any) -> dict[Any, Any]:
+    out = {}
+    iterator = scala_map.iterator()
+    while iterator.hasNext():
+        pair = iterator.next()
+        out[pair._1()] = pair._2()
+    return out

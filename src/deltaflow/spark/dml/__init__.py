@@ -1,0 +1,1 @@
+"""``DeltaTable``: DELETE, UPDATE, MERGE, history and maintenance, delta-spark's API."""

@@ -1,0 +1,574 @@
+"""DELETE and UPDATE as Spark jobs over the files they touch, committed once.
+
+1. The driver pins a snapshot. Candidate files are those whose partition values and
+   min/max stats may satisfy the condition, when the condition is SQL text the
+   predicate parser reads; otherwise (a Column, a function call...) every file.
+2. Job 1 reads the candidates (:func:`_scan`: Spark's Parquet scan when it reads
+   them exactly, by :mod:`._native_read`'s rules applied to these files; otherwise a
+   ``mapInArrow`` over the same ``read_file`` the ``delta`` source uses: deletion
+   vectors, column mapping, partition values; the Spark conf
+   ``deltaflow.dml.nativeScan`` = ``auto`` | ``false`` chooses) and counts, per file,
+   its rows and the rows where the condition is true.
+3. Job 2 reads only files with matches and computes their new rows in Spark
+   (DELETE: rows where the condition is not true; UPDATE: ``CASE WHEN`` per set
+   column); Spark's Parquet writer writes them when it can (:mod:`._native_write`),
+   Python tasks with :class:`FileSetWriter` otherwise. A DELETE removes wholly
+   matched files without rewriting them.
+   With the change data feed enabled, job 2 also writes change rows
+   (``_change_type``) to ``_change_data/`` files (:mod:`._changes`, Python
+   writer); a DELETE then rewrites wholly matched files too (as change rows only),
+   unless every touched file is wholly matched: such a commit needs no change files.
+4. One commit of removes (naming any deletion vector) + adds (+ cdc) against the
+   read version, by deltaflow's log writer on local tables: it fails with
+   :class:`ConcurrentWriteError` by delta-spark's rules (WriteSerializable): a
+   concurrent remove of a file this read (ConcurrentDeleteRead), a concurrent
+   non-blind write into the partitions the condition reads (ConcurrentAppend)...
+   A concurrent blind append does not conflict. Untouched files stay.
+
+Null semantics are SQL's: a condition that is NULL does not match.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote
+
+import pyarrow as pa
+
+from deltaflow.errors import DeltaflowError, InvalidOptionError
+from deltaflow.spark._options import parse_write_options
+from deltaflow.spark.dml import _changes
+from deltaflow.spark.read._native import Fallback, NativeScan, plan_native_files
+from deltaflow.spark.write import _replace_where
+from deltaflow.spark.write._writer import WritePlan, plan_write
+from deltaflow.table import _commit, _predicates, _schema, _uri
+from deltaflow.table._snapshot import FileEntry, Snapshot, load_snapshot
+from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("deltaflow.dml")
+
+# Carries each row's source file through job 1 (see TargetScan).
+FILE_INDEX = "__deltaflow_file_index"
+# auto: target files are read by Spark's Parquet scan when it reads them exactly.
+NATIVE_SCAN_CONF = "deltaflow.dml.nativeScan"
+NATIVE_SCAN_MODES = ("auto", "false")
+# Commit-info key naming the operation: delta-rs writes "operation": "WRITE" for every
+# commit built from actions and does not let callers set it; history() reads this one.
+OPERATION_KEY = "deltaflow.operation"
+
+
+@dataclass(frozen=True)
+class DmlMetrics:
+    """What one DELETE / UPDATE did; recorded in the commit info as ``operationMetrics``."""
+
+    operation: Literal["DELETE", "UPDATE"]
+    affected_rows: int = 0  # deleted or updated
+    copied_rows: int = 0
+    added_files: int = 0
+    removed_files: int = 0
+    added_bytes: int = 0
+    removed_bytes: int = 0
+    change_files: int = 0
+    scan_time_ms: int = 0
+    rewrite_time_ms: int = 0
+    execution_time_ms: int = 0
+    version: int | None = None  # None: nothing matched, nothing was committed
+
+    def operation_metrics(self) -> dict[str, str]:
+        """delta-spark's metric names; values are strings, as in delta-spark's log."""
+        affected = "numDeletedRows" if self.operation == "DELETE" else "numUpdatedRows"
+        values = {
+            affected: self.affected_rows,
+            "numCopiedRows": self.copied_rows,
+            "numAddedFiles": self.added_files,
+            "numRemovedFiles": self.removed_files,
+            "numAddedBytes": self.added_bytes,
+            "numRemovedBytes": self.removed_bytes,
+            "numAddedChangeFiles": self.change_files,
+            "scanTimeMs": self.scan_time_ms,
+            "rewriteTimeMs": self.rewrite_time_ms,
+            "executionTimeMs": self.execution_time_ms,
+        }
+        return {k: str(v) for k, v in values.items()}
+
+
+def delete(spark: SparkSession, uri: str, alias: str | None, condition: Any) -> DmlMetrics:
+    """Delete the rows of ``uri`` where ``condition`` is true (every row when None)."""
+    return _run(spark, uri, alias, "DELETE", condition, {})
+
+
+def update(
+    spark: SparkSession,
+    uri: str,
+    alias: str | None,
+    condition: Any,
+    assignments: Mapping[str, Any],
+) -> DmlMetrics:
+    """Set ``assignments`` (column -> SQL text or Column) on rows where ``condition`` is true."""
+    if not assignments:
+        raise SchemaMismatchError(
+            f"update() on table {uri} needs at least one column in set={{...}}.",
+            table_uri=uri,
+            columns=(),
+        )
+    return _run(spark, uri, alias, "UPDATE", condition, assignments)
+
+
+@dataclass(frozen=True)
+class _FileCounts:
+    total: int
+    matched: int
+
+
+def _run(
+    spark: SparkSession,
+    uri: str,
+    alias: str | None,
+    operation: Literal["DELETE", "UPDATE"],
+    condition: Any,
+    assignments: Mapping[str, Any],
+) -> DmlMetrics:
+    from pyspark.sql.types import StructType
+
+    started = time.perf_counter()
+    snapshot, plan = _prepare(uri, operation)
+    struct = StructType.fromJson(_schema.logical_schema(snapshot.schema))
+    resolved = _resolve_assignments(uri, struct, alias, assignments)
+    files = _candidate_files(snapshot, condition, alias)
+    if not files:
+        return DmlMetrics(operation)
+
+    counts = (
+        _shortcut_counts(snapshot, files) if operation == "DELETE" and condition is None else None
+    )
+    if counts is None:
+        scan = _scan(spark, snapshot, struct, files, alias)
+        counts = _count_matches(scan, condition)
+    scanned = time.perf_counter()
+
+    touched = [i for i, c in counts.items() if c.matched > 0]
+    if not touched:
+        log.info("%s on %s matched no rows; nothing to commit", operation, uri)
+        return DmlMetrics(operation, scan_time_ms=_ms(started, scanned))
+    changes = _changes.cdf_enabled(snapshot)
+    if operation == "DELETE":
+        rewrite = [i for i in touched if counts[i].matched < counts[i].total]
+        if changes and rewrite:
+            # The commit will have change files, which readers then take as all of its
+            # changes: rows of wholly deleted files must be in them too.
+            rewrite = touched
+    else:
+        rewrite = touched
+
+    affected = sum(counts[i].matched for i in touched)
+    copied = sum(counts[i].total - counts[i].matched for i in rewrite)
+    written = _changes.Written([], [], 0)
+    if rewrite:
+        scan = _scan(spark, snapshot, struct, [files[i] for i in rewrite], alias, keyed=False).df
+        rows = _rewritten_rows(scan, struct, condition, resolved, operation, changes=changes)
+        written = _changes.write(rows, plan, changes=changes)
+        expected = copied + (affected if operation == "UPDATE" else 0)
+        if written.rows != expected:
+            written.delete(uri)
+            raise DeltaflowError(
+                f"{operation} on {uri} wrote {written} rows where {expected} were expected: the"
+                " condition or a set expression is not deterministic. Nothing was committed;"
+                " use deterministic expressions.",
+                table_uri=uri,
+            )
+    rewritten = time.perf_counter()
+
+    removed = [files[i] for i in touched]
+    metrics = DmlMetrics(
+        operation,
+        affected_rows=affected,
+        copied_rows=copied,
+        added_files=len(written.adds),
+        removed_files=len(removed),
+        added_bytes=sum(a.size for a in written.adds),
+        removed_bytes=sum(f.size for f in removed),
+        change_files=len(written.cdc),
+        scan_time_ms=_ms(started, scanned),
+        rewrite_time_ms=_ms(scanned, rewritten),
+    )
+    read = _changes.read_set(
+        snapshot, files, _parse_or_none(condition, alias), whole_table=condition is None
+    )
+    return _commit_changes(snapshot, plan, written, removed, metrics, condition, started, read)
+
+
+def _prepare(uri: str, operation: str, *, rewrites: bool = True) -> tuple[Snapshot, WritePlan]:
+    """The pinned snapshot and write plan; ``rewrites=False`` (an insert-only MERGE) only
+    adds files, which append-only and change-data-feed tables allow."""
+    snapshot = load_snapshot(uri)
+    config = {k.lower(): (v or "").lower() for k, v in snapshot.configuration.items()}
+    if rewrites and config.get("delta.appendonly") == "true":
+        raise UnsupportedFeatureError(
+            f"Table {uri} is append-only (delta.appendOnly=true): {operation} is not allowed."
+            " Set delta.appendOnly=false with DeltaTable.setProperties() first.",
+            table_uri=uri,
+            feature="appendOnly",
+        )
+    if rewrites:
+        _changes.require_log_writer(snapshot, operation)
+    # plan_write checks writer features and settles column mapping and partitioning
+    # exactly as an append would; the commit is pinned to the version read here.
+    logical = _schema.logical_schema(snapshot.schema)
+    plan = plan_write(uri, logical, "append", parse_write_options({"path": uri}))
+    return snapshot, dataclasses.replace(plan, read_version=snapshot.version)
+
+
+def _resolve_assignments(
+    uri: str, struct: StructType, alias: str | None, assignments: Mapping[str, Any]
+) -> dict[str, Column]:
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+
+    names = {f.name.lower(): f.name for f in struct.fields}
+    resolved: dict[str, Column] = {}
+    unknown = []
+    for key, value in assignments.items():
+        name = key.strip("`")
+        if alias and name.lower().startswith(alias.lower() + "."):
+            name = name[len(alias) + 1 :]
+        column = names.get(name.strip("`").lower())
+        if column is None:
+            unknown.append(key)
+            continue
+        resolved[column] = value if isinstance(value, Column) else F.expr(str(value))
+    if unknown:
+        raise SchemaMismatchError(
+            f"update() on table {uri} sets {', '.join(unknown)}, which are not top-level columns"
+            f" of the table (nested fields cannot be set yet). Columns:"
+            f" {', '.join(f.name for f in struct.fields)}.",
+            table_uri=uri,
+            columns=tuple(unknown),
+        )
+    return resolved
+
+
+def _candidate_files(snapshot: Snapshot, condition: Any, alias: str | None) -> list[FileEntry]:
+    """Files that may hold matching rows: pruned by partition values and stats when we can."""
+    files = snapshot.files()
+    node = _parse(condition, alias) if isinstance(condition, str) else None
+    if node is None:
+        return files
+    partitions = {c.lower(): c for c in snapshot.partition_columns}
+    kept = [
+        f for f in files if _predicates.may_match(node, _replace_where._stats_lookup(f, partitions))
+    ]
+    log.info("DML on %s: %d of %d files may match", snapshot.uri, len(kept), len(files))
+    return kept
+
+
+def _parse_or_none(condition: Any, alias: str | None) -> _predicates.Node | None:
+    return _parse(condition, alias) if isinstance(condition, str) else None
+
+
+def _parse(condition: str, alias: str | None) -> _predicates.Node | None:
+    try:
+        node = _predicates.parse(condition, option="condition")
+    except DeltaflowError:
+        return None  # beyond the parser (functions, casts...): Spark decides, every file is read
+    return _strip_alias(node, alias) if alias else node
+
+
+def _strip_alias(node: Any, alias: str) -> Any:
+    if isinstance(node, _predicates.Column):
+        path = node.path
+        if len(path) > 1 and path[0].lower() == alias.lower():
+            return _predicates.Column(path[1:])
+        return node
+    if isinstance(node, tuple):
+        return tuple(_strip_alias(n, alias) for n in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, _predicates.Literal):
+        changes = {
+            f.name: _strip_alias(getattr(node, f.name), alias) for f in dataclasses.fields(node)
+        }
+        return dataclasses.replace(node, **changes)  # type: ignore[type-var]
+    return node
+
+
+def _shortcut_counts(snapshot: Snapshot, files: list[FileEntry]) -> dict[int, _FileCounts] | None:
+    """DELETE without a condition removes every file: stats give the row counts, no scan."""
+    if any(f.num_records is None for f in files) or snapshot.deleted_rows():
+        return None
+    return {i: _FileCounts(f.num_records or 0, f.num_records or 0) for i, f in enumerate(files)}
+
+
+@dataclass(frozen=True)
+class TargetScan:
+    """Candidate files as a DataFrame whose ``FILE_INDEX`` column names each row's file.
+
+    ``keys`` maps a ``FILE_INDEX`` value to the file's index in the candidate list:
+    the JVM scan tags rows with their file's name (``_metadata.file_name``, unique
+    among the candidates), the Python scan with the index itself (``keys`` None).
+    """
+
+    df: DataFrame
+    native: bool
+    keys: Mapping[Any, int] | None = None
+
+    def index(self, key: Any) -> int:
+        return int(key) if self.keys is None else self.keys[key]
+
+
+def dml_scan_mode(value: str | None) -> str:
+    mode = (value or "auto").strip().lower()
+    if mode not in NATIVE_SCAN_MODES:
+        raise InvalidOptionError(
+            f"Spark conf '{NATIVE_SCAN_CONF}' must be one of {', '.join(NATIVE_SCAN_MODES)},"
+            f" not {value!r}: spark.conf.set('{NATIVE_SCAN_CONF}', 'false') makes DELETE,"
+            " UPDATE and MERGE read target files through Python.",
+            option=NATIVE_SCAN_CONF,
+            valid=NATIVE_SCAN_MODES,
+        )
+    return mode
+
+
+def _scan(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    struct: StructType,
+    files: list[FileEntry],
+    alias: str | None,
+    *,
+    keyed: bool = True,
+) -> TargetScan:
+    """Exactly ``files`` of ``snapshot`` as a DataFrame, plus each row's file key
+    (``keyed=False``: the JVM scan leaves the key out; the Python scan always has it).
+
+    Spark's Parquet scan reads them when it reads them exactly (``_native_read``'s
+    rules: no deletion vectors in these files, no column mapping or type widening,
+    Hive-decodable partition directories); the Python ``read_file`` otherwise.
+    """
+    plan = _native_plan(spark, snapshot, struct, files)
+    if isinstance(plan, NativeScan):
+        log.info(
+            "DML scan of %s v%d: JVM Parquet scan of %d files",
+            snapshot.uri,
+            snapshot.version,
+            len(files),
+        )
+        df = _native_scan(spark, plan, keyed)
+        keys = {_file_name(f): i for i, f in enumerate(files)}
+        return TargetScan(df.alias(alias) if alias else df, native=True, keys=keys)
+    log.info(
+        "DML scan of %s v%d: Python scan of %d files (%s)",
+        snapshot.uri,
+        snapshot.version,
+        len(files),
+        plan.reason,
+    )
+    return TargetScan(_python_scan(spark, snapshot, struct, files, alias), native=False)
+
+
+def _native_plan(
+    spark: SparkSession, snapshot: Snapshot, struct: StructType, files: list[FileEntry]
+) -> NativeScan | Fallback:
+    if dml_scan_mode(spark.conf.get(NATIVE_SCAN_CONF, "auto")) == "false":
+        return Fallback(f"{NATIVE_SCAN_CONF}=false")
+    if not files:
+        return Fallback("no files")
+    if any(f.name.lower() == "_metadata" for f in struct.fields):
+        return Fallback("a column named _metadata hides Spark's file metadata")
+    if len({_file_name(f) for f in files}) != len(files):
+        return Fallback("two candidate files share a file name")
+    return plan_native_files(snapshot, files)
+
+
+def _file_name(entry: FileEntry) -> str:
+    # What Spark's _metadata.file_name holds: Hadoop's Path.getName, decoded.
+    return unquote(entry.path).rsplit("/", 1)[-1]
+
+
+def _native_scan(spark: SparkSession, plan: NativeScan, keyed: bool) -> DataFrame:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromJson(plan.schema)
+    df = spark.read.schema(schema).option("basePath", plan.root).parquet(*plan.file_uris)
+    columns = [F.col("`" + name.replace("`", "``") + "`") for name in schema.fieldNames()]
+    if keyed:
+        columns.append(F.col("_metadata.file_name").alias(FILE_INDEX))
+    return df.select(*columns)
+
+
+def _python_scan(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    struct: StructType,
+    files: list[FileEntry],
+    alias: str | None,
+) -> DataFrame:
+    """Exactly ``files`` of ``snapshot`` read by Python tasks, plus each row's file index."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from deltaflow.spark.read._reader import FileTask, ReadLayout, bin_pack, read_file
+
+    layout = ReadLayout.build(snapshot, struct)
+    deleted = snapshot.deleted_rows()
+    tasks = [
+        FileTask(_uri.join(snapshot.uri, f.path), f.size, f.partition_values, deleted.get(f.path))
+        for f in files
+    ]
+    index_of = {task.uri: i for i, task in enumerate(tasks)}
+    groups = [
+        [(index_of[t.uri], t) for t in group]
+        for group in bin_pack(tasks, spark.sparkContext.defaultParallelism)
+    ]
+    out = StructType([*struct.fields, StructField(FILE_INDEX, LongType(), False)])
+    names = [*layout.target.names, FILE_INDEX]
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for group in batch.column(0).to_pylist():
+                for index, task in groups[group]:
+                    for data in read_file(task, layout):
+                        marker = pa.array([index] * data.num_rows, pa.int64())
+                        yield pa.RecordBatch.from_arrays([*data.columns, marker], names=names)
+
+    df = spark.range(0, len(groups), 1, numPartitions=max(len(groups), 1)).mapInArrow(read, out)
+    return df.alias(alias) if alias else df
+
+
+def _condition_column(condition: Any) -> Column:
+    from pyspark.sql import functions as F
+
+    if condition is None:
+        return F.lit(True)
+    column = F.expr(condition) if isinstance(condition, str) else condition
+    return F.coalesce(column, F.lit(False))  # NULL does not match, as in SQL's WHERE
+
+
+def _count_matches(scan: TargetScan, condition: Any) -> dict[int, _FileCounts]:
+    from pyspark.sql import functions as F
+
+    matches = F.when(_condition_column(condition), 1).otherwise(0)
+    rows = (
+        scan.df.groupBy(F.col(FILE_INDEX))
+        .agg(F.count(F.lit(1)).alias("total"), F.sum(matches).alias("matched"))
+        .collect()
+    )
+    return {
+        scan.index(r[FILE_INDEX]): _FileCounts(int(r["total"]), int(r["matched"] or 0))
+        for r in rows
+    }
+
+
+def _rewritten_rows(
+    scan: DataFrame,
+    struct: StructType,
+    condition: Any,
+    assignments: Mapping[str, Column],
+    operation: str,
+    *,
+    changes: bool = False,
+) -> DataFrame:
+    """Job 2's rows; with ``changes``, plus change rows (``_change_type`` not NULL)."""
+    from pyspark.sql import functions as F
+
+    cw = _changes
+    matched = _condition_column(condition)
+    none = F.lit(None).cast("string")
+    if operation == "DELETE":
+        if not changes:
+            return scan.where(~matched).drop(FILE_INDEX)
+        kind = F.when(matched, F.lit(cw.DELETE)).otherwise(none)
+        return scan.drop(FILE_INDEX).withColumn(cw.CHANGE_TYPE, kind)
+    if changes:
+        # A matched row is written three times: the new row, its pre- and post-image.
+        kinds = F.when(matched, F.array(none, F.lit(cw.PREIMAGE), F.lit(cw.POSTIMAGE))).otherwise(
+            F.array(none)
+        )
+        scan = scan.withColumn(cw.CHANGE_TYPE, F.explode(kinds))
+    is_preimage = F.col(cw.CHANGE_TYPE) == F.lit(cw.PREIMAGE) if changes else F.lit(False)
+    columns = []
+    for field in struct.fields:
+        old = F.col(f"`{field.name}`")
+        value = assignments.get(field.name)
+        if value is None:
+            columns.append(old)
+            continue
+        new = value.cast(field.dataType)
+        chosen = new if condition is None else F.when(matched, new).otherwise(old)
+        if changes:
+            chosen = F.when(is_preimage, old).otherwise(chosen)
+        columns.append(chosen.alias(field.name))
+    if changes:
+        columns.append(F.col(cw.CHANGE_TYPE))
+    return scan.select(*columns)
+
+
+def _commit_changes(
+    snapshot: Snapshot,
+    plan: WritePlan,
+    written: _changes.Written,
+    removed: list[FileEntry],
+    metrics: DmlMetrics,
+    condition: Any,
+    started: float,
+    read: Any,
+) -> DmlMetrics:
+    try:
+        removes = _changes.removes(snapshot, removed)
+    except BaseException:
+        written.delete(snapshot.uri)
+        raise
+    metrics = dataclasses.replace(metrics, execution_time_ms=_ms(started, time.perf_counter()))
+    predicate = [] if condition is None else [sql_text(condition)]
+    request = _commit.CommitRequest(
+        table_uri=snapshot.uri,
+        schema=plan.schema,
+        partition_columns=plan.partition_columns,
+        adds=written.adds,
+        removes=removes,
+        cdc=written.cdc,
+        mode="append",
+        read_version=snapshot.version,
+        read=read if _changes.uses_log_writer(snapshot.uri) else None,
+        operation=metrics.operation,
+        commit_info={
+            OPERATION_KEY: metrics.operation,
+            "operationParameters": {"predicate": json.dumps(predicate)},
+            "operationMetrics": metrics.operation_metrics(),
+            "readVersion": snapshot.version,
+            "isBlindAppend": False,
+        },
+    )
+    try:
+        result = commit(request)
+    except BaseException:
+        written.delete(snapshot.uri)
+        raise
+    log.info("%s on %s: version %s, %s", metrics.operation, snapshot.uri, result.version, metrics)
+    return dataclasses.replace(metrics, version=result.version)
+
+
+def commit(request: _commit.CommitRequest) -> _commit.CommitResult:
+    """The commit step, a seam for tests that interleave a concurrent writer."""
+    return _commit.commit(request)
+
+
+def sql_text(condition: Any) -> str:
+    """A condition as SQL text for the commit info (Columns print as Spark shows them)."""
+    if isinstance(condition, str):
+        return condition
+    text = str(condition)
+    if text.startswith("Column<'") and text.endswith("'>"):
+        return text[len("Column<'") : -2]
+    return text
+
+
+def _ms(start: float, end: float) -> int:
+    return int((end - start) * 1000)

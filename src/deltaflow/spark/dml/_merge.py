@@ -1,0 +1,687 @@
+"""MERGE as Spark jobs over the files it touches, committed once (delta-spark semantics).
+
+1. The driver pins a snapshot. Candidate target files are pruned by the conjuncts of
+   the merge condition that name only the target (``t.kind = 'a'``), when the
+   condition is SQL text the predicate parser reads; otherwise every file.
+2. The candidates are read (``_delete_update._scan``: Spark's Parquet scan when it reads them
+   exactly, else the Python ``mapInArrow`` scan), each row carrying its file key and a
+   row id, and joined with the source: target LEFT OUTER source, so that Spark can
+   broadcast a small source and stream the target through a hash join without a
+   shuffle. With insert clauses the source is materialized once (persisted, with a
+   row id per source row), as delta-spark's ``merge.materializeSource`` does.
+3. Every joined row gets the index of the first clause that applies (clauses in
+   order, NULL conditions do not match): matched or not-matched-by-source (target
+   only). Job 1 aggregates the joined rows into one row per matched pair plus one per
+   file for its unmatched rows, then per target file: rows updated / deleted / copied,
+   and source rows per target row (a target row that more than one source row would
+   modify fails with :class:`MultipleSourceRowMatchingTargetRowError`, nothing
+   committed). The inserts are the source rows whose id no pair has (an anti join
+   against job 1's small aggregate, not the target), kept for job 2.
+4. Job 2 reads only the touched files again and computes the output rows with one
+   ``CASE`` per column: every row of a touched file (copied, updated, or dropped when
+   deleted), unioned with the inserts. Files with no updated or deleted row are left as
+   they are. Spark's Parquet writer writes them when it can (``_native_write``), Python
+   tasks (:class:`FileSetWriter`) otherwise.
+   With the change data feed enabled and any target row updated or deleted, the
+   same job writes change rows to ``_change_data/`` (``update_preimage`` /
+   ``update_postimage`` / ``delete`` / ``insert``, :mod:`._changes`), on the
+   Python writer.
+5. One commit of removes + adds (+ cdc) against the read version, by deltaflow's
+   log writer on local tables, with delta-spark's conflict rules: the files read and
+   the condition's target-only / partition conjuncts are the read set, so a
+   concurrent blind append never fails a MERGE, a concurrent delete of a file it read
+   does (ConcurrentDeleteRead). An insert-only MERGE is checked the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from deltaflow.errors import DeltaflowError
+from deltaflow.spark._options import parse_write_options
+from deltaflow.spark.dml import _changes, _delete_update
+from deltaflow.spark.dml._merge_builder import (
+    BY_SOURCE_KINDS,
+    DELETE_KINDS,
+    MATCHED_KINDS,
+    NOT_MATCHED_KINDS,
+    MergeClause,
+    MergeSpec,
+)
+from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
+from deltaflow.spark.write import _replace_where
+from deltaflow.spark.write._writer import WritePlan, plan_write
+from deltaflow.table import _commit, _predicates, _schema
+from deltaflow.table._snapshot import FileEntry, Snapshot
+from deltaflow.table.errors import SchemaMismatchError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("deltaflow.merge")
+
+ROW_ID = "__deltaflow_row_id"
+TARGET_MARK = "__deltaflow_target"
+SOURCE_MARK = "__deltaflow_source"
+ACTION = "__deltaflow_action"
+SOURCE_ID = "__deltaflow_source_id"
+MATCHED_ID = "__deltaflow_matched_id"
+RANK = "__deltaflow_rank"
+# Distinct source values of a partition-equality key collected to the driver for file
+# pruning; above this the condition alone decides (every file is read).
+MAX_PRUNING_VALUES = 1000
+_UPDATE_KINDS = ("matchedUpdate", "notMatchedBySourceUpdate")
+COPY = -1  # a target row no clause applies to: written unchanged if its file is rewritten
+
+
+@dataclass(frozen=True)
+class MergeMetrics:
+    """What one MERGE did; delta-spark's names in the commit info's ``operationMetrics``."""
+
+    source_rows: int = 0
+    inserted: int = 0
+    matched_updated: int = 0
+    matched_deleted: int = 0
+    by_source_updated: int = 0
+    by_source_deleted: int = 0
+    copied: int = 0
+    added_files: int = 0
+    removed_files: int = 0
+    added_bytes: int = 0
+    removed_bytes: int = 0
+    change_files: int = 0
+    execution_time_ms: int = 0
+    version: int | None = None  # None: nothing changed, nothing was committed
+
+    def operation_metrics(self) -> dict[str, str]:
+        values = {
+            "numSourceRows": self.source_rows,
+            "numTargetRowsInserted": self.inserted,
+            "numTargetRowsUpdated": self.matched_updated + self.by_source_updated,
+            "numTargetRowsMatchedUpdated": self.matched_updated,
+            "numTargetRowsNotMatchedBySourceUpdated": self.by_source_updated,
+            "numTargetRowsDeleted": self.matched_deleted + self.by_source_deleted,
+            "numTargetRowsMatchedDeleted": self.matched_deleted,
+            "numTargetRowsNotMatchedBySourceDeleted": self.by_source_deleted,
+            "numTargetRowsCopied": self.copied,
+            "numOutputRows": self.inserted
+            + self.matched_updated
+            + self.by_source_updated
+            + self.copied,
+            "numTargetFilesAdded": self.added_files,
+            "numTargetFilesRemoved": self.removed_files,
+            "numTargetBytesAdded": self.added_bytes,
+            "numTargetBytesRemoved": self.removed_bytes,
+            "numTargetChangeFilesAdded": self.change_files,
+            "executionTimeMs": self.execution_time_ms,
+        }
+        return {k: str(v) for k, v in values.items()}
+
+
+@dataclass(frozen=True)
+class _FileOutcome:
+    max_pairs: int = 0  # joined rows per target row (>1: several source rows matched it)
+    max_applied: int = 0  # matched clauses applied per target row
+    updated: tuple[int, int] = (0, 0)  # matched, by source
+    deleted: tuple[int, int] = (0, 0)
+    unchanged: int = 0
+
+    @property
+    def touched(self) -> bool:
+        return sum(self.updated) + sum(self.deleted) > 0
+
+
+def execute(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
+    """Run ``spec``: at most one commit; nothing is committed when nothing changes."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    started = time.perf_counter()
+    rewrites = any(c.kind not in NOT_MATCHED_KINDS for c in spec.clauses)
+    snapshot, plan = _delete_update._prepare(spec.uri, "MERGE", rewrites=rewrites)
+    struct = StructType.fromJson(_schema.logical_schema(snapshot.schema))
+    source = spec.source
+    plan, output = _evolve(spec, snapshot, plan, struct, source)
+    # Resolved before any job, so a bad assignment fails fast.
+    values = [_clause_values(spec, clause, output, source) for clause in spec.clauses]
+    files = snapshot.files()
+    read_node: Any = None
+    if not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses):
+        # Rows the condition cannot match are "not matched by source": pruning files by
+        # the condition is only sound when no such clause exists.
+        files, read_node = _candidate_files(snapshot, files, spec, source)
+
+    condition = F.expr(spec.condition) if isinstance(spec.condition, str) else spec.condition
+    inserts = any(c.kind in NOT_MATCHED_KINDS for c in spec.clauses)
+    marked = source.withColumn(SOURCE_MARK, F.lit(True))
+    cached: list[DataFrame] = []
+    if inserts:
+        # Inserts are the source rows no target row matched, found by the source row
+        # ids job 1 saw matched: the source is materialized once (as delta-spark's
+        # merge.materializeSource does), so its rows and ids are the same in each job.
+        marked = marked.withColumn(SOURCE_ID, F.monotonically_increasing_id())
+        cached.append(marked.persist(StorageLevel.MEMORY_AND_DISK))
+    try:
+        scan = _delete_update._scan(spark, snapshot, struct, files, spec.target_alias)
+        per_row = _per_row(_joined(scan.df, marked, condition, spec.clauses), spec.clauses, inserts)
+        if inserts:
+            cached.append(per_row.persist(StorageLevel.MEMORY_AND_DISK))
+        outcomes = _outcomes(per_row, scan)
+        _check_multiple_matches(spec, outcomes)
+        new_rows = None
+        inserted = 0
+        if inserts:
+            new_rows = _unmatched_source(marked, per_row, spec.clauses)
+            cached.append(new_rows.persist(StorageLevel.MEMORY_AND_DISK))
+            inserted = new_rows.count()
+        source_rows = marked.count() if inserts else source.count()
+        touched = sorted(i for i, o in outcomes.items() if o.touched)
+        if not touched and not inserted:
+            log.info("MERGE into %s changed nothing; nothing to commit", spec.uri)
+            return MergeMetrics(source_rows=source_rows)
+        # Only inserts: readers of the change feed take the added files as inserts.
+        changes = bool(touched) and _changes.cdf_enabled(snapshot)
+
+        chosen = [outcomes[i] for i in touched]
+        metrics = MergeMetrics(
+            source_rows=source_rows,
+            inserted=inserted,
+            matched_updated=sum(o.updated[0] for o in chosen),
+            by_source_updated=sum(o.updated[1] for o in chosen),
+            matched_deleted=sum(o.deleted[0] for o in chosen),
+            by_source_deleted=sum(o.deleted[1] for o in chosen),
+            copied=sum(o.unchanged for o in chosen),
+        )
+        dedupe = any(o.max_pairs > 1 for o in chosen)
+        parts = []
+        if touched:
+            # Job 2 reads only the touched files again (the JVM scan reads just those).
+            rescan = _delete_update._scan(
+                spark, snapshot, struct, [files[i] for i in touched], spec.target_alias, keyed=False
+            ).df
+            parts.append(
+                _output_rows(
+                    _joined(rescan, marked, condition, spec.clauses),
+                    spec,
+                    output,
+                    values,
+                    rescan,
+                    dedupe,
+                    changes,
+                )
+            )
+        if new_rows is not None and inserted:
+            marked_rows = new_rows.withColumn(TARGET_MARK, F.lit(None).cast("boolean"))
+            parts.append(_output_rows(marked_rows, spec, output, values, None, False, changes))
+        rows = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
+        written = _changes.write(rows, plan, changes=changes)
+    finally:
+        for df in cached:
+            df.unpersist()
+    expected = int(metrics.operation_metrics()["numOutputRows"])
+    if written.rows != expected:
+        written.delete(spec.uri)
+        raise DeltaflowError(
+            f"MERGE into {spec.uri} wrote {written.rows} rows where {expected} were expected:"
+            " the source or an expression is not deterministic. Nothing was committed; use a"
+            " deterministic source (e.g. write it to a table first).",
+            table_uri=spec.uri,
+        )
+    removed = [files[i] for i in touched]
+    metrics = dataclasses.replace(
+        metrics,
+        added_files=len(written.adds),
+        removed_files=len(removed),
+        added_bytes=sum(a.size for a in written.adds),
+        removed_bytes=sum(f.size for f in removed),
+        change_files=len(written.cdc),
+    )
+    read = _changes.read_set(snapshot, files, read_node, whole_table=False)
+    return _commit_merge(snapshot, plan, written, removed, metrics, spec, started, read)
+
+
+def _evolve(
+    spec: MergeSpec, snapshot: Snapshot, plan: WritePlan, struct: StructType, source: DataFrame
+) -> tuple[WritePlan, StructType]:
+    """The write plan and output schema: the table's, plus new source columns with
+    schema evolution (added through mergeSchema's metadata commit)."""
+    from pyspark.sql.types import StructType
+
+    known = {f.name.lower() for f in struct.fields}
+    star = any(c.assignments is None for c in spec.clauses)
+    new = [f for f in source.schema.fields if f.name.lower() not in known]
+    if not (spec.schema_evolution and star and new):
+        return plan, struct
+    output = StructType([*struct.fields, *new])
+    options = parse_write_options({"path": spec.uri, "mergeSchema": "true"})
+    evolved = plan_write(spec.uri, output.jsonValue(), "append", options)
+    return dataclasses.replace(evolved, read_version=snapshot.version), output
+
+
+def _candidate_files(
+    snapshot: Snapshot, files: list[FileEntry], spec: MergeSpec, source: DataFrame
+) -> tuple[list[FileEntry], Any]:
+    """Files that may hold matching rows, pruned by the condition's conjuncts that name
+    only the target (``t.kind = 'a'``) and by equalities of a target partition column
+    with a source column (``t.kind = s.kind``: the source's distinct values); and that
+    pruning predicate (None: none), the MERGE's read predicate for conflict checks."""
+    alias = spec.target_alias
+    if not isinstance(spec.condition, str) or alias is None:
+        return files, None
+    try:
+        node = _predicates.parse(spec.condition, option="condition")
+    except DeltaflowError:
+        return files, None
+    partitions = {c.lower(): c for c in snapshot.partition_columns}
+    pruning = [c for c in _conjuncts(node) if _columns_under(c, alias) is True]
+    for conjunct in _conjuncts(node):
+        in_list = _source_values(conjunct, alias, partitions, source)
+        if in_list is not None:
+            pruning.append(in_list)
+    if not pruning:
+        return files, None
+    combined: Any = pruning[0]
+    for c in pruning[1:]:
+        combined = _predicates.And(combined, c)
+    combined = _delete_update._strip_alias(combined, alias)
+
+    def may_match(entry: FileEntry) -> bool:
+        try:
+            return _predicates.may_match(combined, _replace_where._stats_lookup(entry, partitions))
+        except (TypeError, ValueError, DeltaflowError):
+            return True  # values of another type than the column's: read the file
+
+    kept = [f for f in files if may_match(f)]
+    log.info("MERGE into %s: %d of %d files may match", snapshot.uri, len(kept), len(files))
+    return kept, combined
+
+
+def _source_values(
+    conjunct: Any, alias: str, partitions: dict[str, str], source: DataFrame
+) -> Any | None:
+    """``t.p IN (<distinct source values>)`` for ``t.p = s.c`` on a partition column."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    if not isinstance(conjunct, _predicates.Compare) or conjunct.op != "=":
+        return None
+    sides = [s for s in (conjunct.left, conjunct.right) if isinstance(s, _predicates.Column)]
+    if len(sides) != 2:
+        return None
+    target = [s for s in sides if _columns_under(s, alias) is True]
+    other = [s for s in sides if _columns_under(s, alias) is not True]
+    if len(target) != 1 or len(other) != 1 or len(target[0].path) != 2:
+        return None
+    if target[0].path[1].lower() not in partitions:
+        return None
+    name = ".".join(f"`{part}`" for part in other[0].path)
+    try:
+        values = source.select(F.col(name)).distinct().limit(MAX_PRUNING_VALUES + 1).collect()
+    except AnalysisException:
+        return None  # not a source column: no pruning; the join reports real errors
+    if len(values) > MAX_PRUNING_VALUES:
+        return None
+    # NULL never equals anything; no values at all: no target row can match.
+    literals = tuple(_predicates.Literal(r[0]) for r in values if r[0] is not None)
+    column = target[0]
+    if not literals:
+        return _predicates.And(_predicates.IsNull(column), _predicates.IsNull(column, True))
+    return _predicates.InList(column, literals)
+
+
+def _conjuncts(node: Any) -> list[Any]:
+    if isinstance(node, _predicates.And):
+        return [*_conjuncts(node.left), *_conjuncts(node.right)]
+    return [node]
+
+
+def _columns_under(node: Any, alias: str) -> bool | None:
+    """True when every column of ``node`` is qualified by ``alias`` (None: no columns)."""
+    if isinstance(node, _predicates.Column):
+        return len(node.path) > 1 and node.path[0].lower() == alias.lower()
+    children: list[Any] = []
+    if isinstance(node, tuple):
+        children = list(node)
+    elif dataclasses.is_dataclass(node) and not isinstance(node, _predicates.Literal):
+        children = [getattr(node, f.name) for f in dataclasses.fields(node)]
+    found: bool | None = None
+    for child in children:
+        result = _columns_under(child, alias)
+        if result is False:
+            return False
+        if result is True:
+            found = True
+    return found
+
+
+def _joined(
+    target: DataFrame, marked: DataFrame, condition: Column, clauses: tuple[MergeClause, ...]
+) -> DataFrame:
+    """Target rows joined with the source rows matching them (left outer), and the action.
+
+    Left outer, not full outer: Spark can then broadcast a small source and stream the
+    target through a hash join without shuffling it; source rows that match nothing are
+    found apart (:func:`_unmatched_source`).
+    """
+    from pyspark.sql import functions as F
+
+    target = target.withColumn(ROW_ID, F.monotonically_increasing_id()).withColumn(
+        TARGET_MARK, F.lit(True)
+    )
+    # The bare condition: a NULL join condition matches nothing already, and wrapping it
+    # (coalesce) would hide its equality keys from Spark, turning a hash join into a
+    # nested-loop join (10k x 1M rows: minutes instead of seconds).
+    joined = target.join(marked, on=condition, how="left_outer")
+    return joined.withColumn(ACTION, _action_column(clauses))
+
+
+def _action_column(clauses: tuple[MergeClause, ...]) -> Column:
+    """The index of the first clause that applies to a target row; COPY: none applies."""
+    from pyspark.sql import functions as F
+
+    return F.when(
+        F.col(SOURCE_MARK).isNotNull(), _first_clause(clauses, MATCHED_KINDS, F.lit(COPY))
+    ).otherwise(_first_clause(clauses, BY_SOURCE_KINDS, F.lit(COPY)))
+
+
+def _first_clause(
+    clauses: tuple[MergeClause, ...], kinds: tuple[str, ...], otherwise: Column
+) -> Column:
+    """The index of the first clause of ``kinds`` whose condition is true, else ``otherwise``."""
+    from pyspark.sql import functions as F
+
+    result = otherwise
+    for index in reversed(range(len(clauses))):
+        clause = clauses[index]
+        if clause.kind in kinds:
+            condition = _delete_update._condition_column(clause.condition)
+            result = F.when(condition, F.lit(index)).otherwise(result)
+    return result
+
+
+def _per_row(joined: DataFrame, clauses: tuple[MergeClause, ...], sources: bool) -> DataFrame:
+    """Job 1's first step: one row per matched pair, and one per file for its unmatched
+    target rows together (those appear once each in a left outer join, so summing them
+    is exact): a small aggregate, however big the target. Plain sums and counts keep it
+    a hash aggregate (a list of source ids per target row would be a sort-based one)."""
+    from pyspark.sql import functions as F
+
+    def of(kinds: tuple[str, ...]) -> Column:
+        ids = [i for i, c in enumerate(clauses) if c.kind in kinds]
+        hit = F.col(ACTION).isin(ids) if ids else F.lit(False)
+        return F.when(hit, 1).otherwise(0)
+
+    flags = {
+        "applied": of(MATCHED_KINDS),
+        "m_upd": of(("matchedUpdate",)),
+        "s_upd": of(("notMatchedBySourceUpdate",)),
+        "m_del": of(("matchedDelete",)),
+        "s_del": of(("notMatchedBySourceDelete",)),
+        "chg": of((*_UPDATE_KINDS, *DELETE_KINDS)),
+    }
+    matched = F.col(SOURCE_MARK).isNotNull()
+    source_id = F.col(SOURCE_ID) if sources else F.lit(None).cast("long")
+    return joined.groupBy(
+        F.col(_delete_update.FILE_INDEX),
+        F.when(matched, F.col(ROW_ID)).alias(ROW_ID),
+        F.when(matched, source_id).alias(SOURCE_ID),
+    ).agg(F.count(F.lit(1)).alias("n"), *[F.sum(v).alias(k) for k, v in flags.items()])
+
+
+def _outcomes(pairs: DataFrame, scan: _delete_update.TargetScan) -> dict[int, _FileOutcome]:
+    """Job 1: per target file what the clauses do (from :func:`_per_row`'s pairs)."""
+    from pyspark.sql import functions as F
+
+    per_row = pairs.groupBy(F.col(_delete_update.FILE_INDEX), F.col(ROW_ID)).agg(
+        F.sum("n").alias("n"),
+        *[F.sum(k).alias(k) for k in ("applied", "m_upd", "s_upd", "m_del", "s_del", "chg")],
+        F.max("chg").alias("max_chg"),
+    )
+    single = F.col(ROW_ID).isNotNull()  # one matched target row; else a file's unmatched rows
+
+    def changed(k: str) -> Column:
+        # A matched target row counts once, however many of its pairs change it.
+        return F.when(single, F.least(F.col(k), F.lit(1))).otherwise(F.col(k))
+
+    rows = (
+        per_row.groupBy(_delete_update.FILE_INDEX)
+        .agg(
+            F.max(F.when(single, F.col("n")).otherwise(F.lit(1))).alias("pairs"),
+            F.max("applied").alias("applied"),
+            *[F.sum(changed(k)).alias(k) for k in ("m_upd", "s_upd", "m_del", "s_del")],
+            F.sum(
+                F.when(single, 1 - F.least(F.col("max_chg"), F.lit(1))).otherwise(
+                    F.col("n") - F.col("chg")
+                )
+            ).alias("same"),
+        )
+        .collect()
+    )
+    return {
+        scan.index(r[_delete_update.FILE_INDEX]): _FileOutcome(
+            max_pairs=int(r["pairs"] or 0),
+            max_applied=int(r["applied"] or 0),
+            updated=(int(r["m_upd"] or 0), int(r["s_upd"] or 0)),
+            deleted=(int(r["m_del"] or 0), int(r["s_del"] or 0)),
+            unchanged=int(r["same"] or 0),
+        )
+        for r in rows
+    }
+
+
+def _unmatched_source(
+    marked: DataFrame, per_row: DataFrame, clauses: tuple[MergeClause, ...]
+) -> DataFrame:
+    """Source rows no target row matched and a not-matched clause inserts, with the action."""
+    from pyspark.sql import functions as F
+
+    matched = per_row.where(F.col(SOURCE_ID).isNotNull()).select(F.col(SOURCE_ID).alias(MATCHED_ID))
+    rows = marked.join(matched, on=F.col(SOURCE_ID) == F.col(MATCHED_ID), how="left_anti")
+    rows = rows.withColumn(ACTION, _first_clause(clauses, NOT_MATCHED_KINDS, F.lit(None)))
+    return rows.where(F.col(ACTION).isNotNull())
+
+
+def _check_multiple_matches(spec: MergeSpec, outcomes: Mapping[int, _FileOutcome]) -> None:
+    matched = [c for c in spec.clauses if c.kind in MATCHED_KINDS]
+    # delta-spark: several matches are unambiguous when the only matched clause is an
+    # unconditional delete; every matched pair deletes the same row.
+    if len(matched) == 1 and matched[0].kind == "matchedDelete" and matched[0].condition is None:
+        return
+    if any(o.max_applied > 1 for o in outcomes.values()):
+        raise MultipleSourceRowMatchingTargetRowError(
+            f"MERGE into {spec.uri} failed: several source rows matched the same target row"
+            " and a WHEN MATCHED clause would modify it, which is ambiguous. Nothing was"
+            " committed. Deduplicate the source on the merge keys (e.g. dropDuplicates or a"
+            " window keeping the latest row) before merging.",
+            table_uri=spec.uri,
+        )
+
+
+def _output_rows(
+    rows: DataFrame,
+    spec: MergeSpec,
+    output: StructType,
+    values: list[dict[str, Column]],
+    target: DataFrame | None,
+    dedupe: bool,
+    changes: bool = False,
+) -> DataFrame:
+    """Job 2's rows: with ``target``, every row of the touched files ``rows`` holds
+    (copied / updated / deleted); without, the inserts. With ``changes``, plus change
+    rows (``_change_type`` not NULL)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    cw = _changes
+    kinds = (*MATCHED_KINDS, *BY_SOURCE_KINDS) if target is not None else NOT_MATCHED_KINDS
+    clauses = [i for i, c in enumerate(spec.clauses) if c.kind in kinds]
+    known = {f.name.lower() for f in target.schema.fields} if target is not None else set()
+    deletes = [i for i, c in enumerate(spec.clauses) if c.kind in DELETE_KINDS]
+    updates = [i for i, c in enumerate(spec.clauses) if c.kind in _UPDATE_KINDS]
+    keep = F.col(ACTION).isNotNull()
+    if not changes and deletes:
+        keep = keep & ~F.col(ACTION).isin(deletes)
+    rows = rows.where(keep)
+    if dedupe:
+        # A target row matched by several source rows none of whose clauses applied
+        # appears once per match: write it once.
+        order = F.when(F.col(ACTION) == COPY, 1).otherwise(0)
+        rank = F.row_number().over(Window.partitionBy(ROW_ID).orderBy(order))
+        rows = rows.withColumn(RANK, rank).where(F.col(RANK) == 1)
+    keeps_old = F.lit(False)
+    if changes:
+        none = F.lit(None).cast("string")
+        target_row = F.col(TARGET_MARK).isNotNull()
+        change_kinds = (
+            F.when(target_row & F.col(ACTION).isin(deletes), F.array(F.lit(cw.DELETE)))
+            .when(
+                target_row & F.col(ACTION).isin(updates),
+                F.array(none, F.lit(cw.PREIMAGE), F.lit(cw.POSTIMAGE)),
+            )
+            .when(target_row, F.array(none))
+            .otherwise(F.array(none, F.lit(cw.INSERT)))
+        )
+        rows = rows.withColumn(cw.CHANGE_TYPE, F.explode(change_kinds))
+        keeps_old = F.col(cw.CHANGE_TYPE).isin(cw.PREIMAGE, cw.DELETE)
+
+    columns = []
+    for field in output.fields:
+        old = (
+            target[f"`{field.name}`"]
+            if target is not None and field.name.lower() in known
+            else F.lit(None).cast(field.dataType)
+        )
+        value = old
+        for index in reversed(clauses):
+            assigned = values[index].get(field.name)
+            if assigned is not None:
+                value = F.when(F.col(ACTION) == index, assigned).otherwise(value)
+        if changes:
+            value = F.when(keeps_old, old).otherwise(value)
+        columns.append(value.cast(field.dataType).alias(field.name))
+    if changes:
+        columns.append(F.col(cw.CHANGE_TYPE))
+    return rows.select(*columns)
+
+
+def _clause_values(
+    spec: MergeSpec, clause: MergeClause, output: StructType, source: DataFrame
+) -> dict[str, Column]:
+    """Output column -> the value ``clause`` gives it (missing: unchanged / NULL)."""
+    from pyspark.sql import functions as F
+
+    if clause.kind in DELETE_KINDS:
+        return {}
+    insert = clause.kind == "notMatchedInsert"
+    if clause.assignments is None:
+        values: dict[str, Column] = {}
+        missing = []
+        by_name = {f.name.lower(): f.name for f in source.schema.fields}
+        for field in output.fields:
+            name = by_name.get(field.name.lower())
+            if name is not None:
+                values[field.name] = source[f"`{name}`"]
+            elif not spec.schema_evolution:
+                missing.append(field.name)
+        if missing:
+            what = "insertAll" if insert else "updateAll"
+            raise SchemaMismatchError(
+                f"MERGE into {spec.uri}: {what} needs every table column in the source;"
+                f" missing: {', '.join(missing)}. Add them to the source, list the columns"
+                " with whenMatchedUpdate(set=...) / whenNotMatchedInsert(values=...), or"
+                " call withSchemaEvolution().",
+                table_uri=spec.uri,
+                columns=tuple(missing),
+            )
+        return values
+    resolved = _delete_update._resolve_assignments(
+        spec.uri, output, spec.target_alias, dict(clause.assignments)
+    )
+    if insert:
+        unknown = [f.name for f in output.fields if f.name not in resolved]
+        return {**{n: F.lit(None) for n in unknown}, **resolved}
+    return resolved
+
+
+def _commit_merge(
+    snapshot: Snapshot,
+    plan: WritePlan,
+    written: _changes.Written,
+    removed: list[FileEntry],
+    metrics: MergeMetrics,
+    spec: MergeSpec,
+    started: float,
+    read: Any,
+) -> MergeMetrics:
+    try:
+        removes = _changes.removes(snapshot, removed)
+    except BaseException:
+        written.delete(snapshot.uri)
+        raise
+    metrics = dataclasses.replace(
+        metrics, execution_time_ms=_delete_update._ms(started, time.perf_counter())
+    )
+
+    def predicates(kinds: tuple[str, ...]) -> str:
+        chosen = [c for c in spec.clauses if c.kind in kinds]
+        described = [
+            {
+                "actionType": c.kind.removeprefix("matched")
+                .removeprefix("notMatchedBySource")
+                .removeprefix("notMatched")
+                .lower(),
+                **(
+                    {}
+                    if c.condition is None
+                    else {"predicate": _delete_update.sql_text(c.condition)}
+                ),
+            }
+            for c in chosen
+        ]
+        return json.dumps(described)
+
+    request = _commit.CommitRequest(
+        table_uri=snapshot.uri,
+        schema=plan.schema,
+        partition_columns=plan.partition_columns,
+        adds=written.adds,
+        removes=removes,
+        cdc=written.cdc,
+        mode="append",
+        read_version=snapshot.version,
+        read=read if _changes.uses_log_writer(snapshot.uri) else None,
+        operation="MERGE",
+        new_columns=plan.new_columns,
+        commit_info={
+            _delete_update.OPERATION_KEY: "MERGE",
+            "operationParameters": {
+                "predicate": json.dumps([_delete_update.sql_text(spec.condition)]),
+                "matchedPredicates": predicates(MATCHED_KINDS),
+                "notMatchedPredicates": predicates(NOT_MATCHED_KINDS),
+                "notMatchedBySourcePredicates": predicates(BY_SOURCE_KINDS),
+            },
+            "operationMetrics": metrics.operation_metrics(),
+            "readVersion": snapshot.version,
+            "isBlindAppend": False,
+        },
+    )
+    try:
+        result = commit(request)
+    except BaseException:
+        written.delete(snapshot.uri)
+        raise
+    log.info("MERGE into %s: version %s, %s", snapshot.uri, result.version, metrics)
+    return dataclasses.replace(metrics, version=result.version)
+
+
+def commit(request: _commit.CommitRequest) -> _commit.CommitResult:
+    """The commit step, a seam for tests that interleave a concurrent writer."""
+    return _commit.commit(request)

@@ -1,0 +1,1 @@
+"""Batch reads of Delta tables: the Python data source reader, scan reports, the CDF."""

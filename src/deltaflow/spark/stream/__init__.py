@@ -1,0 +1,1 @@
+"""Delta streams: the stream source, the stream sink, and per-batch progress."""

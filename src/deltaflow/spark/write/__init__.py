@@ -1,0 +1,1 @@
+"""Batch writes to Delta tables: file writing, the JVM and Python write paths, ``replaceWhere``."""

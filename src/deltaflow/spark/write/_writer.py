@@ -1,0 +1,448 @@
+"""Batch writes: executors write Parquet files in parallel, the driver commits once.
+
+``plan_write`` runs on the driver before any data moves: it settles the table's
+schema and partitioning and refuses bad input early. ``write`` runs in each task
+and returns the files it wrote; ``commit`` turns all of them into one Delta
+commit. Files of a failed or aborted job are never referenced by the log;
+``abort`` deletes them right away and VACUUM would remove any it missed.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from deltaflow.errors import DeltaflowError, InvalidOptionError
+from deltaflow.spark._options import WriteOptions
+from deltaflow.spark.write import _files, _replace_where
+from deltaflow.spark.write._compat import RemoteDeltaflowError
+from deltaflow.table import _commit, _schema, _stats
+from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
+from deltaflow.table.errors import (
+    SchemaMismatchError,
+    TableAlreadyExistsError,
+    UnsupportedFeatureError,
+)
+
+log = logging.getLogger("deltaflow.write")
+
+DEFAULT_MAX_ROWS_PER_FILE = _files.DEFAULT_MAX_ROWS_PER_FILE
+
+SUPPORTED_WRITER_FEATURES = frozenset(
+    {
+        "appendOnly",
+        "invariants",
+        "changeDataFeed",
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "domainMetadata",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "typeWidening",
+        "typeWidening-preview",
+        # delta-rs lists variantType on every table-features protocol it creates (e.g. for
+        # deletion vectors). Spark cannot hand us variant columns to write, so a table
+        # with this feature is safe to write as long as it has none; conform() would fail
+        # on one rather than write it wrongly.
+        "variantType",
+    }
+)
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    table_uri: str
+    mode: str  # "append" | "overwrite" | "error" | "ignore"
+    schema: dict[str, Any]  # the table schema after this write (logical, Delta JSON)
+    physical_schema: dict[str, Any]
+    partition_columns: tuple[str, ...]
+    read_version: int | None
+    new_columns: tuple[dict[str, Any], ...]
+    configuration: dict[str, str]
+    num_indexed_cols: int
+    options: WriteOptions
+    column_mapping: bool = False
+    skip: bool = False  # mode "ignore" on an existing table, or a duplicate app transaction
+    partition_physical: dict[str, str] = field(default_factory=dict)
+    replace_where: str | None = None  # only with mode "overwrite"
+
+
+def commit_request(
+    plan: WritePlan, adds: list[_commit.AddedFile], **overrides: Any
+) -> _commit.CommitRequest:
+    """The commit of ``adds`` under ``plan``: the plan's schema, partitioning, mode, read
+    version and app transaction; ``overrides`` replace any field (commitInfo, ...)."""
+    request = _commit.CommitRequest(
+        table_uri=plan.table_uri,
+        schema=plan.schema,
+        partition_columns=plan.partition_columns,
+        adds=adds,
+        mode="overwrite" if plan.mode == "overwrite" else "append",
+        read_version=plan.read_version,
+        new_columns=plan.new_columns,
+        configuration=plan.configuration,
+        app_id=plan.options.txn_app_id,
+        app_version=plan.options.txn_version,
+        user_metadata=plan.options.user_metadata,
+    )
+    return replace(request, **overrides) if overrides else request
+
+
+@dataclass
+class DeltaCommitMessage(WriterCommitMessage):
+    files: list[_commit.AddedFile]
+    num_rows: int
+
+
+def _all_nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(schema)
+
+    def visit(t: Any) -> None:
+        if isinstance(t, dict):
+            if t.get("type") == "struct":
+                for f in t["fields"]:
+                    f["nullable"] = True
+                    visit(f["type"])
+            elif t.get("type") == "array":
+                t["containsNull"] = True
+                visit(t["elementType"])
+            elif t.get("type") == "map":
+                t["valueContainsNull"] = True
+                visit(t["keyType"])
+                visit(t["valueType"])
+
+    visit(out)
+    return out
+
+
+def arrow_schema(schema: dict[str, Any]) -> pa.Schema:
+    """The Arrow schema Spark hands batches of a Delta (logical) schema in."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(StructType.fromJson(_schema.logical_schema(schema)), timezone="UTC")
+
+
+def _without_location(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` minus the catalog-location marker a read from a catalog table leaves in
+    its first field's metadata (``_source.with_location``): it names the table the data
+    came FROM and must not end up in the schema of the table written."""
+    from deltaflow.spark._source import LOCATION_METADATA_KEY
+
+    fields = schema.get("fields") or []
+    if not fields or LOCATION_METADATA_KEY not in (fields[0].get("metadata") or {}):
+        return schema
+    first = dict(fields[0])
+    first["metadata"] = {k: v for k, v in first["metadata"].items() if k != LOCATION_METADATA_KEY}
+    return {**schema, "fields": [first, *fields[1:]]}
+
+
+def plan_write(
+    uri: str,
+    incoming: dict[str, Any],
+    mode: str,
+    options: WriteOptions,
+    current: Snapshot | None = None,
+) -> WritePlan:
+    """Decide schema, partitioning and mode for writing ``incoming`` to ``uri``.
+
+    Runs on the driver twice per save: in ``_writer_compat`` (so errors reach the
+    caller typed and skipped writes start no job) and when Spark plans the job.
+    ``current``: the table's latest snapshot when the caller has it loaded already.
+    """
+    if options.replace_where is not None and mode == "overwrite" and options.overwrite_schema:
+        raise InvalidOptionError(
+            "replaceWhere and overwriteSchema cannot be used together: replaceWhere keeps the"
+            " rows outside the predicate, which need the table's schema. Drop one of them.",
+            option="replaceWhere",
+        )
+    replace_where = options.replace_where if mode == "overwrite" else None
+    incoming = _without_location(incoming)
+    exists = current is not None or table_exists(uri)
+    if not exists:
+        mapping = {k.lower(): v for k, v in options.table_properties.items()}.get(
+            "delta.columnmapping.mode", "none"
+        )
+        if mapping.lower() != "none":
+            # delta-rs assigns the physical names when it creates the table; the files of
+            # this write would have to use them, but executors write before the commit.
+            raise UnsupportedFeatureError(
+                f"Creating column-mapped table {uri} with df.write is not supported yet."
+                " Create it first (deltalake.DeltaTable.create(uri, schema, configuration="
+                "{'delta.columnMapping.mode': 'name'})), then append with mode('append').",
+                table_uri=uri,
+                feature="columnMapping",
+            )
+        for column in options.partition_by:
+            if column.lower() not in {f["name"].lower() for f in incoming["fields"]}:
+                raise SchemaMismatchError(
+                    f"partitionBy column '{column}' is not in the data written to {uri}. Columns:"
+                    f" {', '.join(f['name'] for f in incoming['fields'])}.",
+                    table_uri=uri,
+                    columns=(column,),
+                )
+        schema = _all_nullable(incoming)
+        names = {f["name"].lower(): f["name"] for f in schema["fields"]}
+        partitions = tuple(names[c.lower()] for c in options.partition_by)
+        if replace_where is not None:
+            _replace_where.validate(
+                uri, replace_where, arrow_schema(schema), partitions, dict(options.table_properties)
+            )
+        return WritePlan(
+            table_uri=uri,
+            mode="append" if mode in ("error", "ignore") else mode,
+            schema=schema,
+            physical_schema=schema,
+            partition_columns=partitions,
+            read_version=None,
+            new_columns=(),
+            configuration=dict(options.table_properties),
+            num_indexed_cols=_stats.num_indexed_cols(dict(options.table_properties)),
+            options=options,
+            replace_where=replace_where,
+        )
+    if mode == "error":
+        raise TableAlreadyExistsError(
+            f"Table {uri} already exists and the save mode is 'error'. Use mode('append') to add"
+            " rows or mode('overwrite') to replace them.",
+            table_uri=uri,
+        )
+    snapshot = current or load_snapshot(uri)
+    _check_writer_features(snapshot.uri, snapshot.writer_features)
+    if _commit.already_committed(snapshot.delta_table, options.txn_app_id, options.txn_version):
+        # A retry of a write that already committed: nothing to check, nothing to do.
+        return _skipped_plan(snapshot, options)
+    table_logical = _schema.logical_schema(snapshot.schema)
+    replace_schema = mode == "overwrite" and options.overwrite_schema
+    if mode == "overwrite" and snapshot.configuration.get("delta.appendOnly") == "true":
+        raise UnsupportedFeatureError(
+            f"Table {uri} is append-only (delta.appendOnly=true): overwrite is not allowed.",
+            table_uri=uri,
+            feature="appendOnly",
+        )
+    partitions = snapshot.partition_columns
+    new_columns: tuple[dict[str, Any], ...] = ()
+    if replace_schema:
+        schema = _all_nullable(incoming)
+        names = {f["name"].lower(): f["name"] for f in schema["fields"]}
+        wanted = tuple(names.get(p.lower(), p) for p in options.partition_by) or tuple(
+            names[p.lower()] for p in partitions if p.lower() in names
+        )
+        if [p.lower() for p in wanted] != [p.lower() for p in partitions]:
+            # delta-rs 1.6 keeps a table's partition columns on overwrite (it fails with
+            # "Partition column ... not found in schema"), so a repartitioning commit
+            # cannot be built yet.
+            raise UnsupportedFeatureError(
+                f"overwriteSchema cannot change the partition columns of table {uri} from"
+                f" {list(partitions)} to {list(wanted)} yet. Write the data to a new location"
+                " instead, or keep the partition columns.",
+                table_uri=uri,
+                feature="overwriteSchema-repartition",
+            )
+    else:
+        problems = _schema.struct_mismatches(
+            incoming, table_logical, allow_new=options.merge_schema
+        )
+        if problems:
+            raise SchemaMismatchError(
+                f"The data does not match the schema of table {uri}: {'; '.join(problems)}. To add"
+                " the new columns, write with .option('mergeSchema', 'true'); to replace the"
+                " schema, overwrite with .option('overwriteSchema', 'true').",
+                table_uri=uri,
+                columns=tuple(p.split(" (")[0] for p in problems),
+            )
+        schema = snapshot.schema
+        if options.merge_schema:
+            merged = _schema.merge_schemas(table_logical, incoming)
+            known = {f["name"].lower() for f in table_logical["fields"]}
+            new_columns = tuple(
+                _all_nullable({"type": "struct", "fields": [f]})["fields"][0]
+                for f in merged["fields"]
+                if f["name"].lower() not in known
+            )
+            nested_change = [
+                f["name"]
+                for f, g in zip(merged["fields"], table_logical["fields"], strict=False)
+                if f["type"] != g["type"]
+            ]
+            if nested_change:
+                raise UnsupportedFeatureError(
+                    f"mergeSchema would add nested fields to {', '.join(nested_change)} of table"
+                    f" {uri}; deltaflow can add top-level columns only so far.",
+                    table_uri=uri,
+                    feature="mergeSchema-nested",
+                )
+            if new_columns and snapshot.column_mapping_mode != "none":
+                raise UnsupportedFeatureError(
+                    f"mergeSchema on column-mapped table {uri} is not supported yet.",
+                    table_uri=uri,
+                    feature="columnMapping",
+                )
+            schema = {**snapshot.schema, "fields": snapshot.schema["fields"] + list(new_columns)}
+        if options.partition_by and tuple(c.lower() for c in options.partition_by) != tuple(
+            c.lower() for c in partitions
+        ):
+            raise SchemaMismatchError(
+                f"partitionBy {list(options.partition_by)} does not match the partition columns"
+                f" {list(partitions)} of table {uri}. Omit partitionBy, or overwrite with"
+                " .option('overwriteSchema', 'true') to repartition.",
+                table_uri=uri,
+                columns=tuple(options.partition_by),
+            )
+    if replace_where is not None:
+        _replace_where.validate(
+            uri, replace_where, arrow_schema(schema), tuple(partitions), snapshot.configuration
+        )
+    column_mapping = snapshot.column_mapping_mode != "none" and not replace_schema
+    physical = _schema.physical_schema(schema) if column_mapping else _schema.logical_schema(schema)
+    physical_names = _schema.top_level_physical_names(schema) if column_mapping else {}
+    return WritePlan(
+        table_uri=uri,
+        mode="append" if mode == "ignore" else mode,
+        schema=_schema.logical_schema(schema) if not column_mapping else schema,
+        physical_schema=physical,
+        partition_columns=tuple(partitions),
+        read_version=snapshot.version,
+        new_columns=new_columns,
+        configuration={},
+        num_indexed_cols=_stats.num_indexed_cols(snapshot.configuration),
+        options=options,
+        column_mapping=column_mapping,
+        skip=mode == "ignore",
+        partition_physical={p: physical_names.get(p, p) for p in partitions},
+        replace_where=replace_where,
+    )
+
+
+def _skipped_plan(snapshot: Snapshot, options: WriteOptions) -> WritePlan:
+    return WritePlan(
+        table_uri=snapshot.uri,
+        mode="append",
+        schema=snapshot.schema,
+        physical_schema=snapshot.schema,
+        partition_columns=snapshot.partition_columns,
+        read_version=snapshot.version,
+        new_columns=(),
+        configuration={},
+        num_indexed_cols=_stats.num_indexed_cols(snapshot.configuration),
+        options=options,
+        skip=True,
+    )
+
+
+def _check_writer_features(uri: str, features: tuple[str, ...]) -> None:
+    for feature in features:
+        if feature not in SUPPORTED_WRITER_FEATURES:
+            raise UnsupportedFeatureError(
+                f"Table {uri} uses the Delta writer feature '{feature}', which deltaflow cannot"
+                " write yet; writing could break the table's guarantees, so nothing was written.",
+                table_uri=uri,
+                feature=feature,
+            )
+
+
+class DeltaBatchWriter(DataSourceArrowWriter):
+    def __init__(self, plan: WritePlan, spark_schema: StructType) -> None:
+        self.plan = plan
+        # Every file of this job carries the id in its name, so abort() can find files of
+        # tasks whose commit messages never reached it (tasks finishing after the failure).
+        self.job_id = uuid.uuid4().hex[:8]
+        self.input_schema_json = spark_schema.jsonValue()
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
+        if self.plan.skip:
+            return DeltaCommitMessage(files=[], num_rows=0)
+        writer = _files.FileSetWriter(self.plan, job_id=self.job_id, check_rows=True)
+        return writer.write_all(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.plan.skip:
+            return
+        adds = [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files]
+        # Files this commit writes itself (replaceWhere rewrites); the tasks' files are
+        # abort()'s job if the commit fails.
+        rewritten: list[_commit.AddedFile] = []
+        try:
+            self._commit(adds, rewritten)
+        except DeltaflowError as exc:
+            _files.delete_files(self.plan.table_uri, rewritten)
+            raise RemoteDeltaflowError(exc) from exc
+        except BaseException:
+            _files.delete_files(self.plan.table_uri, rewritten)
+            raise
+
+    def _commit(self, adds: list[_commit.AddedFile], rewritten: list[_commit.AddedFile]) -> None:
+        opts = self.plan.options
+        removes: list[_commit.RemovedFile] = []
+        if self.plan.replace_where is not None and self.plan.read_version is not None:
+            removes = _replace_rows(self.plan, rewritten)
+        mode = self.plan.mode
+        if self.plan.replace_where is not None:
+            mode = "append"  # with explicit removes: delta-rs derives none of its own
+        request = _commit.CommitRequest(
+            table_uri=self.plan.table_uri,
+            schema=self.plan.schema,
+            partition_columns=self.plan.partition_columns,
+            adds=[*adds, *rewritten],
+            removes=removes,
+            mode="overwrite" if mode == "overwrite" else "append",
+            read_version=self.plan.read_version,
+            new_columns=self.plan.new_columns,
+            configuration=self.plan.configuration,
+            app_id=opts.txn_app_id,
+            app_version=opts.txn_version,
+            user_metadata=opts.user_metadata,
+        )
+        started = time.perf_counter()
+        result = _commit.commit(request)
+        if result.skipped:
+            _files.delete_files(self.plan.table_uri, [*adds, *rewritten])
+        log.info(
+            "deltaflow commit to %s: version %s, %d files, %.1f ms%s",
+            self.plan.table_uri,
+            result.version,
+            len(adds),
+            (time.perf_counter() - started) * 1000,
+            " (duplicate app transaction, skipped)" if result.skipped else "",
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        adds = [f for m in messages if isinstance(m, DeltaCommitMessage) for f in m.files]
+        _files.delete_files(self.plan.table_uri, adds)
+        _files.delete_job_files(self.plan.table_uri, self.job_id)
+
+
+def _replace_rows(plan: WritePlan, rewritten: list[_commit.AddedFile]) -> list[_commit.RemovedFile]:
+    """Removes for the rows replaceWhere replaces; files it rewrites go into ``rewritten``."""
+    assert plan.replace_where is not None and plan.read_version is not None
+    snapshot = load_snapshot(plan.table_uri, version=plan.read_version)
+    schema = arrow_schema(snapshot.schema)
+    replacement = _replace_where.plan_replacement(snapshot, plan.replace_where, schema)
+    if replacement.rewrite:
+        writer = _files.FileSetWriter(plan)
+        try:
+            for entry in replacement.rewrite:
+                for batch in _replace_where.kept_rows(snapshot, entry, plan.replace_where, schema):
+                    writer.write(batch)
+            rewritten.extend(writer.close().files)
+        except BaseException:
+            writer.discard()
+            raise
+    physical = _schema.top_level_physical_names(snapshot.schema)
+    return [
+        _commit.RemovedFile(
+            path=entry.path,
+            size=entry.size,
+            partition_values=_replace_where.serialized_partition_values(entry, physical),
+        )
+        for entry in (*replacement.remove, *replacement.rewrite)
+    ]
