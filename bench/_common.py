@@ -46,10 +46,8 @@ def spark_session(conf: dict[str, str] | None = None):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     import deltaflow
-    from deltaflow.spark.read import _compat
 
     spark = deltaflow.session(app_name="deltaflow-bench", conf=conf)
-    _compat.install()  # until register() installs it
     return spark
 
 

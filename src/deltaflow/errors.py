@@ -65,6 +65,23 @@ class UserCodeError(DeltaflowError):
 _WIRE_MARK = re.compile(r"\[deltaflow-error:([A-Za-z0-9+/=]+)\]")
 
 
+class RemoteDeltaflowError(Exception):
+    """A deltaflow error raised in a Python worker, marked to survive the trip to the driver.
+
+    Spark passes a worker's exception on as text only; the marker (:func:`to_wire`) in
+    that text lets the driver raise the original typed error again
+    (:func:`unpack_remote_error`, :func:`typed_error`).
+    """
+
+    def __init__(self, error: DeltaflowError) -> None:
+        super().__init__(f"{type(error).__name__}: {error} {to_wire(error)}")
+
+
+def unpack_remote_error(exc: BaseException) -> DeltaflowError | None:
+    """The deltaflow error a pyspark exception carries, if a worker marked one in it."""
+    return from_wire(str(exc))
+
+
 def to_wire(error: DeltaflowError) -> str:
     """``error`` as a marker string that survives Spark's worker-to-driver error text."""
     payload = {

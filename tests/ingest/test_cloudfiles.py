@@ -15,11 +15,11 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from deltaflow.errors import unpack_remote_error
 from deltaflow.ingest import NewColumnsError
 from deltaflow.ingest.cloudfiles._discovery import FileStore, is_visible
 from deltaflow.ingest.cloudfiles._options import parse_options
 from deltaflow.ingest.cloudfiles._schemas import apply_hints, parse_hints
-from deltaflow.spark.write._compat import unpack_remote_error
 
 # ---- helpers ---------------------------------------------------------------------------
 

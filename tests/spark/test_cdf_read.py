@@ -21,8 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, Schema, write_deltalake
 
-from deltaflow.errors import InvalidOptionError
-from deltaflow.spark.write._compat import unpack_remote_error
+from deltaflow.errors import InvalidOptionError, unpack_remote_error
 from deltaflow.table.errors import (
     ChangeDataFilesMissingError,
     ChangeDataNotRecordedError,

@@ -11,7 +11,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 import deltaflow
-from deltaflow.spark.read import _compat, _native
+from deltaflow.spark.read import _native
 from deltaflow.spark.read._native import NATIVE_SCAN_CONF, Fallback, NativeScan, plan_native_scan
 from deltaflow.table._snapshot import load_snapshot
 from tests.table.dv_fixtures import add_deletion_vectors
@@ -21,7 +21,6 @@ SPECIAL = ["a/b", "c:d", "e f", "x%y", "q=r", "it's", "ü", "%41", None, "z"]
 
 @pytest.fixture(autouse=True)
 def native_reads(spark: Any) -> Iterator[None]:
-    _compat.install()  # until register() installs it
     spark.conf.unset(NATIVE_SCAN_CONF)
     yield
     spark.conf.unset(NATIVE_SCAN_CONF)

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from deltaflow.errors import unpack_remote_error
 from deltaflow.spark.errors import ChangeCommitError, SourceSchemaChangedError
-from deltaflow.spark.write._compat import unpack_remote_error
 from tests.spark.test_streaming import append, ids, rows, run, sink, stream
 
 

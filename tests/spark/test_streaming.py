@@ -16,9 +16,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from deltaflow.errors import InvalidOptionError
+from deltaflow.errors import InvalidOptionError, unpack_remote_error
 from deltaflow.spark.errors import ChangeCommitError
-from deltaflow.spark.write._compat import unpack_remote_error
 from deltaflow.spark.write._native import NATIVE_WRITE_CONF
 from tests.spark._checkpoints import forget_batch
 

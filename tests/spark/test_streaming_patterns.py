@@ -20,7 +20,7 @@ from deltalake import write_deltalake
 from pyspark.sql import functions as F
 
 import deltaflow
-from deltaflow.spark.write._compat import unpack_remote_error
+from deltaflow.errors import unpack_remote_error
 from deltaflow.table.errors import SchemaMismatchError
 from tests.spark._checkpoints import forget_batch
 
@@ -293,7 +293,7 @@ def test_foreach_batch_txn_skip_in_a_stateful_query(spark, table_path) -> None:
 
 def test_only_stateful_micro_batches_run_when_skipped(spark, table_path) -> None:
     # A skipped write re-runs its batch only where Spark needs it (state stores).
-    from deltaflow.spark.write._compat import _runs_state_stores
+    from deltaflow.spark.write._save import _runs_state_stores
 
     source = table_path("src")
     commit(source, id=pa.array([1, 2, 3], pa.int64()))
@@ -407,6 +407,45 @@ def test_read_stream_table_and_to_table_with_catalog_tables(spark, table_path) -
     assert table_rows(target, "id") == [(1,), (2,), (3,)]
     assert table_rows(source, "id") == [(1,), (2,), (3,)]  # the source is untouched
     assert sorted(r.id for r in spark.table(dst).collect()) == [1, 2, 3]
+
+
+def test_a_failing_foreach_batch_function_is_a_user_code_error(spark, table_path) -> None:
+    source, checkpoint = table_path("src"), table_path("ck")
+    commit(source, id=pa.array([1], pa.int64()))
+
+    def explode(batch: Any, batch_id: int) -> None:
+        raise ValueError(f"no rows wanted, got {batch.count()}")
+
+    query = (
+        stream(spark, source).writeStream.foreachBatch(explode)
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    )  # fmt: skip
+    with pytest.raises(Exception) as caught:
+        query.awaitTermination(180)
+    for failure in (caught.value, query.exception()):
+        error = deltaflow.typed_error(failure)
+        assert isinstance(error, deltaflow.UserCodeError), failure
+        assert error.batch_id == 0
+        assert "explode" in str(error) and "ValueError: no rows wanted, got 1" in str(error)
+
+
+def test_a_deltaflow_error_in_foreach_batch_keeps_its_type(spark, table_path) -> None:
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    commit(source, id=pa.array([1], pa.int64()), extra=pa.array(["x"]))
+    commit(target, id=pa.array([0], pa.int64()))
+
+    def append(batch: Any, batch_id: int) -> None:
+        batch.write.format("delta").mode("append").save(target)  # no mergeSchema
+
+    with pytest.raises(Exception) as caught:
+        run(
+            stream(spark, source).writeStream.foreachBatch(append)
+            .option("checkpointLocation", checkpoint)
+        )  # fmt: skip
+    error = deltaflow.typed_error(caught.value)
+    assert isinstance(error, SchemaMismatchError), caught.value
+    assert error.columns and error.columns[0].startswith("extra")
+    assert table_rows(target, "id") == [(0,)]
 
 
 # ---- sink errors -----------------------------------------------------------------------

@@ -101,6 +101,9 @@ _CANONICAL = {name.lower(): name for name in TABLE_PROPERTIES} | {
 # Keys Spark itself may add to a source's options (SQL tables, DataFrameWriter).
 # CREATE TABLE passes location, owner, provider and each OPTIONS key a second time
 # with an "option." prefix.
+# The save mode a write hands the Python source it delegates to (Spark's Python data
+# source API passes only "overwrite or not").
+SAVE_MODE_OPTION = "__deltaflow_save_mode"
 _SPARK_INTERNAL = ("__partition_columns", "__path_provider", "location", "owner", "provider")
 
 

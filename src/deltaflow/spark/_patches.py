@@ -1,16 +1,23 @@
-"""Every pyspark patch deltaflow still installs, in one table, with a version guard.
+"""Every pyspark patch deltaflow still installs: the table, the guard, and the patches.
 
 The connector (Spark's own extension points) does the work; these patches only add what a
-PySpark caller cannot get from the JVM yet. Each row says which methods of which class a
-module replaces and why; :func:`install` checks the pyspark version and that every method
-is still where the patch expects it (failing loudly, naming the method, when an internal
-moved), remembers the originals and runs the modules' installers; :func:`uninstall` puts
-the originals back. Classic (py4j) sessions only: Spark Connect classes are not patched.
+PySpark caller cannot get from the JVM yet. Each row of :data:`PATCHES` names the class,
+the methods it replaces, the function below that replaces them, and why. :func:`install`
+checks the pyspark version and that every method is still where the patch expects it
+(failing loudly, naming the method, when an internal moved), remembers the originals and
+applies each patch once; :func:`uninstall` puts the originals back. Classic (py4j)
+sessions only: Spark Connect classes are not patched.
+
+The patched methods here only record calls and route them; what they decide lives with
+the rest of its kind: read checks in :mod:`deltaflow.spark.read._checks`, delta saves in
+:mod:`deltaflow.spark.write._save`, catalog statements in :mod:`deltaflow.spark.catalog`.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,63 +32,376 @@ _FLAG_PREFIX = "_deltaflow"
 class Patch:
     cls: str  # module.Class
     methods: tuple[str, ...]
-    module: str  # the deltaflow.spark module whose install function applies it
-    installer: str
+    apply: Callable[[Any], dict[str, Callable[..., Any]]]  # class -> replacement methods
     why: str
+
+    @property
+    def flag(self) -> str:
+        return f"{_FLAG_PREFIX}_{self.apply.__name__.lstrip('_')}"
+
+
+_originals: dict[tuple[str, str], Any] = {}
+
+
+# ---- DataFrameReader: typed errors where load() was called ------------------------------
+
+
+def _state(obj: Any, key: str, **defaults: Any) -> dict[str, Any]:
+    """The record of a reader's or writer's calls, kept on the object under ``key``."""
+    state = obj.__dict__.get(key)
+    if state is None:
+        state = {"format": None, "partition_by": None, **defaults, "options": {}}
+        obj.__dict__[key] = state
+    return state
+
+
+def _to_str(value: Any) -> str:
+    # pyspark's own to_str: booleans as Spark spells them.
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _remember_option(state: dict[str, Any], key: str, value: Any) -> None:
+    if value is None:
+        return
+    if key.lower() == "path":
+        state["path"] = value
+    state["options"][key] = _to_str(value)
+
+
+def _recording(cls: Any, key: str, **defaults: Any) -> dict[str, Callable[..., Any]]:
+    """``format``, ``option`` and ``options`` that record the call, then make it."""
+    original_format, original_option, original_options = cls.format, cls.option, cls.options
+
+    def format(self: Any, source: str) -> Any:
+        _state(self, key, **defaults)["format"] = source
+        return original_format(self, source)
+
+    def option(self: Any, key_: str, value: Any) -> Any:
+        _remember_option(_state(self, key, **defaults), key_, value)
+        return original_option(self, key_, value)
+
+    def options(self: Any, **opts: Any) -> Any:
+        for name, value in opts.items():
+            _remember_option(_state(self, key, **defaults), name, value)
+        return original_options(self, **opts)
+
+    return {"format": format, "option": option, "options": options}
+
+
+def _is_delta(state: dict[str, Any]) -> bool:
+    return (state["format"] or "").lower() == "delta"
+
+
+def _partition_columns(cols: tuple[Any, ...]) -> list[Any]:
+    """``partitionBy``'s arguments as a list: ``("a", "b")`` or ``(["a", "b"],)``."""
+    if len(cols) == 1 and isinstance(cols[0], (list, tuple)):
+        return list(cols[0])
+    return list(cols)
+
+
+def _reader(cls: Any) -> dict[str, Callable[..., Any]]:
+    from deltaflow.spark.read._checks import load_delta
+
+    key = "_deltaflow_read_state"
+    original_format, original_schema, original_load = cls.format, cls.schema, cls.load
+    methods = _recording(cls, key, schema=None)
+
+    def schema(self: Any, schema: Any) -> Any:
+        _state(self, key, schema=None)["schema"] = schema
+        return original_schema(self, schema)
+
+    def load(
+        self: Any, path: Any = None, format: str | None = None, schema: Any = None, **opts: Any
+    ) -> Any:
+        if format is not None:
+            self.format(format)
+        if schema is not None:
+            self.schema(schema)
+        self.options(**opts)
+        state = _state(self, key, schema=None)
+        if not _is_delta(state):
+            return original_load(self, path)
+        return load_delta(self, state, path, original_format, original_load)
+
+    return {**methods, "schema": schema, "load": load}
+
+
+# ---- DataFrameWriter: delta-spark's save modes, checked before any job ------------------
+
+_WRITE_STATE = "_deltaflow_write_state"
+# DataFrameWriter methods that write without save(): the deferred partitionBy must
+# reach the JVM before them, or the files would silently be written unpartitioned.
+_DIRECT_WRITES = ("parquet", "orc", "json", "csv", "text", "saveAsTable")
+
+
+def _writer(cls: Any) -> dict[str, Callable[..., Any]]:
+    from deltaflow.spark.write._save import save_delta
+
+    original_mode, original_partition_by = cls.mode, cls.partitionBy
+    original_option, original_save = cls.option, cls.save
+
+    def state_of(writer: Any) -> dict[str, Any]:
+        return _state(writer, _WRITE_STATE, mode=None, path=None)
+
+    def mode(self: Any, saveMode: str | None) -> Any:
+        if saveMode is not None:
+            state_of(self)["mode"] = saveMode
+        return original_mode(self, saveMode)
+
+    def partitionBy(self: Any, *cols: Any) -> Any:
+        # Deferred: Spark refuses partitionBy for Python sources, so the JVM call is
+        # made at save() time, and only for other formats.
+        state = state_of(self)
+        state["partition_by"] = _partition_columns(cols)
+        if state.get("implied_format") not in (None, "delta"):
+            # Inside parquet(..., partitionBy=...) and friends, which never call save().
+            original_partition_by(self, *state["partition_by"])
+        return self
+
+    def save(
+        self: Any,
+        path: str | None = None,
+        format: str | None = None,
+        mode: str | None = None,
+        partitionBy: Any = None,
+        **options: Any,
+    ) -> None:
+        state = state_of(self)
+        if format is not None:
+            self.format(format)
+        if mode is not None:
+            self.mode(mode)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        self.options(**options)
+        if not _is_delta(state):
+            if state["partition_by"]:
+                original_partition_by(self, *state["partition_by"])
+            original_save(self, path)
+            return
+        save_delta(self, state, path, original_option, original_save)
+
+    def direct(name: str) -> Callable[..., Any]:
+        original = getattr(cls, name)
+
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            state = state_of(self)
+            implied = name if name != "saveAsTable" else kwargs.get("format") or state["format"]
+            state["implied_format"] = (implied or "").lower() or None
+            if state["partition_by"] and state["implied_format"] not in (None, "delta"):
+                original_partition_by(self, *state["partition_by"])
+            return original(self, *args, **kwargs)
+
+        return method
+
+    return {
+        **_recording(cls, _WRITE_STATE, mode=None, path=None),
+        **{name: direct(name) for name in _DIRECT_WRITES},
+        "mode": mode,
+        "partitionBy": partitionBy,
+        "save": save,
+    }
+
+
+# ---- Catalog statements: CREATE TABLE ... USING delta, INSERT, insertInto ----------------
+
+
+def _sql(cls: Any) -> dict[str, Callable[..., Any]]:
+    from deltaflow.spark.catalog._create import create_from_sql
+    from deltaflow.spark.catalog._writes import insert_from_sql
+
+    original = cls.sql
+
+    def sql(self: Any, sqlQuery: str, args: Any = None, **kwargs: Any) -> Any:
+        if args is None and not kwargs and isinstance(sqlQuery, str):
+            created = create_from_sql(self, sqlQuery)
+            if created is None:
+                created = insert_from_sql(self, sqlQuery)
+            if created is not None:
+                return created
+        return original(self, sqlQuery, args, **kwargs)
+
+    sql.__wrapped_sql__ = original  # type: ignore[attr-defined]
+    return {"sql": sql}
+
+
+def _insert_into(cls: Any) -> dict[str, Callable[..., Any]]:
+    from deltaflow.spark.catalog._writes import catalog_location, write
+
+    original = cls.insertInto
+
+    def insertInto(self: Any, tableName: str, overwrite: bool | None = None) -> None:
+        location = catalog_location(self._spark, tableName)
+        if location is None:
+            return original(self, tableName, overwrite)
+        write(self._spark, tableName, location, self._df, bool(overwrite))
+        return None
+
+    return {"insertInto": insertInto}
+
+
+# ---- DataStreamWriter: toTable for catalog tables, partitionBy for the Python sink ------
+
+
+def _to_table(cls: Any) -> dict[str, Callable[..., Any]]:
+    from deltaflow.spark._source import table_location
+
+    original = cls.toTable
+
+    def toTable(
+        self: Any,
+        tableName: str,
+        format: str | None = None,
+        outputMode: str | None = None,
+        partitionBy: Any = None,
+        queryName: str | None = None,
+        **options: Any,
+    ) -> Any:
+        # Spark hands a Python sink no options for a catalog table, so the table's
+        # location (kept in the catalog schema) would never reach it: start(location).
+        spark = self._spark
+        location = (
+            table_location(spark, tableName) if spark.catalog.tableExists(tableName) else None
+        )
+        if location is None:
+            return original(self, tableName, format, outputMode, partitionBy, queryName, **options)
+        return self.start(
+            location,
+            format="delta",
+            outputMode=outputMode,
+            partitionBy=partitionBy,
+            queryName=queryName,
+            **options,
+        )
+
+    return {"toTable": toTable}
+
+
+def _stream_partitions(cls: Any) -> dict[str, Callable[..., Any]]:
+    key = "_deltaflow_stream_state"
+    original_option, original_partition_by, original_start = (
+        cls.option,
+        cls.partitionBy,
+        cls.start,
+    )
+
+    def partitionBy(self: Any, *cols: Any) -> Any:
+        # Deferred: the JVM hears of it at start(), as an option for Delta sinks.
+        _state(self, key)["partition_by"] = _partition_columns(cols)
+        return self
+
+    def start(
+        self: Any,
+        path: str | None = None,
+        format: str | None = None,
+        outputMode: str | None = None,
+        partitionBy: Any = None,
+        queryName: str | None = None,
+        **options: Any,
+    ) -> Any:
+        state = _state(self, key)
+        if format is not None:
+            self.format(format)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        self.options(**options)
+        columns = state["partition_by"]
+        if columns and _is_delta(state):
+            original_option(self, "partitionBy", ",".join(columns))
+        elif columns:
+            original_partition_by(self, *columns)
+        return original_start(self, path, outputMode=outputMode, queryName=queryName)
+
+    return {**_recording(cls, key), "partitionBy": partitionBy, "start": start}
+
+
+def _foreach_batch(cls: Any) -> dict[str, Callable[..., Any]]:
+    original = cls.foreachBatch
+
+    def foreachBatch(self: Any, func: Callable[[Any, int], None]) -> Any:
+        return original(self, guard_batch_function(func))
+
+    return {"foreachBatch": foreachBatch}
+
+
+def guard_batch_function(func: Callable[[Any, int], None]) -> Callable[[Any, int], None]:
+    """``func`` (a ``foreachBatch`` function) with its failures typed.
+
+    Spark reports a failed ``foreachBatch`` function as text (the Python traceback inside
+    ``FOREACH_BATCH_USER_FUNCTION_ERROR``). A deltaflow error raised in it (a MERGE's
+    conflict, a write's schema mismatch) travels on as itself, and any other exception
+    as :class:`~deltaflow.UserCodeError` naming the function and the batch, both marked
+    so that :func:`deltaflow.typed_error` finds them in ``query.exception()``.
+    """
+    from deltaflow.errors import RemoteDeltaflowError, UserCodeError, typed_error
+
+    name = getattr(func, "__qualname__", None) or repr(func)
+
+    @functools.wraps(func)
+    def guarded(df: Any, batch_id: int) -> None:
+        try:
+            func(df, batch_id)
+        except RemoteDeltaflowError:
+            raise
+        except Exception as exc:
+            error = typed_error(exc) or UserCodeError(
+                f"The foreachBatch function {name} failed in batch {batch_id}:"
+                f" {type(exc).__name__}: {exc}",
+                batch_id=batch_id,
+            )
+            raise RemoteDeltaflowError(error) from exc
+
+    return guarded
 
 
 PATCHES = (
     Patch(
         "pyspark.sql.readwriter.DataFrameReader",
         ("format", "schema", "option", "options", "load"),
-        "read._compat",
-        "install",
+        _reader,
         "typed errors (missing table, bad version or option) where the caller called"
         " load(); a user-specified schema goes to the Python source",
     ),
     Patch(
         "pyspark.sql.readwriter.DataFrameWriter",
-        (
-            *("format", "mode", "option", "options", "partitionBy", "save"),
-            *("parquet", "orc", "json", "csv", "text", "saveAsTable"),
-        ),
-        "write._compat",
-        "install",
+        ("format", "mode", "option", "options", "partitionBy", "save", *_DIRECT_WRITES),
+        _writer,
         "typed errors and skipped duplicate app transactions before any job;"
         " partitionBy as an option the Python writer reads",
     ),
     Patch(
         "pyspark.sql.session.SparkSession",
         ("sql",),
-        "catalog._create",
-        "install_sql_create",
+        _sql,
         "CREATE TABLE t (columns) USING delta and INSERT into catalog tables, until"
         " issue 12's catalog extension",
     ),
     Patch(
         "pyspark.sql.readwriter.DataFrameWriter",
         ("insertInto",),
-        "catalog._writes",
-        "install",
+        _insert_into,
         "insertInto a catalog table by its location, until issue 12's catalog extension",
     ),
     Patch(
         "pyspark.sql.streaming.readwriter.DataStreamWriter",
         ("toTable",),
-        "stream._writer",
-        "install_to_table",
+        _to_table,
         "toTable(name) as start(location) for Delta catalog tables, until issue 12",
     ),
     Patch(
         "pyspark.sql.streaming.readwriter.DataStreamWriter",
         ("format", "option", "options", "partitionBy", "start"),
-        "stream._partitions",
-        "install",
+        _stream_partitions,
         "partitionBy as an option for the Python sink, which Spark refuses it for",
     ),
+    Patch(
+        "pyspark.sql.streaming.readwriter.DataStreamWriter",
+        ("foreachBatch",),
+        _foreach_batch,
+        "a failing foreachBatch function's error reaches query.exception() typed"
+        " (UserCodeError, or the deltaflow error it raised), not as a bare traceback",
+    ),
 )
-
-_originals: dict[tuple[str, str], Any] = {}
 
 
 def _class(path: str) -> Any:
@@ -113,15 +433,24 @@ def check() -> None:
 
 
 def install() -> None:
-    """Check, remember the originals, then apply every patch (idempotent)."""
+    """Check, remember the originals, then apply every patch once (idempotent)."""
     check()
     for patch in PATCHES:
         cls = _class(patch.cls)
         for method in patch.methods:
             _originals.setdefault((patch.cls, method), cls.__dict__.get(method))
     for patch in PATCHES:
-        module = importlib.import_module(f"deltaflow.spark.{patch.module}")
-        getattr(module, patch.installer)()
+        cls = _class(patch.cls)
+        if getattr(cls, patch.flag, False):
+            continue
+        replacements = patch.apply(cls)
+        if set(replacements) != set(patch.methods):
+            raise AssertionError(f"{patch.apply.__name__} replaces {sorted(replacements)}")
+        for name, replacement in replacements.items():
+            replacement.__name__ = name
+            replacement.__doc__ = getattr(cls, name).__doc__
+            setattr(cls, name, replacement)
+        setattr(cls, patch.flag, True)
 
 
 def uninstall() -> None:

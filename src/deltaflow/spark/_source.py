@@ -78,8 +78,7 @@ class DeltaDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         # Imported here: the writer modules pull in pyarrow.dataset and pandas (~1 s of
         # start-up in every Python worker Spark starts for a read or a stream).
-        from deltaflow.spark._options import parse_write_options
-        from deltaflow.spark.write._compat import SAVE_MODE_OPTION
+        from deltaflow.spark._options import SAVE_MODE_OPTION, parse_write_options
         from deltaflow.spark.write._writer import DeltaBatchWriter, plan_write
 
         raw = _without(self.options, SAVE_MODE_OPTION)
@@ -87,8 +86,8 @@ class DeltaDataSource(DataSource):
         if not (raw.get("path") or raw.get("location")):
             # A catalog write that did not go through deltaflow's INSERT / insertInto: the
             # location in the query's schema may be the table it READS from.
+            from deltaflow.errors import RemoteDeltaflowError
             from deltaflow.spark.catalog._writes import refuse_unrouted_write
-            from deltaflow.spark.write._compat import RemoteDeltaflowError
 
             raise RemoteDeltaflowError(refuse_unrouted_write(location or "no table"))
         options = parse_write_options(raw)

@@ -24,18 +24,18 @@ of :class:`ChangeFile`.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow.fs as pafs
 
 from deltaflow.errors import InvalidOptionError
-from deltaflow.table import _deletion_vectors, _partitions, _schema, _uri
+from deltaflow.table import _deletion_vectors, _uri
+from deltaflow.table._log import PartitionParser, read_commit, relative_path
 from deltaflow.table._snapshot import Snapshot, load_snapshot, parse_timestamp
 from deltaflow.table.errors import (
     ChangeDataFilesMissingError,
@@ -148,41 +148,6 @@ def in_commit_timestamp(actions: Sequence[tuple[int, dict[str, Any]]]) -> int | 
 # ------------------------------------------------------------------- the log
 
 
-def read_commit(uri: str, version: int) -> list[tuple[int, dict[str, Any]]] | None:
-    """The actions of commit ``version`` with their line numbers; None if there is no file."""
-    fs, root = _uri.filesystem(uri)
-    try:
-        with fs.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as handle:
-            text = handle.read().decode("utf-8")
-    except FileNotFoundError:
-        return None
-    return parse_commit_text(text)
-
-
-def parse_commit_text(text: str) -> list[tuple[int, dict[str, Any]]]:
-    return [(i, json.loads(line)) for i, line in enumerate(text.splitlines()) if line.strip()]
-
-
-class PartitionParser:
-    """Typed, logically named partition values from an action's ``partitionValues``."""
-
-    def __init__(self, schema: dict[str, Any]) -> None:
-        physical = _schema.top_level_physical_names(schema)
-        self._logical = {p: logical for logical, p in physical.items()}
-        self._types = {
-            f["name"]: f["type"]
-            for f in _schema.logical_schema(schema)["fields"]
-            if isinstance(f["type"], str)
-        }
-
-    def parse(self, raw: dict[str, str | None] | None) -> dict[str, Any]:
-        values: dict[str, Any] = {}
-        for physical, value in (raw or {}).items():
-            name = self._logical.get(physical, physical)
-            values[name] = _partitions.parse_partition_value(value, self._types.get(name, "string"))
-        return values
-
-
 def commit_changes(
     version: int,
     actions: Sequence[tuple[int, dict[str, Any]]],
@@ -208,7 +173,7 @@ def commit_changes(
                     version,
                     index,
                     "cdc",
-                    _relative(c["path"]),
+                    relative_path(c["path"]),
                     int(c.get("size") or 0),
                     partitions.parse(c.get("partitionValues")),
                     timestamp_ms,
@@ -231,7 +196,7 @@ def commit_changes(
             version,
             index,
             kind,
-            _relative(a["path"]),
+            relative_path(a["path"]),
             int(a.get("size") or 0),
             partitions.parse(a.get("partitionValues")),
             timestamp_ms,
@@ -268,11 +233,6 @@ def _is_no_op_merge(commit_info: dict[str, Any]) -> bool:
     metrics = commit_info.get("operationMetrics") or {}
     names = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
     return all(str(metrics.get(name)) == "0" for name in names)
-
-
-def _relative(path: str) -> str:
-    # Log paths are URI-encoded; absolute ones (shallow clones) keep their scheme.
-    return path if urlparse(path).scheme else unquote(path)
 
 
 # --------------------------------------------------------------- version ranges

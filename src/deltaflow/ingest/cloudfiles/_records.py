@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import decimal
 import io
 import json
 import os
@@ -24,12 +23,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.types import (
-    BinaryType,
     BooleanType,
     ByteType,
     DataType,
     DateType,
-    DecimalType,
     DoubleType,
     FloatType,
     IntegerType,
@@ -38,14 +35,18 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
-    TimestampNTZType,
     TimestampType,
 )
 
 from deltaflow.ingest.cloudfiles import _schemas
 from deltaflow.ingest.cloudfiles._discovery import LandingFile
 from deltaflow.ingest.cloudfiles._options import METADATA_COLUMN, CloudFilesOptions
-from deltaflow.ingest.cloudfiles.errors import MalformedRecordError, NewColumnsError
+from deltaflow.ingest.cloudfiles._values import Misfit, convert
+from deltaflow.ingest.cloudfiles.errors import (
+    CloudFilesError,
+    MalformedRecordError,
+    NewColumnsError,
+)
 from deltaflow.table import _uri
 
 BATCH_ROWS = 10_000
@@ -77,16 +78,6 @@ READ_CHUNK = 8 * 1024 * 1024
 NEW_COLUMN_SAMPLE = 1000
 CORRUPT_KEY = "_corrupt_record"
 FILE_PATH_KEY = "_file_path"
-_INT_RANGES = {
-    ByteType: (-(2**7), 2**7 - 1),
-    ShortType: (-(2**15), 2**15 - 1),
-    IntegerType: (-(2**31), 2**31 - 1),
-    LongType: (-(2**63), 2**63 - 1),
-}
-
-
-class _Misfit(Exception):
-    """A value that does not fit its column's type."""
 
 
 @dataclass(frozen=True)
@@ -356,7 +347,7 @@ def _shape(
             used.add(key)
         try:
             out.append(convert(value, field.dataType, from_text=from_text))
-        except _Misfit:
+        except Misfit:
             out.append(None)
             rescued[key or field.name] = value
     if layout.options.evolution_mode == "rescue":
@@ -499,7 +490,12 @@ def _record_new_columns(
         merged = StructType([*current.fields, *added])
         if _schemas.record_schema(options.schema_location, version + 1, merged):
             return version + 1
-    raise RuntimeError("could not record a new schema version after 10 attempts")
+    raise CloudFilesError(
+        f"Could not record a new schema version in {options.schema_location} after 10"
+        " attempts: other tasks kept recording versions at the same time. Nothing was"
+        " committed; restart the query.",
+        schema_location=options.schema_location,
+    )
 
 
 # ---- values ----------------------------------------------------------------------------
@@ -512,128 +508,3 @@ def _metadata_value(file: LandingFile) -> dict[str, Any]:
         "file_size": file.size,
         "file_modification_time": dt.datetime.fromtimestamp(file.mtime_ns / 1e9, dt.timezone.utc),
     }
-
-
-def convert(value: Any, data_type: DataType, *, from_text: bool) -> Any:
-    """``value`` as a Python value of ``data_type``; raises :class:`_Misfit`."""
-    if value is None:
-        return None
-    try:
-        return _CONVERTERS[type(data_type)](value, data_type, from_text)
-    except KeyError:
-        return _complex(value, data_type)
-    except (ValueError, TypeError, ArithmeticError, OverflowError) as exc:
-        raise _Misfit() from exc
-
-
-def _string(value: Any, _: DataType, __: bool) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
-
-
-def _integral(value: Any, data_type: DataType, from_text: bool) -> int:
-    if isinstance(value, str) and from_text:
-        value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _Misfit()
-    low, high = _INT_RANGES[type(data_type)]
-    if not low <= value <= high:
-        raise _Misfit()
-    return value
-
-
-def _fractional(value: Any, _: DataType, from_text: bool) -> float:
-    if isinstance(value, str) and from_text:
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Misfit()
-    return float(value)
-
-
-def _boolean(value: Any, _: DataType, from_text: bool) -> bool:
-    if isinstance(value, str) and from_text and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    if not isinstance(value, bool):
-        raise _Misfit()
-    return value
-
-
-def _date(value: Any, _: DataType, __: bool) -> dt.date:
-    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
-        return value
-    if not isinstance(value, str):
-        raise _Misfit()
-    return dt.date.fromisoformat(value.strip())
-
-
-def _timestamp(value: Any, _: DataType, __: bool) -> dt.datetime:
-    if isinstance(value, dt.datetime):
-        parsed = value
-    elif isinstance(value, str):
-        parsed = dt.datetime.fromisoformat(value.strip())
-    else:
-        raise _Misfit()
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
-
-
-def _timestamp_ntz(value: Any, _: DataType, __: bool) -> dt.datetime:
-    if isinstance(value, dt.datetime):
-        parsed = value
-    elif isinstance(value, str):
-        parsed = dt.datetime.fromisoformat(value.strip())
-    else:
-        raise _Misfit()
-    if parsed.tzinfo:
-        raise _Misfit()
-    return parsed
-
-
-def _decimal(value: Any, data_type: DataType, __: bool) -> decimal.Decimal:
-    assert isinstance(data_type, DecimalType)
-    if isinstance(value, bool) or not isinstance(value, (str, int, float, decimal.Decimal)):
-        raise _Misfit()
-    number = decimal.Decimal(str(value).strip())
-    quantized = number.quantize(decimal.Decimal(1).scaleb(-data_type.scale))
-    if quantized != number or len(quantized.as_tuple().digits) > data_type.precision:
-        raise _Misfit()
-    return quantized
-
-
-def _binary(value: Any, _: DataType, __: bool) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if not isinstance(value, str):
-        raise _Misfit()
-    return value.encode("utf-8")
-
-
-def _complex(value: Any, data_type: DataType) -> Any:
-    from pyspark.sql.pandas.types import to_arrow_type
-
-    try:
-        pa.scalar(value, type=to_arrow_type(data_type, timezone="UTC"))
-    except (pa.ArrowException, TypeError, ValueError) as exc:
-        raise _Misfit() from exc
-    return value
-
-
-_CONVERTERS: dict[type[DataType], Any] = {
-    StringType: _string,
-    ByteType: _integral,
-    ShortType: _integral,
-    IntegerType: _integral,
-    LongType: _integral,
-    FloatType: _fractional,
-    DoubleType: _fractional,
-    BooleanType: _boolean,
-    DateType: _date,
-    TimestampType: _timestamp,
-    TimestampNTZType: _timestamp_ntz,
-    DecimalType: _decimal,
-    BinaryType: _binary,
-}

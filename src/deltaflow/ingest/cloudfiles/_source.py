@@ -37,7 +37,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StringType, StructField, StructType
 
-from deltaflow.errors import DeltaflowError, InvalidOptionError
+from deltaflow.errors import DeltaflowError, InvalidOptionError, RemoteDeltaflowError
 from deltaflow.ingest.cloudfiles import _schemas
 from deltaflow.ingest.cloudfiles._discovery import FileStore, LandingFile
 from deltaflow.ingest.cloudfiles._options import (
@@ -49,7 +49,6 @@ from deltaflow.ingest.cloudfiles._options import (
 )
 from deltaflow.ingest.cloudfiles._records import RecordLayout, read_landing_file
 from deltaflow.ingest.cloudfiles.errors import SchemaInferenceError
-from deltaflow.spark.write._compat import RemoteDeltaflowError
 
 log = logging.getLogger("deltaflow.ingest")
 

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from deltaflow.errors import DeltaflowError
 from deltaflow.ingest.http._config import RESCUED_DATA_COLUMN
 from deltaflow.table.errors import UnsupportedFeatureError
 
@@ -51,8 +52,13 @@ class RecordError:
         return out
 
 
-class BodyError(Exception):
+class BodyError(DeltaflowError):
     """The body was refused; ``code`` is machine-readable, ``records`` says where."""
+
+    code: str
+    records: tuple[RecordError, ...]
+    truncated: bool
+    status: int
 
     def __init__(
         self,
@@ -63,12 +69,7 @@ class BodyError(Exception):
         truncated: bool = False,
         status: int = 400,
     ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.records = records
-        self.truncated = truncated
-        self.status = status
+        super().__init__(message, code=code, records=records, truncated=truncated, status=status)
 
 
 def check_supported(schema: pa.Schema, table_uri: str) -> None:

@@ -21,6 +21,7 @@ from urllib.parse import unquote, urlparse
 from deltalake import DeltaTable
 
 from deltaflow.spark._options import (
+    SAVE_MODE_OPTION,
     STREAM_READ_OPTIONS,
     parse_read_options,
     parse_stream_options,
@@ -28,9 +29,8 @@ from deltaflow.spark._options import (
 )
 from deltaflow.spark.errors import BridgeError
 from deltaflow.spark.read._native import NATIVE_SCAN_CONF, native_scan_mode
-from deltaflow.spark.stream._writer import batch_commit_info
+from deltaflow.spark.stream._writer import commit_batch
 from deltaflow.spark.write import _files
-from deltaflow.spark.write._compat import SAVE_MODE_OPTION
 from deltaflow.spark.write._native import (
     _ESCAPE,
     STAGING_DIR,
@@ -370,12 +370,18 @@ def commit_write(args: dict[str, Any]) -> dict[str, Any]:
             operation="write.commit",
         )
     moved = collect_staged(pending.plan, pending.native, pending.staging_uri, pending.job_id)
-    overrides: dict[str, Any] = {"table": pending.table} if pending.table is not None else {}
     if pending.stream is not None:
         query_id, batch_id = pending.stream
-        overrides["commit_info"] = batch_commit_info(
-            query_id, batch_id, pending.plan.mode, moved, rows_in(moved)
+        result = commit_batch(
+            pending.plan,
+            moved,
+            query_id=query_id,
+            batch_id=batch_id,
+            num_rows=rows_in(moved),
+            table=pending.table,
         )
+        return {"version": result.version, "files": len(moved), "skipped": result.skipped}
+    overrides: dict[str, Any] = {"table": pending.table} if pending.table is not None else {}
     committed = False
     try:
         result = _commit.commit(commit_request(pending.plan, moved, **overrides))

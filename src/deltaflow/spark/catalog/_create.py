@@ -12,7 +12,7 @@ The builder only declares (each call returns a new builder holding a frozen
   ``SELECT``, ``INSERT INTO`` and ``DeltaTable.forName`` work. Without ``location``, the
   table lives where Spark puts a managed table: ``<database location>/<table name>``.
 
-:func:`install_sql_create` makes ``spark.sql("CREATE TABLE t (cols) USING delta ...")``
+:func:`create_from_sql` makes ``spark.sql("CREATE TABLE t (cols) USING delta ...")``
 go through the same code: Spark never asks a Python source anything when a column list
 is given, so the catalog would otherwise hold a table with no location.
 """
@@ -49,7 +49,6 @@ log = logging.getLogger("deltaflow.create")
 CreateMode = Literal["create", "createIfNotExists", "replace", "createOrReplace"]
 # Spark keeps CHAR/VARCHAR as strings plus this field metadata, and so does delta-spark.
 _CHAR_VARCHAR_KEY = "__CHAR_VARCHAR_TYPE_STRING"
-_INSTALLED = "_deltaflow_sql_create_installed"
 
 
 @dataclass(frozen=True)
@@ -429,36 +428,18 @@ def _original_sql(spark: SparkSession) -> Any:
     return lambda query: getattr(method, "__wrapped_sql__", method)(spark, query)
 
 
-def install_sql_create() -> None:
-    """Route ``CREATE [OR REPLACE] TABLE t (columns) USING delta`` through the builder.
+def create_from_sql(spark: SparkSession, query: str) -> Any:
+    """Run ``CREATE [OR REPLACE] TABLE t (columns) USING delta`` through the builder.
 
     Spark's parser reads the statement; only a ``CREATE``/``REPLACE TABLE`` with a
-    column list, provider ``delta`` and no ``AS SELECT`` is taken over. Everything else
-    runs as before. Classic (py4j) sessions only.
+    column list, provider ``delta`` and no ``AS SELECT`` is taken over (the SQL patch
+    in :mod:`deltaflow.spark._patches` calls this). ``None`` for anything else.
     """
-    from pyspark.sql import SparkSession
-
-    if getattr(SparkSession, _INSTALLED, False):
-        return
-    original = SparkSession.sql
-
-    def sql(self: SparkSession, sqlQuery: str, args: Any = None, **kwargs: Any) -> Any:
-        if args is None and not kwargs and isinstance(sqlQuery, str):
-            spec = _spec_from_sql(self, sqlQuery)
-            if spec is not None:
-                execute(self, spec)
-                return self.range(0).select()  # what CREATE TABLE returns: nothing
-            from deltaflow.spark.catalog._writes import insert_from_sql
-
-            inserted = insert_from_sql(self, sqlQuery)
-            if inserted is not None:
-                return inserted
-        return original(self, sqlQuery, args, **kwargs)
-
-    sql.__doc__ = original.__doc__
-    sql.__wrapped_sql__ = original  # type: ignore[attr-defined]
-    SparkSession.sql = sql  # type: ignore[method-assign]
-    setattr(SparkSession, _INSTALLED, True)
+    spec = _spec_from_sql(spark, query)
+    if spec is None:
+        return None
+    execute(spark, spec)
+    return spark.range(0).select()  # what CREATE TABLE returns: nothing
 
 
 _CREATE_PREFIX = re.compile(r"^\s*(?:CREATE|REPLACE)\b", re.IGNORECASE)

@@ -30,8 +30,6 @@ from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-_INSTALLED = "_deltaflow_insert_into"
-
 
 def catalog_location(spark: SparkSession, name: str) -> str | None:
     """The Delta location of catalog table ``name``, or None if it is not a deltaflow table."""
@@ -144,27 +142,6 @@ def _align(
             for f in target.fields
         )
     )
-
-
-def install() -> None:
-    """Patch ``DataFrameWriter.insertInto`` for deltaflow tables (idempotent)."""
-    from pyspark.sql.readwriter import DataFrameWriter
-
-    if getattr(DataFrameWriter, _INSTALLED, False):
-        return
-    original = DataFrameWriter.insertInto
-
-    def insertInto(self: Any, tableName: str, overwrite: bool | None = None) -> None:
-        spark = self._spark
-        location = catalog_location(spark, tableName)
-        if location is None:
-            return original(self, tableName, overwrite)
-        write(spark, tableName, location, self._df, bool(overwrite))
-        return None
-
-    insertInto.__doc__ = original.__doc__
-    DataFrameWriter.insertInto = insertInto  # type: ignore[method-assign]
-    setattr(DataFrameWriter, _INSTALLED, True)
 
 
 def refuse_unrouted_write(location: str) -> InvalidOptionError:

@@ -91,7 +91,7 @@ def write(rows: DataFrame, plan: WritePlan, *, changes: bool) -> Written:
     (:mod:`._native_write`, same eligibility and ``deltaflow.write.nativeWrite`` conf
     as a batch write); otherwise Python tasks do (:class:`FileSetWriter`).
     """
-    from deltaflow.spark.write._compat import RemoteDeltaflowError, unpack_remote_error
+    from deltaflow.errors import RemoteDeltaflowError, unpack_remote_error
 
     if not changes:
         native = _write_native(rows, plan)

@@ -40,18 +40,16 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError
 from deltaflow.spark._options import parse_write_options
-from deltaflow.spark.dml import _changes, _delete_update
+from deltaflow.spark.dml import _changes, _delete_update, _merge_rows
 from deltaflow.spark.dml._merge_builder import (
     BY_SOURCE_KINDS,
-    DELETE_KINDS,
     MATCHED_KINDS,
     NOT_MATCHED_KINDS,
-    MergeClause,
     MergeSpec,
 )
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
@@ -59,7 +57,6 @@ from deltaflow.spark.write import _replace_where
 from deltaflow.spark.write._writer import WritePlan, plan_write
 from deltaflow.table import _commit, _predicates, _schema
 from deltaflow.table._snapshot import FileEntry, Snapshot
-from deltaflow.table.errors import SchemaMismatchError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -67,18 +64,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("deltaflow.merge")
 
-ROW_ID = "__deltaflow_row_id"
-TARGET_MARK = "__deltaflow_target"
-SOURCE_MARK = "__deltaflow_source"
-ACTION = "__deltaflow_action"
-SOURCE_ID = "__deltaflow_source_id"
-MATCHED_ID = "__deltaflow_matched_id"
-RANK = "__deltaflow_rank"
 # Distinct source values of a partition-equality key collected to the driver for file
 # pruning; above this the condition alone decides (every file is read).
 MAX_PRUNING_VALUES = 1000
-_UPDATE_KINDS = ("matchedUpdate", "notMatchedBySourceUpdate")
-COPY = -1  # a target row no clause applies to: written unchanged if its file is rewritten
 
 
 @dataclass(frozen=True)
@@ -125,106 +113,61 @@ class MergeMetrics:
         return {k: str(v) for k, v in values.items()}
 
 
-@dataclass(frozen=True)
-class _FileOutcome:
-    max_pairs: int = 0  # joined rows per target row (>1: several source rows matched it)
-    max_applied: int = 0  # matched clauses applied per target row
-    updated: tuple[int, int] = (0, 0)  # matched, by source
-    deleted: tuple[int, int] = (0, 0)
-    unchanged: int = 0
+@dataclass
+class _Merge:
+    """One MERGE under way: what both jobs and the commit share."""
 
-    @property
-    def touched(self) -> bool:
-        return sum(self.updated) + sum(self.deleted) > 0
+    spark: SparkSession
+    spec: MergeSpec
+    snapshot: Snapshot
+    plan: WritePlan
+    struct: StructType
+    output: StructType  # the table's columns after schema evolution
+    values: list[dict[str, Column]]  # per clause: column -> the value it assigns
+    files: list[FileEntry]  # the candidate target files
+    read_node: Any  # the target-only conjuncts the candidates were pruned by
+    condition: Column
+    inserts: bool  # any not-matched clause
+    marked: DataFrame  # the source, marked (and numbered, with inserts)
+    cached: list[DataFrame] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """Job 1's answer: what the clauses do to each candidate file, and the inserts."""
+
+    outcomes: dict[int, _merge_rows.FileOutcome]
+    touched: list[int]  # indexes into _Merge.files of files with a changed row
+    new_rows: DataFrame | None
+    inserted: int
+    source_rows: int
 
 
 def execute(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
     """Run ``spec``: at most one commit; nothing is committed when nothing changes."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
-
     started = time.perf_counter()
-    rewrites = any(c.kind not in NOT_MATCHED_KINDS for c in spec.clauses)
-    snapshot, plan = _delete_update._prepare(spec.uri, "MERGE", rewrites=rewrites)
-    struct = StructType.fromJson(_schema.logical_schema(snapshot.schema))
-    source = spec.source
-    plan, output = _evolve(spec, snapshot, plan, struct, source)
-    # Resolved before any job, so a bad assignment fails fast.
-    values = [_clause_values(spec, clause, output, source) for clause in spec.clauses]
-    files = snapshot.files()
-    read_node: Any = None
-    if not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses):
-        # Rows the condition cannot match are "not matched by source": pruning files by
-        # the condition is only sound when no such clause exists.
-        files, read_node = _candidate_files(snapshot, files, spec, source)
-
-    condition = F.expr(spec.condition) if isinstance(spec.condition, str) else spec.condition
-    inserts = any(c.kind in NOT_MATCHED_KINDS for c in spec.clauses)
-    marked = source.withColumn(SOURCE_MARK, F.lit(True))
-    cached: list[DataFrame] = []
-    if inserts:
-        # Inserts are the source rows no target row matched, found by the source row
-        # ids job 1 saw matched: the source is materialized once (as delta-spark's
-        # merge.materializeSource does), so its rows and ids are the same in each job.
-        marked = marked.withColumn(SOURCE_ID, F.monotonically_increasing_id())
-        cached.append(marked.persist(StorageLevel.MEMORY_AND_DISK))
+    merge = _start(spark, spec)
     try:
-        scan = _delete_update._scan(spark, snapshot, struct, files, spec.target_alias)
-        per_row = _per_row(_joined(scan.df, marked, condition, spec.clauses), spec.clauses, inserts)
-        if inserts:
-            cached.append(per_row.persist(StorageLevel.MEMORY_AND_DISK))
-        outcomes = _outcomes(per_row, scan)
-        _check_multiple_matches(spec, outcomes)
-        new_rows = None
-        inserted = 0
-        if inserts:
-            new_rows = _unmatched_source(marked, per_row, spec.clauses)
-            cached.append(new_rows.persist(StorageLevel.MEMORY_AND_DISK))
-            inserted = new_rows.count()
-        source_rows = marked.count() if inserts else source.count()
-        touched = sorted(i for i, o in outcomes.items() if o.touched)
-        if not touched and not inserted:
+        found = _job1(merge)
+        if not found.touched and not found.inserted:
             log.info("MERGE into %s changed nothing; nothing to commit", spec.uri)
-            return MergeMetrics(source_rows=source_rows)
+            return MergeMetrics(source_rows=found.source_rows)
         # Only inserts: readers of the change feed take the added files as inserts.
-        changes = bool(touched) and _changes.cdf_enabled(snapshot)
-
-        chosen = [outcomes[i] for i in touched]
+        changes = bool(found.touched) and _changes.cdf_enabled(merge.snapshot)
+        chosen = [found.outcomes[i] for i in found.touched]
         metrics = MergeMetrics(
-            source_rows=source_rows,
-            inserted=inserted,
+            source_rows=found.source_rows,
+            inserted=found.inserted,
             matched_updated=sum(o.updated[0] for o in chosen),
             by_source_updated=sum(o.updated[1] for o in chosen),
             matched_deleted=sum(o.deleted[0] for o in chosen),
             by_source_deleted=sum(o.deleted[1] for o in chosen),
             copied=sum(o.unchanged for o in chosen),
         )
-        dedupe = any(o.max_pairs > 1 for o in chosen)
-        parts = []
-        if touched:
-            # Job 2 reads only the touched files again (the JVM scan reads just those).
-            rescan = _delete_update._scan(
-                spark, snapshot, struct, [files[i] for i in touched], spec.target_alias, keyed=False
-            ).df
-            parts.append(
-                _output_rows(
-                    _joined(rescan, marked, condition, spec.clauses),
-                    spec,
-                    output,
-                    values,
-                    rescan,
-                    dedupe,
-                    changes,
-                )
-            )
-        if new_rows is not None and inserted:
-            marked_rows = new_rows.withColumn(TARGET_MARK, F.lit(None).cast("boolean"))
-            parts.append(_output_rows(marked_rows, spec, output, values, None, False, changes))
-        rows = parts[0] if len(parts) == 1 else parts[0].union(parts[1])
-        written = _changes.write(rows, plan, changes=changes)
+        rows = _job2_rows(merge, found, changes, dedupe=any(o.max_pairs > 1 for o in chosen))
+        written = _changes.write(rows, merge.plan, changes=changes)
     finally:
-        for df in cached:
+        for df in merge.cached:
             df.unpersist()
     expected = int(metrics.operation_metrics()["numOutputRows"])
     if written.rows != expected:
@@ -235,6 +178,7 @@ def execute(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
             " deterministic source (e.g. write it to a table first).",
             table_uri=spec.uri,
         )
+    snapshot, plan, files, touched = merge.snapshot, merge.plan, merge.files, found.touched
     removed = [files[i] for i in touched]
     metrics = dataclasses.replace(
         metrics,
@@ -244,8 +188,105 @@ def execute(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
         removed_bytes=sum(f.size for f in removed),
         change_files=len(written.cdc),
     )
-    read = _changes.read_set(snapshot, files, read_node, whole_table=False)
+    read = _changes.read_set(snapshot, files, merge.read_node, whole_table=False)
     return _commit_merge(snapshot, plan, written, removed, metrics, spec, started, read)
+
+
+def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
+    """Pin the snapshot, evolve the schema, resolve the clauses, pick candidate files."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    rewrites = any(c.kind not in NOT_MATCHED_KINDS for c in spec.clauses)
+    snapshot, plan = _delete_update._prepare(spec.uri, "MERGE", rewrites=rewrites)
+    struct = StructType.fromJson(_schema.logical_schema(snapshot.schema))
+    source = spec.source
+    plan, output = _evolve(spec, snapshot, plan, struct, source)
+    # Resolved before any job, so a bad assignment fails fast.
+    values = [_merge_rows.clause_values(spec, clause, output, source) for clause in spec.clauses]
+    files = snapshot.files()
+    read_node: Any = None
+    if not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses):
+        # Rows the condition cannot match are "not matched by source": pruning files by
+        # the condition is only sound when no such clause exists.
+        files, read_node = _candidate_files(snapshot, files, spec, source)
+    condition = F.expr(spec.condition) if isinstance(spec.condition, str) else spec.condition
+    inserts = any(c.kind in NOT_MATCHED_KINDS for c in spec.clauses)
+    marked = source.withColumn(_merge_rows.SOURCE_MARK, F.lit(True))
+    merge = _Merge(
+        spark,
+        spec,
+        snapshot,
+        plan,
+        struct,
+        output,
+        values,
+        files,
+        read_node,
+        condition,
+        inserts,
+        marked,
+    )
+    if inserts:
+        # Inserts are the source rows no target row matched, found by the source row
+        # ids job 1 saw matched: the source is materialized once (as delta-spark's
+        # merge.materializeSource does), so its rows and ids are the same in each job.
+        merge.marked = marked.withColumn(_merge_rows.SOURCE_ID, F.monotonically_increasing_id())
+        merge.cached.append(merge.marked.persist(StorageLevel.MEMORY_AND_DISK))
+    return merge
+
+
+def _job1(merge: _Merge) -> _Found:
+    """Job 1: what the clauses do per candidate file; the inserts (see the docstring)."""
+    from pyspark import StorageLevel
+
+    spec = merge.spec
+    scan = _delete_update._scan(
+        merge.spark, merge.snapshot, merge.struct, merge.files, spec.target_alias
+    )
+    joined = _merge_rows.joined(scan.df, merge.marked, merge.condition, spec.clauses)
+    pairs = _merge_rows.per_row(joined, spec.clauses, merge.inserts)
+    if merge.inserts:
+        merge.cached.append(pairs.persist(StorageLevel.MEMORY_AND_DISK))
+    outcomes = _merge_rows.outcomes(pairs, scan)
+    _check_multiple_matches(spec, outcomes)
+    new_rows = None
+    inserted = 0
+    if merge.inserts:
+        new_rows = _merge_rows.unmatched_source(merge.marked, pairs, spec.clauses)
+        merge.cached.append(new_rows.persist(StorageLevel.MEMORY_AND_DISK))
+        inserted = new_rows.count()
+    source_rows = merge.marked.count() if merge.inserts else spec.source.count()
+    touched = sorted(i for i, o in outcomes.items() if o.touched)
+    return _Found(outcomes, touched, new_rows, inserted, source_rows)
+
+
+def _job2_rows(merge: _Merge, found: _Found, changes: bool, *, dedupe: bool) -> DataFrame:
+    """Job 2's rows: every row of the touched files (copied, updated or dropped), and the
+    inserts; with ``changes``, the change rows too."""
+    from pyspark.sql import functions as F
+
+    spec = merge.spec
+    parts = []
+    if found.touched:
+        # Job 2 reads only the touched files again (the JVM scan reads just those).
+        touched_files = [merge.files[i] for i in found.touched]
+        rescan = _delete_update._scan(
+            merge.spark, merge.snapshot, merge.struct, touched_files, spec.target_alias, keyed=False
+        ).df
+        joined = _merge_rows.joined(rescan, merge.marked, merge.condition, spec.clauses)
+        parts.append(
+            _merge_rows.output_rows(
+                joined, spec, merge.output, merge.values, rescan, dedupe, changes
+            )
+        )
+    if found.new_rows is not None and found.inserted:
+        inserts = found.new_rows.withColumn(_merge_rows.TARGET_MARK, F.lit(None).cast("boolean"))
+        parts.append(
+            _merge_rows.output_rows(inserts, spec, merge.output, merge.values, None, False, changes)
+        )
+    return parts[0] if len(parts) == 1 else parts[0].union(parts[1])
 
 
 def _evolve(
@@ -362,134 +403,9 @@ def _columns_under(node: Any, alias: str) -> bool | None:
     return found
 
 
-def _joined(
-    target: DataFrame, marked: DataFrame, condition: Column, clauses: tuple[MergeClause, ...]
-) -> DataFrame:
-    """Target rows joined with the source rows matching them (left outer), and the action.
-
-    Left outer, not full outer: Spark can then broadcast a small source and stream the
-    target through a hash join without shuffling it; source rows that match nothing are
-    found apart (:func:`_unmatched_source`).
-    """
-    from pyspark.sql import functions as F
-
-    target = target.withColumn(ROW_ID, F.monotonically_increasing_id()).withColumn(
-        TARGET_MARK, F.lit(True)
-    )
-    # The bare condition: a NULL join condition matches nothing already, and wrapping it
-    # (coalesce) would hide its equality keys from Spark, turning a hash join into a
-    # nested-loop join (10k x 1M rows: minutes instead of seconds).
-    joined = target.join(marked, on=condition, how="left_outer")
-    return joined.withColumn(ACTION, _action_column(clauses))
-
-
-def _action_column(clauses: tuple[MergeClause, ...]) -> Column:
-    """The index of the first clause that applies to a target row; COPY: none applies."""
-    from pyspark.sql import functions as F
-
-    return F.when(
-        F.col(SOURCE_MARK).isNotNull(), _first_clause(clauses, MATCHED_KINDS, F.lit(COPY))
-    ).otherwise(_first_clause(clauses, BY_SOURCE_KINDS, F.lit(COPY)))
-
-
-def _first_clause(
-    clauses: tuple[MergeClause, ...], kinds: tuple[str, ...], otherwise: Column
-) -> Column:
-    """The index of the first clause of ``kinds`` whose condition is true, else ``otherwise``."""
-    from pyspark.sql import functions as F
-
-    result = otherwise
-    for index in reversed(range(len(clauses))):
-        clause = clauses[index]
-        if clause.kind in kinds:
-            condition = _delete_update._condition_column(clause.condition)
-            result = F.when(condition, F.lit(index)).otherwise(result)
-    return result
-
-
-def _per_row(joined: DataFrame, clauses: tuple[MergeClause, ...], sources: bool) -> DataFrame:
-    """Job 1's first step: one row per matched pair, and one per file for its unmatched
-    target rows together (those appear once each in a left outer join, so summing them
-    is exact): a small aggregate, however big the target. Plain sums and counts keep it
-    a hash aggregate (a list of source ids per target row would be a sort-based one)."""
-    from pyspark.sql import functions as F
-
-    def of(kinds: tuple[str, ...]) -> Column:
-        ids = [i for i, c in enumerate(clauses) if c.kind in kinds]
-        hit = F.col(ACTION).isin(ids) if ids else F.lit(False)
-        return F.when(hit, 1).otherwise(0)
-
-    flags = {
-        "applied": of(MATCHED_KINDS),
-        "m_upd": of(("matchedUpdate",)),
-        "s_upd": of(("notMatchedBySourceUpdate",)),
-        "m_del": of(("matchedDelete",)),
-        "s_del": of(("notMatchedBySourceDelete",)),
-        "chg": of((*_UPDATE_KINDS, *DELETE_KINDS)),
-    }
-    matched = F.col(SOURCE_MARK).isNotNull()
-    source_id = F.col(SOURCE_ID) if sources else F.lit(None).cast("long")
-    return joined.groupBy(
-        F.col(_delete_update.FILE_INDEX),
-        F.when(matched, F.col(ROW_ID)).alias(ROW_ID),
-        F.when(matched, source_id).alias(SOURCE_ID),
-    ).agg(F.count(F.lit(1)).alias("n"), *[F.sum(v).alias(k) for k, v in flags.items()])
-
-
-def _outcomes(pairs: DataFrame, scan: _delete_update.TargetScan) -> dict[int, _FileOutcome]:
-    """Job 1: per target file what the clauses do (from :func:`_per_row`'s pairs)."""
-    from pyspark.sql import functions as F
-
-    per_row = pairs.groupBy(F.col(_delete_update.FILE_INDEX), F.col(ROW_ID)).agg(
-        F.sum("n").alias("n"),
-        *[F.sum(k).alias(k) for k in ("applied", "m_upd", "s_upd", "m_del", "s_del", "chg")],
-        F.max("chg").alias("max_chg"),
-    )
-    single = F.col(ROW_ID).isNotNull()  # one matched target row; else a file's unmatched rows
-
-    def changed(k: str) -> Column:
-        # A matched target row counts once, however many of its pairs change it.
-        return F.when(single, F.least(F.col(k), F.lit(1))).otherwise(F.col(k))
-
-    rows = (
-        per_row.groupBy(_delete_update.FILE_INDEX)
-        .agg(
-            F.max(F.when(single, F.col("n")).otherwise(F.lit(1))).alias("pairs"),
-            F.max("applied").alias("applied"),
-            *[F.sum(changed(k)).alias(k) for k in ("m_upd", "s_upd", "m_del", "s_del")],
-            F.sum(
-                F.when(single, 1 - F.least(F.col("max_chg"), F.lit(1))).otherwise(
-                    F.col("n") - F.col("chg")
-                )
-            ).alias("same"),
-        )
-        .collect()
-    )
-    return {
-        scan.index(r[_delete_update.FILE_INDEX]): _FileOutcome(
-            max_pairs=int(r["pairs"] or 0),
-            max_applied=int(r["applied"] or 0),
-            updated=(int(r["m_upd"] or 0), int(r["s_upd"] or 0)),
-            deleted=(int(r["m_del"] or 0), int(r["s_del"] or 0)),
-            unchanged=int(r["same"] or 0),
-        )
-        for r in rows
-    }
-
-
-def _unmatched_source(
-    marked: DataFrame, per_row: DataFrame, clauses: tuple[MergeClause, ...]
-) -> DataFrame:
-    """Source rows no target row matched and a not-matched clause inserts, with the action."""
-    from pyspark.sql import functions as F
-
-    matched = per_row.where(F.col(SOURCE_ID).isNotNull()).select(F.col(SOURCE_ID).alias(MATCHED_ID))
-    rows = marked.join(matched, on=F.col(SOURCE_ID) == F.col(MATCHED_ID), how="left_anti")
-    rows = rows.withColumn(ACTION, _first_clause(clauses, NOT_MATCHED_KINDS, F.lit(None)))
-    return rows.where(F.col(ACTION).isNotNull())
-
-
-def _check_multiple_matches(spec: MergeSpec, outcomes: Mapping[int, _FileOutcome]) -> None:
+def _check_multiple_matches(
+    spec: MergeSpec, outcomes: Mapping[int, _merge_rows.FileOutcome]
+) -> None:
     matched = [c for c in spec.clauses if c.kind in MATCHED_KINDS]
     # delta-spark: several matches are unambiguous when the only matched clause is an
     # unconditional delete; every matched pair deletes the same row.
@@ -503,112 +419,6 @@ def _check_multiple_matches(spec: MergeSpec, outcomes: Mapping[int, _FileOutcome
             " window keeping the latest row) before merging.",
             table_uri=spec.uri,
         )
-
-
-def _output_rows(
-    rows: DataFrame,
-    spec: MergeSpec,
-    output: StructType,
-    values: list[dict[str, Column]],
-    target: DataFrame | None,
-    dedupe: bool,
-    changes: bool = False,
-) -> DataFrame:
-    """Job 2's rows: with ``target``, every row of the touched files ``rows`` holds
-    (copied / updated / deleted); without, the inserts. With ``changes``, plus change
-    rows (``_change_type`` not NULL)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    cw = _changes
-    kinds = (*MATCHED_KINDS, *BY_SOURCE_KINDS) if target is not None else NOT_MATCHED_KINDS
-    clauses = [i for i, c in enumerate(spec.clauses) if c.kind in kinds]
-    known = {f.name.lower() for f in target.schema.fields} if target is not None else set()
-    deletes = [i for i, c in enumerate(spec.clauses) if c.kind in DELETE_KINDS]
-    updates = [i for i, c in enumerate(spec.clauses) if c.kind in _UPDATE_KINDS]
-    keep = F.col(ACTION).isNotNull()
-    if not changes and deletes:
-        keep = keep & ~F.col(ACTION).isin(deletes)
-    rows = rows.where(keep)
-    if dedupe:
-        # A target row matched by several source rows none of whose clauses applied
-        # appears once per match: write it once.
-        order = F.when(F.col(ACTION) == COPY, 1).otherwise(0)
-        rank = F.row_number().over(Window.partitionBy(ROW_ID).orderBy(order))
-        rows = rows.withColumn(RANK, rank).where(F.col(RANK) == 1)
-    keeps_old = F.lit(False)
-    if changes:
-        none = F.lit(None).cast("string")
-        target_row = F.col(TARGET_MARK).isNotNull()
-        change_kinds = (
-            F.when(target_row & F.col(ACTION).isin(deletes), F.array(F.lit(cw.DELETE)))
-            .when(
-                target_row & F.col(ACTION).isin(updates),
-                F.array(none, F.lit(cw.PREIMAGE), F.lit(cw.POSTIMAGE)),
-            )
-            .when(target_row, F.array(none))
-            .otherwise(F.array(none, F.lit(cw.INSERT)))
-        )
-        rows = rows.withColumn(cw.CHANGE_TYPE, F.explode(change_kinds))
-        keeps_old = F.col(cw.CHANGE_TYPE).isin(cw.PREIMAGE, cw.DELETE)
-
-    columns = []
-    for field in output.fields:
-        old = (
-            target[f"`{field.name}`"]
-            if target is not None and field.name.lower() in known
-            else F.lit(None).cast(field.dataType)
-        )
-        value = old
-        for index in reversed(clauses):
-            assigned = values[index].get(field.name)
-            if assigned is not None:
-                value = F.when(F.col(ACTION) == index, assigned).otherwise(value)
-        if changes:
-            value = F.when(keeps_old, old).otherwise(value)
-        columns.append(value.cast(field.dataType).alias(field.name))
-    if changes:
-        columns.append(F.col(cw.CHANGE_TYPE))
-    return rows.select(*columns)
-
-
-def _clause_values(
-    spec: MergeSpec, clause: MergeClause, output: StructType, source: DataFrame
-) -> dict[str, Column]:
-    """Output column -> the value ``clause`` gives it (missing: unchanged / NULL)."""
-    from pyspark.sql import functions as F
-
-    if clause.kind in DELETE_KINDS:
-        return {}
-    insert = clause.kind == "notMatchedInsert"
-    if clause.assignments is None:
-        values: dict[str, Column] = {}
-        missing = []
-        by_name = {f.name.lower(): f.name for f in source.schema.fields}
-        for field in output.fields:
-            name = by_name.get(field.name.lower())
-            if name is not None:
-                values[field.name] = source[f"`{name}`"]
-            elif not spec.schema_evolution:
-                missing.append(field.name)
-        if missing:
-            what = "insertAll" if insert else "updateAll"
-            raise SchemaMismatchError(
-                f"MERGE into {spec.uri}: {what} needs every table column in the source;"
-                f" missing: {', '.join(missing)}. Add them to the source, list the columns"
-                " with whenMatchedUpdate(set=...) / whenNotMatchedInsert(values=...), or"
-                " call withSchemaEvolution().",
-                table_uri=spec.uri,
-                columns=tuple(missing),
-            )
-        return values
-    resolved = _delete_update._resolve_assignments(
-        spec.uri, output, spec.target_alias, dict(clause.assignments)
-    )
-    if insert:
-        unknown = [f.name for f in output.fields if f.name not in resolved]
-        return {**{n: F.lit(None) for n in unknown}, **resolved}
-    return resolved
 
 
 def _commit_merge(

@@ -19,10 +19,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from deltaflow.errors import DeltaflowError
+from deltaflow.errors import DeltaflowError, RemoteDeltaflowError
 from deltaflow.spark._options import ReadOptions
 from deltaflow.spark.read._reader import FileTask, ReadLayout, bin_pack, read_file
-from deltaflow.spark.write._compat import RemoteDeltaflowError
 from deltaflow.table import _cdf
 from deltaflow.table._cdf import CHANGE_TYPE, ChangeFile, ChangeKind
 from deltaflow.table._snapshot import Snapshot

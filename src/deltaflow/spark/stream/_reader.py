@@ -21,13 +21,12 @@ of the two offsets and the (immutable) log, so a replayed batch reads the same f
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -39,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from deltaflow.errors import DeltaflowError
+from deltaflow.errors import DeltaflowError, RemoteDeltaflowError
 from deltaflow.spark._options import StreamReadOptions
 from deltaflow.spark.errors import (
     ChangeCommitError,
@@ -56,8 +55,7 @@ from deltaflow.spark.read._cdf import (
     read_changes,
 )
 from deltaflow.spark.read._reader import FileTask, ReadLayout, bin_pack, read_file
-from deltaflow.spark.write._compat import RemoteDeltaflowError
-from deltaflow.table import _cdf, _deletion_vectors, _partitions, _schema, _uri
+from deltaflow.table import _cdf, _deletion_vectors, _log, _schema, _uri
 from deltaflow.table._cdf import ChangeFile
 from deltaflow.table._snapshot import Snapshot, load_snapshot, parse_timestamp
 
@@ -178,7 +176,7 @@ class _Budget:
 
 def _carry_errors(method: _Method) -> _Method:
     """Pack deltaflow errors so they reach the query's exception typed (see
-    ``_writer_compat.unpack_remote_error``): Spark passes a worker's error on as text."""
+    ``deltaflow.errors.unpack_remote_error``): Spark passes a worker's error on as text."""
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -212,6 +210,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._layout: ReadLayout | None = None
         self._timestamps: _cdf.CommitTimestamps | None = None
         self._snapshot_timestamp: tuple[int, int] | None = None
+        self._partition_parser: _log.PartitionParser | None = None
 
     # ---- Spark's API -------------------------------------------------------------------
 
@@ -514,11 +513,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cached = self._commits.get(version)
         if cached is not None:
             return cached
-        fs, root = _uri.filesystem(self.uri)
-        try:
-            with fs.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as handle:
-                text = handle.read().decode("utf-8")
-        except FileNotFoundError:
+        text = _log.read_commit_text(self.uri, version)
+        if text is None:
             self._raise_if_cleaned_up(version)
             return None
         commit = self._parse_commit(version, text)
@@ -530,7 +526,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _raise_if_cleaned_up(self, version: int) -> None:
         # Log cleanup only deletes commits older than the newest checkpoint, so a missing
         # commit at or below it (or below a version already seen) is gone for good.
-        checkpoint = _last_checkpoint(self.uri)
+        checkpoint = _log.last_checkpoint(self.uri)
         if version > self._known_latest and (checkpoint is None or version > checkpoint):
             return
         raise LogVersionMissingError(
@@ -545,53 +541,20 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     def _parse_commit(self, version: int, text: str) -> CommitActions:
-        physical_names = _schema.top_level_physical_names(self.snapshot.schema)
-        logical_names = {physical: logical for logical, physical in physical_names.items()}
-        types = {
-            f["name"]: f["type"]
-            for f in _schema.logical_schema(self.snapshot.schema)["fields"]
-            if isinstance(f["type"], str)
-        }
-        files: list[LogFile] = []
-        removes_data = False
-        schema: dict[str, Any] | None = None
-        partition_columns: tuple[str, ...] | None = None
-        for index, line in enumerate(text.splitlines()):
-            if not line.strip():
-                continue
-            action = json.loads(line)
-            if "add" in action:
-                add = action["add"]
-                if not add.get("dataChange", True):
-                    continue
-                values = {}
-                for physical, raw in (add.get("partitionValues") or {}).items():
-                    name = logical_names.get(physical, physical)
-                    values[name] = _partitions.parse_partition_value(raw, types.get(name, "string"))
-                files.append(
-                    LogFile(
-                        version,
-                        index,
-                        False,
-                        _relative(add["path"]),
-                        int(add["size"]),
-                        values,
-                        add.get("deletionVector"),
-                    )
-                )
-            elif "remove" in action:
-                removes_data = removes_data or bool(action["remove"].get("dataChange", True))
-            elif "metaData" in action:
-                meta = action["metaData"]
-                schema = json.loads(meta["schemaString"])
-                partition_columns = tuple(meta.get("partitionColumns") or ())
+        actions = _log.parse_commit_text(text)
+        if self._partition_parser is None:
+            self._partition_parser = _log.PartitionParser(self.snapshot.schema)
+        data = _log.data_changes(actions, self._partition_parser)
+        files = tuple(
+            LogFile(version, a.index, False, a.path, a.size, a.partition_values, a.deletion_vector)
+            for a in data.adds
+        )
         if not self.options.read_change_feed:
-            return CommitActions(version, tuple(files), removes_data, schema, partition_columns)
+            return CommitActions(
+                version, files, data.removes_data, data.schema, data.partition_columns
+            )
         commit = _cdf.commit_changes(
-            version,
-            _cdf.parse_commit_text(text),
-            self._commit_timestamp(version),
-            _cdf.PartitionParser(self.snapshot.schema),
+            version, actions, self._commit_timestamp(version), self._partition_parser
         )
         changes = tuple(
             LogFile(version, c.index, False, c.path, c.size, c.partition_values, change=c)
@@ -599,10 +562,10 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         return CommitActions(
             version,
-            tuple(files),
-            removes_data,
-            schema,
-            partition_columns,
+            files,
+            data.removes_data,
+            data.schema,
+            data.partition_columns,
             changes,
             commit.cdf_enabled,
         )
@@ -631,7 +594,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return change_task(self.uri, entry.change)
         # A file of the initial snapshot: an insert at the snapshot's version.
         if self._snapshot_timestamp is None or self._snapshot_timestamp[0] != entry.version:
-            actions = _cdf.read_commit(self.uri, entry.version) or []
+            actions = _log.read_commit(self.uri, entry.version) or []
             timestamp = _cdf.in_commit_timestamp(actions) or self._commit_timestamp(entry.version)
             self._snapshot_timestamp = (entry.version, timestamp)
         return ChangeTask(
@@ -642,17 +605,3 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._layout is None:
             self._layout = ReadLayout.build(self.snapshot, StructType.fromJson(self.schema_json))
         return self._layout
-
-
-def _relative(path: str) -> str:
-    # Log paths are URI-encoded; absolute ones (shallow clones) keep their scheme.
-    return path if urlparse(path).scheme else unquote(path)
-
-
-def _last_checkpoint(uri: str) -> int | None:
-    fs, root = _uri.filesystem(uri)
-    try:
-        with fs.open_input_stream(f"{root}/_delta_log/_last_checkpoint") as handle:
-            return int(json.loads(handle.read())["version"])
-    except (FileNotFoundError, KeyError, ValueError):
-        return None

@@ -33,13 +33,13 @@ from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
+from deltalake import DeltaTable
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from deltaflow.errors import DeltaflowError
+from deltaflow.errors import DeltaflowError, RemoteDeltaflowError
 from deltaflow.spark._options import WriteOptions, parse_write_options
 from deltaflow.spark.errors import StreamIdentityError
-from deltaflow.spark.write._compat import RemoteDeltaflowError
 from deltaflow.spark.write._files import FileSetWriter, delete_files
 from deltaflow.spark.write._writer import DeltaCommitMessage, WritePlan, commit_request, plan_write
 from deltaflow.table import _commit, _uri
@@ -96,40 +96,24 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         return writer.write_all(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        started = time.perf_counter()
         adds = _files(messages)
         app_id = self._app_id()
         num_rows = sum(m.num_rows for m in messages if isinstance(m, DeltaCommitMessage))
         try:
-            opts = replace(self.options, txn_app_id=app_id, txn_version=batchId)
             if self._planned_here:
                 # Spark's commit worker calls streamWriter() (which plans against the table
                 # as it is now) just before commit(): planning again would load the log a
-                # second time per batch. A replayed batch is still caught: _commit.commit
+                # second time per batch. A replayed batch is still caught: commit_batch
                 # checks the app transaction before committing.
                 plan = self.plan
             else:
                 # Planned again against the table as it is now: earlier batches created
                 # it, added columns, or moved its version on.
+                opts = replace(self.options, txn_app_id=app_id, txn_version=batchId)
                 plan = plan_write(self.table_uri, self.schema_json, self.mode, opts)
-            if plan.skip:
-                result = _commit.CommitResult(None, True, 0)
-            else:
-                request = commit_request(
-                    plan,
-                    adds,
-                    app_id=app_id,
-                    app_version=batchId,
-                    user_metadata=opts.user_metadata,
-                    commit_info=batch_commit_info(app_id, batchId, self.mode, adds, num_rows),
-                )
-                result = _commit.commit(request)
+            commit_batch(plan, adds, query_id=app_id, batch_id=batchId, num_rows=num_rows)
         except DeltaflowError as exc:
             raise RemoteDeltaflowError(exc) from exc
-        if result.skipped:
-            # A replay of a batch that already committed: these files are copies.
-            delete_files(self.table_uri, adds)
-        log_batch_commit(self.table_uri, batchId, result, adds, num_rows, started, "")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         adds = _files(messages)
@@ -142,26 +126,58 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         return query_id(self.checkpoint_location, self.table_uri)
 
 
-def log_batch_commit(
-    table_uri: str,
-    batch_id: int,
-    result: _commit.CommitResult,
+def commit_batch(
+    plan: WritePlan,
     adds: list[_commit.AddedFile],
+    *,
+    query_id: str,
+    batch_id: int,
     num_rows: int,
-    started: float,
-    how: str,
-) -> None:
+    table: DeltaTable | None = None,
+) -> _commit.CommitResult:
+    """Commit one micro-batch of a Delta stream sink: every sink route comes here (the
+    connector's JVM sink through the bridge's ``write.commit``, the Python sink's
+    ``commit``), so they share one commit and one replay policy.
+
+    The commit carries the app transaction ``(query_id, batch_id)``, as delta-spark's
+    sink does. **Replays**: a batch whose app transaction (or a later one of the same
+    query) is already in the log commits nothing; its files are copies and are deleted.
+    The check runs when the batch is planned (``plan.skip``: the JVM sink then writes
+    nothing at all) and again here, atomically with the commit, for a replay that raced
+    the first attempt. A commit refused by deltaflow (a conflict, a schema violation)
+    deletes the batch's files too; any other failure leaves them for VACUUM, since the
+    commit's outcome is then unknown. ``table`` is the sink's open table, if kept.
+    """
+    started = time.perf_counter()
+    if plan.skip:
+        result = _commit.CommitResult(None, True, 0)
+    else:
+        request = commit_request(
+            plan,
+            adds,
+            app_id=query_id,
+            app_version=batch_id,
+            commit_info=batch_commit_info(query_id, batch_id, plan.mode, adds, num_rows),
+            **({"table": table} if table is not None else {}),
+        )
+        try:
+            result = _commit.commit(request)
+        except DeltaflowError:
+            delete_files(plan.table_uri, adds)
+            raise
+    if result.skipped:
+        delete_files(plan.table_uri, adds)
     log.info(
-        "deltaflow stream commit to %s: batch %d -> version %s, %d files, %d rows, %.1f ms%s%s",
-        table_uri,
+        "deltaflow stream commit to %s: batch %d -> version %s, %d files, %d rows, %.1f ms%s",
+        plan.table_uri,
         batch_id,
         result.version,
         len(adds),
         num_rows,
         (time.perf_counter() - started) * 1000,
-        how,
         " (already committed, skipped)" if result.skipped else "",
     )
+    return result
 
 
 def batch_commit_info(
@@ -235,52 +251,3 @@ def stream_writer(
     except DeltaflowError as exc:
         raise RemoteDeltaflowError(exc) from exc
     return writer
-
-
-_TO_TABLE_INSTALLED = "_deltaflow_to_table_installed"
-
-
-def install_to_table() -> None:
-    """Make ``writeStream.toTable(name)`` work for deltaflow catalog tables.
-
-    Spark hands a Python sink the query's schema and no options for a catalog table,
-    so the table's location (kept in the catalog schema, see ``_source.with_location``)
-    never reaches the sink. For a table whose catalog schema carries one, ``toTable``
-    starts the query on that location instead, as ``start(location)`` with
-    ``format("delta")``; other tables go through untouched.
-    """
-    from pyspark.sql.streaming.readwriter import DataStreamWriter
-
-    if getattr(DataStreamWriter, _TO_TABLE_INSTALLED, False):
-        return
-    original = DataStreamWriter.toTable
-
-    def toTable(
-        self: Any,
-        tableName: str,
-        format: str | None = None,
-        outputMode: str | None = None,
-        partitionBy: Any = None,
-        queryName: str | None = None,
-        **options: Any,
-    ) -> Any:
-        from deltaflow.spark._source import table_location
-
-        spark = self._spark
-        location = None
-        if spark.catalog.tableExists(tableName):
-            location = table_location(spark, tableName)
-        if location is None:
-            return original(self, tableName, format, outputMode, partitionBy, queryName, **options)
-        return self.start(
-            location,
-            format="delta",
-            outputMode=outputMode,
-            partitionBy=partitionBy,
-            queryName=queryName,
-            **options,
-        )
-
-    toTable.__doc__ = original.__doc__
-    DataStreamWriter.toTable = toTable  # type: ignore[method-assign]
-    setattr(DataStreamWriter, _TO_TABLE_INSTALLED, True)

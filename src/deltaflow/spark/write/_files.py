@@ -253,8 +253,7 @@ class FileSetWriter:
 
         deltaflow errors are marked so they reach the driver typed (see errors.to_wire).
         """
-        from deltaflow.errors import DeltaflowError
-        from deltaflow.spark.write._compat import RemoteDeltaflowError
+        from deltaflow.errors import DeltaflowError, RemoteDeltaflowError
 
         try:
             for batch in batches:

@@ -62,6 +62,7 @@ from deltaflow.spark.write._writer import WritePlan, arrow_schema
 from deltaflow.table import _commit, _partitions, _uri
 from deltaflow.table._footer_stats import footer_stats
 from deltaflow.table._snapshot import Snapshot, load_snapshot
+from deltaflow.table.errors import CorruptTableError
 
 log = logging.getLogger("deltaflow.write")
 
@@ -375,7 +376,7 @@ def _collect_files(
         if metadata.num_rows == 0:
             return None  # Spark writes a schema-only file for an empty input; Delta needs none
         stats = footer_stats(metadata, data_schema, plan.num_indexed_cols)
-        values = _staged_partition_values(item.relative, native)
+        values = _staged_partition_values(item.relative, native, plan.table_uri)
         directory = _partitions.partition_dir(list(plan.partition_columns), values)
         # part-<split>-<job>-<task>-<uuid>: the Python path's names, so the job id
         # marks every file of the job (delete_job_files, VACUUM of orphans).
@@ -413,12 +414,17 @@ def _collect_files(
     return added
 
 
-def _staged_partition_values(relative: str, native: NativeWrite) -> dict[str, str | None]:
+def _staged_partition_values(
+    relative: str, native: NativeWrite, table_uri: str
+) -> dict[str, str | None]:
     directories = relative.split("/")[:-1]
     if len(directories) != len(native.partition_columns):
-        raise RuntimeError(
-            f"staged file {relative!r} is not in one directory per partition column"
-            f" {list(native.partition_columns)}"
+        raise CorruptTableError(
+            f"Spark's writer staged {relative!r}, which is not in one directory per partition"
+            f" column {list(native.partition_columns)}. Nothing was committed; run the write"
+            " again, and report this with the Spark version if it repeats.",
+            table_uri=table_uri,
+            path=relative,
         )
     escaped = set(native.escaped_string_partitions)
     values: dict[str, str | None] = {}

@@ -21,10 +21,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from deltaflow.errors import DeltaflowError, InvalidOptionError
+from deltaflow.errors import DeltaflowError, InvalidOptionError, RemoteDeltaflowError
 from deltaflow.spark._options import WriteOptions
 from deltaflow.spark.write import _files, _replace_where
-from deltaflow.spark.write._compat import RemoteDeltaflowError
 from deltaflow.table import _commit, _schema, _stats
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
 from deltaflow.table.errors import (
@@ -155,7 +154,7 @@ def plan_write(
 ) -> WritePlan:
     """Decide schema, partitioning and mode for writing ``incoming`` to ``uri``.
 
-    Runs on the driver twice per save: in ``_writer_compat`` (so errors reach the
+    Runs on the driver twice per save: in ``write._save`` (so errors reach the
     caller typed and skipped writes start no job) and when Spark plans the job.
     ``current``: the table's latest snapshot when the caller has it loaded already.
     """
@@ -169,47 +168,7 @@ def plan_write(
     incoming = _without_location(incoming)
     exists = current is not None or table_exists(uri)
     if not exists:
-        mapping = {k.lower(): v for k, v in options.table_properties.items()}.get(
-            "delta.columnmapping.mode", "none"
-        )
-        if mapping.lower() != "none":
-            # delta-rs assigns the physical names when it creates the table; the files of
-            # this write would have to use them, but executors write before the commit.
-            raise UnsupportedFeatureError(
-                f"Creating column-mapped table {uri} with df.write is not supported yet."
-                " Create it first (deltalake.DeltaTable.create(uri, schema, configuration="
-                "{'delta.columnMapping.mode': 'name'})), then append with mode('append').",
-                table_uri=uri,
-                feature="columnMapping",
-            )
-        for column in options.partition_by:
-            if column.lower() not in {f["name"].lower() for f in incoming["fields"]}:
-                raise SchemaMismatchError(
-                    f"partitionBy column '{column}' is not in the data written to {uri}. Columns:"
-                    f" {', '.join(f['name'] for f in incoming['fields'])}.",
-                    table_uri=uri,
-                    columns=(column,),
-                )
-        schema = _all_nullable(incoming)
-        names = {f["name"].lower(): f["name"] for f in schema["fields"]}
-        partitions = tuple(names[c.lower()] for c in options.partition_by)
-        if replace_where is not None:
-            _replace_where.validate(
-                uri, replace_where, arrow_schema(schema), partitions, dict(options.table_properties)
-            )
-        return WritePlan(
-            table_uri=uri,
-            mode="append" if mode in ("error", "ignore") else mode,
-            schema=schema,
-            physical_schema=schema,
-            partition_columns=partitions,
-            read_version=None,
-            new_columns=(),
-            configuration=dict(options.table_properties),
-            num_indexed_cols=_stats.num_indexed_cols(dict(options.table_properties)),
-            options=options,
-            replace_where=replace_where,
-        )
+        return _plan_new_table(uri, incoming, mode, options, replace_where)
     if mode == "error":
         raise TableAlreadyExistsError(
             f"Table {uri} already exists and the save mode is 'error'. Use mode('append') to add"
@@ -221,7 +180,6 @@ def plan_write(
     if _commit.already_committed(snapshot.delta_table, options.txn_app_id, options.txn_version):
         # A retry of a write that already committed: nothing to check, nothing to do.
         return _skipped_plan(snapshot, options)
-    table_logical = _schema.logical_schema(snapshot.schema)
     replace_schema = mode == "overwrite" and options.overwrite_schema
     if mode == "overwrite" and snapshot.configuration.get("delta.appendOnly") == "true":
         raise UnsupportedFeatureError(
@@ -232,72 +190,9 @@ def plan_write(
     partitions = snapshot.partition_columns
     new_columns: tuple[dict[str, Any], ...] = ()
     if replace_schema:
-        schema = _all_nullable(incoming)
-        names = {f["name"].lower(): f["name"] for f in schema["fields"]}
-        wanted = tuple(names.get(p.lower(), p) for p in options.partition_by) or tuple(
-            names[p.lower()] for p in partitions if p.lower() in names
-        )
-        if [p.lower() for p in wanted] != [p.lower() for p in partitions]:
-            # delta-rs 1.6 keeps a table's partition columns on overwrite (it fails with
-            # "Partition column ... not found in schema"), so a repartitioning commit
-            # cannot be built yet.
-            raise UnsupportedFeatureError(
-                f"overwriteSchema cannot change the partition columns of table {uri} from"
-                f" {list(partitions)} to {list(wanted)} yet. Write the data to a new location"
-                " instead, or keep the partition columns.",
-                table_uri=uri,
-                feature="overwriteSchema-repartition",
-            )
+        schema = _replaced_schema(uri, snapshot, incoming, options)
     else:
-        problems = _schema.struct_mismatches(
-            incoming, table_logical, allow_new=options.merge_schema
-        )
-        if problems:
-            raise SchemaMismatchError(
-                f"The data does not match the schema of table {uri}: {'; '.join(problems)}. To add"
-                " the new columns, write with .option('mergeSchema', 'true'); to replace the"
-                " schema, overwrite with .option('overwriteSchema', 'true').",
-                table_uri=uri,
-                columns=tuple(p.split(" (")[0] for p in problems),
-            )
-        schema = snapshot.schema
-        if options.merge_schema:
-            merged = _schema.merge_schemas(table_logical, incoming)
-            known = {f["name"].lower() for f in table_logical["fields"]}
-            new_columns = tuple(
-                _all_nullable({"type": "struct", "fields": [f]})["fields"][0]
-                for f in merged["fields"]
-                if f["name"].lower() not in known
-            )
-            nested_change = [
-                f["name"]
-                for f, g in zip(merged["fields"], table_logical["fields"], strict=False)
-                if f["type"] != g["type"]
-            ]
-            if nested_change:
-                raise UnsupportedFeatureError(
-                    f"mergeSchema would add nested fields to {', '.join(nested_change)} of table"
-                    f" {uri}; deltaflow can add top-level columns only so far.",
-                    table_uri=uri,
-                    feature="mergeSchema-nested",
-                )
-            if new_columns and snapshot.column_mapping_mode != "none":
-                raise UnsupportedFeatureError(
-                    f"mergeSchema on column-mapped table {uri} is not supported yet.",
-                    table_uri=uri,
-                    feature="columnMapping",
-                )
-            schema = {**snapshot.schema, "fields": snapshot.schema["fields"] + list(new_columns)}
-        if options.partition_by and tuple(c.lower() for c in options.partition_by) != tuple(
-            c.lower() for c in partitions
-        ):
-            raise SchemaMismatchError(
-                f"partitionBy {list(options.partition_by)} does not match the partition columns"
-                f" {list(partitions)} of table {uri}. Omit partitionBy, or overwrite with"
-                " .option('overwriteSchema', 'true') to repartition.",
-                table_uri=uri,
-                columns=tuple(options.partition_by),
-            )
+        schema, new_columns = _checked_schema(uri, snapshot, incoming, options)
     if replace_where is not None:
         _replace_where.validate(
             uri, replace_where, arrow_schema(schema), tuple(partitions), snapshot.configuration
@@ -321,6 +216,147 @@ def plan_write(
         partition_physical={p: physical_names.get(p, p) for p in partitions},
         replace_where=replace_where,
     )
+
+
+def _replaced_schema(
+    uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
+) -> dict[str, Any]:
+    """``overwriteSchema``: the written data's schema replaces the table's."""
+    partitions = snapshot.partition_columns
+    schema = _all_nullable(incoming)
+    names = {f["name"].lower(): f["name"] for f in schema["fields"]}
+    wanted = tuple(names.get(p.lower(), p) for p in options.partition_by) or tuple(
+        names[p.lower()] for p in partitions if p.lower() in names
+    )
+    if [p.lower() for p in wanted] != [p.lower() for p in partitions]:
+        # delta-rs 1.6 keeps a table's partition columns on overwrite (it fails with
+        # "Partition column ... not found in schema"), so a repartitioning commit
+        # cannot be built yet.
+        raise UnsupportedFeatureError(
+            f"overwriteSchema cannot change the partition columns of table {uri} from"
+            f" {list(partitions)} to {list(wanted)} yet. Write the data to a new location"
+            " instead, or keep the partition columns.",
+            table_uri=uri,
+            feature="overwriteSchema-repartition",
+        )
+    return schema
+
+
+def _checked_schema(
+    uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
+) -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
+    """Schema enforcement: the data must fit the table (``mergeSchema`` may add columns);
+    the table's schema for this write and the columns it adds."""
+    partitions = snapshot.partition_columns
+    table_logical = _schema.logical_schema(snapshot.schema)
+    problems = _schema.struct_mismatches(incoming, table_logical, allow_new=options.merge_schema)
+    if problems:
+        raise SchemaMismatchError(
+            f"The data does not match the schema of table {uri}: {'; '.join(problems)}. To add"
+            " the new columns, write with .option('mergeSchema', 'true'); to replace the"
+            " schema, overwrite with .option('overwriteSchema', 'true').",
+            table_uri=uri,
+            columns=tuple(p.split(" (")[0] for p in problems),
+        )
+    schema, new_columns = _merged_schema(uri, snapshot, incoming, options)
+    if options.partition_by and tuple(c.lower() for c in options.partition_by) != tuple(
+        c.lower() for c in partitions
+    ):
+        raise SchemaMismatchError(
+            f"partitionBy {list(options.partition_by)} does not match the partition columns"
+            f" {list(partitions)} of table {uri}. Omit partitionBy, or overwrite with"
+            " .option('overwriteSchema', 'true') to repartition.",
+            table_uri=uri,
+            columns=tuple(options.partition_by),
+        )
+    return schema, new_columns
+
+
+def _plan_new_table(
+    uri: str,
+    incoming: dict[str, Any],
+    mode: str,
+    options: WriteOptions,
+    replace_where: str | None,
+) -> WritePlan:
+    """The plan of a write that creates the table (it does not exist yet)."""
+    mapping = {k.lower(): v for k, v in options.table_properties.items()}.get(
+        "delta.columnmapping.mode", "none"
+    )
+    if mapping.lower() != "none":
+        # delta-rs assigns the physical names when it creates the table; the files of
+        # this write would have to use them, but executors write before the commit.
+        raise UnsupportedFeatureError(
+            f"Creating column-mapped table {uri} with df.write is not supported yet."
+            " Create it first (deltalake.DeltaTable.create(uri, schema, configuration="
+            "{'delta.columnMapping.mode': 'name'})), then append with mode('append').",
+            table_uri=uri,
+            feature="columnMapping",
+        )
+    for column in options.partition_by:
+        if column.lower() not in {f["name"].lower() for f in incoming["fields"]}:
+            raise SchemaMismatchError(
+                f"partitionBy column '{column}' is not in the data written to {uri}. Columns:"
+                f" {', '.join(f['name'] for f in incoming['fields'])}.",
+                table_uri=uri,
+                columns=(column,),
+            )
+    schema = _all_nullable(incoming)
+    names = {f["name"].lower(): f["name"] for f in schema["fields"]}
+    partitions = tuple(names[c.lower()] for c in options.partition_by)
+    if replace_where is not None:
+        _replace_where.validate(
+            uri, replace_where, arrow_schema(schema), partitions, dict(options.table_properties)
+        )
+    return WritePlan(
+        table_uri=uri,
+        mode="append" if mode in ("error", "ignore") else mode,
+        schema=schema,
+        physical_schema=schema,
+        partition_columns=partitions,
+        read_version=None,
+        new_columns=(),
+        configuration=dict(options.table_properties),
+        num_indexed_cols=_stats.num_indexed_cols(dict(options.table_properties)),
+        options=options,
+        replace_where=replace_where,
+    )
+
+
+def _merged_schema(
+    uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
+) -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
+    """The table's schema for this write, and the columns ``mergeSchema`` adds to it."""
+    table_logical = _schema.logical_schema(snapshot.schema)
+    if not options.merge_schema:
+        return snapshot.schema, ()
+    merged = _schema.merge_schemas(table_logical, incoming)
+    known = {f["name"].lower() for f in table_logical["fields"]}
+    new_columns = tuple(
+        _all_nullable({"type": "struct", "fields": [f]})["fields"][0]
+        for f in merged["fields"]
+        if f["name"].lower() not in known
+    )
+    nested_change = [
+        f["name"]
+        for f, g in zip(merged["fields"], table_logical["fields"], strict=False)
+        if f["type"] != g["type"]
+    ]
+    if nested_change:
+        raise UnsupportedFeatureError(
+            f"mergeSchema would add nested fields to {', '.join(nested_change)} of table"
+            f" {uri}; deltaflow can add top-level columns only so far.",
+            table_uri=uri,
+            feature="mergeSchema-nested",
+        )
+    if new_columns and snapshot.column_mapping_mode != "none":
+        raise UnsupportedFeatureError(
+            f"mergeSchema on column-mapped table {uri} is not supported yet.",
+            table_uri=uri,
+            feature="columnMapping",
+        )
+    schema = {**snapshot.schema, "fields": snapshot.schema["fields"] + list(new_columns)}
+    return schema, new_columns
 
 
 def _skipped_plan(snapshot: Snapshot, options: WriteOptions) -> WritePlan:

@@ -1,0 +1,125 @@
+"""The Delta log's commit files, read and parsed: one place for every reader of the log.
+
+delta-rs replays the log into snapshots (:mod:`deltaflow.table._snapshot`). What it does
+not hand over, commit by commit, is parsed here: the stream source's data changes, the
+change data feed's actions (:mod:`deltaflow.table._cdf`), and the log facts both need
+(the newest checkpoint, paths as the log writes them, typed partition values).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from deltaflow.table import _partitions, _schema, _uri
+
+Actions = list[tuple[int, dict[str, Any]]]  # (line number, action)
+
+
+def read_commit_text(uri: str, version: int) -> str | None:
+    """The text of commit ``version`` of the table at ``uri``; None if there is no file."""
+    fs, root = _uri.filesystem(uri)
+    try:
+        with fs.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as handle:
+            return str(handle.read().decode("utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+def parse_commit_text(text: str) -> Actions:
+    """A commit file's actions with their line numbers."""
+    return [(i, json.loads(line)) for i, line in enumerate(text.splitlines()) if line.strip()]
+
+
+def read_commit(uri: str, version: int) -> Actions | None:
+    """The actions of commit ``version`` with their line numbers; None if there is no file."""
+    text = read_commit_text(uri, version)
+    return None if text is None else parse_commit_text(text)
+
+
+def last_checkpoint(uri: str) -> int | None:
+    """The version of the newest checkpoint (``_delta_log/_last_checkpoint``), if any."""
+    fs, root = _uri.filesystem(uri)
+    try:
+        with fs.open_input_stream(f"{root}/_delta_log/_last_checkpoint") as handle:
+            return int(json.loads(handle.read())["version"])
+    except (FileNotFoundError, KeyError, ValueError):
+        return None
+
+
+def relative_path(path: str) -> str:
+    """A file path as the log writes it, made usable: log paths are URI-encoded and
+    relative to the table root; absolute ones (shallow clones) keep their scheme."""
+    return path if urlparse(path).scheme else unquote(path)
+
+
+class PartitionParser:
+    """Typed, logically named partition values from an action's ``partitionValues``."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        physical = _schema.top_level_physical_names(schema)
+        self._logical = {p: logical for logical, p in physical.items()}
+        self._types = {
+            f["name"]: f["type"]
+            for f in _schema.logical_schema(schema)["fields"]
+            if isinstance(f["type"], str)
+        }
+
+    def parse(self, raw: dict[str, str | None] | None) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for physical, value in (raw or {}).items():
+            name = self._logical.get(physical, physical)
+            values[name] = _partitions.parse_partition_value(value, self._types.get(name, "string"))
+        return values
+
+
+@dataclass(frozen=True)
+class AddedData:
+    """An ``add`` action with ``dataChange=true``: a file a stream reads."""
+
+    index: int  # line number in the commit file
+    path: str  # relative_path() of the action's path
+    size: int
+    partition_values: dict[str, Any]  # logical column name -> typed value
+    deletion_vector: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class DataChanges:
+    """What one commit changes in a table's data and shape."""
+
+    adds: tuple[AddedData, ...]
+    removes_data: bool  # a remove with dataChange=true
+    schema: dict[str, Any] | None  # the schema of a metaData action
+    partition_columns: tuple[str, ...] | None  # ... and its partition columns
+
+
+def data_changes(actions: Actions, partitions: PartitionParser) -> DataChanges:
+    """The data changes of one commit's ``actions`` (adds and removes with
+    ``dataChange=true``, and a new schema); compaction's rewrites are not changes."""
+    adds: list[AddedData] = []
+    removes_data = False
+    schema: dict[str, Any] | None = None
+    partition_columns: tuple[str, ...] | None = None
+    for index, action in actions:
+        if "add" in action:
+            add = action["add"]
+            if add.get("dataChange", True):
+                adds.append(
+                    AddedData(
+                        index,
+                        relative_path(add["path"]),
+                        int(add["size"]),
+                        partitions.parse(add.get("partitionValues")),
+                        add.get("deletionVector"),
+                    )
+                )
+        elif "remove" in action:
+            removes_data = removes_data or bool(action["remove"].get("dataChange", True))
+        elif "metaData" in action:
+            meta = action["metaData"]
+            schema = json.loads(meta["schemaString"])
+            partition_columns = tuple(meta.get("partitionColumns") or ())
+    return DataChanges(tuple(adds), removes_data, schema, partition_columns)
