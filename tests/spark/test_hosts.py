@@ -1,5 +1,6 @@
-"""The connector outside a PySpark driver: the ``spark-sql`` CLI and a Spark Connect server,
-both started from the pyspark wheel with nothing but ``deltaflow.spark_conf()``."""
+"""The connector outside a PySpark driver: the ``spark-sql`` CLI, a Spark Connect server and
+the Thrift JDBC server (with beeline), each started from the pyspark wheel with nothing
+but ``deltaflow.spark_conf()``."""
 
 from __future__ import annotations
 
@@ -81,8 +82,8 @@ def wait_for_port(port: int, server: subprocess.Popen[str], timeout: float) -> N
             code = server.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
             continue
-        raise AssertionError(f"the Connect server exited with {code}")
-    raise AssertionError(f"the Connect server did not listen on {port} within {timeout} s")
+        raise AssertionError(f"the server exited with {code}")
+    raise AssertionError(f"the server did not listen on {port} within {timeout} s")
 
 
 CLIENT = textwrap.dedent(
@@ -148,3 +149,58 @@ def test_spark_connect_client_reads_and_writes_a_delta_table(table_path, tmp_pat
     assert "ROWS [(1, 'a'), (2, 'b'), (3, 'x'), (4, 'x'), (5, 'x')]" in result.stdout
     assert "COUNT 3" in result.stdout
     assert DeltaTable(path).version() == 1
+
+
+def test_thrift_jdbc_server_and_beeline_read_and_write_a_delta_table(table_path, tmp_path):
+    """The Thrift JDBC server (HiveThriftServer2, in the pyspark wheel) with only
+    ``deltaflow.spark_conf()``, and the wheel's ``beeline`` as the JDBC client."""
+    path = table_path()
+    seeded(path)
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            str(SPARK_HOME / "bin" / "spark-submit"),
+            "--class",
+            "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2",
+            "--master",
+            "local[2]",
+            *conf_args(),
+            "spark-internal",
+            *("--hiveconf", f"hive.server2.thrift.port={port}"),
+            *("--hiveconf", "hive.server2.thrift.bind.host=127.0.0.1"),
+        ],
+        cwd=tmp_path,  # Derby metastore and warehouse
+        env=spark_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "server.log").open("w"),
+        text=True,
+    )
+    statements = (
+        f"CREATE TEMPORARY VIEW v USING delta OPTIONS (path '{path}');"
+        " INSERT INTO v VALUES (3, 'c');"
+        " SELECT count(*) AS n, sum(id) AS s FROM v WHERE id > 1;"
+    )
+    try:
+        wait_for_port(port, server, timeout=240)
+        result = subprocess.run(
+            [
+                str(SPARK_HOME / "bin" / "beeline"),
+                *("-u", f"jdbc:hive2://127.0.0.1:{port}/default"),
+                *("--outputformat=csv2", "--silent=true", "-e", statements),
+            ],
+            cwd=tmp_path,
+            env=spark_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    log = (tmp_path / "server.log").read_text()[-3000:]
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:] + log
+    assert "2,5" in result.stdout.splitlines(), result.stdout
+    table = DeltaTable(path)
+    assert table.version() == 1
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]
