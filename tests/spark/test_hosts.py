@@ -86,6 +86,34 @@ def wait_for_port(port: int, server: subprocess.Popen[str], timeout: float) -> N
     raise AssertionError(f"the server did not listen on {port} within {timeout} s")
 
 
+def start_server(
+    main_class: str, tmp_path: Path, conf: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> subprocess.Popen[str]:
+    """``spark-submit`` a server class of the wheel (local[2], ``spark_conf()``), logging to
+    ``tmp_path/server.log``; its metastore and warehouse go to ``tmp_path``."""
+    return subprocess.Popen(
+        [
+            str(SPARK_HOME / "bin" / "spark-submit"),
+            *("--class", main_class, "--master", "local[2]"),
+            *conf_args(conf),
+            "spark-internal",
+            *args,
+        ],
+        cwd=tmp_path,
+        env=spark_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "server.log").open("w"),
+        text=True,
+    )
+
+
+def stop(server: subprocess.Popen[str], tmp_path: Path) -> str:
+    """Stop ``server``; the tail of its log, for failure messages."""
+    server.terminate()
+    server.wait(timeout=60)
+    return (tmp_path / "server.log").read_text()[-3000:]
+
+
 CLIENT = textwrap.dedent(
     """
     import sys
@@ -109,26 +137,13 @@ def test_spark_connect_client_reads_and_writes_a_delta_table(table_path, tmp_pat
     path = table_path()
     seeded(path)
     port = free_port()
-    server = subprocess.Popen(
-        [
-            str(SPARK_HOME / "bin" / "spark-submit"),
-            "--class",
-            "org.apache.spark.sql.connect.service.SparkConnectServer",
-            "--master",
-            "local[2]",
-            *conf_args(
-                {
-                    "spark.connect.grpc.binding.port": str(port),
-                    "spark.connect.grpc.binding.address": "127.0.0.1",
-                }
-            ),
-            "spark-internal",
-        ],
-        cwd=tmp_path,
-        env=spark_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "server.log").open("w"),
-        text=True,
+    server = start_server(
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        tmp_path,
+        {
+            "spark.connect.grpc.binding.port": str(port),
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+        },
     )
     try:
         wait_for_port(port, server, timeout=180)
@@ -142,9 +157,7 @@ def test_spark_connect_client_reads_and_writes_a_delta_table(table_path, tmp_pat
             check=False,
         )
     finally:
-        server.terminate()
-        server.wait(timeout=60)
-    log = (tmp_path / "server.log").read_text()[-3000:]
+        log = stop(server, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:] + log
     assert "ROWS [(1, 'a'), (2, 'b'), (3, 'x'), (4, 'x'), (5, 'x')]" in result.stdout
     assert "COUNT 3" in result.stdout
@@ -157,23 +170,13 @@ def test_thrift_jdbc_server_and_beeline_read_and_write_a_delta_table(table_path,
     path = table_path()
     seeded(path)
     port = free_port()
-    server = subprocess.Popen(
-        [
-            str(SPARK_HOME / "bin" / "spark-submit"),
-            "--class",
-            "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2",
-            "--master",
-            "local[2]",
-            *conf_args(),
-            "spark-internal",
+    server = start_server(
+        "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2",
+        tmp_path,
+        args=(
             *("--hiveconf", f"hive.server2.thrift.port={port}"),
             *("--hiveconf", "hive.server2.thrift.bind.host=127.0.0.1"),
-        ],
-        cwd=tmp_path,  # Derby metastore and warehouse
-        env=spark_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "server.log").open("w"),
-        text=True,
+        ),
     )
     statements = (
         f"CREATE TEMPORARY VIEW v USING delta OPTIONS (path '{path}');"
@@ -196,9 +199,7 @@ def test_thrift_jdbc_server_and_beeline_read_and_write_a_delta_table(table_path,
             check=False,
         )
     finally:
-        server.terminate()
-        server.wait(timeout=60)
-    log = (tmp_path / "server.log").read_text()[-3000:]
+        log = stop(server, tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:] + log
     assert "2,5" in result.stdout.splitlines(), result.stdout
     table = DeltaTable(path)
