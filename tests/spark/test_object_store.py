@@ -63,6 +63,28 @@ def test_spark_writes_a_partitioned_table_and_filters_it(spark, object_store):
     assert delta_rs_rows(object_store, uri) == ROWS
 
 
+def test_a_commit_racing_another_on_s3_does_not_overwrite_it(object_store):
+    """Commits are safe without AWS_S3_ALLOW_UNSAFE_RENAME: delta-rs puts the next log entry
+    only if absent (If-None-Match), and the server honours it."""
+    uri, options = object_store.uri(), object_store.storage_options
+    write_deltalake(uri, pa.table({"id": [1]}), storage_options=options)
+    stale = DeltaTable(uri, storage_options=options)
+    write_deltalake(uri, pa.table({"id": [2]}), mode="append", storage_options=options)
+    # The stale writer's commit finds version 1 taken and lands at version 2.
+    write_deltalake(stale, pa.table({"id": [3]}), mode="append")
+    table = DeltaTable(uri, storage_options=options)
+    assert table.version() == 2
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]
+
+
+def test_s3a_uris_name_the_same_tables(spark, object_store):
+    uri = object_store.uri()
+    hadoop_style = "s3a://" + uri.removeprefix("s3://")
+    frame(spark, ROWS).write.format("delta").save(hadoop_style)
+    assert spark_rows(spark, hadoop_style) == ROWS
+    assert delta_rs_rows(object_store, uri) == ROWS
+
+
 def test_a_table_written_by_delta_rs_reads_the_same_through_spark(spark, object_store):
     uri = object_store.uri()
     data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": ["a", "b", "c"]})
