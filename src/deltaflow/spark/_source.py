@@ -41,7 +41,12 @@ class DeltaDataSource(DataSource):
             location = location_of(schema) if schema is not None else None
             if location and not (options.get("path") or options.get("location")):
                 options["path"] = location
-            read = parse_read_options(options)
+            # Only what picks the snapshot: Spark builds this table for a stream sink too
+            # (object stores), with the stream's and the write's options; reader() and
+            # streamReader() check the read options strictly.
+            read = parse_read_options(
+                {k: v for k, v in options.items() if k.lower() in _SNAPSHOT_OPTIONS}
+            )
             self._snapshot = load_snapshot(
                 _uri.normalize_uri(read.path),
                 version=read.version_as_of,
@@ -107,6 +112,9 @@ class DeltaDataSource(DataSource):
         from deltaflow.spark.stream._writer import stream_writer
 
         return stream_writer(self.options, schema, overwrite)
+
+
+_SNAPSHOT_OPTIONS = frozenset({"path", "versionasof", "timestampasof"})
 
 
 def _without(options: Any, key: str) -> dict[str, str]:

@@ -22,6 +22,7 @@ from deltalake.exceptions import DeltaError
 from deltalake.exceptions import TableNotFoundError as _DeltaRsTableNotFound
 
 from deltaflow.table import _arrow, _schema, _uri
+from deltaflow.table._object_store import object_store_error
 from deltaflow.table.errors import TableNotFoundError, UnsupportedFeatureError, VersionNotFoundError
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,13 @@ def _rename(values: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
 
 
 def table_exists(uri: str, storage_options: dict[str, str] | None = None) -> bool:
-    return bool(DeltaTable.is_deltatable(_uri.delta_rs_uri(uri), storage_options))
+    try:
+        return bool(DeltaTable.is_deltatable(_uri.delta_rs_uri(uri), storage_options))
+    except OSError as exc:
+        error = object_store_error(uri, exc, "look for a Delta table at")
+        if error is None:
+            raise
+        raise error from exc
 
 
 def load_snapshot(
@@ -192,6 +199,11 @@ def load_snapshot(
     except DeltaError as exc:
         _raise_if_unsupported_feature(exc, uri)
         raise
+    except OSError as exc:
+        error = object_store_error(uri, exc, "read the Delta log of")
+        if error is None:
+            raise
+        raise error from exc
     latest = table.version()
     if timestamp is not None:
         version = _version_at(table, uri, timestamp, latest)

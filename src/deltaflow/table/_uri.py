@@ -51,5 +51,9 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and the path of ``uri`` inside it."""
     if is_local(uri):
         return pafs.LocalFileSystem(), local_path(uri)
+    scheme, sep, rest = uri.partition("://")
+    if scheme.lower() == "s3a":
+        # Hadoop's name for S3, which delta-rs accepts and pyarrow does not.
+        uri = "s3" + sep + rest
     fs, path = pafs.FileSystem.from_uri(uri)
     return fs, path

@@ -108,3 +108,19 @@ class ChangeDataFilesMissingError(TableError):
 
     def __init__(self, message: str, *, table_uri: str, version: int, path: str) -> None:
         super().__init__(message, table_uri=table_uri, version=version, path=path)
+
+
+class ObjectStoreError(TableError, OSError):
+    """The object store holding ``table_uri`` refused or failed a request.
+
+    ``kind`` is ``credentials`` (no credentials, or ones the store rejects: terminal until
+    the settings change), ``unreachable`` (no answer from the endpoint: ``retryable``) or
+    ``other``. The message says which settings deltaflow's object-store path reads.
+    """
+
+    def __init__(self, message: str, *, table_uri: str, kind: str) -> None:
+        super().__init__(message, table_uri=table_uri, kind=kind)
+
+    @property
+    def retryable(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self, "kind", None) == "unreachable")
