@@ -9,9 +9,11 @@ the driver and Python workers, so every field must survive the round trip.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 
 class DeltaflowError(Exception):
@@ -80,6 +82,24 @@ class RemoteDeltaflowError(Exception):
 def unpack_remote_error(exc: BaseException) -> DeltaflowError | None:
     """The deltaflow error a pyspark exception carries, if a worker marked one in it."""
     return from_wire(str(exc))
+
+
+_Function = TypeVar("_Function", bound=Callable[..., Any])
+
+
+def carry_errors(function: _Function) -> _Function:
+    """``function`` (run in a Python worker) with its deltaflow errors packed so that they
+    reach the driver, and the query's exception, typed: Spark passes a worker's error on
+    as text only (see :func:`unpack_remote_error`)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except DeltaflowError as exc:
+            raise RemoteDeltaflowError(exc) from exc
+
+    return cast(_Function, wrapper)
 
 
 def to_wire(error: DeltaflowError) -> str:

@@ -21,11 +21,10 @@ crashes and restarts; a file's records are never split across batches.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar, cast
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -37,7 +36,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StringType, StructField, StructType
 
-from deltaflow.errors import DeltaflowError, InvalidOptionError, RemoteDeltaflowError
+from deltaflow.errors import DeltaflowError, InvalidOptionError, RemoteDeltaflowError, carry_errors
 from deltaflow.ingest.cloudfiles import _schemas
 from deltaflow.ingest.cloudfiles._discovery import FileStore, LandingFile
 from deltaflow.ingest.cloudfiles._options import (
@@ -53,20 +52,6 @@ from deltaflow.ingest.cloudfiles.errors import SchemaInferenceError
 log = logging.getLogger("deltaflow.ingest")
 
 SOURCE_VERSION = 1
-_Method = TypeVar("_Method", bound=Callable[..., Any])
-
-
-def _carry_errors(method: _Method) -> _Method:
-    """Pack deltaflow errors so they reach the query's exception typed."""
-
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(*args, **kwargs)
-        except DeltaflowError as exc:
-            raise RemoteDeltaflowError(exc) from exc
-
-    return cast(_Method, wrapper)
 
 
 class CloudFilesDataSource(DataSource):
@@ -80,13 +65,13 @@ class CloudFilesDataSource(DataSource):
     def name(cls) -> str:
         return "cloudFiles"
 
-    @_carry_errors
+    @carry_errors
     def schema(self) -> StructType:
         options = parse_options(dict(self.options))
         self._inferred = True
         return _schemas.output_schema(stream_data_schema(options), options)
 
-    @_carry_errors
+    @carry_errors
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         raw = dict(self.options)
         options = parse_options(raw)
@@ -177,12 +162,12 @@ class CloudFilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxFiles(self.options.max_files_per_trigger)
 
-    @_carry_errors
+    @carry_errors
     def prepareForTriggerAvailableNow(self) -> None:
         self._cap = self._discover()
         log.info("availableNow over %s: reading up to file %d", self.options.path, self._cap)
 
-    @_carry_errors
+    @carry_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = int(start["seq"])
         if self._cap is None:
@@ -196,7 +181,7 @@ class CloudFilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             end = self.store.admit(begin, self._cap, max_files, self.options.max_bytes_per_trigger)
         return {"sourceVersion": SOURCE_VERSION, "seq": end}
 
-    @_carry_errors
+    @carry_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         files = self.store.files_between(int(start["seq"]), int(end["seq"]))
         layout = RecordLayout(self.options, self.schema_json, self.data_columns)

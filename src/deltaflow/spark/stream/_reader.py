@@ -20,12 +20,11 @@ of the two offsets and the (immutable) log, so a replayed batch reads the same f
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
@@ -38,7 +37,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from deltaflow.errors import DeltaflowError, RemoteDeltaflowError
+from deltaflow.errors import carry_errors
 from deltaflow.spark._options import StreamReadOptions
 from deltaflow.spark.errors import (
     ChangeCommitError,
@@ -69,8 +68,6 @@ SOURCE_VERSION = 1
 EMPTY_VERSIONS_BEFORE_ADVANCE = 100
 # Parsed commits kept in memory between batches; older ones are dropped on commit().
 MAX_CACHED_COMMITS = 10_000
-
-_Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True, order=True)
@@ -174,20 +171,6 @@ class _Budget:
         return True
 
 
-def _carry_errors(method: _Method) -> _Method:
-    """Pack deltaflow errors so they reach the query's exception typed (see
-    ``deltaflow.errors.unpack_remote_error``): Spark passes a worker's error on as text."""
-
-    @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(*args, **kwargs)
-        except DeltaflowError as exc:
-            raise RemoteDeltaflowError(exc) from exc
-
-    return cast(_Method, wrapper)
-
-
 class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over a Delta table's snapshot and then its new commits.
 
@@ -214,7 +197,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ---- Spark's API -------------------------------------------------------------------
 
-    @_carry_errors
+    @carry_errors
     def initialOffset(self) -> dict[str, Any]:
         start = self._starting_offset()
         log.info("stream over %s starts at %s", self.uri, start)
@@ -227,12 +210,12 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # (ReadAllAvailable); maxBytesPerTrigger applies alongside it there.
         return ReadMaxFiles(self.options.max_files_per_trigger)
 
-    @_carry_errors
+    @carry_errors
     def prepareForTriggerAvailableNow(self) -> None:
         self._cap = self._latest_version()
         log.info("availableNow over %s: reading up to version %d", self.uri, self._cap)
 
-    @_carry_errors
+    @carry_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self._parse(start)
         if isinstance(limit, ReadAllAvailable):
@@ -266,7 +249,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = pending
         return end.to_json(self.table_id)
 
-    @_carry_errors
+    @carry_errors
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         files = self._files_between(start, end)
         if self.options.read_change_feed:
@@ -325,7 +308,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for task in partition.files:
             yield from read_file(task, partition.layout)
 
-    @_carry_errors
+    @carry_errors
     def commit(self, end: dict[str, Any]) -> None:
         done = self._parse(end)
         for version in [v for v in self._commits if v < done.version]:
