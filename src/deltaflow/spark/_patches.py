@@ -77,7 +77,8 @@ PATCHES = (
         ("format", "option", "options", "partitionBy", "start"),
         "stream._partitions",
         "install",
-        "partitionBy as an option for the Python sink, which Spark refuses it for",
+        "partitionBy as an option for the Python sink, which Spark refuses it for;"
+        " the typed error of a Delta sink setting start() refused",
     ),
 )
 

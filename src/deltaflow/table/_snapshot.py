@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -164,7 +165,13 @@ def _rename(values: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
 
 
 def table_exists(uri: str, storage_options: dict[str, str] | None = None) -> bool:
-    return bool(DeltaTable.is_deltatable(_uri.delta_rs_uri(uri), storage_options))
+    try:
+        return bool(DeltaTable.is_deltatable(_uri.delta_rs_uri(uri), storage_options))
+    except OSError:
+        # delta-rs fails to list a local path that is a file; a file holds no table.
+        if _uri.is_local(uri) and os.path.isfile(_uri.local_path(uri)):
+            return False
+        raise
 
 
 def load_snapshot(

@@ -5,7 +5,9 @@ Spark hands it over. Spark refuses ``partitionBy`` for a Python sink, though, wh
 what runs with ``deltaflow.write.nativeWrite=false`` or for object-store tables. So
 ``install()`` defers ``DataStreamWriter.partitionBy`` for Delta sinks and passes the
 columns as the ``partitionBy`` option at ``start()``, which every Delta sink reads; other
-formats get the JVM call as before. Classic (py4j) sessions only; idempotent. This goes
+formats get the JVM call as before. ``start()`` of a Delta sink also raises the typed
+error of a setting the connector refused (``deltaflow.typed_error``) instead of the Py4J
+error around it. Classic (py4j) sessions only; idempotent. The ``partitionBy`` part goes
 when the Python sink does.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from deltaflow.errors import typed_error
 from deltaflow.spark.write._compat import partition_columns, recording_methods, writer_state
 
 _STATE = "_deltaflow_stream_state"
@@ -64,7 +67,17 @@ def install() -> None:
             original_option(self, "partitionBy", ",".join(columns))
         elif columns:
             original_partition_by(self, *columns)
-        return original_start(self, path, outputMode=outputMode, queryName=queryName)
+        if (state["format"] or "").lower() != "delta":
+            return original_start(self, path, outputMode=outputMode, queryName=queryName)
+        try:
+            return original_start(self, path, outputMode=outputMode, queryName=queryName)
+        except Exception as exc:
+            # The connector checks a Delta sink's settings inside start(): raise its
+            # typed error rather than the Py4J error around it.
+            error = typed_error(exc)
+            if error is None or error is exc:
+                raise
+            raise error from exc
 
     methods: dict[str, Any] = {
         "format": format,
