@@ -342,3 +342,46 @@ def test_appender_killed_mid_commit_leaves_only_whole_commits(table_path, tmp_pa
         assert not previous - counts, f"{context}: version {version} lost rows"
         previous = counts
     assert set(previous) >= acknowledged, f"{context}: {acknowledged - set(previous)} lost"
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_vacuum_removes_what_a_killed_write_staged(spark, table_path, tmp_path):
+    """A write killed between staging and commit leaves ``_delta_staging/<job>``, which
+    delta-rs's VACUUM skips (a ``_`` directory); ours removes it once it is older than the
+    retention, and leaves a younger one (a write that may still be running) alone."""
+    from deltaflow import DeltaTable as SparkDeltaTable
+
+    path = table_path("killed")
+    write_deltalake(path, pa.table({"id": pa.array([-1], pa.int64()), "note": ["seed"]}))
+    staging = Path(path) / "_delta_staging"
+    child = Child([path], tmp_path / "child.log", job=str(HERE / "_killed_write_job.py"))
+    try:
+        child.wait_for("READY", START_TIMEOUT)
+        deadline = time.monotonic() + START_TIMEOUT
+        # Killed once Spark's committer has set up its task output inside the staging dir.
+        while not list(staging.glob("*/_temporary/*")):
+            assert child.proc.poll() is None, child.stderr_tail()
+            assert time.monotonic() < deadline, "the write never staged anything"
+            time.sleep(0.1)
+    finally:
+        child.kill()
+    assert "DONE" not in child.drain()
+    (leftover,) = staging.iterdir()
+    assert DeltaTable(path).version() == 0  # nothing committed
+
+    # Eight days old: past the default retention of seven.
+    old = time.time() - 8 * 24 * 3600
+    for entry in [leftover, *leftover.rglob("*")]:
+        os.utime(entry, (old, old))
+    # A staging directory as a running write has it: recent files under _temporary.
+    fresh = staging / "0badf00d-live"
+    (fresh / "_temporary" / "0").mkdir(parents=True)
+    (fresh / "_temporary" / "0" / "part-00000.parquet").write_bytes(b"PAR1")
+
+    SparkDeltaTable.forPath(spark, path).vacuum()
+
+    assert not leftover.exists()
+    assert fresh.exists()
+    assert DeltaTable(path).to_pyarrow_table().column("id").to_pylist() == [-1]

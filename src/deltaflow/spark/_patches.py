@@ -278,6 +278,8 @@ def _to_table(cls: Any) -> dict[str, Callable[..., Any]]:
 
 
 def _stream_partitions(cls: Any) -> dict[str, Callable[..., Any]]:
+    from deltaflow.errors import typed_error
+
     key = "_deltaflow_stream_state"
     original_option, original_partition_by, original_start = (
         cls.option,
@@ -310,7 +312,17 @@ def _stream_partitions(cls: Any) -> dict[str, Callable[..., Any]]:
             original_option(self, "partitionBy", ",".join(columns))
         elif columns:
             original_partition_by(self, *columns)
-        return original_start(self, path, outputMode=outputMode, queryName=queryName)
+        if not _is_delta(state):
+            return original_start(self, path, outputMode=outputMode, queryName=queryName)
+        try:
+            return original_start(self, path, outputMode=outputMode, queryName=queryName)
+        except Exception as exc:
+            # The connector checks a Delta sink's settings inside start(): raise its
+            # typed error rather than the Py4J error around it.
+            error = typed_error(exc)
+            if error is None or error is exc:
+                raise
+            raise error from exc
 
     return {**_recording(cls, key), "partitionBy": partitionBy, "start": start}
 
@@ -392,7 +404,8 @@ PATCHES = (
         "pyspark.sql.streaming.readwriter.DataStreamWriter",
         ("format", "option", "options", "partitionBy", "start"),
         _stream_partitions,
-        "partitionBy as an option for the Python sink, which Spark refuses it for",
+        "partitionBy as an option for the Python sink, which Spark refuses it for;"
+        " the typed error of a Delta sink setting start() refused",
     ),
     Patch(
         "pyspark.sql.streaming.readwriter.DataStreamWriter",

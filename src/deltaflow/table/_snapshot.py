@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -168,6 +169,9 @@ def table_exists(uri: str, storage_options: dict[str, str] | None = None) -> boo
     try:
         return bool(DeltaTable.is_deltatable(_uri.delta_rs_uri(uri), storage_options))
     except OSError as exc:
+        # delta-rs fails to list a local path that is a file; a file holds no table.
+        if _uri.is_local(uri) and os.path.isfile(_uri.local_path(uri)):
+            return False
         error = object_store_error(uri, exc, "look for a Delta table at")
         if error is None:
             raise

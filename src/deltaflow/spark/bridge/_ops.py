@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
+from deltaflow.errors import InvalidOptionError
 from deltaflow.spark._options import (
     SAVE_MODE_OPTION,
     STREAM_READ_OPTIONS,
@@ -29,7 +31,7 @@ from deltaflow.spark._options import (
 )
 from deltaflow.spark.errors import BridgeError
 from deltaflow.spark.read._native import NATIVE_SCAN_CONF, native_scan_mode
-from deltaflow.spark.stream._writer import commit_batch
+from deltaflow.spark.stream._writer import STREAM_ONLY_OPTIONS, commit_batch
 from deltaflow.spark.write import _files
 from deltaflow.spark.write._native import (
     _ESCAPE,
@@ -353,6 +355,85 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
         "hasTimestamps": native.has_timestamps,
         "maxRecordsPerFile": plan.options.max_records_per_file or _files.DEFAULT_MAX_ROWS_PER_FILE,
     }
+
+
+# Output modes a Delta sink can honour: complete overwrites, append appends. Update would
+# need an upsert per key, which is MERGE's job (foreachBatch), as in delta-spark.
+_SINK_OUTPUT_MODES = ("append", "complete")
+
+
+def check_sink(args: dict[str, Any]) -> dict[str, Any]:
+    """``sink.check``: a stream's Delta sink settings, checked inside ``start()`` (Spark
+    calls ``createSink`` there); the write options each batch uses, and the path."""
+    options = options_of(args)
+    path = _get(options, "path")
+    if not path:
+        raise InvalidOptionError(
+            "writeStream.format('delta') needs a table location: .start('/path/to/table') or"
+            " .toTable(name).",
+            option="path",
+        )
+    mode = str(args.get("outputMode") or "append").lower()
+    if mode not in _SINK_OUTPUT_MODES:
+        raise InvalidOptionError(
+            f"A Delta sink takes output mode 'append' or 'complete', not {mode!r}: a Delta"
+            " table has no per-key update. To upsert each micro-batch by key, use"
+            " .foreachBatch(...) with DeltaTable.forPath(spark, path).merge(...).",
+            option="outputMode",
+            valid=_SINK_OUTPUT_MODES,
+        )
+    if not args.get("checkpointLocation"):
+        raise InvalidOptionError(
+            f"The stream into {path} has no checkpointLocation, which its exactly-once Delta"
+            " commits are keyed by: add .option('checkpointLocation', '/path/to/checkpoint')"
+            " to writeStream, or set spark.sql.streaming.checkpointLocation.",
+            option="checkpointLocation",
+        )
+    for key in ("txnAppId", "txnVersion"):
+        if _get(options, key) is not None:
+            raise InvalidOptionError(
+                f"A stream's Delta sink sets the app transaction itself (txnAppId = the query"
+                f" id, txnVersion = the batch id): remove .option('{key}', ...). Set"
+                " txnAppId and txnVersion on batch writes inside foreachBatch instead.",
+                option=key,
+            )
+    stream_only = {k.lower() for k in STREAM_ONLY_OPTIONS} | {"path"}
+    write = {k: v for k, v in options.items() if k.lower() not in stream_only}
+    parse_write_options({**write, "path": path})
+    _check_sink_target(_uri.normalize_uri(path))
+    return {"path": path, "writeOptions": write}
+
+
+def _check_sink_target(uri: str) -> None:
+    """Refuse a directory that holds other data and no Delta table: the table's files
+    would mix with it, and VACUUM would delete it as files no commit references."""
+    if table_exists(uri):
+        return
+    fs, root = _uri.filesystem(uri)
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.File:
+        raise InvalidOptionError(
+            f"The Delta sink's path {uri} is a file, not a directory: start the stream on a"
+            " new or empty directory, or on an existing Delta table.",
+            option="path",
+        )
+    if info.type != pafs.FileType.Directory:
+        return
+    selector = pafs.FileSelector(root, allow_not_found=True, recursive=False)
+    # Hidden names (_delta_staging of an earlier attempt, a checkpoint kept under the
+    # table, .crc files) are not data; delta-spark and delta-rs skip them too.
+    others = sorted(
+        i.base_name for i in fs.get_file_info(selector) if not i.base_name.startswith(("_", "."))
+    )
+    if others:
+        shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+        raise InvalidOptionError(
+            f"The Delta sink's path {uri} is not a Delta table (no _delta_log) but a directory"
+            f" with other files in it ({shown}): a table written there would mix its files"
+            " with them, and VACUUM would delete them. Start the stream on a new or empty"
+            " directory, or on an existing Delta table.",
+            option="path",
+        )
 
 
 def _take(handle: str) -> _PendingWrite | None:

@@ -26,6 +26,9 @@ The whole interface, every operation the JVM may call:
 ``write.commit``   ``{handle}`` -> ``version``, ``files``: stats from the staged
                    files' footers, files moved into the table, one commit.
 ``write.abort``    ``{handle}`` -> ``{}``: staged and moved files deleted.
+``sink.check``     ``{options, outputMode, checkpointLocation, partitionColumns}`` ->
+                   ``{path, writeOptions}``: a stream's Delta sink settings, checked
+                   inside ``start()``; typed errors for wrong ones.
 ``stream.open``    ``{uri, schema, options}`` -> ``{handle}``: a stream source.
 ``stream.*``       ``initialOffset``, ``latestOffset {start, all}``,
                    ``availableNow``, ``files {start, end}``, ``commit {end}``,
@@ -63,6 +66,7 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "write.plan": _ops.plan_write,
     "write.commit": _ops.commit_write,
     "write.abort": _ops.abort_write,
+    "sink.check": _ops.check_sink,
     "stream.open": _stream.open_stream,
     "stream.initialOffset": _stream.initial_offset,
     "stream.latestOffset": _stream.latest_offset,

@@ -34,7 +34,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
@@ -144,6 +144,7 @@ def _run(
     snapshot, plan = _prepare(uri, operation)
     struct = StructType.fromJson(_schema.logical_schema(snapshot.schema))
     resolved = _resolve_assignments(uri, struct, alias, assignments)
+    check_resolves(table_frame(spark, struct, alias), condition, assignments.values())
     files = _candidate_files(snapshot, condition, alias)
     if not files:
         return DmlMetrics(operation)
@@ -255,6 +256,31 @@ def _resolve_assignments(
             columns=tuple(unknown),
         )
     return resolved
+
+
+def table_frame(spark: SparkSession, struct: StructType, alias: str | None) -> DataFrame:
+    """An empty DataFrame with the table's own columns (no rows, no job)."""
+    frame = spark.createDataFrame([], struct)
+    return frame.alias(alias) if alias else frame
+
+
+def check_resolves(frame: DataFrame, condition: Any, values: Iterable[Any] = ()) -> None:
+    """Resolve the user's expressions (SQL text or Columns) against ``frame``'s columns
+    before any scan.
+
+    The scans add columns of ours (the file key ``FILE_INDEX``, Spark's ``_metadata``,
+    MERGE's marks and row ids); an unknown or ambiguous name resolved there fails with
+    Spark's suggestions and plan listing them. Resolved here, the error names only the
+    user's columns. (A Column bound to another DataFrame of the table fails here as it
+    would in the scan's plan: its attributes are not the scan's.)
+    """
+    from pyspark.sql import functions as F
+
+    if condition is not None:
+        frame.where(_condition_column(condition))
+    columns = [F.expr(v) if isinstance(v, str) else v for v in values]
+    if columns:
+        frame.select(*columns)
 
 
 def _candidate_files(snapshot: Snapshot, condition: Any, alias: str | None) -> list[FileEntry]:

@@ -21,6 +21,7 @@ from deltaflow.errors import InvalidOptionError
 from deltaflow.spark.catalog import _create
 from deltaflow.spark.dml import _delete_update, _merge_builder
 from deltaflow.spark.errors import RetentionTooShortError
+from deltaflow.spark.write._native import delete_stale_staging
 from deltaflow.table import _partitions, _predicates, _uri
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
 from deltaflow.table.errors import TableNotFoundError, VersionNotFoundError
@@ -215,6 +216,9 @@ class DeltaTable:
         """Delete files no longer referenced and older than the retention (default: the
         table's ``delta.deletedFileRetentionDuration``, 7 days).
 
+        Staging directories that writes killed before their commit left under
+        ``_delta_staging/`` go too, once nothing was written in them for the retention.
+
         A retention below the table's is refused with :class:`RetentionTooShortError`
         unless the Spark conf ``spark.databricks.delta.retentionDurationCheck.enabled``
         is ``false``, as in delta-spark.
@@ -242,6 +246,9 @@ class DeltaTable:
         self._writable().vacuum(
             retention_hours=hours, dry_run=False, enforce_retention_duration=check
         )
+        # delta-rs leaves _-prefixed directories alone, so the staging directories of
+        # writes killed before their commit are ours to remove, by the same retention.
+        delete_stale_staging(snapshot.uri, minimum if hours is None else hours)
         return self._spark.createDataFrame([(snapshot.uri,)], "path string")
 
     def restoreToVersion(self, version: int) -> DataFrame:

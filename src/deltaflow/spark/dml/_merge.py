@@ -205,6 +205,7 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
     plan, output = _evolve(spec, snapshot, plan, struct, source)
     # Resolved before any job, so a bad assignment fails fast.
     values = [_merge_rows.clause_values(spec, clause, output, source) for clause in spec.clauses]
+    _check_resolves(spark, spec, struct)
     files = snapshot.files()
     read_node: Any = None
     if not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses):
@@ -401,6 +402,22 @@ def _columns_under(node: Any, alias: str) -> bool | None:
         if result is True:
             found = True
     return found
+
+
+def _check_resolves(spark: SparkSession, spec: MergeSpec, struct: StructType) -> None:
+    """The condition and clauses resolved against the user's columns only (the target's
+    and the source's), so that a misspelt name is reported without ours
+    (:func:`_delete_update.check_resolves`). Inserts see the source's columns only."""
+    from pyspark.sql import functions as F
+
+    target = _delete_update.table_frame(spark, struct, spec.target_alias)
+    source = spec.source.limit(0)
+    condition = F.expr(spec.condition) if isinstance(spec.condition, str) else spec.condition
+    both = target.join(source, on=condition, how="left_outer")
+    for clause in spec.clauses:
+        frame = source if clause.kind in NOT_MATCHED_KINDS else both
+        values = [v for _, v in clause.assignments or ()]
+        _delete_update.check_resolves(frame, clause.condition, values)
 
 
 def _check_multiple_matches(

@@ -29,6 +29,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -57,6 +58,7 @@ from deltaflow.spark.read._reader import FileTask, ReadLayout, bin_pack, read_fi
 from deltaflow.table import _cdf, _deletion_vectors, _log, _schema, _uri
 from deltaflow.table._cdf import ChangeFile
 from deltaflow.table._snapshot import Snapshot, load_snapshot, parse_timestamp
+from deltaflow.table.errors import TableNotFoundError
 
 log = logging.getLogger("deltaflow.stream")
 
@@ -511,6 +513,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # commit at or below it (or below a version already seen) is gone for good.
         checkpoint = _log.last_checkpoint(self.uri)
         if version > self._known_latest and (checkpoint is None or version > checkpoint):
+            if checkpoint is None:
+                self._raise_if_deleted()
             return
         raise LogVersionMissingError(
             f"The stream over {self.uri} needs version {version}, but its commit file was"
@@ -522,6 +526,18 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             version=version,
             earliest=None if checkpoint is None else checkpoint,
         )
+
+    def _raise_if_deleted(self) -> None:
+        # A table's log never goes away while the table lives; without it, the stream
+        # would wait for commits that cannot come.
+        fs, root = _uri.filesystem(self.uri)
+        if fs.get_file_info(f"{root}/_delta_log").type == pafs.FileType.NotFound:
+            raise TableNotFoundError(
+                f"The source table of this stream, {self.uri}, was deleted (its _delta_log is"
+                " gone). If it was recreated, start the stream again with a new"
+                " checkpointLocation; otherwise stop the query.",
+                table_uri=self.uri,
+            )
 
     def _parse_commit(self, version: int, text: str) -> CommitActions:
         actions = _log.parse_commit_text(text)

@@ -285,6 +285,36 @@ def delete_staging(staging_uri: str) -> None:
     _delete_dir(fs, staging)
 
 
+def delete_stale_staging(table_uri: str, retention_hours: float) -> list[str]:
+    """Delete the staging directories of writes that died before their commit (a killed
+    driver or bridge leaves ``<table>/_delta_staging/<job>``): those where nothing was
+    written for longer than ``retention_hours``. A live write keeps adding files, so a
+    directory is judged by its newest entry, never by its name. VACUUM calls this (delta-rs
+    skips ``_``-prefixed directories). Returns the URIs deleted."""
+    fs, root = _uri.filesystem(_uri.join(table_uri, STAGING_DIR))
+    cutoff_ns = time.time_ns() - int(retention_hours * 3600 * 1e9)
+    top = pafs.FileSelector(root, allow_not_found=True, recursive=False)
+    deleted = []
+    for entry in fs.get_file_info(top):
+        if _newest_mtime_ns(fs, entry) < cutoff_ns:
+            if entry.type == pafs.FileType.Directory:
+                _delete_dir(fs, entry.path)
+            else:
+                fs.delete_file(entry.path)
+            deleted.append(_uri.join(table_uri, f"{STAGING_DIR}/{entry.base_name}"))
+    if deleted:
+        log.info("VACUUM of %s deleted %d stale staging directories", table_uri, len(deleted))
+    return deleted
+
+
+def _newest_mtime_ns(fs: pafs.FileSystem, entry: pafs.FileInfo) -> int:
+    newest = entry.mtime_ns or 0
+    if entry.type == pafs.FileType.Directory:
+        inside = pafs.FileSelector(entry.path, allow_not_found=True, recursive=True)
+        newest = max([newest, *(i.mtime_ns or 0 for i in fs.get_file_info(inside))])
+    return newest
+
+
 def _shaped(df: Any, native: NativeWrite) -> Any:
     """``df`` as the table's columns, in order, with staged-directory escaping applied."""
     from pyspark.sql import functions as F

@@ -62,7 +62,8 @@ class DeltaDataSource extends TableProvider with DataSourceRegister
       sqlContext: SQLContext,
       parameters: Map[String, String],
       partitionColumns: Seq[String],
-      outputMode: OutputMode): Sink = new DeltaSink(parameters, partitionColumns, outputMode)
+      outputMode: OutputMode): Sink =
+    DeltaSink.create(sqlContext.sparkSession, parameters, partitionColumns, outputMode)
 
   override def createRelation(
       sqlContext: SQLContext,

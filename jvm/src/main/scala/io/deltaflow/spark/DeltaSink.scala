@@ -1,7 +1,9 @@
 package io.deltaflow.spark
 
+import scala.jdk.CollectionConverters._
+
 import org.apache.spark.internal.Logging
-import org.apache.spark.sql.{DataFrame, SaveMode}
+import org.apache.spark.sql.{DataFrame, SaveMode, SparkSession}
 import org.apache.spark.sql.execution.streaming.Sink
 import org.apache.spark.sql.streaming.OutputMode
 
@@ -18,20 +20,13 @@ import org.apache.spark.sql.streaming.OutputMode
  * stateful query's state stores commit it. Files of an attempt that died before its
  * commit are never referenced (VACUUM removes them). Output mode complete overwrites.
  */
-class DeltaSink(parameters: Map[String, String], partitionColumns: Seq[String],
+class DeltaSink(path: String, writeOptions: Map[String, String], partitionColumns: Seq[String],
     outputMode: OutputMode) extends Sink with Logging {
-
-  private val path = parameters.getOrElse("path", throw DeltaflowException.of(
-    "InvalidOptionError",
-    "writeStream.format('delta') needs a table location: .start('/path/to/table') or " +
-      ".toTable(name).", Map("option" -> "path")))
-  // Stream settings, not write options of the table.
-  private val streamOnly = Set("checkpointlocation", "queryname", "path")
 
   override def addBatch(batchId: Long, data: DataFrame): Unit = {
     val queryId = data.sparkSession.sparkContext.getLocalProperty(QueryIdKey)
     val batch = org.apache.spark.sql.deltaflow.MicroBatches.asBatch(data)
-    val options = parameters.filter { case (k, _) => !streamOnly.contains(k.toLowerCase) } ++
+    val options = writeOptions ++
       Map("path" -> path, "txnAppId" -> queryId, "txnVersion" -> batchId.toString) ++
       (if (partitionColumns.isEmpty) Map.empty else Map("partitionBy" -> partitionColumns.mkString(",")))
     val mode = if (outputMode == OutputMode.Complete()) SaveMode.Overwrite else SaveMode.Append
@@ -45,4 +40,32 @@ class DeltaSink(parameters: Map[String, String], partitionColumns: Seq[String],
   override def toString: String = s"DeltaSink[$path]"
 
   private val QueryIdKey = "sql.streaming.queryId"
+}
+
+object DeltaSink {
+  private val CheckpointConf = "spark.sql.streaming.checkpointLocation"
+
+  /**
+   * The sink for `createSink`, which Spark calls inside `start()`: the brain checks the
+   * stream's settings there (`sink.check`: output mode, checkpoint location, write
+   * options, the target path), so a wrong one fails `start()` with a typed error instead
+   * of the query's first batch.
+   */
+  def create(session: SparkSession, parameters: Map[String, String],
+      partitionColumns: Seq[String], outputMode: OutputMode): DeltaSink = {
+    val args = Brain.newArgs()
+    val opts = args.putObject("options")
+    parameters.foreach { case (k, v) => opts.put(k, v) }
+    args.put("outputMode", outputMode.toString)
+    val checkpoint = parameters.collectFirst {
+      case (k, v) if k.equalsIgnoreCase("checkpointLocation") => v
+    }.orElse(session.conf.getOption(CheckpointConf))
+    checkpoint.foreach(args.put("checkpointLocation", _))
+    val columns = args.putArray("partitionColumns")
+    partitionColumns.foreach(columns.add)
+    val checked = Brain.call("sink.check", args)
+    val writeOptions = checked.get("writeOptions").properties().asScala
+      .map(e => e.getKey -> e.getValue.asText()).toMap
+    new DeltaSink(checked.get("path").asText(), writeOptions, partitionColumns, outputMode)
+  }
 }

@@ -8,8 +8,8 @@ import org.apache.spark.sql.connector.catalog.{SupportsRead, SupportsWrite, Tabl
 import org.apache.spark.sql.connector.expressions.{Expressions, Transform}
 import org.apache.spark.sql.connector.read.ScanBuilder
 import org.apache.spark.sql.{DataFrame, SaveMode}
-import org.apache.spark.sql.connector.write.{LogicalWriteInfo, SupportsTruncate, V1Write, Write, WriteBuilder}
-import org.apache.spark.sql.connector.write.streaming.StreamingWrite
+import org.apache.spark.sql.connector.write.{LogicalWriteInfo, PhysicalWriteInfo, SupportsTruncate, V1Write, Write, WriteBuilder, WriterCommitMessage}
+import org.apache.spark.sql.connector.write.streaming.{StreamingDataWriterFactory, StreamingWrite}
 import org.apache.spark.sql.sources.InsertableRelation
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2
 import org.apache.spark.sql.types.StructType
@@ -93,12 +93,32 @@ class DeltaWriteBuilder(info: TableInfo, writeInfo: LogicalWriteInfo)
         options)
     }
 
-    override def toStreaming: StreamingWrite = {
+    override def toStreaming: StreamingWrite = DeltaflowException.surfaced {
       val delegate = PythonDelegate.writeTable(writeInfo).newWriteBuilder(writeInfo)
       val builder = if (overwrite) delegate.asInstanceOf[SupportsTruncate].truncate() else delegate
-      builder.build().toStreaming
+      new SurfacedStreamingWrite(builder.build().toStreaming)
     }
   }
+}
+
+/**
+ * The Python sink's streaming write, raising the deltaflow error a Python worker's
+ * failure carries as a [[DeltaflowException]]: the query then fails with deltaflow's
+ * message first, not Spark's `PYTHON_DATA_SOURCE_ERROR` and a Python traceback.
+ */
+class SurfacedStreamingWrite(delegate: StreamingWrite) extends StreamingWrite {
+  override def createStreamingWriterFactory(info: PhysicalWriteInfo): StreamingDataWriterFactory =
+    DeltaflowException.surfaced(delegate.createStreamingWriterFactory(info))
+
+  override def useCommitCoordinator(): Boolean = delegate.useCommitCoordinator()
+
+  override def commit(epochId: Long, messages: Array[WriterCommitMessage]): Unit =
+    DeltaflowException.surfaced(delegate.commit(epochId, messages))
+
+  override def abort(epochId: Long, messages: Array[WriterCommitMessage]): Unit =
+    DeltaflowException.surfaced(delegate.abort(epochId, messages))
+
+  override def toString: String = delegate.toString
 }
 
 /**
