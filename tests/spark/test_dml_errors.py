@@ -12,17 +12,17 @@ from deltalake import DeltaTable as RsTable
 from deltalake import write_deltalake
 
 from deltaflow import DeltaTable
-from deltaflow.spark.dml import _delete_update, _merge
+from deltaflow.spark.dml import _delete_update, _merge_rows
 
 INTERNAL = (
     _delete_update.FILE_INDEX,
-    _merge.ROW_ID,
-    _merge.TARGET_MARK,
-    _merge.SOURCE_MARK,
-    _merge.ACTION,
-    _merge.SOURCE_ID,
-    _merge.MATCHED_ID,
-    _merge.RANK,
+    _merge_rows.ROW_ID,
+    _merge_rows.TARGET_MARK,
+    _merge_rows.SOURCE_MARK,
+    _merge_rows.ACTION,
+    _merge_rows.SOURCE_ID,
+    _merge_rows.MATCHED_ID,
+    _merge_rows.RANK,
     "__deltaflow",
     "_metadata",
 )

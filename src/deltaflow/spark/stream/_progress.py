@@ -6,7 +6,7 @@ figures are assembled in the user's process instead:
 
 - the sink records each micro-batch commit's figures in the Delta log's ``commitInfo``
   (``operationMetrics`` with delta-spark's names, and ``deltaflow.stream`` naming the
-  query and batch; see ``_stream_writer.batch_commit_info``);
+  query and batch; see ``stream._writer.batch_commit_info``);
 - :class:`StreamProgress`, a ``StreamingQueryListener``, pairs every progress event with
   that commit (found by query id and batch id) and with the commit timestamps of the
   source versions the batch read (from the source offsets in the event), logs one line
