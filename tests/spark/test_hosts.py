@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +17,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 import deltaflow
+from tests._waiting import wait_while_running
 
 pytestmark = pytest.mark.slow
 
@@ -69,21 +69,16 @@ def free_port() -> int:
 
 
 def wait_for_port(port: int, server: subprocess.Popen[str], timeout: float) -> None:
-    """Probe the port until it answers; between probes, wait on the server process (an
-    exit ends the wait at once and fails)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Probe the port until it answers, while the server runs."""
+
+    def listens() -> bool:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
+                return True
         except OSError:
-            pass
-        try:
-            code = server.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            continue
-        raise AssertionError(f"the server exited with {code}")
-    raise AssertionError(f"the server did not listen on {port} within {timeout} s")
+            return False
+
+    wait_while_running(listens, server, timeout, f"the server listening on {port}")
 
 
 def start_server(

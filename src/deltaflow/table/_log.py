@@ -23,7 +23,8 @@ def read_commit_text(uri: str, version: int) -> str | None:
     fs, root = _uri.filesystem(uri)
     try:
         with fs.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as handle:
-            return str(handle.read().decode("utf-8"))
+            text: str = handle.read().decode("utf-8")
+            return text
     except FileNotFoundError:
         return None
 

@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from deltaflow._atomic import put_if_absent
-from deltaflow.table import _uri
+from deltaflow.table import _log, _uri
 from deltaflow.table.errors import (
     ConcurrentWriteError,
     CorruptTableError,
@@ -348,7 +348,7 @@ def latest_version(log_dir: str) -> int:
     versions = [int(m.group(1)) for n in os.listdir(log_dir) if (m := _COMMIT_NAME.match(n))]
     if versions:
         return max(versions)
-    last = _last_checkpoint_version(log_dir)
+    last = _log.last_checkpoint(_uri.normalize_uri(os.path.dirname(log_dir)))
     if last is None:
         raise CorruptTableError(f"{log_dir} holds no commit", table_uri=log_dir, path=log_dir)
     return last
@@ -366,14 +366,6 @@ def read_actions(log_dir: str, version: int) -> list[dict[str, Any]]:
             table_uri=log_dir,
             path=path,
         ) from exc
-
-
-def _last_checkpoint_version(log_dir: str) -> int | None:
-    try:
-        with open(os.path.join(log_dir, "_last_checkpoint"), encoding="utf-8") as f:
-            return int(json.load(f)["version"])
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 def add_actions_of(table_uri: str, version: int, paths: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -43,7 +43,7 @@ from pyspark.sql.streaming.listener import (
 )
 
 from deltaflow.spark.stream._writer import STREAM_COMMIT_INFO_KEY
-from deltaflow.table import _uri
+from deltaflow.table import _log, _uri
 
 log = logging.getLogger("deltaflow.stream")
 
@@ -321,12 +321,8 @@ def _read_commit_info(uri: str, version: int) -> dict[str, Any] | None:
 
     Also carries ``_mtime`` (the commit file's modification time, ms) for the fallback.
     """
-    fs, root = _uri.filesystem(uri)
-    path = f"{root}/_delta_log/{version:020d}.json"
-    try:
-        with fs.open_input_stream(path) as handle:
-            text = handle.read().decode("utf-8")
-    except FileNotFoundError:
+    text = _log.read_commit_text(uri, version)
+    if text is None:
         return None
     info: dict[str, Any] = {}
     for line in text.splitlines():
@@ -334,7 +330,8 @@ def _read_commit_info(uri: str, version: int) -> dict[str, Any] | None:
             info = dict(json.loads(line).get("commitInfo") or {})
             break
     if info.get("inCommitTimestamp") is None and info.get("timestamp") is None:
-        mtime = fs.get_file_info(path).mtime_ns
+        fs, root = _uri.filesystem(uri)
+        mtime = fs.get_file_info(f"{root}/_delta_log/{version:020d}.json").mtime_ns
         if mtime is not None:
             info["_mtime"] = mtime // 1_000_000
     return info

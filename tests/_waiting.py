@@ -1,0 +1,32 @@
+"""Waiting on a condition while a process we started runs, with a deadline.
+
+The pause between checks is a wait on the process itself, so a process that exits ends the
+wait at once (and fails it) instead of leaving the test to run into its timeout.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_while_running(
+    ready: Callable[[], bool],
+    process: subprocess.Popen[Any],
+    timeout: float,
+    what: str,
+    detail: Callable[[], str] = lambda: "",
+) -> None:
+    """Return once ``ready()`` is true; fail when ``process`` exits or ``timeout`` passes.
+    ``what`` names the awaited condition, ``detail()`` adds a log tail to a failure."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s\n{detail()}")
+        try:
+            code = process.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            continue
+        raise AssertionError(f"{what}: the process exited with {code}\n{detail()}")
