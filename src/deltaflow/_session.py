@@ -35,6 +35,10 @@ _LOCAL_DEFAULTS = {
 # JVM does not implement yet (streams, change-feed reads, object stores).
 PYTHON_SOURCE_NAME = "deltaflow_python"
 _PROVIDER_CLASS = "io.deltaflow.spark.DeltaDataSource"
+# delta-spark's two settings, pointing at deltaflow's classes: Delta's SQL statements and
+# the session catalog that serves Delta tables (CREATE TABLE, ALTER TABLE, saveAsTable, ...).
+SQL_EXTENSION = "io.deltaflow.spark.DeltaSparkSessionExtension"
+SESSION_CATALOG = "io.deltaflow.spark.DeltaCatalog"
 _CLASSPATH_KEYS = ("spark.jars", "spark.driver.extraClassPath", "spark.executor.extraClassPath")
 
 
@@ -53,6 +57,8 @@ def spark_conf() -> dict[str, str]:
     return {
         **dict.fromkeys(_CLASSPATH_KEYS, jar),
         "spark.deltaflow.python": sys.executable,
+        "spark.sql.extensions": SQL_EXTENSION,
+        "spark.sql.catalog.spark_catalog": SESSION_CATALOG,
         **REQUIRED_CONF,
     }
 
@@ -64,8 +70,8 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     existing = dict(getattr(builder, "_options", {}))
     for key, value in spark_conf().items():
         current = existing.get(key)
-        if key in _CLASSPATH_KEYS and current:
-            separator = "," if key == "spark.jars" else os.pathsep
+        if key in (*_CLASSPATH_KEYS, "spark.sql.extensions") and current:
+            separator = os.pathsep if key in _CLASSPATH_KEYS[1:] else ","
             if value not in current.split(separator):
                 value = current + separator + value
             else:

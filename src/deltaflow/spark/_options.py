@@ -7,6 +7,8 @@ ones so that a typo never silently changes what a query does.
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -104,7 +106,17 @@ _CANONICAL = {name.lower(): name for name in TABLE_PROPERTIES} | {
 # The save mode a write hands the Python source it delegates to (Spark's Python data
 # source API passes only "overwrite or not").
 SAVE_MODE_OPTION = "__deltaflow_save_mode"
-_SPARK_INTERNAL = ("__partition_columns", "__path_provider", "location", "owner", "provider")
+# What the connector's catalog hands a write that creates a table (CREATE TABLE ... AS
+# SELECT): JSON with the statement's properties, comment and clustering columns.
+CREATE_SPEC_OPTION = "__deltaflow_create"
+_SPARK_INTERNAL = (
+    "__partition_columns",
+    "__path_provider",
+    "location",
+    "owner",
+    "provider",
+    CREATE_SPEC_OPTION,
+)
 
 
 @dataclass(frozen=True)
@@ -135,6 +147,9 @@ class WriteOptions:
     max_records_per_file: int = 0
     compression: str = "snappy"
     table_properties: dict[str, str] = field(default_factory=dict)
+    # Set by CREATE TABLE ... AS SELECT: the new table's comment (its properties are in
+    # table_properties).
+    table_comment: str | None = None
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -303,6 +318,11 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         for key, value in options.items()
         if key.lower().startswith("delta.") and value is not None
     }
+    comment = None
+    if CREATE_SPEC_OPTION in lowered:
+        create = json.loads(lowered[CREATE_SPEC_OPTION])
+        properties.update(create.get("properties") or {})
+        comment = create.get("comment")
     return WriteOptions(
         path=_path(lowered),
         partition_by=partition_by,
@@ -315,4 +335,5 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         max_records_per_file=_int(lowered, "maxRecordsPerFile") or 0,
         compression=lowered.get("compression", "snappy"),
         table_properties=properties,
+        table_comment=comment,
     )

@@ -152,6 +152,7 @@ class CommitRequest:
     app_id: str | None = None
     app_version: int | None = None
     user_metadata: str | None = None
+    description: str | None = None  # the table comment, for a commit that creates the table
     # Extra top-level commitInfo fields (operationParameters, operationMetrics, readVersion...)
     commit_info: dict[str, Any] = field(default_factory=dict)
     storage_options: dict[str, str] | None = None
@@ -193,6 +194,7 @@ def commit(request: CommitRequest) -> CommitResult:
                 mode="error",
                 partition_by=list(request.partition_columns) or None,
                 configuration=request.configuration or None,
+                description=request.description,
                 storage_options=request.storage_options,
                 commit_properties=properties,
             )

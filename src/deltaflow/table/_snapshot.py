@@ -75,6 +75,7 @@ class Snapshot:
     reader_features: tuple[str, ...]
     writer_features: tuple[str, ...]
     storage_options: dict[str, str] | None = None
+    description: str | None = None  # the table comment
 
     @property
     def column_mapping_mode(self) -> str:
@@ -265,6 +266,7 @@ def _snapshot_of(table: DeltaTable, uri: str, storage_options: dict[str, str] | 
         reader_features=tuple(protocol.reader_features or ()),
         writer_features=tuple(protocol.writer_features or ()),
         storage_options=storage_options,
+        description=metadata.description or None,
     )
 
 

@@ -113,7 +113,7 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
         snapshot.partition_columns,
         route,
         reason,
-        snapshot.has_deletion_vectors_enabled,
+        snapshot,
     )
 
 
@@ -146,8 +146,9 @@ def _answer(
     partition_columns: tuple[str, ...],
     route: str,
     reason: str,
-    deletion_vectors: bool = False,
+    snapshot: Snapshot | None = None,
 ) -> dict[str, Any]:
+    """What the connector's ``TableInfo`` holds: the table as this read sees it."""
     return {
         "uri": uri,
         "version": version,
@@ -155,10 +156,26 @@ def _answer(
         "schema": logical,
         "physicalSchema": physical,
         "partitionColumns": list(partition_columns),
-        "deletionVectors": deletion_vectors,
+        "deletionVectors": snapshot is not None and snapshot.has_deletion_vectors_enabled,
         "route": route,
         "routeReason": reason,
+        "configuration": {
+            k: v for k, v in (snapshot.configuration if snapshot else {}).items() if v is not None
+        },
+        "description": snapshot.description if snapshot else None,
+        "protocol": _protocol_properties(snapshot) if snapshot else {},
     }
+
+
+def _protocol_properties(snapshot: Snapshot) -> dict[str, str]:
+    """The protocol as delta-spark's ``SHOW TBLPROPERTIES`` lists it."""
+    out = {
+        "delta.minReaderVersion": str(snapshot.min_reader_version),
+        "delta.minWriterVersion": str(snapshot.min_writer_version),
+    }
+    for feature in sorted({*snapshot.reader_features, *snapshot.writer_features}):
+        out[f"delta.feature.{feature}"] = "supported"
+    return out
 
 
 def plan_scan(args: dict[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from typing import IO, Any
 
 from deltaflow.errors import DeltaflowError, from_wire, to_wire
 from deltaflow.spark.bridge import _ops, _stream
+from deltaflow.spark.catalog import _create
 from deltaflow.spark.errors import BridgeError
 
 log = logging.getLogger("deltaflow.bridge")
@@ -62,6 +63,7 @@ WORKERS = 8
 OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "ping": lambda args: {"pid": os.getpid()},
     "table.load": _ops.load_table,
+    "catalog.create": _create.create_from_catalog,
     "scan.plan": _ops.plan_scan,
     "write.plan": _ops.plan_write,
     "write.commit": _ops.commit_write,

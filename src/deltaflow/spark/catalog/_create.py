@@ -165,20 +165,7 @@ class DeltaTableBuilder:
 
     def property(self, key: str, value: str) -> DeltaTableBuilder:
         """A table property (``delta.*`` or your own)."""
-        from deltaflow.spark._options import TABLE_PROPERTIES
-
-        canonical = {p.lower(): p for p in TABLE_PROPERTIES}
-        name = canonical.get(key.lower(), key)
-        lowered = name.lower()
-        unknown = name not in TABLE_PROPERTIES and not lowered.startswith("delta.feature.")
-        if lowered.startswith("delta.") and unknown:
-            raise InvalidOptionError(
-                f"Unknown Delta table property '{key}' for {self._describe()}. Known:"
-                f" {', '.join(TABLE_PROPERTIES)}. Properties not starting with 'delta.'"
-                " are stored as given.",
-                option=key,
-                valid=TABLE_PROPERTIES,
-            )
+        ((name, _),) = _checked_properties({key: str(value)}, self._describe())
         kept = tuple((k, v) for k, v in self.spec.properties if k != name)
         return self._with(properties=(*kept, (name, str(value))))
 
@@ -271,18 +258,39 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
     if spec.mode == "createIfNotExists" and in_catalog:
         return DeltaTable(spark, registered or uri, name=spec.name)
 
+    create_log(spec, uri, path_only=not spec.name)
+    if spec.name:
+        _register(spark, spec, uri, replace=in_catalog)
+    return DeltaTable(spark, uri, name=spec.name)
+
+
+def create_log(spec: TableSpec, uri: str, *, path_only: bool) -> None:
+    """The Delta log side of a CREATE / REPLACE: write version 0 (or the replacing
+    metadata, history kept), or check that the table already at ``uri`` is the one
+    declared. ``path_only``: the table is named by its location alone (no catalog entry).
+    Declaring no columns means "the table that is there"."""
+    label = spec.name or uri
     exists = table_exists(uri)
+    if not spec.columns:
+        if not exists:
+            raise TableNotFoundError(
+                f"Creating {label} declares no columns and there is no Delta table at {uri}"
+                " to take them from. Give the columns (CREATE TABLE t (id BIGINT, ...) USING"
+                " delta) or write the table first.",
+                table_uri=uri,
+            )
+        return  # register the table that is there
     if spec.mode == "replace" and not exists:
         raise TableNotFoundError(
             f"Cannot replace {label}: there is no Delta table at {uri}. Use"
-            " DeltaTable.createOrReplace to create it when missing.",
+            " CREATE OR REPLACE (DeltaTable.createOrReplace) to create it when missing.",
             table_uri=uri,
         )
     if exists and spec.mode not in ("replace", "createOrReplace"):
-        if spec.mode == "create" and not (spec.name and spec.location):
+        if spec.mode == "create" and path_only:
             raise TableAlreadyExistsError(
                 f"A Delta table already exists at {uri}. Use DeltaTable.createIfNotExists"
-                " to keep it, DeltaTable.createOrReplace to replace it, or"
+                " (CREATE TABLE IF NOT EXISTS) to keep it, createOrReplace to replace it, or"
                 " DeltaTable.forPath to open it.",
                 table_uri=uri,
             )
@@ -291,12 +299,70 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
         # createIfNotExists leaves an existing table alone, whatever was declared.
         if spec.mode == "create":
             _check_matches(spec, uri)
-    else:
-        _validate(spec, label)
-        _write_log(spec, uri, replace=exists)
-    if spec.name:
-        _register(spark, spec.name, uri, replace=in_catalog)
-    return DeltaTable(spark, uri, name=spec.name)
+        return
+    _validate(spec, label)
+    _write_log(spec, uri, replace=exists)
+
+
+def create_from_catalog(args: dict[str, Any]) -> dict[str, Any]:
+    """The brain's ``catalog.create``: the log side of a CREATE / REPLACE TABLE the
+    connector's catalog runs (``DeltaCatalog.scala``); the catalog entry is its business."""
+    uri = _uri.normalize_uri(args["location"])
+    if args.get("clusterBy"):
+        raise UnsupportedFeatureError(
+            f"CLUSTER BY on {args.get('name') or uri}: liquid clustering is not supported by"
+            " deltaflow yet. Use PARTITIONED BY, or OPTIMIZE ... ZORDER BY after writing.",
+            table_uri=uri,
+            feature="clustering",
+        )
+    schema = json.loads(args["schema"]) if args.get("schema") else {"fields": []}
+    spec = TableSpec(
+        mode=args["mode"],
+        name=args.get("name"),
+        location=uri,
+        columns=tuple(column_from_json(f) for f in schema["fields"]),
+        partition_columns=tuple(args.get("partitionColumns") or ()),
+        properties=tuple(_checked_properties(args.get("properties") or {}, uri)),
+        comment=args.get("comment"),
+    )
+    create_log(spec, uri, path_only=bool(args.get("pathOnly")))
+    return {"uri": uri}
+
+
+def column_from_json(field: dict[str, Any]) -> ColumnSpec:
+    """A Spark StructField (JSON) as a Delta column: CHAR/VARCHAR are strings with
+    their declared type kept in the field's metadata, as Spark and delta-spark keep them."""
+    metadata = {k: str(v) for k, v in (field.get("metadata") or {}).items()}
+    data_type = field["type"]
+    if isinstance(data_type, str) and re.fullmatch(r"(var)?char\(\d+\)", data_type):
+        metadata[_CHAR_VARCHAR_KEY] = data_type
+        data_type = "string"
+    return ColumnSpec(
+        field["name"], data_type, field.get("nullable", True), tuple(sorted(metadata.items()))
+    )
+
+
+def _checked_properties(properties: dict[str, str], label: str) -> list[tuple[str, str]]:
+    """TBLPROPERTIES with Delta's names canonical; unknown ``delta.*`` keys refused."""
+    from deltaflow.spark._options import TABLE_PROPERTIES
+
+    canonical = {p.lower(): p for p in TABLE_PROPERTIES}
+    out = []
+    for key, value in properties.items():
+        name = canonical.get(key.lower(), key)
+        lowered = name.lower()
+        if lowered.startswith("delta.") and name not in TABLE_PROPERTIES and not (
+            lowered.startswith("delta.feature.")
+        ):
+            raise InvalidOptionError(
+                f"Unknown Delta table property '{key}' for {label}. Known:"
+                f" {', '.join(TABLE_PROPERTIES)}. Properties not starting with 'delta.'"
+                " are stored as given.",
+                option=key,
+                valid=TABLE_PROPERTIES,
+            )
+        out.append((name, str(value)))
+    return out
 
 
 def _validate(spec: TableSpec, label: str) -> None:
@@ -384,12 +450,15 @@ def _check_matches(spec: TableSpec, uri: str) -> None:
         )
 
 
-def _register(spark: SparkSession, name: str, uri: str, *, replace: bool) -> None:
-    # CREATE TABLE without a column list makes Spark call the source's schema(), which
-    # stores the location in the catalog schema (see _source.with_location).
+def _register(spark: SparkSession, spec: TableSpec, uri: str, *, replace: bool) -> None:
+    """The catalog entry for the table just written at ``uri``: deltaflow's catalog
+    registers the table that is there (no columns declared). Without a location in the
+    spec the table is a managed one, dropped with its data."""
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"
-    location = uri.replace("\\", "\\\\").replace("'", "\\'")
-    _original_sql(spark)(f"{verb} {name} USING delta LOCATION '{location}'")
+    located = ""
+    if spec.location:
+        located = " LOCATION '" + uri.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    spark.sql(f"{verb} {spec.name} USING delta{located}")
 
 
 def _catalog_location(spark: SparkSession, name: str) -> str | None:

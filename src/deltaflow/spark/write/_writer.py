@@ -93,6 +93,7 @@ def commit_request(
         app_id=plan.options.txn_app_id,
         app_version=plan.options.txn_version,
         user_metadata=plan.options.user_metadata,
+        description=plan.options.table_comment,
     )
     return replace(request, **overrides) if overrides else request
 

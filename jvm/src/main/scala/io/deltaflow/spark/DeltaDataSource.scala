@@ -47,12 +47,8 @@ class DeltaDataSource extends TableProvider with DataSourceRegister
     if (cached != null && cached._1 == properties.asScala.toMap) cached._2 else resolve(properties)
   }
 
-  /** The connector's table, or the Python data source's for a table the brain routes there. */
-  private def resolve(properties: util.Map[String, String]): Table = {
-    val info = TableInfo.load(properties)
-    if (info.exists && info.route == "python") PythonDelegate.table(properties)
-    else new DeltaTable(info, properties)
-  }
+  private def resolve(properties: util.Map[String, String]): Table =
+    DeltaDataSource.tableFor(properties, None)
 
   // Every Spark type may reach the brain, which knows what Delta can store (VARIANT
   // needs the variantType feature); Spark's default refuses VARIANT here.
@@ -79,6 +75,16 @@ class DeltaDataSource extends TableProvider with DataSourceRegister
   }
 }
 
+object DeltaDataSource {
+  /** The connector's table, or the Python data source's for a table the brain routes
+   *  there. `catalogName`: the catalog's name for it, when it was named so. */
+  def tableFor(properties: util.Map[String, String], catalogName: Option[String]): Table = {
+    val info = TableInfo.load(properties)
+    if (info.exists && info.route == "python") PythonDelegate.table(properties)
+    else new DeltaTable(info, properties, catalogName)
+  }
+}
+
 /**
  * What the brain says about a table for one read: where it is, the version pinned, its
  * logical and physical schemas and partition columns. `exists` is false for a path with
@@ -94,7 +100,10 @@ case class TableInfo(
     partitionColumns: Seq[String],
     deletionVectors: Boolean,
     route: String,
-    routeReason: String)
+    routeReason: String,
+    configuration: Map[String, String],
+    description: Option[String],
+    protocol: Map[String, String])
 
 object TableInfo {
   private val NativeScanConf = "deltaflow.read.nativeScan"
@@ -122,6 +131,12 @@ object TableInfo {
       partitionColumns = r.get("partitionColumns").elements().asScala.map(_.asText()).toSeq,
       deletionVectors = r.path("deletionVectors").asBoolean(false),
       route = r.get("route").asText(),
-      routeReason = r.path("routeReason").asText(""))
+      routeReason = r.path("routeReason").asText(""),
+      configuration = strings(r.path("configuration")),
+      description = Option(r.path("description").textValue()),
+      protocol = strings(r.path("protocol")))
   }
+
+  private def strings(node: com.fasterxml.jackson.databind.JsonNode): Map[String, String] =
+    node.properties().asScala.map(e => e.getKey -> e.getValue.asText()).toMap
 }

@@ -25,17 +25,26 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * ([[PythonDelegate]]), and so do streams into the table when
  * `deltaflow.write.nativeWrite=false`.
  */
-class DeltaTable(val info: TableInfo, properties: util.Map[String, String])
+class DeltaTable(
+    val info: TableInfo,
+    options: util.Map[String, String],
+    catalogName: Option[String] = None)
   extends Table with SupportsRead with SupportsWrite {
 
-  override def name(): String = s"delta.`${info.uri}`"
+  override def name(): String = catalogName.getOrElse(s"delta.`${info.uri}`")
 
   override def schema(): StructType = info.schema
 
   override def partitioning(): Array[Transform] =
     info.partitionColumns.map(c => Expressions.identity(c): Transform).toArray
 
-  override def properties(): util.Map[String, String] = properties
+  /** What `SHOW TBLPROPERTIES` and `DESCRIBE EXTENDED` show: the table's configuration
+   *  and protocol from its log, its provider, location and comment. */
+  override def properties(): util.Map[String, String] = {
+    val base = info.configuration ++ info.protocol ++ Map(
+      "provider" -> "delta", "location" -> info.uri) ++ info.description.map("comment" -> _)
+    base.asJava
+  }
 
   // Without STREAMING_WRITE, Spark runs a stream into this table through the provider's
   // V1 sink ([[DeltaSink]]); `deltaflow.write.nativeWrite=false` keeps the Python sink.
@@ -54,7 +63,7 @@ class DeltaTable(val info: TableInfo, properties: util.Map[String, String])
     }
     if (info.route == "jvm") return new DeltaScanBuilder(info, options)
     // A catalog table's scan options do not name its location; the table does.
-    val withPath = new java.util.HashMap[String, String](properties)
+    val withPath = new java.util.HashMap[String, String](options)
     withPath.putAll(options.asCaseSensitiveMap())
     withPath.put("path", info.uri)
     PythonDelegate.table(withPath).newScanBuilder(new CaseInsensitiveStringMap(withPath))

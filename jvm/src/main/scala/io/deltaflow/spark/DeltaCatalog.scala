@@ -1,0 +1,408 @@
+package io.deltaflow.spark
+
+import java.util
+
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.JsonNode
+
+import org.apache.spark.sql.{DataFrame, SaveMode, SparkSession}
+import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.catalyst.catalog.{CatalogStorageFormat, CatalogTable, CatalogTableType, CatalogUtils}
+import org.apache.spark.sql.connector.catalog.{Column, DelegatingCatalogExtension, Identifier, StagedTable, StagingTableCatalog, SupportsWrite, Table, TableCapability, TableCatalog, TableChange}
+import org.apache.spark.sql.deltaflow.CatalogAccess
+import org.apache.spark.sql.connector.expressions.Transform
+import org.apache.spark.sql.connector.write.{LogicalWriteInfo, SupportsOverwrite, SupportsTruncate, V1Write, Write, WriteBuilder}
+import org.apache.spark.sql.sources.{Filter, InsertableRelation}
+import org.apache.spark.sql.types.StructType
+
+import io.deltaflow.spark.catalog.AlterTable
+
+/**
+ * `spark.sql.catalog.spark_catalog=io.deltaflow.spark.DeltaCatalog`: Spark's session catalog,
+ * with Delta tables served by deltaflow (as delta-spark's `DeltaCatalog` does).
+ *
+ * The Delta log is the table: the catalog entry of a `USING delta` table holds only its
+ * name, location, `OPTIONS` and whether it is managed; schema, partitioning, properties and
+ * comment are read from the log on every load, so nothing can drift apart. Creating a
+ * table writes the log (through the brain) before the entry; `CREATE TABLE ... AS SELECT`
+ * and `REPLACE` are staged, so the table and its data are one commit; `ALTER TABLE`
+ * changes the log ([[AlterTable]]); dropping a managed table deletes its data (Spark's
+ * session catalog does that for managed tables). `delta.\`/path\`` names a table by its
+ * location wherever a table name goes. Tables of other providers are Spark's business.
+ */
+class DeltaCatalog extends DelegatingCatalogExtension with StagingTableCatalog {
+  import DeltaCatalog._
+
+  override def loadTable(ident: Identifier): Table = load(ident, Map.empty)
+
+  override def loadTable(ident: Identifier, version: String): Table =
+    load(ident, Map("versionAsOf" -> version))
+
+  override def loadTable(ident: Identifier, timestamp: Long): Table =
+    load(ident, Map("timestampAsOf" -> timestampOption(timestamp)))
+
+  private def load(ident: Identifier, timeTravel: Map[String, String]): Table = {
+    if (isPathIdentifier(ident)) return pathTable(ident.name(), timeTravel)
+    // Time travel is the log's business: the catalog entry is the same at every version.
+    val table = super.loadTable(ident)
+    CatalogAccess.entryOf(table) match {
+      case Some(entry) if isDelta(entry) => catalogTable(entry, timeTravel)
+      case _ if timeTravel.isEmpty => table
+      case _ =>
+        timeTravel.get("versionAsOf") match {
+          case Some(v) => super.loadTable(ident, v)
+          case None => super.loadTable(ident, timeTravelMicros(timeTravel("timestampAsOf")))
+        }
+    }
+  }
+
+  override def tableExists(ident: Identifier): Boolean =
+    if (isPathIdentifier(ident)) TableInfo.load(Map("path" -> ident.name()).asJava).exists
+    else super.tableExists(ident)
+
+  override def createTable(
+      ident: Identifier,
+      columns: Array[Column],
+      partitions: Array[Transform],
+      properties: util.Map[String, String]): Table = {
+    if (!isDeltaCreate(ident, properties)) {
+      return super.createTable(ident, columns, partitions, properties)
+    }
+    val request = CreateRequest(this, ident, CatalogAccess.schemaOf(columns),
+      partitions, properties.asScala.toMap, "create")
+    request.commitLog()
+    request.register()
+    loadTable(ident)
+  }
+
+  override def stageCreate(
+      ident: Identifier,
+      columns: Array[Column],
+      partitions: Array[Transform],
+      properties: util.Map[String, String]): StagedTable =
+    stage(ident, columns, partitions, properties, "create")
+
+  override def stageReplace(
+      ident: Identifier,
+      columns: Array[Column],
+      partitions: Array[Transform],
+      properties: util.Map[String, String]): StagedTable =
+    stage(ident, columns, partitions, properties, "replace")
+
+  override def stageCreateOrReplace(
+      ident: Identifier,
+      columns: Array[Column],
+      partitions: Array[Transform],
+      properties: util.Map[String, String]): StagedTable =
+    stage(ident, columns, partitions, properties, "createOrReplace")
+
+  private def stage(
+      ident: Identifier,
+      columns: Array[Column],
+      partitions: Array[Transform],
+      properties: util.Map[String, String],
+      mode: String): StagedTable = {
+    if (!isDeltaCreate(ident, properties)) {
+      // Another provider: Spark's own non-atomic create/replace, as its session catalog does.
+      return new NonDeltaStaged(this, ident, columns, partitions, properties, mode)
+    }
+    if (mode == "replace" && !tableExists(ident)) {
+      throw new org.apache.spark.sql.catalyst.analysis.CannotReplaceMissingTableException(ident)
+    }
+    new StagedDeltaTable(CreateRequest(this, ident,
+      CatalogAccess.schemaOf(columns), partitions, properties.asScala.toMap, mode))
+  }
+
+  override def alterTable(ident: Identifier, changes: TableChange*): Table = {
+    loadTable(ident) match {
+      case table: DeltaTable =>
+        AlterTable(table.info.uri, table.name(), changes.toSeq)
+        loadTable(ident)
+      case _ => super.alterTable(ident, changes: _*)
+    }
+  }
+
+  override def dropTable(ident: Identifier): Boolean = {
+    if (isPathIdentifier(ident)) {
+      throw DeltaflowException.of("UnsupportedFeatureError",
+        s"DROP TABLE delta.`${ident.name()}`: a table named by its path is not in the " +
+          "catalog, so there is nothing to drop. Delete the directory to delete the table.",
+        Map("table_uri" -> ident.name(), "feature" -> "dropPathTable"))
+    }
+    super.dropTable(ident)
+  }
+
+  private[spark] def sessionCatalog = session.sessionState.catalog
+
+  private[spark] def callSuperCreate(
+      ident: Identifier,
+      columns: Array[Column],
+      partitions: Array[Transform],
+      properties: util.Map[String, String]): Table =
+    super.createTable(ident, columns, partitions, properties)
+
+  private[spark] def callSuperDrop(ident: Identifier): Boolean = super.dropTable(ident)
+}
+
+object DeltaCatalog {
+  private[spark] def session: org.apache.spark.sql.classic.SparkSession =
+    org.apache.spark.sql.classic.SparkSession.active
+
+  def isDelta(table: CatalogTable): Boolean = table.provider.exists(_.equalsIgnoreCase("delta"))
+
+  /** `delta.\`/some/path\``: a table named by its location (absolute path or URI). */
+  def isPathIdentifier(ident: Identifier): Boolean = {
+    ident.namespace().length == 1 && ident.namespace()(0).equalsIgnoreCase("delta") && {
+      val name = ident.name()
+      name.startsWith("/") || name.matches("^[A-Za-z][A-Za-z0-9+.-]*:/.*") ||
+        name.matches("^[A-Za-z]:[\\\\/].*")
+    }
+  }
+
+  private def isDeltaCreate(ident: Identifier, properties: util.Map[String, String]): Boolean =
+    isPathIdentifier(ident) ||
+      Option(properties.get(TableCatalog.PROP_PROVIDER)).exists(_.equalsIgnoreCase("delta"))
+
+  /** A table named by its location. */
+  def pathTable(path: String, extra: Map[String, String]): Table =
+    DeltaDataSource.tableFor((extra + ("path" -> path)).asJava, None)
+
+  /** The Delta table a catalog entry points at, read from its log. */
+  def catalogTable(entry: CatalogTable, extra: Map[String, String]): Table = {
+    val location = entry.storage.locationUri.map(CatalogUtils.URIToString).getOrElse {
+      throw DeltaflowException.of("TableNotFoundError",
+        s"Catalog table ${entry.identifier.quotedString} says it is a Delta table but has " +
+          "no location. Drop it and create it again (CREATE TABLE ... USING delta LOCATION).",
+        Map("table_uri" -> entry.identifier.quotedString))
+    }
+    val options = entry.storage.properties ++ extra + ("path" -> location)
+    DeltaDataSource.tableFor(options.asJava, Some(entry.identifier.quotedString))
+  }
+
+  /** The write option that carries a CREATE's properties, comment, clustering and
+   *  operation name to the brain's write plan (see `write/_save.py`). */
+  val CreateSpecOption = "__deltaflow_create"
+
+  /** Spark hands time travel by timestamp as microseconds since the epoch. */
+  private[spark] def timestampOption(micros: Long): String = {
+    val instant = java.time.Instant.ofEpochSecond(
+      Math.floorDiv(micros, 1000000L), Math.floorMod(micros, 1000000L) * 1000L)
+    instant.toString
+  }
+
+  private def timeTravelMicros(text: String): Long = {
+    val instant = java.time.Instant.parse(text)
+    instant.getEpochSecond * 1000000L + instant.getNano / 1000L
+  }
+}
+
+/**
+ * One CREATE / REPLACE of a Delta table: where it goes, what the log gets, and the catalog
+ * entry that points at it.
+ */
+private[spark] case class CreateRequest(
+    catalog: DeltaCatalog,
+    ident: Identifier,
+    schema: StructType,
+    partitions: Array[Transform],
+    properties: Map[String, String],
+    mode: String) {
+  import DeltaCatalog._
+
+  val pathOnly: Boolean = isPathIdentifier(ident)
+  private val explicitLocation: Option[String] =
+    if (pathOnly) Some(ident.name()) else properties.get(TableCatalog.PROP_LOCATION)
+  val managed: Boolean = explicitLocation.isEmpty
+
+  lazy val tableIdent: TableIdentifier = {
+    val db = ident.namespace().lastOption.orElse(Some(catalog.sessionCatalog.getCurrentDatabase))
+    TableIdentifier(ident.name(), db, Some(CatalogManagerName))
+  }
+
+  lazy val location: String = explicitLocation.getOrElse(
+    CatalogUtils.URIToString(catalog.sessionCatalog.defaultTablePath(tableIdent)))
+
+  val comment: Option[String] = properties.get(TableCatalog.PROP_COMMENT)
+
+  /** `OPTIONS (...)`: kept on the catalog entry and passed to every read and write. */
+  val options: Map[String, String] = properties.collect {
+    case (k, v) if k.startsWith(TableCatalog.OPTION_PREFIX) =>
+      k.stripPrefix(TableCatalog.OPTION_PREFIX) -> v
+  }
+
+  /** `TBLPROPERTIES (...)`: the Delta table's configuration. */
+  val tableProperties: Map[String, String] = properties.filter { case (k, _) =>
+    !k.startsWith(TableCatalog.OPTION_PREFIX) && !CatalogKeys.contains(k)
+  }
+
+  val (partitionColumns: Seq[String], clusteringColumns: Seq[String]) = {
+    def columns(t: Transform) = t.references().map(_.fieldNames().mkString("."))
+    val identity = partitions.filter(_.name() == "identity").flatMap(columns)
+    val clustered = partitions.filter(_.name() == "cluster_by").flatMap(columns)
+    val other = partitions.filterNot(t => t.name() == "identity" || t.name() == "cluster_by")
+    if (other.nonEmpty) {
+      throw DeltaflowException.of("UnsupportedFeatureError",
+        s"PARTITIONED BY ${other.map(_.describe()).mkString(", ")} on $describe: Delta tables " +
+          "are partitioned by plain columns only, not by transforms or buckets. Partition by " +
+          "a column (add a computed column to the query if needed).",
+        Map("table_uri" -> describe, "feature" -> "partitionTransforms"))
+    }
+    (identity.toSeq, clustered.toSeq)
+  }
+
+  def describe: String =
+    if (pathOnly) s"delta.`${ident.name()}`" else tableIdent.copy(catalog = None).quotedString
+
+  /** The brain writes (or checks) the log per `mode`; the table's URI. */
+  def commitLog(): String = {
+    val args = Brain.newArgs()
+    args.put("mode", mode)
+    args.put("location", location)
+    args.put("name", describe)
+    args.put("pathOnly", pathOnly)
+    if (schema.nonEmpty) args.put("schema", schema.json)
+    val parts = args.putArray("partitionColumns")
+    partitionColumns.foreach(parts.add)
+    val clusters = args.putArray("clusterBy")
+    clusteringColumns.foreach(clusters.add)
+    val props = args.putObject("properties")
+    tableProperties.foreach { case (k, v) => props.put(k, v) }
+    comment.foreach(args.put("comment", _))
+    Brain.call("catalog.create", args).get("uri").asText()
+  }
+
+  /** Parameters for a write that creates the table with its data in one commit. */
+  def writeParameters(uri: String): Map[String, String] = {
+    val base = options ++ tableProperties.filter(_._1.startsWith("delta.")) + ("path" -> uri)
+    val parts = if (partitionColumns.nonEmpty) {
+      Map("partitionBy" -> partitionColumns.mkString(","))
+    } else Map.empty[String, String]
+    val json = Brain.json
+    val spec = Brain.newArgs()
+    val props = spec.putObject("properties")
+    tableProperties.foreach { case (k, v) => props.put(k, v) }
+    comment.foreach(spec.put("comment", _))
+    val clusters = spec.putArray("clusterBy")
+    clusteringColumns.foreach(clusters.add)
+    spec.put("operation", operationName)
+    base ++ parts + (CreateSpecOption -> json.writeValueAsString(spec))
+  }
+
+  def operationName: String = mode match {
+    case "create" => "CREATE TABLE AS SELECT"
+    case "replace" => "REPLACE TABLE AS SELECT"
+    case _ => "CREATE OR REPLACE TABLE AS SELECT"
+  }
+
+  /** The catalog entry: name, location, OPTIONS, managed or not. */
+  def register(): Unit = {
+    if (pathOnly) return
+    val sessionCatalog = catalog.sessionCatalog
+    val uri = CatalogUtils.stringToURI(location)
+    val entry = CatalogTable(
+      identifier = tableIdent,
+      tableType = if (managed) CatalogTableType.MANAGED else CatalogTableType.EXTERNAL,
+      storage = CatalogStorageFormat.empty.copy(locationUri = Some(uri), properties = options),
+      schema = new StructType(),
+      provider = Some("delta"),
+      comment = comment,
+      properties = properties.get(TableCatalog.PROP_OWNER).map("owner" -> _).toMap)
+    if (sessionCatalog.tableExists(tableIdent)) {
+      if (mode == "create") {
+        throw DeltaflowException.of("TableAlreadyExistsError",
+          s"Table $describe already exists in the catalog. Use CREATE TABLE IF NOT EXISTS to " +
+            "keep it or CREATE OR REPLACE TABLE to replace it.",
+          Map("table_uri" -> describe))
+      }
+      sessionCatalog.alterTable(entry.copy(owner = sessionCatalog.getTableMetadata(tableIdent).owner))
+    } else {
+      sessionCatalog.createTable(entry, ignoreIfExists = false, validateLocation = false)
+    }
+  }
+
+  private def CatalogManagerName: String =
+    "spark_catalog"
+
+  private def CatalogKeys: Set[String] = Set(TableCatalog.PROP_PROVIDER,
+    TableCatalog.PROP_LOCATION, TableCatalog.PROP_COMMENT, TableCatalog.PROP_OWNER,
+    TableCatalog.PROP_EXTERNAL, TableCatalog.PROP_IS_MANAGED_LOCATION,
+    TableCatalog.PROP_TABLE_TYPE, TableCatalog.PROP_COLLATION)
+
+}
+
+/**
+ * A staged `CREATE TABLE ... AS SELECT` / `REPLACE TABLE [AS SELECT]`: Spark writes the
+ * query through this table, which creates (or replaces) the Delta table with the data in
+ * one commit; `commitStagedChanges` then registers the catalog entry. A REPLACE without a
+ * query writes only the new metadata.
+ */
+private[spark] class StagedDeltaTable(request: CreateRequest)
+  extends StagedTable with SupportsWrite {
+  @volatile private var written = false
+
+  override def name(): String = request.describe
+
+  override def schema(): StructType = request.schema
+
+  override def partitioning(): Array[Transform] = request.partitions
+
+  override def properties(): util.Map[String, String] = request.properties.asJava
+
+  // REPLACE ... AS SELECT writes with an overwrite of everything (TRUNCATE /
+  // OVERWRITE_BY_FILTER with `true`): the replace is the write itself.
+  override def capabilities(): util.Set[TableCapability] = Set(TableCapability.V1_BATCH_WRITE,
+    TableCapability.TRUNCATE, TableCapability.OVERWRITE_BY_FILTER).asJava
+
+  override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder =
+    new WriteBuilder with SupportsTruncate with SupportsOverwrite {
+      override def truncate(): WriteBuilder = this
+      override def overwrite(filters: Array[Filter]): WriteBuilder = this
+      override def build(): Write = new V1Write {
+        override def toInsertableRelation: InsertableRelation = (data: DataFrame, _: Boolean) => {
+          val mode = if (request.mode == "create") SaveMode.ErrorIfExists else SaveMode.Overwrite
+          val params = request.writeParameters(request.location) ++
+            info.options().asCaseSensitiveMap().asScala ++
+            (if (request.mode == "create") Map.empty else Map("overwriteSchema" -> "true"))
+          DeltaBatchWrite.save(data, mode, params)
+          written = true
+        }
+      }
+    }
+
+  override def commitStagedChanges(): Unit = {
+    if (!written) request.commitLog()
+    request.register()
+  }
+
+  override def abortStagedChanges(): Unit = ()
+}
+
+/** Create/replace of a non-Delta table: Spark's session catalog, not atomic. */
+private[spark] class NonDeltaStaged(
+    catalog: DeltaCatalog,
+    ident: Identifier,
+    columns: Array[Column],
+    partitions: Array[Transform],
+    properties: util.Map[String, String],
+    mode: String) extends StagedTable with SupportsWrite {
+  private val table: Table = {
+    if (mode != "create" && catalog.tableExists(ident)) catalog.callSuperDrop(ident)
+    catalog.callSuperCreate(ident, columns, partitions, properties)
+  }
+
+  override def name(): String = table.name()
+  override def schema(): StructType = table.schema()
+  override def columns(): Array[Column] = table.columns()
+  override def partitioning(): Array[Transform] = table.partitioning()
+  override def properties(): util.Map[String, String] = table.properties()
+  override def capabilities(): util.Set[TableCapability] = table.capabilities()
+
+  override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder = table match {
+    case t: SupportsWrite => t.newWriteBuilder(info)
+    case _ => throw new UnsupportedOperationException(s"${table.name()} does not support writes")
+  }
+
+  override def commitStagedChanges(): Unit = ()
+  override def abortStagedChanges(): Unit = catalog.callSuperDrop(ident)
+}
