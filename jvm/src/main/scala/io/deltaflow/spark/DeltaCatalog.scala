@@ -177,7 +177,7 @@ object DeltaCatalog {
         Map("table_uri" -> entry.identifier.quotedString))
     }
     val options = entry.storage.properties ++ extra + ("path" -> location)
-    DeltaDataSource.tableFor(options.asJava, Some(entry.identifier.quotedString))
+    DeltaDataSource.tableFor(options.asJava, Some(entry))
   }
 
   /** The write option that carries a CREATE's properties, comment, clustering and
@@ -231,10 +231,10 @@ private[spark] case class CreateRequest(
       k.stripPrefix(TableCatalog.OPTION_PREFIX) -> v
   }
 
-  /** `TBLPROPERTIES (...)`: the Delta table's configuration. */
-  val tableProperties: Map[String, String] = properties.filter { case (k, _) =>
-    !k.startsWith(TableCatalog.OPTION_PREFIX) && !CatalogKeys.contains(k)
-  }
+  /** `TBLPROPERTIES (...)`, over the session's defaults: the Delta table's configuration. */
+  val tableProperties: Map[String, String] = TableDefaults.applyTo(properties.filter {
+    case (k, _) => !k.startsWith(TableCatalog.OPTION_PREFIX) && !CatalogKeys.contains(k)
+  }, session)
 
   val (partitionColumns: Seq[String], clusteringColumns: Seq[String]) = {
     def columns(t: Transform) = t.references().map(_.fieldNames().mkString("."))
@@ -315,7 +315,9 @@ private[spark] case class CreateRequest(
             "keep it or CREATE OR REPLACE TABLE to replace it.",
           Map("table_uri" -> describe))
       }
-      sessionCatalog.alterTable(entry.copy(owner = sessionCatalog.getTableMetadata(tableIdent).owner))
+      val existing = sessionCatalog.getTableMetadata(tableIdent)
+      // A replaced table keeps its owner and stays managed or external.
+      sessionCatalog.alterTable(entry.copy(owner = existing.owner, tableType = existing.tableType))
     } else {
       sessionCatalog.createTable(entry, ignoreIfExists = false, validateLocation = false)
     }
