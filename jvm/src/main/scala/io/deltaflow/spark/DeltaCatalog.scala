@@ -289,6 +289,10 @@ private[spark] case class CreateRequest(
     base ++ parts + (CreateSpecOption -> json.writeValueAsString(spec))
   }
 
+  /** TBLPROPERTIES that are not Delta's own (`delta.*`). */
+  def hasCustomProperties: Boolean =
+    tableProperties.keys.exists(k => !k.toLowerCase.startsWith("delta."))
+
   def operationName: String = mode match {
     case "create" => "CREATE TABLE AS SELECT"
     case "replace" => "REPLACE TABLE AS SELECT"
@@ -362,11 +366,19 @@ private[spark] class StagedDeltaTable(request: CreateRequest)
       override def overwrite(filters: Array[Filter]): WriteBuilder = this
       override def build(): Write = new V1Write {
         override def toInsertableRelation: InsertableRelation = (data: DataFrame, _: Boolean) => {
-          val mode = if (request.mode == "create") SaveMode.ErrorIfExists else SaveMode.Overwrite
-          val params = request.writeParameters(request.location) ++
-            info.options().asCaseSensitiveMap().asScala ++
-            (if (request.mode == "create") Map.empty else Map("overwriteSchema" -> "true"))
-          DeltaBatchWrite.save(data, mode, params)
+          val options = info.options().asCaseSensitiveMap().asScala.toMap
+          if (request.hasCustomProperties) {
+            // delta-rs creates a table together with its first files only when every
+            // property is a Delta one: with the user's own, metadata first, then the data.
+            request.commitLog()
+            DeltaBatchWrite.save(data, SaveMode.Append, request.options ++ options +
+              ("path" -> request.location))
+          } else {
+            val mode = if (request.mode == "create") SaveMode.ErrorIfExists else SaveMode.Overwrite
+            val params = request.writeParameters(request.location) ++ options ++
+              (if (request.mode == "create") Map.empty else Map("overwriteSchema" -> "true"))
+            DeltaBatchWrite.save(data, mode, params)
+          }
           written = true
         }
       }

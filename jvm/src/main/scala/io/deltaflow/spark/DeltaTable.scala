@@ -45,7 +45,9 @@ class DeltaTable(
   override def properties(): util.Map[String, String] = {
     val base = info.configuration ++ info.protocol ++ Map(
       "provider" -> "delta", "location" -> info.uri) ++ info.description.map("comment" -> _)
-    base.asJava
+    // DESCRIBE EXTENDED says MANAGED unless told the table is external.
+    val external = entry.filter(_.tableType.name == "EXTERNAL").map(_ => "external" -> "true")
+    (base ++ external ++ entry.map(e => "owner" -> e.owner).filter(_._2.nonEmpty)).asJava
   }
 
   // Without STREAMING_WRITE, Spark runs a stream into this table through the provider's
