@@ -357,3 +357,29 @@ def test_statements_from_the_spark_sql_cli(spark, table_path, tmp_path):
         for line in lines
     ), result.stdout
     assert RsTable(path).history(1)[0]["operation"] == "OPTIMIZE"
+
+
+# ---- table_changes -------------------------------------------------------------------
+
+
+def test_table_changes_by_name_and_by_path(spark, table_path):
+    path = table_path()
+    spark.range(3).write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
+    spark.range(3, 5).write.format("delta").mode("append").save(path)
+    spark.sql(f"CREATE TABLE sqlcmd_cdf USING delta LOCATION '{path}'")
+    try:
+        rows = spark.sql("SELECT * FROM table_changes('sqlcmd_cdf', 1) ORDER BY id").collect()
+        assert [(r.id, r._change_type, r._commit_version) for r in rows] == [
+            (3, "insert", 1),
+            (4, "insert", 1),
+        ]
+        by_path = spark.sql(
+            f"SELECT id, _commit_version FROM table_changes_by_path('{path}', 0, 0) ORDER BY id"
+        ).collect()
+        assert [(r.id, r._commit_version) for r in by_path] == [(0, 0), (1, 0), (2, 0)]
+        error = _raises(spark, "SELECT * FROM table_changes('sqlcmd_cdf')", InvalidOptionError)
+        assert "takes 2 or 3 arguments" in str(error)
+        error = _raises(spark, "SELECT * FROM table_changes('sqlcmd_none', 0)", TableNotFoundError)
+        assert error.table_uri == "`sqlcmd_none`"
+    finally:
+        spark.sql("DROP TABLE IF EXISTS sqlcmd_cdf")
