@@ -122,7 +122,7 @@ def test_create_with_a_name_registers_the_table_in_the_catalog(spark, table_path
         .addColumn("s", "STRING")
         .execute()
     )
-    assert table.detail().first().name == name
+    assert table.detail().first().name == f"spark_catalog.default.{name}"  # as delta-spark
     spark.sql(f"INSERT INTO {name} VALUES (1, 'a'), (2, 'b')")
     assert sorted(r.id for r in spark.table(name).collect()) == [1, 2]
     assert spark.sql(f"SELECT s FROM {name} WHERE id = 2").first().s == "b"
@@ -168,7 +168,7 @@ def test_create_if_not_exists_keeps_an_existing_table(spark, table_path):
     by_name = DeltaTable.createIfNotExists(spark).tableName(name).location(path).execute()
     assert spark.table(name).count() == 1
     assert DeltaTable.createIfNotExists(spark).tableName(name).execute().toDF().count() == 1
-    assert by_name.detail().first().name == name
+    assert by_name.detail().first().name == f"spark_catalog.default.{name}"
 
 
 def test_create_or_replace_commits_new_metadata_and_removes_every_file(spark, table_path):

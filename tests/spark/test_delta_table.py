@@ -17,7 +17,8 @@ from pyspark.sql import functions as F
 
 import deltaflow
 from deltaflow import ConcurrentWriteError, DeltaTable, TableNotFoundError
-from deltaflow.spark.dml import _delete_update, _delta_table
+from deltaflow.spark.commands import _maintenance
+from deltaflow.spark.dml import _delete_update
 from deltaflow.spark.errors import RetentionTooShortError
 from deltaflow.table.errors import UnsupportedFeatureError
 
@@ -86,7 +87,8 @@ def test_for_path_for_name_and_is_delta_table(spark, table_path):
     try:
         by_name = DeltaTable.forName(spark, "dt_by_name")
         assert by_name.toDF().count() == len(ALL_ROWS)
-        assert by_name.detail().collect()[0].name == "dt_by_name"
+        # delta-spark names a catalog table by its qualified name
+        assert by_name.detail().collect()[0].name == "spark_catalog.default.dt_by_name"
     finally:
         spark.sql("DROP TABLE dt_by_name")
     with pytest.raises(TableNotFoundError):
@@ -351,11 +353,11 @@ def test_vacuum_retention_check(spark, table_path):
     table.vacuum()  # default retention: the file removed just now stays
     assert all(p.exists() for p in removed)
 
-    spark.conf.set(_delta_table.RETENTION_CHECK_CONF, "false")
+    spark.conf.set(_maintenance.RETENTION_CHECK_CONF, "false")
     try:
         result = table.vacuum(0)
     finally:
-        spark.conf.unset(_delta_table.RETENTION_CHECK_CONF)
+        spark.conf.unset(_maintenance.RETENTION_CHECK_CONF)
     assert result.columns == ["path"]
     assert not any(p.exists() for p in removed)
     assert _rows(spark, path) == _sort([r for r in ALL_ROWS if r[0] >= 4])
@@ -417,12 +419,12 @@ def test_set_properties(spark, table_path):
 
 
 def test_retention_hours_parsing():
-    assert _delta_table.retention_hours({}) == 168.0
+    assert _maintenance.retention_hours_of({}) == 168.0
     assert (
-        _delta_table.retention_hours({"delta.deletedFileRetentionDuration": "interval 2 days"})
+        _maintenance.retention_hours_of({"delta.deletedFileRetentionDuration": "interval 2 days"})
         == 48.0
     )
     assert (
-        _delta_table.retention_hours({"delta.deletedFileRetentionDuration": "interval 1 week"})
+        _maintenance.retention_hours_of({"delta.deletedFileRetentionDuration": "interval 1 week"})
         == 168.0
     )

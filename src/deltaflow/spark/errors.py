@@ -72,6 +72,26 @@ class RetentionTooShortError(DeltaflowError, ValueError):
         )
 
 
+class RestoreFilesMissingError(DeltaflowError):
+    """RESTORE of ``table_uri`` to ``version`` needs data files that are gone (VACUUM
+    deleted them after the retention): ``missing`` of them, ``path`` the first. Nothing
+    was committed. Terminal: restore a later version whose files still exist."""
+
+    def __init__(
+        self, message: str, *, table_uri: str, version: int, path: str, missing: int
+    ) -> None:
+        super().__init__(message, table_uri=table_uri, version=version, path=path, missing=missing)
+
+
+class SqlSyntaxError(DeltaflowError, ValueError):
+    """A Delta SQL statement (``VACUUM``, ``OPTIMIZE``, ``RESTORE``, ...) that deltaflow's SQL
+    parser recognised by its first words but could not parse: ``position`` is the offset
+    in ``statement`` where it stopped, ``expected`` what it wanted there. Terminal."""
+
+    def __init__(self, message: str, *, statement: str, position: int, expected: str) -> None:
+        super().__init__(message, statement=statement, position=position, expected=expected)
+
+
 class MultipleSourceRowMatchingTargetRowError(DeltaflowError):
     """A MERGE into ``table_uri`` had several source rows match one target row that a
     WHEN MATCHED clause would update or delete (delta-spark's

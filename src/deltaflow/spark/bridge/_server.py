@@ -30,6 +30,16 @@ The whole interface, every operation the JVM may call:
                    ``{path, writeOptions}``: a stream's Delta sink settings, checked
                    inside ``start()``; typed errors for wrong ones.
 ``stream.open``    ``{uri, schema, options}`` -> ``{handle}``: a stream source.
+``sql.history``    ``{uri, limit}`` -> ``rows``: DESCRIBE HISTORY's rows, newest first.
+``sql.detail``     ``{uri, name}`` -> ``rows``: DESCRIBE DETAIL's one row.
+``sql.vacuum``     ``{uri, retentionHours, dryRun, checkRetention}`` -> ``rows``:
+                   the table's path, or with ``dryRun`` the files to delete.
+``sql.restore``    ``{uri, version | timestamp}`` -> ``rows``: RESTORE's metrics.
+``sql.optimize``   ``{uri, where, zorderBy}`` -> ``rows``: ``(path, metrics)``.
+``sql.convert``    ``{uri, partitionSchema}`` -> ``{converted, rows: []}``.
+``sql.generate``   ``{uri, mode}`` -> ``{rows: []}``: the symlink manifest written.
+                   (Rows of ``sql.*`` are JSON arrays in the order of the command's
+                   output schema: see :mod:`deltaflow.spark.bridge._commands`.)
 ``stream.*``       ``initialOffset``, ``latestOffset {start, all}``,
                    ``availableNow``, ``files {start, end}``, ``commit {end}``,
                    ``backlog {offset}``, ``close``: each ``{handle, ...}``; see
@@ -50,7 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 from deltaflow.errors import DeltaflowError, error_answer, from_wire
-from deltaflow.spark.bridge import _ops, _stream
+from deltaflow.spark.bridge import _commands, _ops, _stream
 from deltaflow.spark.catalog import _create
 from deltaflow.spark.errors import BridgeError
 
@@ -69,6 +79,13 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "write.commit": _ops.commit_write,
     "write.abort": _ops.abort_write,
     "sink.check": _ops.check_sink,
+    "sql.history": _commands.history,
+    "sql.detail": _commands.detail,
+    "sql.vacuum": _commands.vacuum,
+    "sql.restore": _commands.restore,
+    "sql.optimize": _commands.optimize,
+    "sql.convert": _commands.convert,
+    "sql.generate": _commands.generate,
     "stream.open": _stream.open_stream,
     "stream.initialOffset": _stream.initial_offset,
     "stream.latestOffset": _stream.latest_offset,

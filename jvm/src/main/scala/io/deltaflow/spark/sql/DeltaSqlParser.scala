@@ -2,17 +2,28 @@ package io.deltaflow.spark.sql
 
 import org.apache.spark.sql.catalyst.{FunctionIdentifier, TableIdentifier}
 import org.apache.spark.sql.catalyst.expressions.Expression
-import org.apache.spark.sql.catalyst.parser.{ParserInterface, SqlStatementSplitResult}
+import org.apache.spark.sql.catalyst.parser.{ParameterContext, ParserInterface, SqlStatementSplitResult, TemporalIdentifier}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.types.{DataType, StructType}
 
 /**
- * Spark's SQL parser, plus Delta's statements. A statement deltaflow does not recognise
- * goes to `delegate` (Spark's parser) unchanged.
+ * Spark's SQL parser, plus Delta's statements ([[DeltaStatements]]: DESCRIBE HISTORY and
+ * DETAIL, OPTIMIZE, VACUUM, RESTORE, CONVERT TO DELTA, GENERATE). A statement deltaflow
+ * does not recognise goes to `delegate` (Spark's parser) unchanged.
  */
 class DeltaSqlParser(val delegate: ParserInterface) extends ParserInterface {
   override def parsePlan(sqlText: String): LogicalPlan =
-    io.deltaflow.spark.dml.SqlDml.wrap(delegate.parsePlan(sqlText))
+    DeltaStatements.parse(sqlText, delegate)
+      .getOrElse(io.deltaflow.spark.dml.SqlDml.wrap(delegate.parsePlan(sqlText)))
+
+  // Delta's statements take no parameters; anything else keeps Spark's parameter binding.
+  override def parsePlanWithParameters(sqlText: String, context: ParameterContext): LogicalPlan =
+    DeltaStatements.parse(sqlText, delegate)
+      .getOrElse(io.deltaflow.spark.dml.SqlDml.wrap(
+        delegate.parsePlanWithParameters(sqlText, context)))
+
+  override def parseTemporalTableIdentifier(sqlText: String): TemporalIdentifier =
+    delegate.parseTemporalTableIdentifier(sqlText)
 
   override def parseExpression(sqlText: String): Expression = delegate.parseExpression(sqlText)
 
