@@ -92,7 +92,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         return {**self.__dict__, "_planned_here": False}
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
-        writer = FileSetWriter(self.plan, job_id="stream")
+        writer = FileSetWriter(self.plan, job_id="stream", check_rows=True)
         return writer.write_all(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
