@@ -36,7 +36,8 @@ READER_WRITER_FEATURES = frozenset(
         "variantType-preview",
     }
 )
-# Features deltaflow's writers honour, so an ALTER may add them.
+# Features deltaflow's writers honour, so an ALTER may add them (not typeWidening: delta-rs
+# 1.6, which commits deltaflow's appends, refuses to write a table that has it).
 ADDABLE_FEATURES = (
     "appendOnly",
     "changeDataFeed",
@@ -45,7 +46,6 @@ ADDABLE_FEATURES = (
     "deletionVectors",
     "invariants",
     "timestampNtz",
-    "typeWidening",
     "vacuumProtocolCheck",
 )
 

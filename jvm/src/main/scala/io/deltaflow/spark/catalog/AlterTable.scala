@@ -24,12 +24,20 @@ import io.deltaflow.spark.{Brain, DeltaflowException}
  */
 object AlterTable {
   /** Apply `changes` to the Delta table at `uri` (`name` is how the user named it). */
-  def apply(uri: String, name: String, changes: Seq[TableChange]): Unit = {
+  def apply(uri: String, name: String, changes: Seq[TableChange]): Unit =
+    apply(uri, name, changes, strictUnset = false)
+
+  /** `strictUnset`: UNSET TBLPROPERTIES without IF EXISTS (a missing key is an error). */
+  def apply(uri: String, name: String, changes: Seq[TableChange], strictUnset: Boolean): Unit = {
     val args = Brain.newArgs()
     args.put("uri", uri)
     args.put("name", name)
     val list = args.putArray("changes")
-    changes.foreach(c => list.add(toJson(c)))
+    changes.foreach { c =>
+      val node = toJson(c)
+      if (strictUnset && c.isInstanceOf[RemoveProperty]) node.put("ifExists", false)
+      list.add(node)
+    }
     val answer = Brain.call("catalog.alter", args)
     val check = answer.get("check")
     if (check != null && !check.isNull) {

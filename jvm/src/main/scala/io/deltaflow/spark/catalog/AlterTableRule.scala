@@ -2,7 +2,7 @@ package io.deltaflow.spark.catalog
 
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.analysis.ResolvedTable
-import org.apache.spark.sql.catalyst.plans.logical.{AddCheckConstraint, AlterColumns, DropConstraint, LogicalPlan}
+import org.apache.spark.sql.catalyst.plans.logical.{AddCheckConstraint, AlterColumns, DropConstraint, LogicalPlan, UnsetTableProperties}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.connector.catalog.{Identifier, TableCatalog, TableChange}
 import org.apache.spark.sql.connector.catalog.constraints.Constraint
@@ -35,6 +35,10 @@ class AlterTableRule(session: SparkSession) extends Rule[LogicalPlan] {
       DeltaAlterCommand(catalog, ident, Seq(TableChange.addConstraint(constraint, null)))
     case drop @ DropConstraint(ResolvedTable(catalog, ident, _: DeltaTable, _), _, _, _) =>
       DeltaAlterCommand(catalog, ident, drop.changes)
+    // Spark does not tell the catalog whether UNSET TBLPROPERTIES said IF EXISTS.
+    case UnsetTableProperties(ResolvedTable(catalog, ident, table: DeltaTable, _), keys, false) =>
+      DeltaAlterCommand(catalog, ident, keys.map(k => TableChange.removeProperty(k)),
+        Some(table))
     case alter @ AlterColumns(ResolvedTable(catalog, ident, _: DeltaTable, _), _, _)
         if alter.resolved =>
       DeltaAlterCommand(catalog, ident, alter.changes)
@@ -49,10 +53,18 @@ class AlterTableRule(session: SparkSession) extends Rule[LogicalPlan] {
 }
 
 /** Runs `changes` through the catalog's `alterTable`, as Spark's `AlterTableExec` does. */
-case class DeltaAlterCommand(catalog: TableCatalog, ident: Identifier, changes: Seq[TableChange])
-  extends LeafRunnableCommand {
+case class DeltaAlterCommand(
+    catalog: TableCatalog,
+    ident: Identifier,
+    changes: Seq[TableChange],
+    strictUnset: Option[DeltaTable] = None) extends LeafRunnableCommand {
   override def run(sparkSession: SparkSession): Seq[Row] = {
-    catalog.alterTable(ident, changes: _*)
+    strictUnset match {
+      // UNSET without IF EXISTS: a missing property is an error, which only the brain
+      // can tell (the log is the table), so it is told.
+      case Some(table) => AlterTable(table.info.uri, table.name(), changes, strictUnset = true)
+      case None => catalog.alterTable(ident, changes: _*)
+    }
     Seq.empty
   }
 }
