@@ -28,7 +28,7 @@ MAPPING_HINT = "SET TBLPROPERTIES ('delta.columnMapping.mode'='name')"
 
 def typed(spark: Any, statement: str) -> deltaflow.DeltaflowError:
     """The typed deltaflow error ``statement`` fails with."""
-    with pytest.raises(Exception) as info:  # noqa: PT011 - any Spark wrapper, then typed
+    with pytest.raises(Exception) as info:  # any Spark wrapper, then typed
         spark.sql(statement).collect()
     error = deltaflow.typed_error(info.value)
     assert error is not None, f"no deltaflow error in: {info.value}"
@@ -360,7 +360,7 @@ def test_constraints_hold_on_every_write_path(spark: Any, table: Any, table_path
     start = version(path)
 
     def refused(write: Any) -> ConstraintViolationError:
-        with pytest.raises(Exception) as info:  # noqa: PT011
+        with pytest.raises(Exception) as info:
             write()
         error = deltaflow.typed_error(info.value)
         assert isinstance(error, ConstraintViolationError), info.value
@@ -399,7 +399,7 @@ def test_constraints_hold_on_every_write_path(spark: Any, table: Any, table_path
         .trigger(availableNow=True)
         .start(path)
     )
-    with pytest.raises(Exception) as info:  # noqa: PT011
+    with pytest.raises(Exception) as info:
         query.awaitTermination()
     assert isinstance(deltaflow.typed_error(info.value), ConstraintViolationError)
     assert version(path) == start
