@@ -65,6 +65,8 @@ class Protocol:
             for version, implied in _LEGACY_WRITER.items():
                 if self.writer >= version:
                     found.update(implied)
+        if self.reader == 2:
+            found.add("columnMapping")
         return frozenset(found)
 
     def with_features(self, added: Iterable[str], used: Iterable[str] = ()) -> Protocol:

@@ -64,16 +64,6 @@ _RESTORE_SCHEMA = (
     "table_size_after_restore long, num_of_files_after_restore long, num_removed_files long,"
     " num_restored_files long, removed_files_size long, restored_files_size long"
 )
-# Features implied by legacy protocol versions, for detail().tableFeatures.
-_LEGACY_WRITER_FEATURES = {
-    2: ("appendOnly", "invariants"),
-    3: ("checkConstraints",),
-    4: ("changeDataFeed", "generatedColumns"),
-    5: ("columnMapping",),
-    6: ("identityColumns",),
-}
-
-
 class DeltaTable:
     """A Delta table for programmatic DML and maintenance, as in delta-spark.
 
@@ -465,11 +455,13 @@ def _timestamp(ms: Any) -> dt.datetime | None:
 
 
 def _table_features(snapshot: Snapshot) -> list[str]:
-    features = set(snapshot.reader_features) | set(snapshot.writer_features)
-    if snapshot.min_writer_version < 7:
-        for version, implied in _LEGACY_WRITER_FEATURES.items():
-            if snapshot.min_writer_version >= version:
-                features.update(implied)
-    if snapshot.min_reader_version == 2:
-        features.add("columnMapping")
-    return sorted(features)
+    """detail().tableFeatures: the features listed or implied by legacy versions."""
+    from deltaflow.table._protocol import Protocol
+
+    protocol = Protocol(
+        snapshot.min_reader_version,
+        snapshot.min_writer_version,
+        frozenset(snapshot.reader_features),
+        frozenset(snapshot.writer_features),
+    )
+    return sorted(protocol.features)
