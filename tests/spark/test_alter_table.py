@@ -225,7 +225,7 @@ def test_set_not_null_checks_rows_then_holds_on_writes(spark: Any, table: Any) -
     assert json.loads(DeltaRsTable(path).schema().to_json())["fields"][1]["nullable"] is False
     before = version(path)
     # SQL INSERT into a catalog table meets Spark's own NOT NULL assertion first (untyped).
-    with pytest.raises(Exception, match="NOT_NULL_ASSERT_VIOLATION|NOT NULL constraint"):
+    with pytest.raises(Exception, match=r"NOT_NULL_ASSERT_VIOLATION|NOT NULL constraint"):
         spark.sql(f"INSERT INTO {name} VALUES (3, NULL)").collect()
     with pytest.raises(Exception) as info:
         spark.createDataFrame([(3, None)], "id long, v string").write.format("delta").mode(
