@@ -12,6 +12,8 @@ from deltaflow._session import configure, register, session, spark_conf
 from deltaflow.errors import DeltaflowError, InvalidOptionError, UserCodeError, typed_error
 from deltaflow.table.errors import (
     ConcurrentWriteError,
+    ConstraintViolationError,
+    InvalidConstraintError,
     ObjectStoreError,
     SchemaMismatchError,
     TableAlreadyExistsError,
@@ -46,8 +48,10 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "BatchProgress",
     "ConcurrentWriteError",
+    "ConstraintViolationError",
     "DeltaTable",
     "DeltaflowError",
+    "InvalidConstraintError",
     "InvalidOptionError",
     "ObjectStoreError",
     "SchemaMismatchError",

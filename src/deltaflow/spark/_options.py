@@ -109,6 +109,9 @@ SAVE_MODE_OPTION = "__deltaflow_save_mode"
 # What the connector's catalog hands a write that creates a table (CREATE TABLE ... AS
 # SELECT): JSON with the statement's properties, comment and clustering columns.
 CREATE_SPEC_OPTION = "__deltaflow_create"
+# Set by the connector on a write it hands the Python data source after checking the rows
+# against the table's constraints itself: their fingerprint (``table/_constraints``).
+CHECKED_CONSTRAINTS_OPTION = "__deltaflow_checked"
 _SPARK_INTERNAL = (
     "__partition_columns",
     "__path_provider",
@@ -116,6 +119,7 @@ _SPARK_INTERNAL = (
     "owner",
     "provider",
     CREATE_SPEC_OPTION,
+    CHECKED_CONSTRAINTS_OPTION,
 )
 
 
@@ -152,6 +156,8 @@ class WriteOptions:
     # Set by CREATE TABLE ... AS SELECT: the new table's comment (its properties are in
     # table_properties).
     table_comment: str | None = None
+    # The fingerprint of the constraints the connector checked these rows against.
+    checked_constraints: str | None = None
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -352,5 +358,6 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         compression=lowered.get("compression", "snappy"),
         table_properties=properties,
         table_comment=comment,
+        checked_constraints=lowered.get(CHECKED_CONSTRAINTS_OPTION),
         partition_overwrite_mode=overwrite_mode,
     )

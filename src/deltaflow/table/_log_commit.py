@@ -96,6 +96,7 @@ class LogCommitRequest:
     removes: Sequence[Mapping[str, Any]] = ()
     cdc: Sequence[Mapping[str, Any]] = ()
     metadata: Mapping[str, Any] | None = None
+    protocol: Mapping[str, Any] | None = None  # a protocol upgrade, committed with metadata
     app_id: str | None = None
     app_version: int | None = None
     read: ReadSet = field(default_factory=ReadSet)
@@ -169,7 +170,7 @@ def _ours(request: LogCommitRequest) -> _Ours:
         read=request.read,
         removed=frozenset(unquote(r["path"]) for r in request.removes),
         app_ids=frozenset([request.app_id] if request.app_id is not None else []),
-        metadata_changed=request.metadata is not None,
+        metadata_changed=request.metadata is not None or request.protocol is not None,
         partitioned=request.partitioned,
     )
 
@@ -281,6 +282,8 @@ def _payload(request: LogCommitRequest, version: int) -> bytes:
     }
     info.update(request.extra_commit_info)
     actions: list[dict[str, Any]] = [{"commitInfo": info}]
+    if request.protocol is not None:
+        actions.append({"protocol": dict(request.protocol)})
     if request.metadata is not None:
         actions.append({"metaData": dict(request.metadata)})
     if request.app_id is not None and request.app_version is not None:

@@ -124,3 +124,47 @@ class ObjectStoreError(TableError, OSError):
     @property
     def retryable(self) -> bool:  # type: ignore[override]
         return bool(getattr(self, "kind", None) == "unreachable")
+
+
+class ConstraintViolationError(SchemaMismatchError):
+    """Rows break a CHECK constraint or a NOT NULL column of ``table_uri``.
+
+    ``kind`` is ``check`` (``constraint`` is its name, ``expression`` its SQL) or
+    ``notNull`` (``constraint`` is the column path); ``values`` shows a violating row's
+    values of the columns involved (``columns``); ``rows`` counts the violating rows when
+    known (ALTER TABLE checking existing data). Nothing was written or changed. Terminal:
+    fix the data or the constraint. A :class:`SchemaMismatchError`, which NOT NULL
+    violations were reported as before CHECK constraints existed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table_uri: str,
+        constraint: str,
+        kind: str,
+        expression: str,
+        values: str,
+        columns: tuple[str, ...] = (),
+        rows: int | None = None,
+    ) -> None:
+        TableError.__init__(
+            self,
+            message,
+            table_uri=table_uri,
+            columns=tuple(columns),
+            constraint=constraint,
+            kind=kind,
+            expression=expression,
+            values=values,
+            rows=rows,
+        )
+
+
+class InvalidConstraintError(TableError, ValueError):
+    """A CHECK constraint that cannot be added to ``table_uri``: its expression does not
+    parse, is not boolean, names unknown columns, or the name is taken."""
+
+    def __init__(self, message: str, *, table_uri: str, constraint: str, expression: str) -> None:
+        super().__init__(message, table_uri=table_uri, constraint=constraint, expression=expression)

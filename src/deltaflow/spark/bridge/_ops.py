@@ -23,6 +23,7 @@ from deltalake import DeltaTable
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark._options import (
+    CHECKED_CONSTRAINTS_OPTION,
     SAVE_MODE_OPTION,
     STREAM_READ_OPTIONS,
     parse_read_options,
@@ -43,7 +44,7 @@ from deltaflow.spark.write._native import (
 )
 from deltaflow.spark.write._writer import WritePlan, commit_request
 from deltaflow.spark.write._writer import plan_write as plan_table_write
-from deltaflow.table import _commit, _partitions, _pruning, _schema, _uri
+from deltaflow.table import _commit, _constraints, _partitions, _pruning, _schema, _uri
 from deltaflow.table._snapshot import Snapshot, load_snapshot, snapshot_of_table, table_exists
 from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
 
@@ -346,12 +347,15 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
     if plan.skip:
         return {"route": "skip"}
     native = plan_native_write(plan, incoming, lambda key, default: conf.get(key, default), current)
+    checked = {"checks": row_guard(plan, incoming)} if plan.checks else {}
     if urlparse(uri).scheme not in JVM_SCHEMES or not isinstance(native, NativeWrite):
         delegate = {k: v for k, v in options.items() if k != "__partition_columns"}
         if write_options.partition_by:
             delegate["partitionBy"] = ",".join(write_options.partition_by)
         delegate[SAVE_MODE_OPTION] = mode
-        return {"route": "python", "tableUri": uri, "delegateOptions": delegate}
+        if plan.checks:
+            delegate[CHECKED_CONSTRAINTS_OPTION] = _constraints.fingerprint(plan.checks)
+        return {"route": "python", "tableUri": uri, "delegateOptions": delegate, **checked}
     job_id = uuid.uuid4().hex[:8]
     staging = _uri.join(uri, f"{STAGING_DIR}/{job_id}-{uuid.uuid4().hex}")
     handle = uuid.uuid4().hex
@@ -373,7 +377,40 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
         "codec": native.codec,
         "hasTimestamps": native.has_timestamps,
         "maxRecordsPerFile": plan.options.max_records_per_file or _files.DEFAULT_MAX_ROWS_PER_FILE,
+        **checked,
     }
+
+
+_VALUES_SLOT = "\u0000values\u0000"
+
+
+def row_guard(plan: WritePlan, incoming: dict[str, Any]) -> dict[str, Any]:
+    """How the connector checks a write's rows against the table's constraints: two
+    projections of the written DataFrame (``widen`` adds the table columns a check needs
+    and the data lacks, as nulls; ``guarded`` raises on the first violating row, see
+    :func:`deltaflow.table._constraints.guard_sql`), and the typed error of each check,
+    ``{values}`` standing for the violating row's values."""
+    names = [f["name"] for f in incoming["fields"]]
+    present = {n.lower() for n in names}
+    table = {f["name"].lower(): f for f in _schema.logical_schema(plan.schema)["fields"]}
+    needed = {c.lower() for check in plan.checks for c in check.columns}
+    needed |= {check.name.split(".")[0].lower() for check in plan.checks if check.kind == "notNull"}
+    missing = [
+        f"CAST(NULL AS {_schema.type_to_string(table[c]['type'])})"
+        f" AS {_constraints.quote([table[c]['name']])}"
+        for c in sorted(needed - present)
+        if c in table
+    ]
+    quoted = [_constraints.quote([n]) for n in names]
+    guarded = [f"{_constraints.guard_sql(plan.checks, names[0])} AS {quoted[0]}", *quoted[1:]]
+    violations = []
+    for check in plan.checks:
+        error = _constraints.violation(plan.table_uri, check, _VALUES_SLOT)
+        fields = {k: str(v) for k, v in error._fields.items() if v is not None}
+        violations.append(
+            {"message": error.message.replace(_VALUES_SLOT, "{values}"), "fields": fields}
+        )
+    return {"widen": quoted + missing, "guarded": guarded, "violations": violations}
 
 
 # Output modes a Delta sink can honour: complete overwrites, append appends. Update would

@@ -26,6 +26,9 @@ The whole interface, every operation the JVM may call:
 ``write.commit``   ``{handle}`` -> ``version``, ``files``: stats from the staged
                    files' footers, files moved into the table, one commit.
 ``write.abort``    ``{handle}`` -> ``{}``: staged and moved files deleted.
+``catalog.alter``  ``{uri, name, changes, checkedVersion?}`` -> ``{committed,
+                   version}`` or ``{check: {version, checks}}``: ALTER TABLE as one
+                   metadata commit; see :mod:`deltaflow.spark.catalog._alter`.
 ``sink.check``     ``{options, outputMode, checkpointLocation, partitionColumns}`` ->
                    ``{path, writeOptions}``: a stream's Delta sink settings, checked
                    inside ``start()``; typed errors for wrong ones.
@@ -61,7 +64,7 @@ from typing import IO, Any
 
 from deltaflow.errors import DeltaflowError, error_answer, from_wire
 from deltaflow.spark.bridge import _commands, _ops, _stream
-from deltaflow.spark.catalog import _create
+from deltaflow.spark.catalog import _alter, _create
 from deltaflow.spark.errors import BridgeError
 
 log = logging.getLogger("deltaflow.bridge")
@@ -74,6 +77,7 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "ping": lambda args: {"pid": os.getpid()},
     "table.load": _ops.load_table,
     "catalog.create": _create.create_from_catalog,
+    "catalog.alter": _alter.alter_from_catalog,
     "scan.plan": _ops.plan_scan,
     "write.plan": _ops.plan_write,
     "write.commit": _ops.commit_write,

@@ -67,16 +67,6 @@ RESTORE_SCHEMA = (
 )
 VACUUM_SCHEMA = "path string"
 
-# Features implied by legacy protocol versions, for detail's tableFeatures.
-_LEGACY_WRITER_FEATURES = {
-    2: ("appendOnly", "invariants"),
-    3: ("checkConstraints",),
-    4: ("changeDataFeed", "generatedColumns"),
-    5: ("columnMapping",),
-    6: ("identityColumns",),
-}
-
-
 # ---- inspection ---------------------------------------------------------------------
 
 
@@ -411,11 +401,13 @@ def _timestamp(ms: Any) -> dt.datetime | None:
 
 
 def _table_features(snapshot: Snapshot) -> list[str]:
-    features = set(snapshot.reader_features) | set(snapshot.writer_features)
-    if snapshot.min_writer_version < 7:
-        for version, implied in _LEGACY_WRITER_FEATURES.items():
-            if snapshot.min_writer_version >= version:
-                features.update(implied)
-    if snapshot.min_reader_version == 2:
-        features.add("columnMapping")
-    return sorted(features)
+    """DESCRIBE DETAIL's tableFeatures: the features listed or implied by legacy versions."""
+    from deltaflow.table._protocol import Protocol
+
+    protocol = Protocol(
+        snapshot.min_reader_version,
+        snapshot.min_writer_version,
+        frozenset(snapshot.reader_features),
+        frozenset(snapshot.writer_features),
+    )
+    return sorted(protocol.features)

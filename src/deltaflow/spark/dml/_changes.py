@@ -29,7 +29,15 @@ import pyarrow.compute as pc
 
 from deltaflow.errors import DeltaflowError
 from deltaflow.spark.write import _files, _replace_where
-from deltaflow.table import _commit, _log_commit, _partitions, _predicates, _schema, _uri
+from deltaflow.table import (
+    _commit,
+    _constraints,
+    _log_commit,
+    _partitions,
+    _predicates,
+    _schema,
+    _uri,
+)
 from deltaflow.table._snapshot import FileEntry, Snapshot
 
 if TYPE_CHECKING:
@@ -91,6 +99,34 @@ def write(rows: DataFrame, plan: WritePlan, *, changes: bool) -> Written:
     (:mod:`._native_write`, same eligibility and ``deltaflow.write.nativeWrite`` conf
     as a batch write); otherwise Python tasks do (:class:`FileSetWriter`).
     """
+    try:
+        return _write(guarded(rows, plan, changes=changes), plan, changes=changes)
+    except Exception as exc:
+        violation = _constraints.violation_from_text(str(exc), plan.checks, plan.table_uri)
+        if violation is not None:
+            raise violation from exc
+        raise
+
+
+def guarded(rows: DataFrame, plan: WritePlan, *, changes: bool) -> DataFrame:
+    """``rows`` checked against the table's NOT NULL columns and CHECK constraints in
+    Spark (change rows, which are not table rows, left out): the first violating row
+    fails the job, so nothing is committed."""
+    if not plan.checks:
+        return rows
+    names = rows.columns
+    first = next(n for n in names if n != CHANGE_TYPE)
+    only_if = f"{_constraints.quote([CHANGE_TYPE])} IS NULL" if changes else None
+    guard = _constraints.guard_sql(plan.checks, first, only_if=only_if)
+    return rows.selectExpr(
+        *(
+            f"{guard} AS {_constraints.quote([n])}" if n == first else _constraints.quote([n])
+            for n in names
+        )
+    )
+
+
+def _write(rows: DataFrame, plan: WritePlan, *, changes: bool) -> Written:
     from deltaflow.errors import RemoteDeltaflowError, unpack_remote_error
 
     if not changes:

@@ -41,7 +41,13 @@ from deltaflow.errors import DeltaflowError, RemoteDeltaflowError
 from deltaflow.spark._options import WriteOptions, parse_write_options
 from deltaflow.spark.errors import StreamIdentityError
 from deltaflow.spark.write._files import FileSetWriter, delete_files
-from deltaflow.spark.write._writer import DeltaCommitMessage, WritePlan, commit_request, plan_write
+from deltaflow.spark.write._writer import (
+    DeltaCommitMessage,
+    WritePlan,
+    commit_request,
+    plan_write,
+    require_arrow_checks,
+)
 from deltaflow.table import _commit, _uri
 
 log = logging.getLogger("deltaflow.stream")
@@ -83,6 +89,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         """How executors lay out files: planned once, where Spark plans the query."""
         if self._plan is None:
             self._plan = plan_write(self.table_uri, self.schema_json, self.mode, self.options)
+            require_arrow_checks(self._plan)
             self._planned_here = True
         return self._plan
 
@@ -92,7 +99,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         return {**self.__dict__, "_planned_here": False}
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
-        writer = FileSetWriter(self.plan, job_id="stream")
+        writer = FileSetWriter(self.plan, job_id="stream", check_rows=True)
         return writer.write_all(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

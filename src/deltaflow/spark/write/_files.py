@@ -19,8 +19,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
 
 from deltaflow.spark.write import _replace_where
-from deltaflow.table import _arrow, _commit, _partitions, _schema, _stats, _uri
-from deltaflow.table.errors import SchemaMismatchError
+from deltaflow.table import _arrow, _commit, _constraints, _partitions, _schema, _stats, _uri
 
 if TYPE_CHECKING:
     from deltaflow.spark.write._writer import DeltaCommitMessage, WritePlan
@@ -159,6 +158,11 @@ class FileSetWriter:
             if check_rows and plan.replace_where is not None
             else None
         )
+        self.constraints = (
+            _constraints.ArrowChecks(plan.table_uri, plan.checks, self.logical_target)
+            if check_rows and plan.checks and not plan.checks_verified
+            else None
+        )
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -166,6 +170,8 @@ class FileSetWriter:
         batch = self._to_table_shape(batch)
         if self.row_check is not None:
             self.row_check.check(batch)
+        if self.constraints is not None:
+            self.constraints.check(batch)
         self.rows += batch.num_rows
         if not self.plan.partition_columns:
             self._append((), {}, batch)
@@ -187,12 +193,8 @@ class FileSetWriter:
             # Struct children are matched by the table's own names, so pass the target twice.
             columns.append(_arrow.conform(array, target.type, target.type, batch.num_rows))
             if not target.nullable and columns[-1].null_count:
-                raise SchemaMismatchError(
-                    f"Column '{target.name}' of table {self.plan.table_uri} is NOT NULL but the"
-                    f" data has {columns[-1].null_count} null values in it.",
-                    table_uri=self.plan.table_uri,
-                    columns=(target.name,),
-                )
+                check = _constraints.not_null_check((target.name,))
+                raise _constraints.violation(self.plan.table_uri, check, f"{target.name} = null")
         return pa.RecordBatch.from_arrays(columns, schema=self.logical_target)
 
     def _append(

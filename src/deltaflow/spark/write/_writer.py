@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 from deltaflow.errors import DeltaflowError, InvalidOptionError, RemoteDeltaflowError
 from deltaflow.spark._options import WriteOptions
 from deltaflow.spark.write import _files, _replace_where
-from deltaflow.table import _commit, _schema, _stats
+from deltaflow.table import _commit, _constraints, _schema, _stats
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
 from deltaflow.table.errors import (
     SchemaMismatchError,
@@ -40,6 +40,9 @@ SUPPORTED_WRITER_FEATURES = frozenset(
     {
         "appendOnly",
         "invariants",
+        # Every write path checks the rows (table/_constraints.py): the connector in Spark,
+        # the Python writer in Arrow, DML in Spark.
+        "checkConstraints",
         "changeDataFeed",
         "columnMapping",
         "deletionVectors",
@@ -74,6 +77,10 @@ class WritePlan:
     skip: bool = False  # mode "ignore" on an existing table, or a duplicate app transaction
     partition_physical: dict[str, str] = field(default_factory=dict)
     replace_where: str | None = None  # only with mode "overwrite"
+    # What every row written must hold (NOT NULL columns, CHECK constraints); verified:
+    # the connector checked the rows already (the Python writer need not).
+    checks: tuple[_constraints.RowCheck, ...] = ()
+    checks_verified: bool = False
     # Overwrite only the partitions the written rows fall in (partitionOverwriteMode).
     dynamic_overwrite: bool = False
 
@@ -209,6 +216,9 @@ def plan_write(
     column_mapping = snapshot.column_mapping_mode != "none" and not replace_schema
     physical = _schema.physical_schema(schema) if column_mapping else _schema.logical_schema(schema)
     physical_names = _schema.top_level_physical_names(schema) if column_mapping else {}
+    checks = tuple(
+        _constraints.table_checks(_schema.logical_schema(schema), snapshot.configuration)
+    )
     return WritePlan(
         table_uri=uri,
         mode="append" if mode == "ignore" else mode,
@@ -224,6 +234,9 @@ def plan_write(
         skip=mode == "ignore",
         partition_physical={p: physical_names.get(p, p) for p in partitions},
         replace_where=replace_where,
+        checks=checks,
+        checks_verified=bool(checks)
+        and options.checked_constraints == _constraints.fingerprint(checks),
         dynamic_overwrite=(
             mode == "overwrite"
             and options.partition_overwrite_mode == "dynamic"
@@ -390,6 +403,13 @@ def _skipped_plan(snapshot: Snapshot, options: WriteOptions) -> WritePlan:
     )
 
 
+def require_arrow_checks(plan: WritePlan) -> None:
+    """Refuse (typed, on the driver) a Python-path write whose table has a constraint the
+    Python writer cannot evaluate."""
+    if plan.checks and not plan.checks_verified and not plan.skip:
+        _constraints.ArrowChecks(plan.table_uri, plan.checks, arrow_schema(plan.schema))
+
+
 def _check_writer_features(uri: str, features: tuple[str, ...]) -> None:
     for feature in features:
         if feature not in SUPPORTED_WRITER_FEATURES:
@@ -408,6 +428,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         # tasks whose commit messages never reached it (tasks finishing after the failure).
         self.job_id = uuid.uuid4().hex[:8]
         self.input_schema_json = spark_schema.jsonValue()
+        require_arrow_checks(plan)  # on the driver: a constraint Arrow cannot check fails here
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaCommitMessage:
         if self.plan.skip:

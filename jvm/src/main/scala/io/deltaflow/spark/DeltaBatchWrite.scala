@@ -1,6 +1,7 @@
 package io.deltaflow.spark
 
 import scala.jdk.CollectionConverters._
+import scala.util.control.NonFatal
 
 import com.fasterxml.jackson.databind.JsonNode
 
@@ -22,7 +23,11 @@ import org.apache.spark.sql.types.DataType
  *    `write.abort` deletes what was staged or moved: nothing is visible before the
  *    commit, and a crash leaves only files no commit references (VACUUM removes them).
  * 3. `python`: what the JVM path does not implement yet (column mapping, replaceWhere,
- *    CHECK constraints, ...) goes through deltaflow's Python data source.
+ *    object stores, ...) goes through deltaflow's Python data source.
+ *
+ * Either way, a table with NOT NULL columns or CHECK constraints gets its rows checked
+ * on the way ([[RowChecks]]): the first violating row fails the job, so nothing is
+ * committed, and the error is the brain's typed `ConstraintViolationError`.
  */
 object DeltaBatchWrite extends Logging {
   private val TimestampConf = "spark.sql.parquet.outputTimestampType"
@@ -48,10 +53,16 @@ object DeltaBatchWrite extends Logging {
     PlanConfs.foreach(k => data.sparkSession.conf.getOption(k).foreach(conf.put(k, _)))
     val plan = Brain.call("write.plan", args)
     val route = plan.get("route").asText()
-    val committed = route match {
-      case "skip" => None
-      case "python" => writeThroughPython(data, plan); None
-      case _ => Some(writeOnJvm(data, plan))
+    val guard = Option(plan.get("checks")).filterNot(_.isNull)
+    val rows = guard.map(RowChecks.guarded(data, _)).getOrElse(data)
+    val committed = try {
+      route match {
+        case "skip" => None
+        case "python" => writeThroughPython(rows, plan); None
+        case _ => Some(writeOnJvm(rows, plan))
+      }
+    } catch {
+      case NonFatal(e) => throw guard.flatMap(RowChecks.violation(e, _)).getOrElse(e)
     }
     val report = Brain.newArgs()
     report.put("table_uri", plan.path("tableUri").asText(parameters.getOrElse("path", "")))
@@ -140,5 +151,42 @@ object DeltaBatchWrite extends Logging {
       column.alias(name)
     }.toSeq
     data.select(columns: _*)
+  }
+}
+
+/**
+ * A table's row rules (NOT NULL columns, CHECK constraints) applied to the rows of a
+ * write, as the brain spells them (`write.plan`'s `checks`, from
+ * `deltaflow/table/_constraints.py`): a projection that raises on the first violating
+ * row. It is an expression of a written column, so Spark never prunes it, and it runs
+ * above the query's own filters.
+ */
+object RowChecks {
+  private val Mark = """(?s)\[deltaflow-check#(\d+)\](.*?)\[/deltaflow-check\]""".r
+
+  def guarded(data: DataFrame, checks: JsonNode): DataFrame = {
+    def texts(key: String) = checks.get(key).elements().asScala.map(_.asText()).toSeq
+    data.selectExpr(texts("widen"): _*).selectExpr(texts("guarded"): _*)
+  }
+
+  /** The typed error for a failure a guard raised (anywhere in `e`'s causes), if any. */
+  def violation(e: Throwable, checks: JsonNode): Option[DeltaflowException] = {
+    var current = e
+    val seen = scala.collection.mutable.Set[Throwable]()
+    while (current != null && seen.add(current)) {
+      Option(current.getMessage).flatMap(m => Mark.findFirstMatchIn(m)).foreach { m =>
+        val index = m.group(1).toInt
+        val values = m.group(2)
+        val about = checks.get("violations").get(index)
+        val fields = about.get("fields").properties().asScala
+          .map(f => f.getKey -> f.getValue.asText()).toMap + ("values" -> values)
+        val message = about.get("message").asText().replace("{values}", values)
+        val typed = DeltaflowException.of("ConstraintViolationError", message, fields)
+        val wire = typed.getMessage.stripPrefix(typed.plainMessage).stripPrefix("\n")
+        return Some(new DeltaflowException(typed.errorType, message, fields, wire, e))
+      }
+      current = current.getCause
+    }
+    None
   }
 }

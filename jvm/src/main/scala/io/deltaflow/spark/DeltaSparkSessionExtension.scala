@@ -2,6 +2,7 @@ package io.deltaflow.spark
 
 import org.apache.spark.sql.SparkSessionExtensions
 
+import io.deltaflow.spark.catalog.AlterTableRule
 import io.deltaflow.spark.sql.{DeltaSqlParser, TableChanges}
 
 /**
@@ -9,7 +10,8 @@ import io.deltaflow.spark.sql.{DeltaSqlParser, TableChanges}
  * a session's SQL, as delta-spark's `DeltaSparkSessionExtension` does for it. The SQL parser
  * learns Delta's own statements ([[DeltaSqlParser]]) and the `table_changes` functions
  * ([[TableChanges]]); everything else stays Spark's. Catalog reads honour `readChangeFeed`
- * and dynamic partition overwrites work ([[DeltaAnalysis]]).
+ * and dynamic partition overwrites work ([[DeltaAnalysis]]). ALTER TABLE forms Spark's
+ * analysis would refuse for a Delta table go to its catalog ([[AlterTableRule]]).
  * `deltaflow.spark_conf()` sets this and `spark.sql.catalog.spark_catalog` ([[DeltaCatalog]]).
  */
 class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
@@ -17,5 +19,6 @@ class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     extensions.injectParser((_, delegate) => new DeltaSqlParser(delegate))
     TableChanges.functions.foreach(extensions.injectTableFunction)
     extensions.injectResolutionRule(session => new DeltaAnalysis(session))
+    extensions.injectResolutionRule(session => new AlterTableRule(session))
   }
 }

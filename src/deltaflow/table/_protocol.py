@@ -1,0 +1,134 @@
+"""The Delta protocol action: which features a table needs, and minimal upgrades.
+
+A legacy protocol (writer version < 7) implies its features by version; a table-features
+protocol (reader 3 / writer 7) lists them. :meth:`Protocol.with_features` gives the
+lowest protocol that adds features to a table's: a legacy version bump when the
+feature has one (``checkConstraints`` -> writer 3, ``changeDataFeed`` -> writer 4,
+``columnMapping`` -> reader 2 / writer 5), else table features listing the features the
+table actually uses plus the new ones, as delta-spark's upgrades do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Features each legacy writer version brought (cumulative by version).
+_LEGACY_WRITER = {
+    2: ("appendOnly", "invariants"),
+    3: ("checkConstraints",),
+    4: ("changeDataFeed", "generatedColumns"),
+    5: ("columnMapping",),
+    6: ("identityColumns",),
+}
+# Features that readers must understand too (listed in readerFeatures).
+READER_WRITER_FEATURES = frozenset(
+    {
+        "columnMapping",
+        "deletionVectors",
+        "timestampNtz",
+        "typeWidening",
+        "typeWidening-preview",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "variantType",
+        "variantType-preview",
+    }
+)
+# Features deltaflow's writers honour, so an ALTER may add them (not typeWidening: delta-rs
+# 1.6, which commits deltaflow's appends, refuses to write a table that has it).
+ADDABLE_FEATURES = (
+    "appendOnly",
+    "changeDataFeed",
+    "checkConstraints",
+    "columnMapping",
+    "deletionVectors",
+    "invariants",
+    "timestampNtz",
+    "vacuumProtocolCheck",
+)
+
+
+@dataclass(frozen=True)
+class Protocol:
+    reader: int
+    writer: int
+    reader_features: frozenset[str] = frozenset()
+    writer_features: frozenset[str] = frozenset()
+
+    @property
+    def features(self) -> frozenset[str]:
+        """Every feature the protocol supports (implied by legacy versions or listed)."""
+        found = set(self.reader_features) | set(self.writer_features)
+        if self.writer < 7:
+            for version, implied in _LEGACY_WRITER.items():
+                if self.writer >= version:
+                    found.update(implied)
+        if self.reader == 2:
+            found.add("columnMapping")
+        return frozenset(found)
+
+    def with_features(self, added: Iterable[str], used: Iterable[str] = ()) -> Protocol:
+        """The lowest protocol supporting this one's features and ``added``. ``used``: the
+        features the table's metadata uses, kept when a legacy protocol turns into a
+        table-features one (the legacy versions' other implied features are dropped)."""
+        new = set(added) - self.features
+        if not new:
+            return self
+        if self.writer < 7 and all(_legacy_version(f) is not None for f in new):
+            writer = max([self.writer, *(_legacy_version(f) or 0 for f in new)])
+            reader = max(self.reader, 2 if "columnMapping" in new else 1)
+            return Protocol(reader, writer)
+        if self.writer < 7:
+            kept = {"appendOnly", "invariants"} if self.writer >= 2 else set()
+            kept |= set(used) & self.features
+            if self.reader >= 2:
+                kept.add("columnMapping")
+            writer_features = frozenset(kept | new)
+        else:
+            writer_features = frozenset(self.writer_features | new)
+        reader_needs = writer_features & READER_WRITER_FEATURES
+        if reader_needs or self.reader >= 3:
+            listed = self.reader_features if self.reader >= 3 else frozenset()
+            return Protocol(3, 7, frozenset(listed | reader_needs), writer_features)
+        return Protocol(self.reader, 7, frozenset(), writer_features)
+
+    def to_action(self) -> dict[str, Any]:
+        action: dict[str, Any] = {"minReaderVersion": self.reader, "minWriterVersion": self.writer}
+        if self.reader >= 3:
+            action["readerFeatures"] = sorted(self.reader_features)
+        if self.writer >= 7:
+            action["writerFeatures"] = sorted(self.writer_features)
+        return action
+
+
+def _legacy_version(feature: str) -> int | None:
+    for version, implied in _LEGACY_WRITER.items():
+        if feature in implied:
+            return version
+    return None
+
+
+def features_in_use(
+    configuration: Mapping[str, str | None], schema: Mapping[str, Any]
+) -> frozenset[str]:
+    """The features a table's metadata makes use of (kept across a protocol upgrade)."""
+    used = set()
+    lowered = {k.lower(): (v or "") for k, v in configuration.items()}
+    if lowered.get("delta.appendonly", "").lower() == "true":
+        used.add("appendOnly")
+    if any(k.startswith("delta.constraints.") for k in lowered):
+        used.add("checkConstraints")
+    if lowered.get("delta.enablechangedatafeed", "").lower() == "true":
+        used.add("changeDataFeed")
+    if lowered.get("delta.columnmapping.mode", "none").lower() != "none":
+        used.add("columnMapping")
+    text = repr(schema)
+    if "delta.generationExpression" in text:
+        used.add("generatedColumns")
+    if "delta.identity." in text:
+        used.add("identityColumns")
+    if "delta.invariants" in text:
+        used.add("invariants")
+    return frozenset(used)
