@@ -251,7 +251,7 @@ def _job1(merge: _Merge) -> _Found:
     joined = _merge_rows.joined(
         scan.df, merge.marked, merge.condition, spec.clauses, inner=live is not None
     )
-    pairs = _merge_rows.per_row(joined, spec.clauses, merge.inserts)
+    pairs = _merge_rows.per_row(joined, spec.clauses, merge.inserts, inner=live is not None)
     if merge.inserts:
         merge.cached.append(pairs.persist(StorageLevel.MEMORY_AND_DISK))
     with _delete_update.balanced_splits(merge.spark):

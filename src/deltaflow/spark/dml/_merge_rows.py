@@ -105,11 +105,17 @@ def first_clause(
     return result
 
 
-def per_row(joined: DataFrame, clauses: tuple[MergeClause, ...], sources: bool) -> DataFrame:
+def per_row(
+    joined: DataFrame, clauses: tuple[MergeClause, ...], sources: bool, *, inner: bool = False
+) -> DataFrame:
     """Job 1's first step: one row per matched pair, and one per file for its unmatched
     target rows together (those appear once each in a left outer join, so summing them
     is exact): a small aggregate, however big the target. Plain sums and counts keep it
-    a hash aggregate (a list of source ids per target row would be a sort-based one)."""
+    a hash aggregate (a list of source ids per target row would be a sort-based one).
+
+    ``inner`` (an inner join: matched pairs only, each once): the same columns without
+    the aggregate, whose shuffle would group nothing (:func:`outcomes` sums per target
+    row either way)."""
     from pyspark.sql import functions as F
 
     def of(kinds: tuple[str, ...]) -> Column:
@@ -127,6 +133,14 @@ def per_row(joined: DataFrame, clauses: tuple[MergeClause, ...], sources: bool) 
     }
     matched = F.col(SOURCE_MARK).isNotNull()
     source_id = F.col(SOURCE_ID) if sources else F.lit(None).cast("long")
+    if inner:
+        return joined.select(
+            F.col(_delete_update.FILE_INDEX),
+            F.col(ROW_ID),
+            source_id.alias(SOURCE_ID),
+            F.lit(1).cast("long").alias("n"),
+            *[v.cast("long").alias(k) for k, v in flags.items()],
+        )
     return joined.groupBy(
         F.col(_delete_update.FILE_INDEX),
         F.when(matched, F.col(ROW_ID)).alias(ROW_ID),
