@@ -90,6 +90,7 @@ def register(spark: SparkSession) -> SparkSession:
     from deltaflow.spark._source import DeltaDataSource
 
     _check_connector(spark)
+    _warm_brain(spark)  # first: its start overlaps the rest of the registration
     _patches.install()  # the pyspark patches that remain, all listed in _patches.PATCHES
 
     for key, value in REQUIRED_CONF.items():
@@ -98,7 +99,6 @@ def register(spark: SparkSession) -> SparkSession:
     spark.dataSource.register(CloudFilesDataSource)
     for name in (PYTHON_SOURCE_NAME, "cloudFiles"):
         _settle_worker_env(spark, name)
-    _warm_brain(spark)
     return spark
 
 
