@@ -88,6 +88,7 @@ def register(spark: SparkSession) -> SparkSession:
     from deltaflow.ingest.cloudfiles._source import CloudFilesDataSource
     from deltaflow.spark import _patches
     from deltaflow.spark._source import DeltaDataSource
+    from deltaflow.spark.dml import _sql as _sql_dml
 
     _check_connector(spark)
     _warm_brain(spark)  # first: its start overlaps the rest of the registration
@@ -95,6 +96,7 @@ def register(spark: SparkSession) -> SparkSession:
 
     for key, value in REQUIRED_CONF.items():
         spark.conf.set(key, value)
+    _sql_dml.install(spark)  # UPDATE / DELETE / MERGE INTO statements on Delta tables
     spark.dataSource.register(DeltaDataSource)
     spark.dataSource.register(CloudFilesDataSource)
     for name in (PYTHON_SOURCE_NAME, "cloudFiles"):

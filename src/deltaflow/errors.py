@@ -102,6 +102,16 @@ def carry_errors(function: _Function) -> _Function:
     return cast(_Function, wrapper)
 
 
+def error_answer(exc: DeltaflowError) -> dict[str, Any]:
+    """``exc`` as the connector reads an error answer (``DeltaflowException.fromAnswer``)."""
+    return {
+        "type": type(exc).__name__,
+        "message": exc.message,
+        "fields": {k: str(v) for k, v in exc._fields.items()},
+        "wire": to_wire(exc),
+    }
+
+
 def to_wire(error: DeltaflowError) -> str:
     """``error`` as a marker string that survives Spark's worker-to-driver error text."""
     payload = {

@@ -105,23 +105,28 @@ def test_insert_select_between_catalog_tables_writes_the_named_table(spark, tabl
     assert DeltaTable(dst_path).to_pyarrow_table().to_pylist() == [{"id": 1, "name": "a"}]
 
 
-def test_catalog_writes_deltaflow_cannot_route_are_refused_typed(spark, table_path):
-    from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
+def test_bad_insert_commits_nothing_and_partition_insert_writes_the_partition(spark, table_path):
+    from pyspark.errors import AnalysisException
 
     src_path = table_path("src")
-    write_deltalake(src_path, pa.table({"id": pa.array([1], pa.int64()), "name": ["a"]}))
+    write_deltalake(
+        src_path,
+        pa.table({"id": pa.array([1], pa.int64()), "name": ["a"]}),
+        partition_by=["name"],
+    )
     src = _fresh_name()
     spark.sql(f"CREATE TABLE {src} USING delta LOCATION '{src_path}'")
 
-    with pytest.raises(SchemaMismatchError, match="gives 1 column"):
-        spark.sql(f"INSERT INTO {src} SELECT 5")
-    with pytest.raises(UnsupportedFeatureError, match="PARTITION"):
-        spark.sql(f"INSERT INTO {src} PARTITION (name='x') SELECT 5")
+    with pytest.raises(AnalysisException, match="INSERT_COLUMN_ARITY_MISMATCH"):
+        spark.sql(f"INSERT INTO {src} SELECT 5, 'x', 7")
     assert DeltaTable(src_path).version() == 0
+    spark.sql(f"INSERT INTO {src} PARTITION (name='x') SELECT 5")
+    rows = DeltaTable(src_path).to_pyarrow_table().to_pylist()
+    assert sorted((r["id"], r["name"]) for r in rows) == [(1, "a"), (5, "x")]
     # saveAsTable appends to an existing table: the connector's table knows its location.
-    spark.table(src).write.format("delta").mode("append").saveAsTable(src)
-    assert DeltaTable(src_path).version() == 1
-    assert sorted(DeltaTable(src_path).to_pyarrow_table().column("id").to_pylist()) == [1, 1]
+    spark.table(src).where("id = 1").write.format("delta").mode("append").saveAsTable(src)
+    assert DeltaTable(src_path).version() == 2
+    assert sorted(DeltaTable(src_path).to_pyarrow_table().column("id").to_pylist()) == [1, 1, 5]
 
 
 def test_copy_of_a_catalog_table_does_not_inherit_its_location_marker(spark, seeded, table_path):

@@ -326,3 +326,33 @@ def test_non_local_tables_are_refused_with_a_typed_error():
     with pytest.raises(UnsupportedFeatureError) as info:
         _log_commit.require_local("s3://bucket/table", "DELETE with the change data feed")
     assert info.value.feature == "logCommit"
+
+
+@pytest.mark.parametrize("remover", ["delta-rs", "log writer"])
+def test_a_blind_append_is_not_failed_by_a_concurrent_delete(tmp_path, remover):
+    """An append read nothing: a DELETE that committed after the appender loaded the
+    table must not fail it (delta-rs alone would: ConcurrentDeleteRead)."""
+    path = _make(str(tmp_path / "t"))
+    stale = RsTable(path)  # the appender's view, before the delete
+    if remover == "delta-rs":
+        RsTable(path).delete("kind = 'a'")
+    else:
+        _commit.commit(_rewrite(path, "a", [0], stale.version()))
+    added = _data_file(path, [9], "c")
+    schema = json.loads(stale.schema().to_json())
+    result = _commit.commit(
+        _commit.CommitRequest(
+            table_uri=_uri.normalize_uri(path),
+            schema=schema,
+            partition_columns=("kind",),
+            adds=[added],
+            read_version=stale.version(),
+            app_id="appender",
+            app_version=1,
+            table=stale,
+        )
+    )
+    assert not result.skipped
+    rows = sorted(RsTable(path).to_pyarrow_table().column("id").to_pylist())
+    assert rows == ([3, 4, 5, 9] if remover == "delta-rs" else [0, 3, 4, 5, 9])
+    assert RsTable(path).transaction_version("appender") == 1

@@ -5,6 +5,11 @@
                     [--max-body-bytes N] [--max-delay-ms MS] [--max-rows N]
 
 Flags override the file. See docs/ingest-http.md.
+
+    deltaflow sql-server [--host H] [--port P] [--master M] [--warehouse DIR]
+                         [--conf KEY=VALUE ...]
+
+Spark's Thrift JDBC server on a deltaflow session (docs/sql.md).
 """
 
 from __future__ import annotations
@@ -53,6 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-rows", type=int, help="group commit: most rows per commit")
     serve.add_argument("--no-fsync", action="store_true", help="do not fsync before acknowledging")
     serve.add_argument("--log-level", help="debug, info, warning, error")
+    sql = commands.add_parser(
+        "sql-server",
+        help="run Spark's Thrift JDBC server on a deltaflow session",
+        description="Serve SQL over JDBC (beeline, BI tools) on a deltaflow session.",
+    )
+    sql.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
+    sql.add_argument("--port", type=int, default=10000, help="port (default 10000)")
+    sql.add_argument("--master", help="Spark master (default local[cores])")
+    sql.add_argument("--warehouse", help="where managed tables go (spark.sql.warehouse.dir)")
+    sql.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
+    )
     return parser
 
 
@@ -97,6 +114,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         except DeltaflowError as exc:
             print(f"deltaflow serve: {exc}", file=sys.stderr)
             return 2
+        return 0
+    if args.command == "sql-server":
+        from deltaflow.spark import _sql_server
+
+        conf = {}
+        for pair in args.conf:
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                print(
+                    f"deltaflow sql-server: --conf expects KEY=VALUE, not {pair!r}", file=sys.stderr
+                )
+                return 2
+            conf[key] = value
+        _sql_server.serve(args.host, args.port, args.master, args.warehouse, conf)
         return 0
     return 2  # pragma: no cover - argparse rejects unknown commands
 

@@ -8,7 +8,6 @@ ones so that a typo never silently changes what a query does.
 from __future__ import annotations
 
 import json
-
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -42,6 +41,7 @@ WRITE_OPTIONS = (
     "mergeSchema",
     "overwriteSchema",
     "replaceWhere",
+    "partitionOverwriteMode",
     "txnAppId",
     "txnVersion",
     "userMetadata",
@@ -147,6 +147,8 @@ class WriteOptions:
     max_records_per_file: int = 0
     compression: str = "snappy"
     table_properties: dict[str, str] = field(default_factory=dict)
+    # "dynamic": an overwrite replaces only the partitions the written rows fall in.
+    partition_overwrite_mode: str = "static"
     # Set by CREATE TABLE ... AS SELECT: the new table's comment (its properties are in
     # table_properties).
     table_comment: str | None = None
@@ -318,6 +320,20 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         for key, value in options.items()
         if key.lower().startswith("delta.") and value is not None
     }
+    overwrite_mode = (lowered.get("partitionoverwritemode") or "static").strip().lower()
+    if overwrite_mode not in ("static", "dynamic"):
+        raise InvalidOptionError(
+            f"partitionOverwriteMode must be 'static' or 'dynamic', got {overwrite_mode!r}.",
+            option="partitionOverwriteMode",
+            valid=("static", "dynamic"),
+        )
+    if overwrite_mode == "dynamic" and lowered.get("replacewhere"):
+        raise InvalidOptionError(
+            "replaceWhere and partitionOverwriteMode=dynamic cannot be used together: one"
+            " names the rows to replace, the other replaces the partitions written to. Use"
+            " one of them.",
+            option="partitionOverwriteMode",
+        )
     comment = None
     if CREATE_SPEC_OPTION in lowered:
         create = json.loads(lowered[CREATE_SPEC_OPTION])
@@ -336,4 +352,5 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         compression=lowered.get("compression", "snappy"),
         table_properties=properties,
         table_comment=comment,
+        partition_overwrite_mode=overwrite_mode,
     )

@@ -15,9 +15,10 @@ the rest of its kind: read checks in :mod:`deltaflow.spark.read._checks`, delta 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,7 +189,11 @@ def _writer(cls: Any) -> dict[str, Callable[..., Any]]:
             state = state_of(self)
             implied = name if name != "saveAsTable" else kwargs.get("format") or state["format"]
             state["implied_format"] = (implied or "").lower() or None
-            if state["partition_by"] and state["implied_format"] not in (None, "delta"):
+            # saveAsTable of a Delta table goes through deltaflow's catalog, which takes
+            # the partitioning as Spark hands it over.
+            if state["partition_by"] and (
+                name == "saveAsTable" or state["implied_format"] not in (None, "delta")
+            ):
                 original_partition_by(self, *state["partition_by"])
             return original(self, *args, **kwargs)
 
@@ -203,83 +208,10 @@ def _writer(cls: Any) -> dict[str, Callable[..., Any]]:
     }
 
 
-# ---- Catalog statements: CREATE TABLE ... USING delta, INSERT, insertInto ----------------
-
-
-def _sql(cls: Any) -> dict[str, Callable[..., Any]]:
-    from deltaflow.spark.catalog._create import create_from_sql
-    from deltaflow.spark.catalog._writes import insert_from_sql
-
-    original = cls.sql
-
-    def sql(self: Any, sqlQuery: str, args: Any = None, **kwargs: Any) -> Any:
-        if args is None and not kwargs and isinstance(sqlQuery, str):
-            created = create_from_sql(self, sqlQuery)
-            if created is None:
-                created = insert_from_sql(self, sqlQuery)
-            if created is not None:
-                return created
-        return original(self, sqlQuery, args, **kwargs)
-
-    sql.__wrapped_sql__ = original  # type: ignore[attr-defined]
-    return {"sql": sql}
-
-
-def _insert_into(cls: Any) -> dict[str, Callable[..., Any]]:
-    from deltaflow.spark.catalog._writes import catalog_location, write
-
-    original = cls.insertInto
-
-    def insertInto(self: Any, tableName: str, overwrite: bool | None = None) -> None:
-        location = catalog_location(self._spark, tableName)
-        if location is None:
-            return original(self, tableName, overwrite)
-        write(self._spark, tableName, location, self._df, bool(overwrite))
-        return None
-
-    return {"insertInto": insertInto}
-
-
-# ---- DataStreamWriter: toTable for catalog tables, partitionBy for the Python sink ------
-
-
-def _to_table(cls: Any) -> dict[str, Callable[..., Any]]:
-    from deltaflow.spark._source import table_location
-
-    original = cls.toTable
-
-    def toTable(
-        self: Any,
-        tableName: str,
-        format: str | None = None,
-        outputMode: str | None = None,
-        partitionBy: Any = None,
-        queryName: str | None = None,
-        **options: Any,
-    ) -> Any:
-        # Spark hands a Python sink no options for a catalog table, so the table's
-        # location (kept in the catalog schema) would never reach it: start(location).
-        spark = self._spark
-        location = (
-            table_location(spark, tableName) if spark.catalog.tableExists(tableName) else None
-        )
-        if location is None:
-            return original(self, tableName, format, outputMode, partitionBy, queryName, **options)
-        return self.start(
-            location,
-            format="delta",
-            outputMode=outputMode,
-            partitionBy=partitionBy,
-            queryName=queryName,
-            **options,
-        )
-
-    return {"toTable": toTable}
+# ---- DataStreamWriter: partitionBy for the Python sink ---------------------------------
 
 
 def _stream_partitions(cls: Any) -> dict[str, Callable[..., Any]]:
-    from deltaflow.errors import typed_error
-
     key = "_deltaflow_stream_state"
     original_option, original_partition_by, original_start = (
         cls.option,
@@ -314,17 +246,74 @@ def _stream_partitions(cls: Any) -> dict[str, Callable[..., Any]]:
             original_partition_by(self, *columns)
         if not _is_delta(state):
             return original_start(self, path, outputMode=outputMode, queryName=queryName)
-        try:
+        # The connector checks a Delta sink's settings inside start(): its typed error,
+        # not the Py4J error around it.
+        with _typed_errors():
             return original_start(self, path, outputMode=outputMode, queryName=queryName)
-        except Exception as exc:
-            # The connector checks a Delta sink's settings inside start(): raise its
-            # typed error rather than the Py4J error around it.
-            error = typed_error(exc)
-            if error is None or error is exc:
-                raise
-            raise error from exc
 
-    return {**_recording(cls, key), "partitionBy": partitionBy, "start": start}
+    def toTable(
+        self: Any,
+        tableName: str,
+        format: str | None = None,
+        outputMode: str | None = None,
+        partitionBy: Any = None,
+        queryName: str | None = None,
+        **options: Any,
+    ) -> Any:
+        # Spark runs a stream into a catalog table through the table's streaming write,
+        # which the connector's tables do not have yet (their sink is the provider's):
+        # a Delta catalog table's stream is started at its location.
+        from deltaflow.spark.catalog._create import catalog_location
+
+        location = catalog_location(self._spark, tableName)
+        if location is None:
+            return original_to_table(
+                self, tableName, format, outputMode, partitionBy, queryName, **options
+            )
+        return start(
+            self,
+            location,
+            format="delta",
+            outputMode=outputMode,
+            partitionBy=partitionBy,
+            queryName=queryName,
+            **options,
+        )
+
+    original_to_table = cls.toTable
+    return {
+        **_recording(cls, key),
+        "partitionBy": partitionBy,
+        "start": start,
+        "toTable": toTable,
+    }
+
+
+@contextlib.contextmanager
+def _typed_errors() -> Iterator[None]:
+    """Raise the deltaflow error a JVM or worker error carries (its marker), typed."""
+    from deltaflow.errors import typed_error
+
+    try:
+        yield
+    except Exception as exc:
+        error = typed_error(exc)
+        if error is None or error is exc:
+            raise
+        raise error from exc
+
+
+# ---- SparkSession.sql: the connector's typed errors --------------------------------------
+
+
+def _sql(cls: Any) -> dict[str, Callable[..., Any]]:
+    original = cls.sql
+
+    def sql(self: Any, sqlQuery: Any, args: Any = None, **kwargs: Any) -> Any:
+        with _typed_errors():
+            return original(self, sqlQuery, args, **kwargs)
+
+    return {"sql": sql}
 
 
 def _foreach_batch(cls: Any) -> dict[str, Callable[..., Any]]:
@@ -382,30 +371,19 @@ PATCHES = (
         " partitionBy as an option the Python writer reads",
     ),
     Patch(
+        "pyspark.sql.streaming.readwriter.DataStreamWriter",
+        ("format", "option", "options", "partitionBy", "start", "toTable"),
+        _stream_partitions,
+        "partitionBy as an option for the Python sink, which Spark refuses it for;"
+        " the typed error of a Delta sink setting start() refused; toTable(name) of a"
+        " Delta catalog table as start(location), until the JVM table has a streaming write",
+    ),
+    Patch(
         "pyspark.sql.session.SparkSession",
         ("sql",),
         _sql,
-        "CREATE TABLE t (columns) USING delta and INSERT into catalog tables, until"
-        " issue 12's catalog extension",
-    ),
-    Patch(
-        "pyspark.sql.readwriter.DataFrameWriter",
-        ("insertInto",),
-        _insert_into,
-        "insertInto a catalog table by its location, until issue 12's catalog extension",
-    ),
-    Patch(
-        "pyspark.sql.streaming.readwriter.DataStreamWriter",
-        ("toTable",),
-        _to_table,
-        "toTable(name) as start(location) for Delta catalog tables, until issue 12",
-    ),
-    Patch(
-        "pyspark.sql.streaming.readwriter.DataStreamWriter",
-        ("format", "option", "options", "partitionBy", "start"),
-        _stream_partitions,
-        "partitionBy as an option for the Python sink, which Spark refuses it for;"
-        " the typed error of a Delta sink setting start() refused",
+        "the typed deltaflow error (e.g. TableNotFoundError) of a statement the connector"
+        " refused, not the Py4J error around it",
     ),
     Patch(
         "pyspark.sql.streaming.readwriter.DataStreamWriter",

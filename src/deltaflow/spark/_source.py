@@ -35,12 +35,9 @@ class DeltaDataSource(DataSource):
     def name(cls) -> str:
         return "deltaflow_python"
 
-    def _load(self, schema: StructType | None = None) -> Snapshot:
+    def _load(self) -> Snapshot:
         if self._snapshot is None:
             options = dict(self.options)
-            location = location_of(schema) if schema is not None else None
-            if location and not (options.get("path") or options.get("location")):
-                options["path"] = location
             # Only what picks the snapshot: Spark builds this table for a stream sink too
             # (object stores), with the stream's and the write's options; reader() and
             # streamReader() check the read options strictly.
@@ -61,7 +58,7 @@ class DeltaDataSource(DataSource):
             from deltaflow.spark.read._cdf import with_cdf_columns
 
             schema = with_cdf_columns(schema)
-        return with_location(schema, snapshot.uri)
+        return schema
 
     def _reads_change_feed(self) -> bool:
         return any(
@@ -70,7 +67,7 @@ class DeltaDataSource(DataSource):
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        snapshot = self._load(schema)
+        snapshot = self._load()
         options = dict(self.options)
         options.setdefault("path", snapshot.uri)
         read = parse_read_options(options)
@@ -87,14 +84,6 @@ class DeltaDataSource(DataSource):
         from deltaflow.spark.write._writer import DeltaBatchWriter, plan_write
 
         raw = _without(self.options, SAVE_MODE_OPTION)
-        location = location_of(schema)
-        if not (raw.get("path") or raw.get("location")):
-            # A catalog write that did not go through deltaflow's INSERT / insertInto: the
-            # location in the query's schema may be the table it READS from.
-            from deltaflow.errors import RemoteDeltaflowError
-            from deltaflow.spark.catalog._writes import refuse_unrouted_write
-
-            raise RemoteDeltaflowError(refuse_unrouted_write(location or "no table"))
         options = parse_write_options(raw)
         mode = self.options.get(SAVE_MODE_OPTION) or ("overwrite" if overwrite else "append")
         plan = plan_write(_uri.normalize_uri(options.path), schema.jsonValue(), mode, options)
@@ -104,7 +93,7 @@ class DeltaDataSource(DataSource):
         from deltaflow.spark._options import parse_stream_options
         from deltaflow.spark.stream._reader import DeltaStreamReader
 
-        snapshot = self._load(schema)
+        snapshot = self._load()
         options = parse_stream_options({**dict(self.options), "path": snapshot.uri})
         return DeltaStreamReader(snapshot, schema, options)
 
@@ -119,48 +108,3 @@ _SNAPSHOT_OPTIONS = frozenset({"path", "versionasof", "timestampasof"})
 
 def _without(options: Any, key: str) -> dict[str, str]:
     return {k: v for k, v in dict(options).items() if k.lower() != key.lower()}
-
-
-# Spark gives a Python source no options at all when it reads or writes a catalog
-# table (CREATE TABLE ... USING delta LOCATION '...' then SELECT / INSERT). The one
-# thing that survives in the catalog is the schema schema() returned at CREATE time,
-# field metadata included, so the location rides along in the first field's metadata.
-LOCATION_METADATA_KEY = "deltaflow.location"
-
-
-def with_location(schema: StructType, uri: str) -> StructType:
-    if not schema.fields:
-        return schema
-    as_json = schema.jsonValue()
-    first = as_json["fields"][0]
-    first["metadata"] = {**first.get("metadata", {}), LOCATION_METADATA_KEY: uri}
-    return StructType.fromJson(as_json)
-
-
-def location_of(schema: StructType) -> str | None:
-    for field in schema.fields[:1]:
-        value = field.metadata.get(LOCATION_METADATA_KEY)
-        if isinstance(value, str):
-            return value
-    return None
-
-
-def table_location(spark: Any, name: str) -> str | None:
-    """The location of catalog table ``name`` if it is a Delta table, else None.
-
-    Tables the connector serves keep their location in the catalog; tables the
-    Python source made keep it in their schema's field metadata as well.
-    """
-    location = location_of(spark.table(name).schema)
-    if location is not None:
-        return location
-    try:
-        state = spark._jsparkSession.sessionState()
-        metadata = state.catalog().getTableMetadata(state.sqlParser().parseTableIdentifier(name))
-        provider = metadata.provider()
-        if not provider.isDefined() or str(provider.get()).lower() != "delta":
-            return None
-        uri = metadata.location()
-        return str(uri) if uri is not None else None
-    except Exception:  # a temporary view, Spark Connect, or no such table
-        return None

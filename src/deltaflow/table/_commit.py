@@ -241,27 +241,48 @@ def commit(request: CommitRequest) -> CommitResult:
     now_ms = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [a.to_action() for a in request.adds]
     actions.extend(r.to_action(now_ms) for r in request.removes)
-    try:
-        table.create_write_transaction(
-            actions,
-            request.mode,
-            schema,
-            list(request.partition_columns) or None,
-            commit_properties=properties,
-        )
-    except CommitFailedError as exc:
-        kind = conflict_kind(str(exc))
-        raise ConcurrentWriteError(
-            f"Commit to {request.table_uri} conflicted with a concurrent writer ({kind}): {exc}."
-            " Nothing was committed; retry the operation on the current version of the table.",
-            table_uri=request.table_uri,
-            kind=kind,
-            read_version=request.read_version,
-            attempts=MAX_COMMIT_RETRIES,
-        ) from exc
+    rebases = 0
+    while True:
+        try:
+            table.create_write_transaction(
+                actions,
+                request.mode,
+                schema,
+                list(request.partition_columns) or None,
+                commit_properties=properties,
+            )
+            break
+        except CommitFailedError as exc:
+            kind = conflict_kind(str(exc))
+            # delta-rs judges a blind append against the version it loaded as if it had
+            # read every file, so a concurrent DELETE / UPDATE / MERGE fails it
+            # (ConcurrentDeleteRead) on each of its retries. A blind append read nothing:
+            # it commits on the newest version instead (its app transaction checked again).
+            if pinned or kind != "ConcurrentDeleteRead" or rebases >= MAX_APPEND_REBASES:
+                raise _conflict(request, kind, exc) from exc
+            rebases += 1
+            table = DeltaTable(location, storage_options=request.storage_options)
+            if already_committed(table, request.app_id, request.app_version):
+                return CommitResult(None, True, 0)
     # delta-rs does not hand back the version it committed; the newest one is ours unless
     # another writer raced in right after, which only makes the reported number later.
     return CommitResult(_latest_version(location, request, table), False, len(request.adds))
+
+
+# A blind append that delta-rs fails for a concurrent delete is retried on the newest
+# version this many times (each attempt itself retries MAX_COMMIT_RETRIES times).
+MAX_APPEND_REBASES = 10
+
+
+def _conflict(request: CommitRequest, kind: str, exc: Exception) -> ConcurrentWriteError:
+    return ConcurrentWriteError(
+        f"Commit to {request.table_uri} conflicted with a concurrent writer ({kind}): {exc}."
+        " Nothing was committed; retry the operation on the current version of the table.",
+        table_uri=request.table_uri,
+        kind=kind,
+        read_version=request.read_version,
+        attempts=MAX_COMMIT_RETRIES,
+    )
 
 
 def _commit_with_log_writer(request: CommitRequest) -> CommitResult:

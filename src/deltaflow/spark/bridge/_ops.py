@@ -182,7 +182,9 @@ def plan_scan(args: dict[str, Any]) -> dict[str, Any]:
     """``scan.plan``: the snapshot's files left after pruning, with deleted rows."""
     options = options_of(args)
     if options:
-        parse_read_options(options)  # typed errors for misspelt or invalid read options
+        # Typed errors for misspelt or invalid read options; a catalog table's scan
+        # options do not name its location, the table does.
+        parse_read_options({**options, "path": str(args["uri"])})
     version = args.get("version")
     snapshot = load_snapshot(str(args["uri"]), version=None if version is None else int(version))
     _check_columns(snapshot, args.get("columns") or [])

@@ -49,7 +49,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
-from deltaflow.errors import DeltaflowError, from_wire, to_wire
+from deltaflow.errors import DeltaflowError, error_answer, from_wire
 from deltaflow.spark.bridge import _ops, _stream
 from deltaflow.spark.catalog import _create
 from deltaflow.spark.errors import BridgeError
@@ -95,23 +95,14 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
             )
         return {"id": request_id, "result": handler(request.get("args") or {})}
     except DeltaflowError as exc:
-        return {"id": request_id, "error": _error(exc)}
+        return {"id": request_id, "error": error_answer(exc)}
     except Exception as exc:  # anything else still answers, typed as a bridge error
         carried = from_wire(str(exc))  # a reader packs its typed errors for Spark's workers
         if carried is not None:
-            return {"id": request_id, "error": _error(carried)}
+            return {"id": request_id, "error": error_answer(carried)}
         traceback.print_exc(file=sys.stderr)
         wrapped = BridgeError(f"{op} failed: {type(exc).__name__}: {exc}", operation=op)
-        return {"id": request_id, "error": _error(wrapped)}
-
-
-def _error(exc: DeltaflowError) -> dict[str, Any]:
-    return {
-        "type": type(exc).__name__,
-        "message": exc.message,
-        "fields": {k: str(v) for k, v in exc._fields.items()},
-        "wire": to_wire(exc),
-    }
+        return {"id": request_id, "error": error_answer(wrapped)}
 
 
 def serve(lines: IO[str], out: IO[str]) -> None:

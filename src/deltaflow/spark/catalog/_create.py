@@ -12,9 +12,9 @@ The builder only declares (each call returns a new builder holding a frozen
   ``SELECT``, ``INSERT INTO`` and ``DeltaTable.forName`` work. Without ``location``, the
   table lives where Spark puts a managed table: ``<database location>/<table name>``.
 
-:func:`create_from_sql` makes ``spark.sql("CREATE TABLE t (cols) USING delta ...")``
-go through the same code: Spark never asks a Python source anything when a column list
-is given, so the catalog would otherwise hold a table with no location.
+:func:`create_log` is the log side of every CREATE / REPLACE: the builder's, and the
+SQL statements' through deltaflow's catalog (``DeltaCatalog.scala`` calls it as the
+brain's ``catalog.create``, :func:`create_from_catalog`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import InvalidOptionError
-from deltaflow.spark.catalog._writes import scala_list
 from deltaflow.table import _uri
 from deltaflow.table._snapshot import load_snapshot, table_exists
 from deltaflow.table.errors import (
@@ -246,8 +245,6 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
     else:
         assert spec.name is not None
         uri = managed_location(spark, spec.name)
-    label = spec.name or uri
-
     if spec.mode == "create" and in_catalog:
         raise TableAlreadyExistsError(
             f"Table {spec.name} already exists in the catalog. Use"
@@ -257,11 +254,35 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
         )
     if spec.mode == "createIfNotExists" and in_catalog:
         return DeltaTable(spark, registered or uri, name=spec.name)
+    spec = _with_session_defaults(spark, spec)
 
+    if not spec.columns and not table_exists(uri):
+        _validate(spec, spec.name or uri)  # the builder's error: call addColumn
     create_log(spec, uri, path_only=not spec.name)
     if spec.name:
         _register(spark, spec, uri, replace=in_catalog)
     return DeltaTable(spark, uri, name=spec.name)
+
+
+# delta-spark's session defaults for new tables' properties (``TableDefaults.scala`` is
+# the connector's side of the same rule).
+DEFAULTS_PREFIX = "spark.databricks.delta.properties.defaults."
+
+
+def _with_session_defaults(spark: SparkSession, spec: TableSpec) -> TableSpec:
+    """``spec`` with ``delta.X`` for each session default ``...properties.defaults.X``
+    it does not set itself."""
+    own = {k.lower() for k, _ in spec.properties}
+    defaults = [
+        (f"delta.{key[len(DEFAULTS_PREFIX):]}", str(value))
+        for key, value in spark.conf.getAll.items()
+        if key.startswith(DEFAULTS_PREFIX)
+        and f"delta.{key[len(DEFAULTS_PREFIX):]}".lower() not in own
+    ]
+    if not defaults:
+        return spec
+    checked = _checked_properties(dict(defaults), spec.location or spec.name or "new table")
+    return dataclasses.replace(spec, properties=(*checked, *spec.properties))
 
 
 def create_log(spec: TableSpec, uri: str, *, path_only: bool) -> None:
@@ -456,17 +477,29 @@ def _register(spark: SparkSession, spec: TableSpec, uri: str, *, replace: bool) 
     spec the table is a managed one, dropped with its data."""
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"
     located = ""
-    if spec.location:
+    if spec.location or replace:  # a replaced entry keeps its location (and its type)
         located = " LOCATION '" + uri.replace("\\", "\\\\").replace("'", "\\'") + "'"
     spark.sql(f"{verb} {spec.name} USING delta{located}")
 
 
 def _catalog_location(spark: SparkSession, name: str) -> str | None:
-    from deltaflow.spark._source import table_location
-
     if not spark.catalog.tableExists(name):
         return None
-    return table_location(spark, name)
+    return catalog_location(spark, name)
+
+
+def catalog_location(spark: Any, name: str) -> str | None:
+    """The location of catalog table ``name`` if it is a Delta table, else None."""
+    try:
+        state = spark._jsparkSession.sessionState()
+        metadata = state.catalog().getTableMetadata(state.sqlParser().parseTableIdentifier(name))
+        provider = metadata.provider()
+        if not provider.isDefined() or str(provider.get()).lower() != "delta":
+            return None
+        uri = metadata.location()
+        return _uri.normalize_uri(str(uri)) if uri is not None else None
+    except Exception:  # a temporary view, Spark Connect, or no such table
+        return None
 
 
 def managed_location(spark: SparkSession, name: str) -> str:
@@ -487,104 +520,3 @@ def _name_parts(name: str) -> list[str]:
 
 def _short_name(name: str) -> str:
     return _name_parts(name)[-1]
-
-
-# ---- CREATE TABLE t (columns) USING delta -----------------------------------------------
-
-
-def _original_sql(spark: SparkSession) -> Any:
-    method = type(spark).sql
-    return lambda query: getattr(method, "__wrapped_sql__", method)(spark, query)
-
-
-def create_from_sql(spark: SparkSession, query: str) -> Any:
-    """Run ``CREATE [OR REPLACE] TABLE t (columns) USING delta`` through the builder.
-
-    Spark's parser reads the statement; only a ``CREATE``/``REPLACE TABLE`` with a
-    column list, provider ``delta`` and no ``AS SELECT`` is taken over (the SQL patch
-    in :mod:`deltaflow.spark._patches` calls this). ``None`` for anything else.
-    """
-    spec = _spec_from_sql(spark, query)
-    if spec is None:
-        return None
-    execute(spark, spec)
-    return spark.range(0).select()  # what CREATE TABLE returns: nothing
-
-
-_CREATE_PREFIX = re.compile(r"^\s*(?:CREATE|REPLACE)\b", re.IGNORECASE)
-
-
-def _spec_from_sql(spark: SparkSession, query: str) -> TableSpec | None:
-    if not _CREATE_PREFIX.match(query) or "delta" not in query.lower():
-        return None
-    try:
-        plan = spark._jsparkSession.sessionState().sqlParser().parsePlan(query)
-    except Exception:
-        return None  # Spark reports the syntax error when it runs the statement itself
-    kind = plan.getClass().getSimpleName()
-    if kind not in ("CreateTable", "ReplaceTable"):
-        return None
-    table_spec = plan.tableSpec()
-    provider = table_spec.provider()
-    if not provider.isDefined() or str(provider.get()).lower() != "delta":
-        return None
-    from pyspark.sql.types import StructType
-
-    schema = StructType.fromJson(json.loads(plan.tableSchema().json()))
-    location = table_spec.location()
-    if not schema.fields:
-        if location.isDefined() and kind == "CreateTable":
-            _require_table_at(str(location.get()))
-        return None  # no column list: the table at the location gives the schema
-    partitions = [str(t.describe()) for t in scala_list(plan.partitioning())]
-    for p in partitions:
-        if not re.fullmatch(r"`?[^()`]+`?", p):
-            raise UnsupportedFeatureError(
-                f"CREATE TABLE ... PARTITIONED BY {p}: only plain partition columns are"
-                " supported, not transforms.",
-                table_uri=query.strip()[:80],
-                feature="partitionTransforms",
-            )
-    name = ".".join(f"`{part.replace('`', '``')}`" for part in scala_list(plan.name().nameParts()))
-    comment = table_spec.comment()
-    properties = {str(k): str(v) for k, v in _scala_map(table_spec.properties()).items()}
-    if kind == "ReplaceTable":
-        mode: CreateMode = "createOrReplace" if plan.orCreate() else "replace"
-    else:
-        mode = "createIfNotExists" if plan.ignoreIfExists() else "create"
-    builder = DeltaTableBuilder(spark, TableSpec(mode=mode, name=name))
-    if location.isDefined():
-        builder = builder.location(str(location.get()))
-    if comment.isDefined():
-        builder = builder.comment(str(comment.get()))
-    builder = builder.addColumns(schema)
-    if partitions:
-        builder = builder.partitionedBy(*(p.strip("`") for p in partitions))
-    for key, value in properties.items():
-        builder = builder.property(key, value)
-    return builder.spec
-
-
-def _require_table_at(location: str) -> None:
-    """delta-spark refuses ``CREATE TABLE t USING delta LOCATION p`` without columns when
-    ``p`` holds no table: there is no schema to register."""
-    from deltaflow.table import _uri
-    from deltaflow.table._snapshot import table_exists
-
-    uri = _uri.normalize_uri(location)
-    if not table_exists(uri):
-        raise TableNotFoundError(
-            f"CREATE TABLE ... USING delta LOCATION '{location}' names no Delta table (no"
-            f" _delta_log at {uri}) and gives no columns. Give the columns (CREATE TABLE t"
-            " (id BIGINT, ...) USING delta LOCATION ...) or write the table first.",
-            table_uri=uri,
-        )
-
-
-def _scala_map(scala_map: Any) -> dict[Any, Any]:
-    out = {}
-    iterator = scala_map.iterator()
-    while iterator.hasNext():
-        pair = iterator.next()
-        out[pair._1()] = pair._2()
-    return out

@@ -108,12 +108,10 @@ class DeltaTable:
     @classmethod
     def forName(cls, sparkOrSQLContext: SparkSession, tableOrViewName: str) -> DeltaTable:
         """The Delta table behind a catalog table made with ``CREATE TABLE ... USING delta``."""
-        from deltaflow.spark._source import table_location
-
         spark = sparkOrSQLContext
         location = None
         if spark.catalog.tableExists(tableOrViewName):
-            location = table_location(spark, tableOrViewName)
+            location = _create.catalog_location(spark, tableOrViewName)
         if location is None or not table_exists(location):
             raise TableNotFoundError(
                 f"{tableOrViewName} is not a Delta table in the catalog. Create it with CREATE"

@@ -106,6 +106,13 @@ class DeltaMergeBuilder:
         Returns delta-spark 4's one-row result: ``num_affected_rows``,
         ``num_updated_rows``, ``num_deleted_rows``, ``num_inserted_rows``.
         """
+        return self._spark.createDataFrame([self.run()], _RESULT_SCHEMA)
+
+    def run(self) -> tuple[int, int, int, int]:
+        """Run the MERGE; delta-spark's counts: affected, updated, deleted, inserted rows.
+        (``execute()`` returns them as a DataFrame; SQL's MERGE INTO as its result.)"""
+        from deltaflow.spark.dml import _merge
+
         if not self.spec.clauses:
             raise InvalidOptionError(
                 f"MERGE into {self.spec.uri} has no clauses: add whenMatchedUpdate(...),"
@@ -126,13 +133,11 @@ class DeltaMergeBuilder:
                     " its condition; add a condition to the earlier one or reorder them.",
                     option="condition",
                 )
-        from deltaflow.spark.dml import _merge
 
         m = _merge.execute(self._spark, self.spec)
         updated = m.matched_updated + m.by_source_updated
         deleted = m.matched_deleted + m.by_source_deleted
-        row = (updated + deleted + m.inserted, updated, deleted, m.inserted)
-        return self._spark.createDataFrame([row], _RESULT_SCHEMA)
+        return (updated + deleted + m.inserted, updated, deleted, m.inserted)
 
 
 def _pairs(

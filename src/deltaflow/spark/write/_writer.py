@@ -13,7 +13,7 @@ import copy
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -74,6 +74,8 @@ class WritePlan:
     skip: bool = False  # mode "ignore" on an existing table, or a duplicate app transaction
     partition_physical: dict[str, str] = field(default_factory=dict)
     replace_where: str | None = None  # only with mode "overwrite"
+    # Overwrite only the partitions the written rows fall in (partitionOverwriteMode).
+    dynamic_overwrite: bool = False
 
 
 def commit_request(
@@ -95,7 +97,28 @@ def commit_request(
         user_metadata=plan.options.user_metadata,
         description=plan.options.table_comment,
     )
+    if plan.dynamic_overwrite and plan.read_version is not None:
+        # Explicit removes of the touched partitions' files; delta-rs derives none.
+        request = replace(request, removes=partition_removes(plan, adds), mode="append")
     return replace(request, **overrides) if overrides else request
+
+
+def partition_removes(
+    plan: WritePlan, adds: Sequence[_commit.AddedFile]
+) -> list[_commit.RemovedFile]:
+    """A dynamic partition overwrite's removes: every live file (at the version the
+    write read) of each partition the written files fall in."""
+    snapshot = load_snapshot(plan.table_uri, version=plan.read_version)
+    physical = _schema.top_level_physical_names(snapshot.schema)
+    touched = {tuple(sorted(a.partition_values.items())) for a in adds}
+    removes = []
+    for entry in snapshot.files(stats=False):
+        values = _replace_where.serialized_partition_values(entry, physical)
+        if tuple(sorted(values.items())) in touched:
+            removes.append(
+                _commit.RemovedFile(path=entry.path, size=entry.size, partition_values=values)
+            )
+    return removes
 
 
 @dataclass
@@ -132,20 +155,6 @@ def arrow_schema(schema: dict[str, Any]) -> pa.Schema:
     return to_arrow_schema(StructType.fromJson(_schema.logical_schema(schema)), timezone="UTC")
 
 
-def _without_location(schema: dict[str, Any]) -> dict[str, Any]:
-    """``schema`` minus the catalog-location marker a read from a catalog table leaves in
-    its first field's metadata (``_source.with_location``): it names the table the data
-    came FROM and must not end up in the schema of the table written."""
-    from deltaflow.spark._source import LOCATION_METADATA_KEY
-
-    fields = schema.get("fields") or []
-    if not fields or LOCATION_METADATA_KEY not in (fields[0].get("metadata") or {}):
-        return schema
-    first = dict(fields[0])
-    first["metadata"] = {k: v for k, v in first["metadata"].items() if k != LOCATION_METADATA_KEY}
-    return {**schema, "fields": [first, *fields[1:]]}
-
-
 def plan_write(
     uri: str,
     incoming: dict[str, Any],
@@ -166,7 +175,6 @@ def plan_write(
             option="replaceWhere",
         )
     replace_where = options.replace_where if mode == "overwrite" else None
-    incoming = _without_location(incoming)
     exists = current is not None or table_exists(uri)
     if not exists:
         return _plan_new_table(uri, incoming, mode, options, replace_where)
@@ -216,6 +224,12 @@ def plan_write(
         skip=mode == "ignore",
         partition_physical={p: physical_names.get(p, p) for p in partitions},
         replace_where=replace_where,
+        dynamic_overwrite=(
+            mode == "overwrite"
+            and options.partition_overwrite_mode == "dynamic"
+            and bool(partitions)
+            and not replace_schema
+        ),
     )
 
 
@@ -418,27 +432,13 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             raise
 
     def _commit(self, adds: list[_commit.AddedFile], rewritten: list[_commit.AddedFile]) -> None:
-        opts = self.plan.options
         removes: list[_commit.RemovedFile] = []
         if self.plan.replace_where is not None and self.plan.read_version is not None:
             removes = _replace_rows(self.plan, rewritten)
-        mode = self.plan.mode
+        request = commit_request(self.plan, [*adds, *rewritten])
         if self.plan.replace_where is not None:
-            mode = "append"  # with explicit removes: delta-rs derives none of its own
-        request = _commit.CommitRequest(
-            table_uri=self.plan.table_uri,
-            schema=self.plan.schema,
-            partition_columns=self.plan.partition_columns,
-            adds=[*adds, *rewritten],
-            removes=removes,
-            mode="overwrite" if mode == "overwrite" else "append",
-            read_version=self.plan.read_version,
-            new_columns=self.plan.new_columns,
-            configuration=self.plan.configuration,
-            app_id=opts.txn_app_id,
-            app_version=opts.txn_version,
-            user_metadata=opts.user_metadata,
-        )
+            # With explicit removes: delta-rs derives none of its own.
+            request = replace(request, removes=removes, mode="append")
         started = time.perf_counter()
         result = _commit.commit(request)
         if result.skipped:

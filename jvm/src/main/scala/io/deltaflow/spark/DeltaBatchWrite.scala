@@ -42,7 +42,8 @@ object DeltaBatchWrite extends Logging {
     }
     args.put("schema", data.schema.json)
     val opts = args.putObject("options")
-    parameters.foreach { case (k, v) => opts.put(k, v) }
+    // Table properties a new table gets from the session (they only apply at creation).
+    TableDefaults.applyTo(parameters, data.sparkSession).foreach { case (k, v) => opts.put(k, v) }
     val conf = args.putObject("conf")
     PlanConfs.foreach(k => data.sparkSession.conf.getOption(k).foreach(conf.put(k, _)))
     val plan = Brain.call("write.plan", args)

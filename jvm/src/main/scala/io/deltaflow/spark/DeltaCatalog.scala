@@ -177,7 +177,7 @@ object DeltaCatalog {
         Map("table_uri" -> entry.identifier.quotedString))
     }
     val options = entry.storage.properties ++ extra + ("path" -> location)
-    DeltaDataSource.tableFor(options.asJava, Some(entry.identifier.quotedString))
+    DeltaDataSource.tableFor(options.asJava, Some(entry))
   }
 
   /** The write option that carries a CREATE's properties, comment, clustering and
@@ -231,10 +231,10 @@ private[spark] case class CreateRequest(
       k.stripPrefix(TableCatalog.OPTION_PREFIX) -> v
   }
 
-  /** `TBLPROPERTIES (...)`: the Delta table's configuration. */
-  val tableProperties: Map[String, String] = properties.filter { case (k, _) =>
-    !k.startsWith(TableCatalog.OPTION_PREFIX) && !CatalogKeys.contains(k)
-  }
+  /** `TBLPROPERTIES (...)`, over the session's defaults: the Delta table's configuration. */
+  val tableProperties: Map[String, String] = TableDefaults.applyTo(properties.filter {
+    case (k, _) => !k.startsWith(TableCatalog.OPTION_PREFIX) && !CatalogKeys.contains(k)
+  }, session)
 
   val (partitionColumns: Seq[String], clusteringColumns: Seq[String]) = {
     def columns(t: Transform) = t.references().map(_.fieldNames().mkString("."))
@@ -289,6 +289,10 @@ private[spark] case class CreateRequest(
     base ++ parts + (CreateSpecOption -> json.writeValueAsString(spec))
   }
 
+  /** TBLPROPERTIES that are not Delta's own (`delta.*`). */
+  def hasCustomProperties: Boolean =
+    tableProperties.keys.exists(k => !k.toLowerCase.startsWith("delta."))
+
   def operationName: String = mode match {
     case "create" => "CREATE TABLE AS SELECT"
     case "replace" => "REPLACE TABLE AS SELECT"
@@ -315,7 +319,9 @@ private[spark] case class CreateRequest(
             "keep it or CREATE OR REPLACE TABLE to replace it.",
           Map("table_uri" -> describe))
       }
-      sessionCatalog.alterTable(entry.copy(owner = sessionCatalog.getTableMetadata(tableIdent).owner))
+      val existing = sessionCatalog.getTableMetadata(tableIdent)
+      // A replaced table keeps its owner and stays managed or external.
+      sessionCatalog.alterTable(entry.copy(owner = existing.owner, tableType = existing.tableType))
     } else {
       sessionCatalog.createTable(entry, ignoreIfExists = false, validateLocation = false)
     }
@@ -360,11 +366,19 @@ private[spark] class StagedDeltaTable(request: CreateRequest)
       override def overwrite(filters: Array[Filter]): WriteBuilder = this
       override def build(): Write = new V1Write {
         override def toInsertableRelation: InsertableRelation = (data: DataFrame, _: Boolean) => {
-          val mode = if (request.mode == "create") SaveMode.ErrorIfExists else SaveMode.Overwrite
-          val params = request.writeParameters(request.location) ++
-            info.options().asCaseSensitiveMap().asScala ++
-            (if (request.mode == "create") Map.empty else Map("overwriteSchema" -> "true"))
-          DeltaBatchWrite.save(data, mode, params)
+          val options = info.options().asCaseSensitiveMap().asScala.toMap
+          if (request.hasCustomProperties) {
+            // delta-rs creates a table together with its first files only when every
+            // property is a Delta one: with the user's own, metadata first, then the data.
+            request.commitLog()
+            DeltaBatchWrite.save(data, SaveMode.Append, request.options ++ options +
+              ("path" -> request.location))
+          } else {
+            val mode = if (request.mode == "create") SaveMode.ErrorIfExists else SaveMode.Overwrite
+            val params = request.writeParameters(request.location) ++ options ++
+              (if (request.mode == "create") Map.empty else Map("overwriteSchema" -> "true"))
+            DeltaBatchWrite.save(data, mode, params)
+          }
           written = true
         }
       }

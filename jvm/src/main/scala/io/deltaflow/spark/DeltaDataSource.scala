@@ -77,11 +77,13 @@ class DeltaDataSource extends TableProvider with DataSourceRegister
 
 object DeltaDataSource {
   /** The connector's table, or the Python data source's for a table the brain routes
-   *  there. `catalogName`: the catalog's name for it, when it was named so. */
-  def tableFor(properties: util.Map[String, String], catalogName: Option[String]): Table = {
+   *  there. `entry`: the catalog's entry for it, when it was named so. */
+  def tableFor(
+      properties: util.Map[String, String],
+      entry: Option[org.apache.spark.sql.catalyst.catalog.CatalogTable]): Table = {
     val info = TableInfo.load(properties)
     if (info.exists && info.route == "python") PythonDelegate.table(properties)
-    else new DeltaTable(info, properties, catalogName)
+    else new DeltaTable(info, properties, entry)
   }
 }
 

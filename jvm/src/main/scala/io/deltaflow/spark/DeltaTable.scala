@@ -4,13 +4,14 @@ import java.util
 
 import scala.jdk.CollectionConverters._
 
+import org.apache.spark.sql.catalyst.catalog.CatalogTable
 import org.apache.spark.sql.connector.catalog.{SupportsRead, SupportsWrite, Table, TableCapability}
 import org.apache.spark.sql.connector.expressions.{Expressions, Transform}
 import org.apache.spark.sql.connector.read.ScanBuilder
 import org.apache.spark.sql.{DataFrame, SaveMode}
-import org.apache.spark.sql.connector.write.{LogicalWriteInfo, PhysicalWriteInfo, SupportsTruncate, V1Write, Write, WriteBuilder, WriterCommitMessage}
+import org.apache.spark.sql.connector.write.{LogicalWriteInfo, PhysicalWriteInfo, SupportsDynamicOverwrite, SupportsOverwrite, SupportsTruncate, V1Write, Write, WriteBuilder, WriterCommitMessage}
 import org.apache.spark.sql.connector.write.streaming.{StreamingDataWriterFactory, StreamingWrite}
-import org.apache.spark.sql.sources.InsertableRelation
+import org.apache.spark.sql.sources.{AlwaysTrue, Filter, InsertableRelation}
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
@@ -28,10 +29,11 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
 class DeltaTable(
     val info: TableInfo,
     options: util.Map[String, String],
-    catalogName: Option[String] = None)
+    val entry: Option[CatalogTable] = None)
   extends Table with SupportsRead with SupportsWrite {
 
-  override def name(): String = catalogName.getOrElse(s"delta.`${info.uri}`")
+  override def name(): String =
+    entry.map(_.identifier.quotedString).getOrElse(s"delta.`${info.uri}`")
 
   override def schema(): StructType = info.schema
 
@@ -43,14 +45,17 @@ class DeltaTable(
   override def properties(): util.Map[String, String] = {
     val base = info.configuration ++ info.protocol ++ Map(
       "provider" -> "delta", "location" -> info.uri) ++ info.description.map("comment" -> _)
-    base.asJava
+    // DESCRIBE EXTENDED says MANAGED unless told the table is external.
+    val external = entry.filter(_.tableType.name == "EXTERNAL").map(_ => "external" -> "true")
+    (base ++ external ++ entry.map(e => "owner" -> e.owner).filter(_._2.nonEmpty)).asJava
   }
 
   // Without STREAMING_WRITE, Spark runs a stream into this table through the provider's
   // V1 sink ([[DeltaSink]]); `deltaflow.write.nativeWrite=false` keeps the Python sink.
   override def capabilities(): util.Set[TableCapability] = {
     val base = Set(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ,
-      TableCapability.V1_BATCH_WRITE, TableCapability.TRUNCATE)
+      TableCapability.V1_BATCH_WRITE, TableCapability.TRUNCATE,
+      TableCapability.OVERWRITE_BY_FILTER, TableCapability.OVERWRITE_DYNAMIC)
     (if (DeltaTable.pythonSink) base + TableCapability.STREAMING_WRITE else base).asJava
   }
 
@@ -88,22 +93,48 @@ object DeltaTable {
  * source's sink.
  */
 class DeltaWriteBuilder(info: TableInfo, writeInfo: LogicalWriteInfo)
-  extends WriteBuilder with SupportsTruncate {
+  extends WriteBuilder with SupportsOverwrite with SupportsDynamicOverwrite {
   private var overwrite = false
+  // INSERT OVERWRITE t PARTITION (p = v): the rows to replace, as a replaceWhere predicate.
+  private var replaceWhere: Option[String] = None
+  private var dynamic = false
 
   override def truncate(): WriteBuilder = { overwrite = true; this }
+
+  override def overwrite(filters: Array[Filter]): WriteBuilder = {
+    overwrite = true
+    val predicates = filters.filterNot(_.isInstanceOf[AlwaysTrue]).map(FilterSql.of)
+    replaceWhere = if (predicates.isEmpty) None else Some(predicates.mkString(" AND "))
+    this
+  }
+
+  // df.writeTo(t).overwritePartitions(), INSERT OVERWRITE with
+  // spark.sql.sources.partitionOverwriteMode=dynamic.
+  override def overwriteDynamicPartitions(): WriteBuilder = {
+    overwrite = true
+    dynamic = true
+    this
+  }
 
   override def build(): Write = new V1Write {
     override def description(): String = s"DeltaWrite delta.`${info.uri}`"
 
     override def toInsertableRelation: InsertableRelation = (data: DataFrame, ow: Boolean) => {
-      val options = writeInfo.options().asCaseSensitiveMap().asScala.toMap + ("path" -> info.uri)
+      val options = writeInfo.options().asCaseSensitiveMap().asScala.toMap +
+        ("path" -> info.uri) ++ replaceWhere.map("replaceWhere" -> _) ++
+        (if (dynamic) Map("partitionOverwriteMode" -> "dynamic") else Map.empty)
       DeltaBatchWrite.save(data, if (overwrite || ow) SaveMode.Overwrite else SaveMode.Append,
         options)
     }
 
     override def toStreaming: StreamingWrite = DeltaflowException.surfaced {
       val delegate = PythonDelegate.writeTable(writeInfo).newWriteBuilder(writeInfo)
+      if (replaceWhere.isDefined || dynamic) {
+        throw DeltaflowException.of("UnsupportedFeatureError",
+          s"A stream into ${info.uri} cannot overwrite partitions; streams append (or " +
+            "complete-mode overwrite the whole table).",
+          Map("table_uri" -> info.uri, "feature" -> "streamingPartitionOverwrite"))
+      }
       val builder = if (overwrite) delegate.asInstanceOf[SupportsTruncate].truncate() else delegate
       new SurfacedStreamingWrite(builder.build().toStreaming)
     }

@@ -11,7 +11,8 @@ import org.apache.spark.sql.types.{DataType, StructType}
  * goes to `delegate` (Spark's parser) unchanged.
  */
 class DeltaSqlParser(val delegate: ParserInterface) extends ParserInterface {
-  override def parsePlan(sqlText: String): LogicalPlan = delegate.parsePlan(sqlText)
+  override def parsePlan(sqlText: String): LogicalPlan =
+    io.deltaflow.spark.dml.SqlDml.wrap(delegate.parsePlan(sqlText))
 
   override def parseExpression(sqlText: String): Expression = delegate.parseExpression(sqlText)
 

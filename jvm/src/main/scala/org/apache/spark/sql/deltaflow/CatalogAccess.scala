@@ -17,3 +17,4 @@ object CatalogAccess {
 
   def schemaOf(columns: Array[Column]): StructType = CatalogV2Util.v2ColumnsToStructType(columns)
 }
+

@@ -1,0 +1,23 @@
+package io.deltaflow.spark
+
+import org.apache.spark.sql.SparkSession
+
+/**
+ * delta-spark's session defaults for new tables: `spark.databricks.delta.properties.defaults.X`
+ * is table property `delta.X` of every table created in the session, unless the statement
+ * or write sets it.
+ */
+object TableDefaults {
+  val Prefix = "spark.databricks.delta.properties.defaults."
+
+  def of(session: SparkSession): Map[String, String] =
+    session.conf.getAll.collect {
+      case (key, value) if key.startsWith(Prefix) => "delta." + key.stripPrefix(Prefix) -> value
+    }
+
+  /** `properties` with the session's defaults for the keys it does not set. */
+  def applyTo(properties: Map[String, String], session: SparkSession): Map[String, String] = {
+    val set = properties.keys.map(_.toLowerCase).toSet
+    of(session).filter { case (k, _) => !set.contains(k.toLowerCase) } ++ properties
+  }
+}

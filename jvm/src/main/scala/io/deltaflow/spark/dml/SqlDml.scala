@@ -1,0 +1,192 @@
+package io.deltaflow.spark.dml
+
+import com.fasterxml.jackson.databind.node.ObjectNode
+
+import org.apache.spark.sql.{Row, SparkSession}
+import org.apache.spark.sql.catalyst.analysis.UnresolvedAttribute
+import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference, Expression}
+import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.execution.command.LeafRunnableCommand
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
+import org.apache.spark.sql.deltaflow.Plans
+import org.apache.spark.sql.types.LongType
+
+import io.deltaflow.spark.{Brain, DeltaflowException, DeltaTable}
+
+/**
+ * The deltaflow session's Python side, which runs Delta DML: UPDATE, DELETE and MERGE INTO
+ * statements on Delta tables are executed by the same code as the `DeltaTable` API
+ * (`deltaflow/spark/dml/`), so SQL and Python have one implementation, one set of
+ * semantics, conflict rules and change-data files. `deltaflow.register()` registers it
+ * (a py4j callback); hosts without a Python driver have none.
+ */
+trait PythonDml {
+  /** Run one DML request (JSON); its result, or `{"error": ...}` (JSON). */
+  def run(request: String): String
+}
+
+object PythonDml {
+  @volatile private var handler: PythonDml = _
+
+  def register(h: PythonDml): Unit = handler = h
+
+  def unregister(): Unit = handler = null
+
+  private[dml] def current(statement: String, table: String): PythonDml = {
+    val h = handler
+    if (h == null) {
+      throw DeltaflowException.of("UnsupportedFeatureError",
+        s"$statement on Delta table $table runs in deltaflow's Python session, and this " +
+          "Spark host has none (spark-sql, a Thrift or Connect server started without it). " +
+          "Run it from a PySpark session made with deltaflow.session(), use the " +
+          "DeltaTable API there, or serve JDBC with `deltaflow sql-server`.",
+        Map("table_uri" -> table, "feature" -> "sqlDml"))
+    }
+    h
+  }
+}
+
+/**
+ * `UPDATE` / `DELETE FROM` / `MERGE INTO` as parsed by Spark, run by deltaflow when the
+ * target is a Delta table and by Spark otherwise. Expressions travel as the SQL text the
+ * user wrote (the parser keeps each expression's position in the statement).
+ */
+case class DeltaDmlCommand(statement: LogicalPlan) extends LeafRunnableCommand {
+  private val kind = statement match {
+    case _: DeleteFromTable => "DELETE"
+    case _: UpdateTable => "UPDATE"
+    case _ => "MERGE"
+  }
+
+  override val output: Seq[Attribute] = (kind match {
+    case "MERGE" => Seq("num_affected_rows", "num_updated_rows", "num_deleted_rows",
+      "num_inserted_rows")
+    case _ => Seq("num_affected_rows")
+  }).map(name => AttributeReference(name, LongType, nullable = false)())
+
+  override def run(session: SparkSession): Seq[Row] = {
+    val classic = session.asInstanceOf[org.apache.spark.sql.classic.SparkSession]
+    val (targetPlan, alias) = SqlDml.target(statement match {
+      case d: DeleteFromTable => d.table
+      case u: UpdateTable => u.table
+      case m: MergeIntoTable => m.targetTable
+    })
+    val analyzed = classic.sessionState.executePlan(targetPlan).analyzed
+    val delta = analyzed.collectFirst {
+      case r: DataSourceV2Relation if r.table.isInstanceOf[DeltaTable] =>
+        r.table.asInstanceOf[DeltaTable]
+    }
+    delta match {
+      case None =>
+        // Not a Delta table: Spark's own DML (or its error).
+        Plans.ofRows(classic, statement).collect().toSeq
+      case Some(table) => SqlDml.runOnDelta(classic, kind, statement, table, alias)
+    }
+  }
+}
+
+object SqlDml {
+  /** Wrap Spark's parsed DML statements so deltaflow runs those on Delta tables. */
+  def wrap(plan: LogicalPlan): LogicalPlan = plan match {
+    case _: DeleteFromTable | _: UpdateTable | _: MergeIntoTable => DeltaDmlCommand(plan)
+    case other => other
+  }
+
+  /** A statement's table (or MERGE source) and the name its columns are qualified by:
+   *  its alias, else the table's own name, as in Spark (`UPDATE t SET ... WHERE t.id = 1`). */
+  private[dml] def target(plan: LogicalPlan): (LogicalPlan, Option[String]) = plan match {
+    case SubqueryAlias(alias, child) => (child, Some(alias.name))
+    case r: org.apache.spark.sql.catalyst.analysis.UnresolvedRelation =>
+      (r, r.multipartIdentifier.lastOption)
+    case other => (other, None)
+  }
+
+  /** The SQL text the user wrote for `e` (the parser records where it is). */
+  def text(e: Expression): String = {
+    val o = e.origin
+    (o.sqlText, o.startIndex, o.stopIndex) match {
+      case (Some(sql), Some(start), Some(stop)) if start >= 0 && stop < sql.length => sql.substring(start, stop + 1)
+      case _ => e.sql
+    }
+  }
+
+  private def column(key: Expression, alias: Option[String]): String = key match {
+    case u: UnresolvedAttribute =>
+      val parts = u.nameParts
+      val kept = if (alias.exists(a => parts.length > 1 && parts.head.equalsIgnoreCase(a))) {
+        parts.tail
+      } else parts
+      kept.map(p => if (p.matches("[A-Za-z_][A-Za-z0-9_]*")) p else s"`${p.replace("`", "``")}`")
+        .mkString(".")
+    case other => text(other)
+  }
+
+  private def putAssignments(node: ObjectNode, assignments: Seq[Assignment],
+      alias: Option[String]): Unit = {
+    val array = node.putArray("assignments")
+    assignments.foreach { a =>
+      val pair = array.addArray()
+      pair.add(column(a.key, alias))
+      pair.add(text(a.value))
+    }
+  }
+
+  private def putAction(array: com.fasterxml.jackson.databind.node.ArrayNode, group: String,
+      action: MergeAction, alias: Option[String]): Unit = {
+    val node = array.addObject()
+    node.put("group", group)
+    action.condition.foreach(c => node.put("condition", text(c)))
+    action match {
+      case _: DeleteAction => node.put("action", "delete")
+      case u: UpdateAction => node.put("action", "update"); putAssignments(node, u.assignments, alias)
+      case _: UpdateStarAction => node.put("action", "updateAll")
+      case i: InsertAction => node.put("action", "insert"); putAssignments(node, i.assignments, alias)
+      case _: InsertStarAction => node.put("action", "insertAll")
+      case other =>
+        throw DeltaflowException.of("UnsupportedFeatureError",
+          s"MERGE action $other is not supported by deltaflow.",
+          Map("feature" -> "mergeAction"))
+    }
+  }
+
+  private[dml] def runOnDelta(session: org.apache.spark.sql.classic.SparkSession, kind: String,
+      statement: LogicalPlan, table: DeltaTable, alias: Option[String]): Seq[Row] = {
+    val handler = PythonDml.current(kind, table.name())
+    val request = Brain.newArgs()
+    request.put("kind", kind)
+    request.put("uri", table.info.uri)
+    request.put("name", table.name())
+    alias.foreach(request.put("alias", _))
+    var view: Option[String] = None
+    statement match {
+      case d: DeleteFromTable =>
+        if (!isTrue(d.condition)) request.put("condition", text(d.condition))
+      case u: UpdateTable =>
+        u.condition.foreach(c => request.put("condition", text(c)))
+        putAssignments(request, u.assignments, alias)
+      case m: MergeIntoTable =>
+        val (source, sourceAlias) = target(m.sourceTable)
+        val name = "deltaflow_merge_source_" + java.util.UUID.randomUUID().toString.replace("-", "")
+        Plans.ofRows(session, source).createGlobalTempView(name)
+        view = Some(name)
+        request.put("sourceView", s"${session.conf.get("spark.sql.globalTempDatabase", "global_temp")}.$name")
+        sourceAlias.foreach(request.put("sourceAlias", _))
+        request.put("condition", text(m.mergeCondition))
+        request.put("schemaEvolution", m.withSchemaEvolution)
+        val clauses = request.putArray("clauses")
+        m.matchedActions.foreach(putAction(clauses, "matched", _, alias))
+        m.notMatchedActions.foreach(putAction(clauses, "notMatched", _, alias))
+        m.notMatchedBySourceActions.foreach(putAction(clauses, "notMatchedBySource", _, alias))
+    }
+    val answer = try Brain.json.readTree(handler.run(request.toString))
+    finally view.foreach(v => session.catalog.dropGlobalTempView(v))
+    if (answer.has("error")) throw DeltaflowException.fromAnswer(kind, answer.get("error"))
+    val counts = answer.get("counts")
+    Seq(Row.fromSeq((0 until counts.size()).map(i => counts.get(i).asLong())))
+  }
+
+  private def isTrue(e: Expression): Boolean = e match {
+    case org.apache.spark.sql.catalyst.expressions.Literal(true, _) => true
+    case _ => false
+  }
+}

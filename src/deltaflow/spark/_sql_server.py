@@ -1,0 +1,65 @@
+"""``deltaflow sql-server``: Spark's Thrift JDBC server on a deltaflow session.
+
+The server runs inside a PySpark driver (this process) rather than from
+``start-thriftserver.sh``: the session then has everything a PySpark session has —
+UPDATE / DELETE / MERGE INTO on Delta tables (run by the session's Python side), change
+feed reads and streams through deltaflow's Python data source — for every JDBC client
+(``beeline``, BI tools). Each JDBC connection gets its own session (its own current
+database, temporary views and settings) over the one catalog.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def start(
+    host: str = "127.0.0.1",
+    port: int = 10000,
+    master: str | None = None,
+    warehouse: str | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Start a deltaflow session and Spark's Thrift server on it, listening on
+    ``host:port``; returns the session (stop it to stop the server)."""
+    import deltaflow
+
+    settings = {
+        # HiveThriftServer2 reads hive.server2.* from the Spark conf's spark.hive.* entries.
+        "spark.hive.server2.thrift.bind.host": host,
+        "spark.hive.server2.thrift.port": str(port),
+        "spark.sql.hive.thriftServer.singleSession": "false",
+    }
+    if warehouse:
+        settings["spark.sql.warehouse.dir"] = warehouse
+    settings.update(conf or {})
+    spark = deltaflow.session(app_name="deltaflow-sql-server", master=master, conf=settings)
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
+    server.startWithContext(spark._jsparkSession.sqlContext())  # type: ignore[attr-defined]
+    return spark
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 10000,
+    master: str | None = None,
+    warehouse: str | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> None:
+    """Run the server until SIGTERM or SIGINT."""
+    spark = start(host, port, master, warehouse, conf)
+    print(f"deltaflow sql-server: jdbc:hive2://{host}:{port}/default", flush=True)
+    stopped = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopped.set())
+    stopped.wait()
+    print("deltaflow sql-server: stopping", file=sys.stderr, flush=True)
+    spark.stop()

@@ -1,0 +1,291 @@
+"""deltaflow's session catalog (``DeltaCatalog``): Delta tables created, written, read and
+dropped through SQL and the DataFrame APIs, with the Delta log as the only truth."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from urllib.parse import urlparse
+
+import deltalake
+import polars as pl
+import pyarrow as pa
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql import functions as F
+
+from deltaflow.errors import InvalidOptionError
+from deltaflow.table.errors import TableNotFoundError, UnsupportedFeatureError
+
+
+def _name() -> str:
+    return "cat_" + uuid.uuid4().hex[:8]
+
+
+def _location(spark, name: str) -> str:
+    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
+    return next(r.data_type for r in rows if r.col_name == "Location")
+
+
+def _local(uri: str) -> str:
+    return urlparse(uri).path
+
+
+def _rows(path: str, *columns: str) -> list[tuple]:
+    table = deltalake.DeltaTable(path).to_pyarrow_table()
+    return sorted(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
+
+
+def test_create_table_writes_the_log_and_the_catalog_keeps_only_a_pointer(spark):
+    name = _name()
+    spark.sql(
+        f"CREATE TABLE {name} (id BIGINT NOT NULL, day STRING, v DOUBLE COMMENT 'value')"
+        " USING delta PARTITIONED BY (day) COMMENT 'managed one'"
+        " TBLPROPERTIES ('delta.appendOnly' = 'false', 'team' = 'ingest')"
+    )
+    location = _local(_location(spark, name))
+    log = deltalake.DeltaTable(location)
+    assert log.version() == 0
+    assert log.metadata().partition_columns == ["day"]
+    assert log.metadata().description == "managed one"
+    assert log.metadata().configuration == {"delta.appendOnly": "false", "team": "ingest"}
+    fields = {f.name: f for f in log.schema().fields}
+    assert fields["id"].nullable is False
+    assert fields["v"].metadata.get("comment") == "value"
+
+    props = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {name}").collect()}
+    assert props["team"] == "ingest"
+    assert props["delta.minReaderVersion"] == "1"
+    described = {r.col_name: r.data_type for r in spark.sql(f"DESCRIBE EXTENDED {name}").collect()}
+    assert described["Provider"] == "delta"
+    assert described["Type"] == "MANAGED"
+    # The schema comes from the log: a commit by another writer shows up in the catalog.
+    deltalake.write_deltalake(
+        location,
+        pa.table({"id": [1], "day": ["mon"], "v": [0.5], "extra": ["x"]}),
+        mode="append",
+        schema_mode="merge",
+    )
+    assert sorted(spark.table(name).columns) == ["day", "extra", "id", "v"]
+
+
+def test_ctas_is_one_commit_with_the_data_and_reads_back_everywhere(spark, table_path):
+    name, path = _name(), table_path("ctas")
+    spark.sql(
+        f"CREATE TABLE {name} USING delta PARTITIONED BY (part) LOCATION '{path}'"
+        " COMMENT 'ctas' TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true', 'k' = 'v')"
+        " AS SELECT id, id % 2 AS part, CAST(id AS STRING) AS s FROM range(6)"
+    )
+    log = deltalake.DeltaTable(path)
+    # delta-rs writes a table's first files with its metadata only when every property
+    # is a Delta one; with 'k' the metadata comes one commit before the data.
+    assert log.version() == 1
+    assert log.metadata().partition_columns == ["part"]
+    assert log.metadata().description == "ctas"
+    assert log.metadata().configuration["k"] == "v"
+    assert log.metadata().configuration["delta.enableChangeDataFeed"] == "true"
+    expected = [(i, i % 2, str(i)) for i in range(6)]
+    assert _rows(path, "id", "part", "s") == expected
+    polars_rows = pl.read_delta(path).sort("id").rows()
+    assert polars_rows == expected
+    assert sorted(tuple(r) for r in spark.table(name).collect()) == expected
+    described = {r.col_name: r.data_type for r in spark.sql(f"DESCRIBE EXTENDED {name}").collect()}
+    assert described["Type"] == "EXTERNAL"
+
+
+def test_replace_table_as_select_keeps_history_and_replaces_schema(spark):
+    name = _name()
+    spark.sql(f"CREATE TABLE {name} USING delta AS SELECT id FROM range(3)")
+    location = _local(_location(spark, name))
+    assert deltalake.DeltaTable(location).version() == 0  # table and data: one commit
+    spark.sql(f"CREATE OR REPLACE TABLE {name} USING delta AS SELECT 'x' AS s, 1.5 AS d")
+    log = deltalake.DeltaTable(location)
+    assert log.version() == 1
+    assert [f.name for f in log.schema().fields] == ["s", "d"]
+    assert [tuple(r) for r in spark.table(name).collect()] == [("x", 1.5)]
+    # The old version is still there for time travel.
+    assert sorted(r.id for r in spark.sql(f"SELECT * FROM {name} VERSION AS OF 0").collect()) == [
+        0,
+        1,
+        2,
+    ]
+    spark.sql(f"REPLACE TABLE {name} (a INT) USING delta")
+    assert deltalake.DeltaTable(location).version() == 2
+    assert spark.table(name).count() == 0
+    with pytest.raises(AnalysisException, match=r"TABLE_OR_VIEW_NOT_FOUND|CANNOT_REPLACE_MISSING"):
+        spark.sql(f"REPLACE TABLE {_name()} (a INT) USING delta")
+
+
+def test_create_table_if_not_exists_and_on_an_existing_location(spark, table_path):
+    path, name = table_path("existing"), _name()
+    deltalake.write_deltalake(path, pa.table({"id": pa.array([1, 2], pa.int64())}))
+    spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{path}'")
+    assert deltalake.DeltaTable(path).version() == 0  # registering does not commit
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {name} (x INT) USING delta")
+    assert spark.table(name).columns == ["id"]
+    with pytest.raises(TableNotFoundError, match="declares no columns"):
+        spark.sql(f"CREATE TABLE {_name()} USING delta LOCATION '{table_path('nothing')}'")
+
+
+def test_bad_create_statements_are_refused_typed_and_create_nothing(spark, table_path):
+    path = table_path("bad")
+    with pytest.raises(InvalidOptionError, match=r"delta\.appendOnlyy"):
+        spark.sql(
+            f"CREATE TABLE {_name()} (id INT) USING delta LOCATION '{path}'"
+            " TBLPROPERTIES ('delta.appendOnlyy' = 'true')"
+        )
+    with pytest.raises(UnsupportedFeatureError, match="transforms"):
+        spark.sql(
+            f"CREATE TABLE {_name()} (id INT, ts TIMESTAMP) USING delta"
+            f" PARTITIONED BY (days(ts)) LOCATION '{path}'"
+        )
+    with pytest.raises(UnsupportedFeatureError, match="CLUSTER BY"):
+        spark.sql(f"CREATE TABLE {_name()} (id INT) USING delta CLUSTER BY (id) LOCATION '{path}'")
+    assert not os.path.exists(os.path.join(path, "_delta_log"))
+
+
+def test_save_as_table_write_to_and_insert_into(spark):
+    name = _name()
+    df = spark.range(4).selectExpr("id", "id % 2 AS part")
+    df.write.format("delta").partitionBy("part").saveAsTable(name)
+    location = _local(_location(spark, name))
+    assert deltalake.DeltaTable(location).metadata().partition_columns == ["part"]
+    spark.range(4, 6).selectExpr("id", "id % 2 AS part").write.format("delta").mode(
+        "append"
+    ).saveAsTable(name)
+    spark.range(1).selectExpr("100 AS id", "7 AS part").write.insertInto(name)
+    assert spark.table(name).count() == 7
+    spark.range(2).selectExpr("id", "0 AS part").write.format("delta").mode(
+        "overwrite"
+    ).saveAsTable(name)
+    assert _rows(location, "id", "part") == [(0, 0), (1, 0)]
+
+    other = _name()
+    spark.range(3).writeTo(other).using("delta").tableProperty("k", "v").create()
+    spark.range(3, 5).writeTo(other).append()
+    assert spark.table(other).count() == 5
+    spark.range(2).writeTo(other).overwrite(F.expr("id >= 0"))
+    assert spark.table(other).count() == 2
+    spark.range(9, 10).writeTo(other).using("delta").replace()
+    assert [r.id for r in spark.table(other).collect()] == [9]
+    with pytest.raises(AnalysisException, match="TABLE_OR_VIEW_ALREADY_EXISTS"):
+        spark.range(1).writeTo(other).using("delta").create()
+
+
+def test_partition_overwrites_static_and_dynamic(spark):
+    name = _name()
+    spark.sql(f"CREATE TABLE {name} (id BIGINT, part STRING) USING delta PARTITIONED BY (part)")
+    spark.sql(f"INSERT INTO {name} VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    location = _local(_location(spark, name))
+
+    spark.sql(f"INSERT OVERWRITE {name} PARTITION (part = 'a') SELECT 10")
+    assert _rows(location, "id", "part") == [(2, "b"), (3, "c"), (10, "a")]
+
+    spark.createDataFrame([(20, "b"), (40, "d")], "id BIGINT, part STRING").writeTo(
+        name
+    ).overwritePartitions()
+    assert _rows(location, "id", "part") == [(3, "c"), (10, "a"), (20, "b"), (40, "d")]
+
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    try:
+        spark.sql(f"INSERT OVERWRITE {name} VALUES (30, 'c')")
+    finally:
+        spark.conf.set("spark.sql.sources.partitionOverwriteMode", "static")
+    assert _rows(location, "id", "part") == [(10, "a"), (20, "b"), (30, "c"), (40, "d")]
+
+    # The option on a path write, as delta-spark has it.
+    spark.createDataFrame([(11, "a")], "id BIGINT, part STRING").write.format("delta").mode(
+        "overwrite"
+    ).option("partitionOverwriteMode", "dynamic").save(location)
+    assert _rows(location, "id", "part") == [(11, "a"), (20, "b"), (30, "c"), (40, "d")]
+    with pytest.raises(InvalidOptionError, match="partitionOverwriteMode"):
+        spark.range(1).write.format("delta").mode("overwrite").option(
+            "partitionOverwriteMode", "sometimes"
+        ).save(location)
+
+
+def test_path_identifiers_work_where_table_names_go(spark, table_path):
+    path = table_path("by_path")
+    spark.sql(f"CREATE TABLE delta.`{path}` (id INT, s STRING) USING delta")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a')")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (2, 'b')")
+    assert _rows(path, "id", "s") == [(1, "a"), (2, "b")]
+    at_one = spark.sql(f"SELECT * FROM delta.`{path}` VERSION AS OF 1").collect()
+    assert [tuple(r) for r in at_one] == [(1, "a")]
+    latest = spark.sql(f"SELECT count(*) AS n FROM delta.`{path}`").first()
+    assert latest.n == 2
+    props = {r.key for r in spark.sql(f"SHOW TBLPROPERTIES delta.`{path}`").collect()}
+    assert "delta.minWriterVersion" in props
+    with pytest.raises(UnsupportedFeatureError, match="not in the catalog"):
+        spark.sql(f"DROP TABLE delta.`{path}`")
+    assert os.path.isdir(os.path.join(path, "_delta_log"))
+
+
+def test_time_travel_by_timestamp_through_the_catalog(spark):
+    name = _name()
+    spark.sql(f"CREATE TABLE {name} (id INT) USING delta")
+    spark.sql(f"INSERT INTO {name} VALUES (1)")
+    location = _local(_location(spark, name))
+    history = deltalake.DeltaTable(location).history()
+    committed_ms = next(h["timestamp"] for h in history if h["version"] == 1)
+    spark.sql(f"INSERT INTO {name} VALUES (2)")
+    import datetime as dt
+
+    at = dt.datetime.fromtimestamp(committed_ms / 1000, dt.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S.%f"
+    )
+    rows = spark.sql(f"SELECT id FROM {name} TIMESTAMP AS OF '{at}'").collect()
+    assert [r.id for r in rows] == [1]
+    read = spark.read.option("versionAsOf", 0).table(name)
+    assert read.count() == 0
+
+
+def test_read_change_feed_option_on_a_catalog_table(spark):
+    name = _name()
+    spark.sql(
+        f"CREATE TABLE {name} (id BIGINT, v STRING) USING delta"
+        " TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+    )
+    spark.sql(f"INSERT INTO {name} VALUES (1, 'x'), (2, 'y')")
+    changes = (
+        spark.read.option("readChangeFeed", "true").option("startingVersion", 1).table(name)
+    )
+    assert "_change_type" in changes.columns
+    got = sorted((r.id, r._change_type, r._commit_version) for r in changes.collect())
+    assert got == [(1, "insert", 1), (2, "insert", 1)]
+
+
+def test_drop_deletes_a_managed_tables_data_and_keeps_an_external_one(spark, table_path):
+    managed = _name()
+    spark.sql(f"CREATE TABLE {managed} USING delta AS SELECT 1 AS id")
+    managed_dir = _local(_location(spark, managed))
+    assert os.path.isdir(os.path.join(managed_dir, "_delta_log"))
+    spark.sql(f"DROP TABLE {managed}")
+    assert not os.path.exists(managed_dir)
+
+    external, path = _name(), table_path("external")
+    spark.sql(f"CREATE TABLE {external} USING delta LOCATION '{path}' AS SELECT 1 AS id")
+    spark.sql(f"DROP TABLE {external}")
+    assert _rows(path, "id") == [(1,)]
+
+
+def test_session_defaults_apply_to_new_tables_only(spark, table_path):
+    key = "spark.databricks.delta.properties.defaults.appendOnly"
+    spark.conf.set(key, "true")
+    try:
+        name = _name()
+        spark.sql(f"CREATE TABLE {name} (id INT) USING delta")
+        path = table_path("defaults")
+        spark.range(1).write.format("delta").save(path)
+        explicit = _name()
+        spark.sql(
+            f"CREATE TABLE {explicit} (id INT) USING delta"
+            " TBLPROPERTIES ('delta.appendOnly' = 'false')"
+        )
+    finally:
+        spark.conf.unset(key)
+    config = deltalake.DeltaTable(_local(_location(spark, name))).metadata().configuration
+    assert config == {"delta.appendOnly": "true"}
+    assert deltalake.DeltaTable(path).metadata().configuration == {"delta.appendOnly": "true"}
+    explicit_config = deltalake.DeltaTable(_local(_location(spark, explicit))).metadata()
+    assert explicit_config.configuration == {"delta.appendOnly": "false"}
