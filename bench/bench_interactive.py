@@ -8,11 +8,12 @@ What an analyst types and waits for, each statement timed alone (wall clock, sec
   INSERT, which starts the brain, against a one-row parquet INSERT).
 * on a 10k-row table (2 files, 4 columns), in one session, order rotated per repetition:
   one-row ``INSERT INTO delta.`/path` VALUES (...)`` (SQL) against the same statement on
-  ``parquet.`/path```; a one-row point ``SELECT`` of each; and UPDATE / DELETE / MERGE of
-  one row. SQL ``UPDATE`` / ``DELETE`` / ``MERGE INTO`` are not implemented yet
-  (issue 12), so those three go through the DeltaTable API
-  (``deltaflow.DeltaTable.forPath(spark, p).update/delete/merge``); Spark's parquet
-  tables have no such statements, so they have no baseline.
+  a parquet table (a temporary view over the path: Spark has no ``parquet.`/path```
+  INSERT); a one-row point ``SELECT`` of each; and UPDATE / DELETE / MERGE of one row,
+  each through the DeltaTable API (``deltaflow.DeltaTable.forPath(spark, p).update /
+  delete / merge``) and as SQL (``UPDATE`` / ``DELETE FROM`` / ``MERGE INTO
+  delta.`/path```, which run the API's code). Spark's parquet tables have no such
+  statements, so they have no baseline.
 
 Reported: p50 and p95 of the warm repetitions (the first is dropped), per statement, and
 the Spark jobs each statement launched (``statusTracker``). Target (issue 12): p50 <= 1 s
@@ -161,6 +162,21 @@ def statements(spark, delta: str, parquet: str) -> dict[str, object]:
             .execute()
         )
 
+    def update_sql() -> None:
+        spark.sql(f"UPDATE delta.`{delta}` SET value = value + 1 WHERE id = {next(updated)}")
+
+    def delete_sql() -> None:
+        spark.sql(f"DELETE FROM delta.`{delta}` WHERE id = {ROWS - 1 - next(updated)}")
+
+    def merge_sql() -> None:
+        key, new = next(updated), next(counter)
+        spark.sql(
+            f"MERGE INTO delta.`{delta}` AS t USING (SELECT * FROM VALUES"
+            f" ({key}L, 'device-merged', 2.5D, 4), ({new}L, 'device-merged', 2.5D, 4)"
+            " AS v(id, device, value, qty)) AS s ON t.id = s.id"
+            " WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
+
     return {
         "INSERT (SQL), parquet": insert("parquet_table"),
         "INSERT (SQL), delta": insert(f"delta.`{delta}`"),
@@ -169,6 +185,9 @@ def statements(spark, delta: str, parquet: str) -> dict[str, object]:
         "UPDATE one row (DeltaTable API)": update,
         "DELETE one row (DeltaTable API)": delete,
         "MERGE 1 update + 1 insert (DeltaTable API)": merge,
+        "UPDATE one row (SQL)": update_sql,
+        "DELETE one row (SQL)": delete_sql,
+        "MERGE INTO, 1 update + 1 insert (SQL)": merge_sql,
     }
 
 
