@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING
@@ -90,6 +91,7 @@ def register(spark: SparkSession) -> SparkSession:
     from deltaflow.spark.dml import _sql as _sql_dml
 
     _check_connector(spark)
+    _warm_brain(spark)  # first: its start overlaps the rest of the registration
     _patches.install()  # the pyspark patches that remain, all listed in _patches.PATCHES
 
     for key, value in REQUIRED_CONF.items():
@@ -100,6 +102,24 @@ def register(spark: SparkSession) -> SparkSession:
     for name in (PYTHON_SOURCE_NAME, "cloudFiles"):
         _settle_worker_env(spark, name)
     return spark
+
+
+def _warm_brain(spark: SparkSession) -> None:
+    """Start the connector's brain process now, in the background.
+
+    The driver JVM starts it at the first call (``Brain.call``): a Python process that
+    imports delta-rs, pyarrow and deltaflow, ~1 s on a quiet machine, several under
+    load, that the first Delta statement of a session would otherwise wait for. A ping
+    from a daemon thread overlaps that with whatever the user does next. Failures are
+    ignored here: the first real call starts the brain again and reports them.
+    """
+
+    def ping() -> None:
+        with suppress(Exception):
+            brain = spark._jvm.io.deltaflow.spark.Brain  # type: ignore[attr-defined]
+            brain.call("ping", brain.newArgs())
+
+    threading.Thread(target=ping, name="deltaflow-brain-warmup", daemon=True).start()
 
 
 def _check_connector(spark: SparkSession) -> None:

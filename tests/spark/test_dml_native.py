@@ -236,3 +236,51 @@ def test_bad_conf_value_is_a_typed_error(spark: Any, table_path: Any) -> None:
     with pytest.raises(InvalidOptionError) as info:
         delete_some(spark, path)
     assert info.value.option == _delete_update.NATIVE_SCAN_CONF
+
+
+def _drop_row_counts(path: str) -> None:
+    """Rewrite the table's commits without ``stats``: the log no longer knows row counts."""
+    import json
+    from pathlib import Path
+
+    for commit in sorted(Path(path, "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in commit.read_text().splitlines() if line]
+        for action in actions:
+            action.get("add", {}).pop("stats", None)
+        commit.write_text("".join(json.dumps(a) + "\n" for a in actions))
+
+
+@pytest.mark.parametrize("name", ["merge", "merge_duplicates"])
+def test_merge_agrees_with_and_without_row_counts_in_the_log(
+    spark: Any, table_path: Any, name: str
+) -> None:
+    # With every file's numRecords known, job 1 joins INNER and takes the unmatched rows'
+    # number from the log; without, it joins LEFT OUTER and counts them.
+    results = []
+    for counts in (True, False):
+        path = table_path()
+        make_table(path)
+        if not counts:
+            _drop_row_counts(path)
+            assert all(f.num_records is None for f in _delete_update.load_snapshot(path).files())
+        OPERATIONS[name](spark, path)
+        results.append((contents(spark, path), metrics(spark, path)))
+    assert results[0] == results[1]
+    assert int(results[0][1]["numTargetRowsCopied"]) > 0
+
+
+def test_dml_leaves_the_session_conf_as_it_found_it(spark: Any, table_path: Any) -> None:
+    # DML jobs set split and listing confs for their own scans only.
+    keys = (_delete_update.MIN_PARTITIONS_CONF, _delete_update.LISTING_THRESHOLD_CONF)
+    path = table_path()
+    make_table(path)
+    before = {k: spark.conf.get(k, None) for k in keys}
+    merge_all_clauses(spark, path)
+    update_some(spark, path)
+    assert {k: spark.conf.get(k, None) for k in keys} == before
+    spark.conf.set(_delete_update.MIN_PARTITIONS_CONF, "3")
+    try:
+        delete_some(spark, path)
+        assert spark.conf.get(_delete_update.MIN_PARTITIONS_CONF) == "3"
+    finally:
+        spark.conf.unset(_delete_update.MIN_PARTITIONS_CONF)

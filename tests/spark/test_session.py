@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +39,16 @@ def test_linked_spark_home_has_everything_but_python() -> None:
 def test_no_linked_home_for_another_worker_interpreter(monkeypatch) -> None:
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable + "-other")
     assert _session._spark_home_without_zip() is None
+
+
+def test_register_starts_the_brain_in_the_background(spark) -> None:
+    # The first Delta statement of a session need not wait for the brain's start.
+    _session.register(spark)
+    warmups = [t for t in threading.enumerate() if t.name == "deltaflow-brain-warmup"]
+    for thread in warmups:
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+    brain = spark._jvm.io.deltaflow.spark.Brain
+    pid = brain.call("ping", brain.newArgs()).get("pid").asInt()
+    command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    assert b"deltaflow.spark.bridge._server" in command

@@ -30,6 +30,7 @@ Null semantics are SQL's: a condition that is NULL does not match.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -57,6 +58,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("deltaflow.dml")
 
+# Spark lists more paths than this in a Spark job; DML scans name exact files.
+LISTING_THRESHOLD_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+MIN_PARTITIONS_CONF = "spark.sql.files.minPartitionNum"
 # Carries each row's source file through job 1 (see TargetScan).
 FILE_INDEX = "__deltaflow_file_index"
 # auto: target files are read by Spark's Parquet scan when it reads them exactly.
@@ -154,7 +158,8 @@ def _run(
     )
     if counts is None:
         scan = _scan(spark, snapshot, struct, files, alias)
-        counts = _count_matches(scan, condition)
+        with balanced_splits(spark):
+            counts = _count_matches(scan, condition)
     scanned = time.perf_counter()
 
     touched = [i for i, c in counts.items() if c.matched > 0]
@@ -177,7 +182,8 @@ def _run(
     if rewrite:
         scan = _scan(spark, snapshot, struct, [files[i] for i in rewrite], alias, keyed=False).df
         rows = _rewritten_rows(scan, struct, condition, resolved, operation, changes=changes)
-        written = _changes.write(rows, plan, changes=changes)
+        with balanced_splits(spark):
+            written = _changes.write(rows, plan, changes=changes)
         expected = copied + (affected if operation == "UPDATE" else 0)
         if written.rows != expected:
             written.delete(uri)
@@ -225,7 +231,7 @@ def _prepare(uri: str, operation: str, *, rewrites: bool = True) -> tuple[Snapsh
     # plan_write checks writer features and settles column mapping and partitioning
     # exactly as an append would; the commit is pinned to the version read here.
     logical = _schema.logical_schema(snapshot.schema)
-    plan = plan_write(uri, logical, "append", parse_write_options({"path": uri}))
+    plan = plan_write(uri, logical, "append", parse_write_options({"path": uri}), current=snapshot)
     return snapshot, dataclasses.replace(plan, read_version=snapshot.version)
 
 
@@ -399,6 +405,43 @@ def _scan(
     return TargetScan(_python_scan(spark, snapshot, struct, files, alias), native=False)
 
 
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, settings: Mapping[str, str | None]) -> Iterator[None]:
+    """``settings`` on ``spark``'s conf for the duration (None: leave as is), then restored.
+
+    Session confs are read when a plan is built or run, so this brackets exactly the
+    call that builds or runs it (the driver runs one DML at a time per session).
+    """
+    conf = spark.conf
+    wanted = {k: v for k, v in settings.items() if v is not None}
+    previous = {k: conf.get(k, None) for k in wanted}
+    for key, value in wanted.items():
+        conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                conf.unset(key)
+            else:
+                conf.set(key, value)
+
+
+def balanced_splits(spark: SparkSession) -> contextlib.AbstractContextManager[None]:
+    """Scans of DML jobs split into at least two tasks per core.
+
+    Spark packs files into splits of up to ``spark.sql.files.maxPartitionBytes`` (128 MiB):
+    the 155 MB, 40-file target of ``bench_merge.py`` became 3 tasks, so one of 2 cores
+    idled for the last third of both jobs. With ``minPartitionNum`` = 2 x cores, Spark
+    sizes splits to give each core two (larger scans are still capped at 128 MiB). A
+    value the user set is kept.
+    """
+    if spark.conf.get(MIN_PARTITIONS_CONF, None):
+        return contextlib.nullcontext()
+    cores = spark.sparkContext.defaultParallelism
+    return session_conf(spark, {MIN_PARTITIONS_CONF: str(max(2 * cores, 2))})
+
+
 def _native_plan(
     spark: SparkSession, snapshot: Snapshot, struct: StructType, files: list[FileEntry]
 ) -> NativeScan | Fallback:
@@ -423,7 +466,10 @@ def _native_scan(spark: SparkSession, plan: NativeScan, keyed: bool) -> DataFram
     from pyspark.sql.types import StructType
 
     schema = StructType.fromJson(plan.schema)
-    df = spark.read.schema(schema).option("basePath", plan.root).parquet(*plan.file_uris)
+    # The files are the log's: nothing to discover. Above the threshold (32 paths) Spark
+    # would list them in a Spark job of its own (~1 s for 40 files under load).
+    with session_conf(spark, {LISTING_THRESHOLD_CONF: str(len(plan.file_uris) + 1)}):
+        df = spark.read.schema(schema).option("basePath", plan.root).parquet(*plan.file_uris)
     columns = [F.col("`" + name.replace("`", "``") + "`") for name in schema.fieldNames()]
     if keyed:
         columns.append(F.col("_metadata.file_name").alias(FILE_INDEX))

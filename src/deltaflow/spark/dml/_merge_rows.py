@@ -11,6 +11,7 @@ columns (and ``_change_type``) only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,13 +55,19 @@ class FileOutcome:
 
 
 def joined(
-    target: DataFrame, marked: DataFrame, condition: Column, clauses: tuple[MergeClause, ...]
+    target: DataFrame,
+    marked: DataFrame,
+    condition: Column,
+    clauses: tuple[MergeClause, ...],
+    *,
+    inner: bool = False,
 ) -> DataFrame:
     """Target rows joined with the source rows matching them (left outer), and the action.
 
     Left outer, not full outer: Spark can then broadcast a small source and stream the
     target through a hash join without shuffling it; source rows that match nothing are
-    found apart (:func:`unmatched_source`).
+    found apart (:func:`unmatched_source`). ``inner``: matched target rows only (job 1
+    when the unmatched rows' number comes from the log, see :func:`outcomes`).
     """
     from pyspark.sql import functions as F
 
@@ -70,7 +77,7 @@ def joined(
     # The bare condition: a NULL join condition matches nothing already, and wrapping it
     # (coalesce) would hide its equality keys from Spark, turning a hash join into a
     # nested-loop join (10k x 1M rows: minutes instead of seconds).
-    joined = target.join(marked, on=condition, how="left_outer")
+    joined = target.join(marked, on=condition, how="inner" if inner else "left_outer")
     return joined.withColumn(ACTION, _action_column(clauses))
 
 
@@ -98,11 +105,17 @@ def first_clause(
     return result
 
 
-def per_row(joined: DataFrame, clauses: tuple[MergeClause, ...], sources: bool) -> DataFrame:
+def per_row(
+    joined: DataFrame, clauses: tuple[MergeClause, ...], sources: bool, *, inner: bool = False
+) -> DataFrame:
     """Job 1's first step: one row per matched pair, and one per file for its unmatched
     target rows together (those appear once each in a left outer join, so summing them
     is exact): a small aggregate, however big the target. Plain sums and counts keep it
-    a hash aggregate (a list of source ids per target row would be a sort-based one)."""
+    a hash aggregate (a list of source ids per target row would be a sort-based one).
+
+    ``inner`` (an inner join: matched pairs only, each once): the same columns without
+    the aggregate, whose shuffle would group nothing (:func:`outcomes` sums per target
+    row either way)."""
     from pyspark.sql import functions as F
 
     def of(kinds: tuple[str, ...]) -> Column:
@@ -120,6 +133,14 @@ def per_row(joined: DataFrame, clauses: tuple[MergeClause, ...], sources: bool) 
     }
     matched = F.col(SOURCE_MARK).isNotNull()
     source_id = F.col(SOURCE_ID) if sources else F.lit(None).cast("long")
+    if inner:
+        return joined.select(
+            F.col(_delete_update.FILE_INDEX),
+            F.col(ROW_ID),
+            source_id.alias(SOURCE_ID),
+            F.lit(1).cast("long").alias("n"),
+            *[v.cast("long").alias(k) for k, v in flags.items()],
+        )
     return joined.groupBy(
         F.col(_delete_update.FILE_INDEX),
         F.when(matched, F.col(ROW_ID)).alias(ROW_ID),
@@ -127,8 +148,15 @@ def per_row(joined: DataFrame, clauses: tuple[MergeClause, ...], sources: bool) 
     ).agg(F.count(F.lit(1)).alias("n"), *[F.sum(v).alias(k) for k, v in flags.items()])
 
 
-def outcomes(pairs: DataFrame, scan: _delete_update.TargetScan) -> dict[int, FileOutcome]:
-    """Job 1: per target file what the clauses do (from :func:`per_row`'s pairs)."""
+def outcomes(
+    pairs: DataFrame, scan: _delete_update.TargetScan, live: Mapping[int, int] | None = None
+) -> dict[int, FileOutcome]:
+    """Job 1: per target file what the clauses do (from :func:`per_row`'s pairs).
+
+    ``live``: the rows of each candidate file, when the pairs come from an inner join
+    (matched target rows only); a file's unmatched rows are then its rows less the
+    matched ones, all unchanged (no not-matched-by-source clause may exist then).
+    """
     from pyspark.sql import functions as F
 
     per_row = pairs.groupBy(F.col(_delete_update.FILE_INDEX), F.col(ROW_ID)).agg(
@@ -153,19 +181,22 @@ def outcomes(pairs: DataFrame, scan: _delete_update.TargetScan) -> dict[int, Fil
                     F.col("n") - F.col("chg")
                 )
             ).alias("same"),
+            F.sum(F.when(single, 1).otherwise(0)).alias("matched_rows"),
         )
         .collect()
     )
-    return {
-        scan.index(r[_delete_update.FILE_INDEX]): FileOutcome(
+    found = {}
+    for r in rows:
+        index = scan.index(r[_delete_update.FILE_INDEX])
+        unmatched = 0 if live is None else live[index] - int(r["matched_rows"] or 0)
+        found[index] = FileOutcome(
             max_pairs=int(r["pairs"] or 0),
             max_applied=int(r["applied"] or 0),
             updated=(int(r["m_upd"] or 0), int(r["s_upd"] or 0)),
             deleted=(int(r["m_del"] or 0), int(r["s_del"] or 0)),
-            unchanged=int(r["same"] or 0),
+            unchanged=int(r["same"] or 0) + unmatched,
         )
-        for r in rows
-    }
+    return found
 
 
 def unmatched_source(
@@ -178,6 +209,18 @@ def unmatched_source(
     rows = marked.join(matched, on=F.col(SOURCE_ID) == F.col(MATCHED_ID), how="left_anti")
     rows = rows.withColumn(ACTION, first_clause(clauses, NOT_MATCHED_KINDS, F.lit(None)))
     return rows.where(F.col(ACTION).isNotNull())
+
+
+def source_counts(marked: DataFrame, inserts: DataFrame) -> tuple[int, int]:
+    """The source's rows and the inserts among them, counted in one job."""
+    from pyspark.sql import functions as F
+
+    def flags(source: int, insert: int) -> list[Column]:
+        return [F.lit(source).alias("source"), F.lit(insert).alias("inserts")]
+
+    both = marked.select(*flags(1, 0)).unionByName(inserts.select(*flags(0, 1)))
+    row = both.agg(F.sum("source"), F.sum("inserts")).collect()[0]
+    return int(row[0] or 0), int(row[1] or 0)
 
 
 def output_rows(
