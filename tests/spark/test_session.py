@@ -10,6 +10,7 @@ from typing import Any
 
 import pyspark
 
+import deltaflow
 from deltaflow import _session
 
 
@@ -52,3 +53,15 @@ def test_register_starts_the_brain_in_the_background(spark) -> None:
     pid = brain.call("ping", brain.newArgs()).get("pid").asInt()
     command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     assert b"deltaflow.spark.bridge._server" in command
+
+
+def test_spark_conf_names_the_jar_the_sql_extension_and_the_catalog(spark):
+    conf = deltaflow.spark_conf()
+    assert conf["spark.sql.extensions"] == "io.deltaflow.spark.DeltaSparkSessionExtension"
+    assert conf["spark.sql.catalog.spark_catalog"] == "io.deltaflow.spark.DeltaCatalog"
+    assert conf["spark.jars"].endswith(".jar")
+    # The test session was built with them: its catalog is deltaflow's.
+    catalog = spark._jsparkSession.sessionState().catalogManager().catalog("spark_catalog")
+    assert catalog.getClass().getName() == "io.deltaflow.spark.DeltaCatalog"
+    assert spark.conf.get("spark.sql.extensions") == conf["spark.sql.extensions"]
+
