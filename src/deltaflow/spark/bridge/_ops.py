@@ -406,7 +406,11 @@ def row_guard(plan: WritePlan, incoming: dict[str, Any]) -> dict[str, Any]:
     violations = []
     for check in plan.checks:
         error = _constraints.violation(plan.table_uri, check, _VALUES_SLOT)
-        fields = {k: str(v) for k, v in error._fields.items() if v is not None}
+        fields = {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in error._fields.items()
+            if v is not None
+        }
         violations.append(
             {"message": error.message.replace(_VALUES_SLOT, "{values}"), "fields": fields}
         )

@@ -1,9 +1,13 @@
 package io.deltaflow.spark
 
+import java.nio.charset.StandardCharsets
+import java.util.Base64
+
 import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
 import com.fasterxml.jackson.databind.JsonNode
+import com.fasterxml.jackson.databind.node.ObjectNode
 
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{Column, DataFrame, SaveMode}
@@ -178,12 +182,20 @@ object RowChecks {
         val index = m.group(1).toInt
         val values = m.group(2)
         val about = checks.get("violations").get(index)
-        val fields = about.get("fields").properties().asScala
-          .map(f => f.getKey -> f.getValue.asText()).toMap + ("values" -> values)
         val message = about.get("message").asText().replace("{values}", values)
-        val typed = DeltaflowException.of("ConstraintViolationError", message, fields)
-        val wire = typed.getMessage.stripPrefix(typed.plainMessage).stripPrefix("\n")
-        return Some(new DeltaflowException(typed.errorType, message, fields, wire, e))
+        // The brain's fields keep their JSON types (columns is a list) on the wire.
+        val payload = Brain.json.createObjectNode()
+        payload.put("type", "ConstraintViolationError")
+        payload.put("message", message)
+        val wireFields = about.get("fields").deepCopy[ObjectNode]()
+        wireFields.put("values", values)
+        payload.set[JsonNode]("fields", wireFields)
+        val wire = "[deltaflow-error:" + Base64.getEncoder.encodeToString(
+          Brain.json.writeValueAsString(payload).getBytes(StandardCharsets.UTF_8)) + "]"
+        val fields = wireFields.properties().asScala
+          .map(f => f.getKey -> (if (f.getValue.isTextual) f.getValue.asText() else f.getValue.toString))
+          .toMap
+        return Some(new DeltaflowException("ConstraintViolationError", message, fields, wire, e))
       }
       current = current.getCause
     }
