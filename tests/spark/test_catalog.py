@@ -14,6 +14,7 @@ import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import functions as F
 
+import deltaflow
 from deltaflow.errors import InvalidOptionError
 from deltaflow.table.errors import TableNotFoundError, UnsupportedFeatureError
 
@@ -247,9 +248,7 @@ def test_read_change_feed_option_on_a_catalog_table(spark):
         " TBLPROPERTIES (delta.enableChangeDataFeed = true)"
     )
     spark.sql(f"INSERT INTO {name} VALUES (1, 'x'), (2, 'y')")
-    changes = (
-        spark.read.option("readChangeFeed", "true").option("startingVersion", 1).table(name)
-    )
+    changes = spark.read.option("readChangeFeed", "true").option("startingVersion", 1).table(name)
     assert "_change_type" in changes.columns
     got = sorted((r.id, r._change_type, r._commit_version) for r in changes.collect())
     assert got == [(1, "insert", 1), (2, "insert", 1)]
@@ -289,3 +288,27 @@ def test_session_defaults_apply_to_new_tables_only(spark, table_path):
     assert deltalake.DeltaTable(path).metadata().configuration == {"delta.appendOnly": "true"}
     explicit_config = deltalake.DeltaTable(_local(_location(spark, explicit))).metadata()
     assert explicit_config.configuration == {"delta.appendOnly": "false"}
+
+
+def test_at_version_names(spark, table_path):
+    """delta-spark's ``t@v<version>`` and ``t@<yyyyMMddHHmmssSSS>`` names (UTC)."""
+    path = table_path("at")
+    spark.sql(f"CREATE TABLE delta.`{path}` (id INT) USING delta")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1)")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (2)")
+    assert [r.id for r in spark.sql(f"SELECT * FROM delta.`{path}@v1`").collect()] == [1]
+    assert spark.sql(f"SELECT * FROM delta.`{path}@v0`").count() == 0
+
+    name = _name()
+    spark.sql(f"CREATE TABLE {name} USING delta LOCATION '{path}'")
+    assert sorted(r.id for r in spark.sql(f"SELECT * FROM `{name}@v2`").collect()) == [1, 2]
+    import datetime as dt
+
+    committed = next(
+        h["timestamp"] for h in deltalake.DeltaTable(path).history() if h["version"] == 1
+    )
+    stamp = dt.datetime.fromtimestamp(committed / 1000, dt.timezone.utc)
+    at = stamp.strftime("%Y%m%d%H%M%S") + f"{stamp.microsecond // 1000:03d}"
+    assert [r.id for r in spark.sql(f"SELECT * FROM `{name}@{at}`").collect()] == [1]
+    with pytest.raises(deltaflow.VersionNotFoundError):
+        spark.sql(f"SELECT * FROM delta.`{path}@v9`").collect()

@@ -43,6 +43,12 @@ class DeltaCatalog extends DelegatingCatalogExtension with StagingTableCatalog {
     load(ident, Map("timestampAsOf" -> timestampOption(timestamp)))
 
   private def load(ident: Identifier, timeTravel: Map[String, String]): Table = {
+    // delta-spark's `t@v3` / `t@20261124083000000` names: a version of the table.
+    versionSuffix(ident.name()) match {
+      case Some((base, pinned)) if timeTravel.isEmpty && !namedAsIs(ident) =>
+        return load(Identifier.of(ident.namespace(), base), pinned)
+      case _ =>
+    }
     if (isPathIdentifier(ident)) return pathTable(ident.name(), timeTravel)
     // Time travel is the log's business: the catalog entry is the same at every version.
     val table = super.loadTable(ident)
@@ -56,6 +62,11 @@ class DeltaCatalog extends DelegatingCatalogExtension with StagingTableCatalog {
         }
     }
   }
+
+  /** A name that is itself a table (a path or catalog name that contains `@`). */
+  private def namedAsIs(ident: Identifier): Boolean =
+    if (isPathIdentifier(ident)) TableInfo.load(Map("path" -> ident.name()).asJava).exists
+    else super.tableExists(ident)
 
   override def tableExists(ident: Identifier): Boolean =
     if (isPathIdentifier(ident)) TableInfo.load(Map("path" -> ident.name()).asJava).exists
@@ -183,6 +194,18 @@ object DeltaCatalog {
   /** The write option that carries a CREATE's properties, comment, clustering and
    *  operation name to the brain's write plan (see `write/_save.py`). */
   val CreateSpecOption = "__deltaflow_create"
+
+  private val VersionSuffix = """^(.+)@[vV](\d+)$""".r
+  private val TimestampSuffix = """^(.+)@(\d{4})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})(\d{3})$""".r
+
+  /** `name@v<version>` or `name@yyyyMMddHHmmssSSS` (UTC): the name and the time travel. */
+  private[spark] def versionSuffix(name: String): Option[(String, Map[String, String])] =
+    name match {
+      case VersionSuffix(base, version) => Some(base -> Map("versionAsOf" -> version))
+      case TimestampSuffix(base, y, mo, d, h, mi, sec, ms) =>
+        Some(base -> Map("timestampAsOf" -> s"$y-$mo-$d $h:$mi:$sec.$ms"))
+      case _ => None
+    }
 
   /** Spark hands time travel by timestamp as microseconds since the epoch. */
   private[spark] def timestampOption(micros: Long): String = {
