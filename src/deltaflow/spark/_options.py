@@ -107,7 +107,7 @@ _CANONICAL = {name.lower(): name for name in TABLE_PROPERTIES} | {
 # source API passes only "overwrite or not").
 SAVE_MODE_OPTION = "__deltaflow_save_mode"
 # What the connector's catalog hands a write that creates a table (CREATE TABLE ... AS
-# SELECT): JSON with the statement's properties, comment and clustering columns.
+# SELECT): JSON with the statement's properties and comment.
 CREATE_SPEC_OPTION = "__deltaflow_create"
 # Set by the connector on a write it hands the Python data source after checking the rows
 # against the table's constraints itself: their fingerprint (``table/_constraints``).

@@ -236,7 +236,7 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
             "DeltaTable.create needs .tableName(name) or .location(path) (or both).",
             option="location",
         )
-    registered = _catalog_location(spark, spec.name) if spec.name else None
+    registered = catalog_location(spark, spec.name) if spec.name else None
     in_catalog = bool(spec.name) and spark.catalog.tableExists(spec.name)
     if spec.location:
         uri = _uri.normalize_uri(spec.location)
@@ -329,13 +329,6 @@ def create_from_catalog(args: dict[str, Any]) -> dict[str, Any]:
     """The brain's ``catalog.create``: the log side of a CREATE / REPLACE TABLE the
     connector's catalog runs (``DeltaCatalog.scala``); the catalog entry is its business."""
     uri = _uri.normalize_uri(args["location"])
-    if args.get("clusterBy"):
-        raise UnsupportedFeatureError(
-            f"CLUSTER BY on {args.get('name') or uri}: liquid clustering is not supported by"
-            " deltaflow yet. Use PARTITIONED BY, or OPTIMIZE ... ZORDER BY after writing.",
-            table_uri=uri,
-            feature="clustering",
-        )
     schema = json.loads(args["schema"]) if args.get("schema") else {"fields": []}
     spec = TableSpec(
         mode=args["mode"],
@@ -480,12 +473,6 @@ def _register(spark: SparkSession, spec: TableSpec, uri: str, *, replace: bool) 
     if spec.location or replace:  # a replaced entry keeps its location (and its type)
         located = " LOCATION '" + uri.replace("\\", "\\\\").replace("'", "\\'") + "'"
     spark.sql(f"{verb} {spec.name} USING delta{located}")
-
-
-def _catalog_location(spark: SparkSession, name: str) -> str | None:
-    if not spark.catalog.tableExists(name):
-        return None
-    return catalog_location(spark, name)
 
 
 def catalog_location(spark: Any, name: str) -> str | None:

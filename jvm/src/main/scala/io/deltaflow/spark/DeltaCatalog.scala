@@ -45,7 +45,7 @@ class DeltaCatalog extends DelegatingCatalogExtension with StagingTableCatalog {
   private def load(ident: Identifier, timeTravel: Map[String, String]): Table = {
     // delta-spark's `t@v3` / `t@20261124083000000` names: a version of the table.
     versionSuffix(ident.name()) match {
-      case Some((base, pinned)) if timeTravel.isEmpty && !namedAsIs(ident) =>
+      case Some((base, pinned)) if timeTravel.isEmpty && !tableExists(ident) =>
         return load(Identifier.of(ident.namespace(), base), pinned)
       case _ =>
     }
@@ -62,11 +62,6 @@ class DeltaCatalog extends DelegatingCatalogExtension with StagingTableCatalog {
         }
     }
   }
-
-  /** A name that is itself a table (a path or catalog name that contains `@`). */
-  private def namedAsIs(ident: Identifier): Boolean =
-    if (isPathIdentifier(ident)) TableInfo.load(Map("path" -> ident.name()).asJava).exists
-    else super.tableExists(ident)
 
   override def tableExists(ident: Identifier): Boolean =
     if (isPathIdentifier(ident)) TableInfo.load(Map("path" -> ident.name()).asJava).exists
@@ -191,8 +186,8 @@ object DeltaCatalog {
     DeltaDataSource.tableFor(options.asJava, Some(entry))
   }
 
-  /** The write option that carries a CREATE's properties, comment, clustering and
-   *  operation name to the brain's write plan (see `write/_save.py`). */
+  /** The write option that carries a CREATE's properties and comment to the brain's
+   *  write plan (`CREATE_SPEC_OPTION` in `spark/_options.py`). */
   val CreateSpecOption = "__deltaflow_create"
 
   private val VersionSuffix = """^(.+)@[vV](\d+)$""".r
@@ -259,11 +254,16 @@ private[spark] case class CreateRequest(
     case (k, _) => !k.startsWith(TableCatalog.OPTION_PREFIX) && !CatalogKeys.contains(k)
   }, session)
 
-  val (partitionColumns: Seq[String], clusteringColumns: Seq[String]) = {
-    def columns(t: Transform) = t.references().map(_.fieldNames().mkString("."))
-    val identity = partitions.filter(_.name() == "identity").flatMap(columns)
-    val clustered = partitions.filter(_.name() == "cluster_by").flatMap(columns)
-    val other = partitions.filterNot(t => t.name() == "identity" || t.name() == "cluster_by")
+  /** PARTITIONED BY's columns; anything else Spark hands over as partitioning is refused
+   *  here, for every route (CREATE, CTAS, REPLACE, saveAsTable, writeTo). */
+  val partitionColumns: Seq[String] = {
+    if (partitions.exists(_.name() == "cluster_by")) {
+      throw DeltaflowException.of("UnsupportedFeatureError",
+        s"CLUSTER BY on $describe: liquid clustering is not supported by deltaflow yet. " +
+          "Use PARTITIONED BY, or OPTIMIZE ... ZORDER BY after writing.",
+        Map("table_uri" -> describe, "feature" -> "clustering"))
+    }
+    val other = partitions.filterNot(_.name() == "identity")
     if (other.nonEmpty) {
       throw DeltaflowException.of("UnsupportedFeatureError",
         s"PARTITIONED BY ${other.map(_.describe()).mkString(", ")} on $describe: Delta tables " +
@@ -271,7 +271,7 @@ private[spark] case class CreateRequest(
           "a column (add a computed column to the query if needed).",
         Map("table_uri" -> describe, "feature" -> "partitionTransforms"))
     }
-    (identity.toSeq, clustered.toSeq)
+    partitions.toSeq.flatMap(_.references().map(_.fieldNames().mkString(".")))
   }
 
   def describe: String =
@@ -287,8 +287,6 @@ private[spark] case class CreateRequest(
     if (schema.nonEmpty) args.put("schema", schema.json)
     val parts = args.putArray("partitionColumns")
     partitionColumns.foreach(parts.add)
-    val clusters = args.putArray("clusterBy")
-    clusteringColumns.foreach(clusters.add)
     val props = args.putObject("properties")
     tableProperties.foreach { case (k, v) => props.put(k, v) }
     comment.foreach(args.put("comment", _))
@@ -306,21 +304,12 @@ private[spark] case class CreateRequest(
     val props = spec.putObject("properties")
     tableProperties.foreach { case (k, v) => props.put(k, v) }
     comment.foreach(spec.put("comment", _))
-    val clusters = spec.putArray("clusterBy")
-    clusteringColumns.foreach(clusters.add)
-    spec.put("operation", operationName)
     base ++ parts + (CreateSpecOption -> json.writeValueAsString(spec))
   }
 
   /** TBLPROPERTIES that are not Delta's own (`delta.*`). */
   def hasCustomProperties: Boolean =
     tableProperties.keys.exists(k => !k.toLowerCase.startsWith("delta."))
-
-  def operationName: String = mode match {
-    case "create" => "CREATE TABLE AS SELECT"
-    case "replace" => "REPLACE TABLE AS SELECT"
-    case _ => "CREATE OR REPLACE TABLE AS SELECT"
-  }
 
   /** The catalog entry: name, location, OPTIONS, managed or not. */
   def register(): Unit = {
