@@ -1,0 +1,71 @@
+"""Declarative pipelines: ``pyspark.pipelines``' names, Lakeflow's expectations and AUTO CDC.
+
+``from deltaflow import pipelines as dp`` declares datasets and flows exactly as
+``from pyspark import pipelines as dp`` does, plus expectations
+(``@dp.expect_or_drop(...)``) and ``create_auto_cdc_from_snapshot_flow``. Lakeflow's
+``dlt`` names are in :mod:`deltaflow.pipelines.dlt`.
+
+Declaring only builds frozen descriptions (:mod:`._declarations`) in the active graph;
+nothing runs and no Spark session is needed, so a test can inspect a pipeline:
+
+    with dp.collect() as declared:
+        import my_pipeline
+    graph = declared.graph()
+    assert graph.dataset("silver").expectations[0].action == "drop"
+"""
+
+from deltaflow.pipelines._api import (
+    append_flow,
+    create_auto_cdc_flow,
+    create_auto_cdc_from_snapshot_flow,
+    create_sink,
+    create_streaming_table,
+    expect,
+    expect_all,
+    expect_all_or_drop,
+    expect_all_or_fail,
+    expect_or_drop,
+    expect_or_fail,
+    materialized_view,
+    table,
+    temporary_view,
+)
+from deltaflow.pipelines._declarations import (
+    AutoCdcFlow,
+    AutoCdcSnapshotFlow,
+    Dataset,
+    Expectation,
+    Flow,
+    Sink,
+)
+from deltaflow.pipelines._graph import Graph, GraphBuilder, collect
+from deltaflow.pipelines.errors import DefinitionError, NoActivePipelineError, PipelineError
+
+__all__ = [
+    "AutoCdcFlow",
+    "AutoCdcSnapshotFlow",
+    "Dataset",
+    "DefinitionError",
+    "Expectation",
+    "Flow",
+    "Graph",
+    "GraphBuilder",
+    "NoActivePipelineError",
+    "PipelineError",
+    "Sink",
+    "append_flow",
+    "collect",
+    "create_auto_cdc_flow",
+    "create_auto_cdc_from_snapshot_flow",
+    "create_sink",
+    "create_streaming_table",
+    "expect",
+    "expect_all",
+    "expect_all_or_drop",
+    "expect_all_or_fail",
+    "expect_or_drop",
+    "expect_or_fail",
+    "materialized_view",
+    "table",
+    "temporary_view",
+]
