@@ -14,6 +14,8 @@ nothing runs and no Spark session is needed, so a test can inspect a pipeline:
     assert graph.dataset("silver").expectations[0].action == "drop"
 """
 
+from typing import TYPE_CHECKING, Any
+
 from deltaflow.pipelines._api import (
     append_flow,
     create_auto_cdc_flow,
@@ -39,7 +41,41 @@ from deltaflow.pipelines._declarations import (
     Sink,
 )
 from deltaflow.pipelines._graph import Graph, GraphBuilder, collect
-from deltaflow.pipelines.errors import DefinitionError, NoActivePipelineError, PipelineError
+from deltaflow.pipelines.errors import (
+    DefinitionError,
+    ExpectationViolationError,
+    FlowFailedError,
+    GraphValidationError,
+    NoActivePipelineError,
+    PipelineError,
+    UserQueryError,
+)
+
+if TYPE_CHECKING:
+    from deltaflow.pipelines._event_log import read_events
+    from deltaflow.pipelines._runner import (
+        FlowReport,
+        PipelineSettings,
+        UpdateReport,
+        dry_run,
+        run_update,
+    )
+
+# The runner's names load pyarrow and delta-rs: imported on first use.
+_RUNNER = ("FlowReport", "PipelineSettings", "UpdateReport", "dry_run", "run_update")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RUNNER:
+        from deltaflow.pipelines import _runner
+
+        return getattr(_runner, name)
+    if name == "read_events":
+        from deltaflow.pipelines._event_log import read_events
+
+        return read_events
+    raise AttributeError(f"module 'deltaflow.pipelines' has no attribute {name!r}")
+
 
 __all__ = [
     "AutoCdcFlow",
@@ -47,18 +83,26 @@ __all__ = [
     "Dataset",
     "DefinitionError",
     "Expectation",
+    "ExpectationViolationError",
     "Flow",
+    "FlowFailedError",
+    "FlowReport",
     "Graph",
     "GraphBuilder",
+    "GraphValidationError",
     "NoActivePipelineError",
     "PipelineError",
+    "PipelineSettings",
     "Sink",
+    "UpdateReport",
+    "UserQueryError",
     "append_flow",
     "collect",
     "create_auto_cdc_flow",
     "create_auto_cdc_from_snapshot_flow",
     "create_sink",
     "create_streaming_table",
+    "dry_run",
     "expect",
     "expect_all",
     "expect_all_or_drop",
@@ -66,6 +110,8 @@ __all__ = [
     "expect_or_drop",
     "expect_or_fail",
     "materialized_view",
+    "read_events",
+    "run_update",
     "table",
     "temporary_view",
 ]

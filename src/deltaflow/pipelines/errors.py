@@ -25,3 +25,57 @@ class NoActivePipelineError(PipelineError, RuntimeError):
 
     def __init__(self, message: str, *, declaration: str) -> None:
         super().__init__(message, declaration=declaration)
+
+
+class GraphValidationError(PipelineError, ValueError):
+    """The graph cannot run: ``problem`` is ``cycle`` (flows read each other),
+    ``missing_input`` (a flow reads a table that does not exist), ``schema_conflict``
+    (two flows write one column with different types), ``no_schema`` or
+    ``not_a_dataframe``; ``flow`` names the flow. Found by the dry run before anything
+    ran; fix the declarations."""
+
+    def __init__(self, message: str, *, flow: str, problem: str) -> None:
+        super().__init__(message, flow=flow, problem=problem)
+
+
+class UserQueryError(PipelineError):
+    """A dataset's query function raised while the pipeline analysed or ran it;
+    ``__cause__`` is the original exception, ``flow`` the flow."""
+
+    def __init__(self, message: str, *, flow: str) -> None:
+        super().__init__(message, flow=flow)
+
+
+class ExpectationViolationError(PipelineError):
+    """An ``expect_or_fail`` rule was broken: ``flow`` failed (other flows go on),
+    ``expectation`` / ``constraint`` name the rule, ``record`` is one offending row as
+    JSON, ``failed_records`` how many broke it. Nothing of that batch was written."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        flow: str,
+        dataset: str,
+        expectation: str,
+        constraint: str,
+        record: str,
+        failed_records: int,
+    ) -> None:
+        super().__init__(
+            message,
+            flow=flow,
+            dataset=dataset,
+            expectation=expectation,
+            constraint=constraint,
+            record=record,
+            failed_records=failed_records,
+        )
+
+
+class FlowFailedError(PipelineError):
+    """An update finished with failed flows: ``failed`` maps each failed flow to its
+    error message; ``update_id`` names the update in the event log."""
+
+    def __init__(self, message: str, *, update_id: str, failed: dict[str, str]) -> None:
+        super().__init__(message, update_id=update_id, failed=failed)

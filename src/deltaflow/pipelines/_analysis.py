@@ -1,0 +1,393 @@
+"""Resolving a graph: what each flow reads, whether it streams, what it produces.
+
+Every flow's query function runs once (Spark analyses the DataFrame it returns; no
+job runs). A flow reading a dataset that is not resolved yet is put back and retried
+after others, so the order found is a dependency order; when a round makes no
+progress, what is left is a cycle or reads something that does not exist, and the
+error says which.
+
+Reads are found two ways: ``dlt.read`` / ``read_stream`` calls, and the relations in the
+analysed plan (catalog tables by name, temporary views by name), so
+``spark.read.table("bronze")`` counts as reading ``bronze``. A dataset becomes readable
+once resolved: :class:`Publisher` makes it so (a real run creates its Delta table and
+registers it in the catalog; a dry run does the same in a scratch database).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from deltaflow.pipelines._declarations import (
+    AnyFlow,
+    AutoCdcFlow,
+    AutoCdcSnapshotFlow,
+    Dataset,
+    DatasetKind,
+    Flow,
+)
+from deltaflow.pipelines._expectations import check_constraints
+from deltaflow.pipelines._graph import Graph
+from deltaflow.pipelines._reads import reading_with
+from deltaflow.pipelines.errors import GraphValidationError, UserQueryError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class ResolvedFlow:
+    """A flow after analysis: the datasets it reads (declared names) and whether its
+    query is a stream. ``df`` is the DataFrame its function returned (for query flows)."""
+
+    flow: AnyFlow
+    inputs: tuple[str, ...]
+    streaming: bool
+    schema_json: str
+    df: Any = None
+
+
+@dataclass(frozen=True)
+class ResolvedDataset:
+    """A dataset after analysis: its kind decided (``dlt.table`` -> streaming table or
+    materialized view) and its schema (Spark's JSON)."""
+
+    dataset: Dataset
+    kind: DatasetKind
+    schema_json: str
+
+
+@dataclass(frozen=True)
+class Resolution:
+    graph: Graph
+    datasets: Mapping[str, ResolvedDataset]
+    flows: Mapping[str, ResolvedFlow]
+    order: tuple[str, ...]  # flow names, each after every flow writing what it reads
+
+    def upstream(self, flow_name: str) -> tuple[str, ...]:
+        """The flows that must finish before ``flow_name`` runs."""
+        inputs = {i.lower() for i in self.flows[flow_name].inputs}
+        return tuple(name for name, f in self.flows.items() if f.flow.target.lower() in inputs)
+
+
+class Publisher(Protocol):
+    """Makes a resolved dataset readable by name for the flows that read it."""
+
+    def publish(self, resolved: ResolvedDataset, views: Mapping[str, DataFrame]) -> None: ...
+
+
+class _NotResolvedYet(Exception):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class _RecordingReader:
+    """``dlt.read`` during analysis: records the name; a resolved dataset reads as
+    itself (a table or temporary view by name), an unresolved one defers the flow."""
+
+    def __init__(self, spark: SparkSession, graph: Graph, published: set[str]) -> None:
+        self._spark = spark
+        self._graph = graph
+        self._published = published
+        self.reads: list[str] = []
+        self.streamed = False
+
+    def read(self, name: str, *, streaming: bool) -> DataFrame:
+        dataset = self._graph.dataset(name)
+        if dataset is not None:
+            self.reads.append(dataset.name)
+            if dataset.name.lower() not in self._published:
+                raise _NotResolvedYet(dataset.name)
+        self.streamed = self.streamed or streaming
+        reader = self._spark.readStream if streaming else self._spark.read
+        return reader.table(name)
+
+
+def resolve(spark: SparkSession, graph: Graph, publisher: Publisher) -> Resolution:
+    """Analyse every flow of ``graph`` in a dependency order, publishing each dataset
+    once all flows into it are resolved; :class:`GraphValidationError` on a cycle,
+    a missing input or conflicting schemas."""
+    pending: list[AnyFlow] = list(graph.flows.values())
+    published: set[str] = set()
+    flows: dict[str, ResolvedFlow] = {}
+    datasets: dict[str, ResolvedDataset] = {}
+    views: dict[str, DataFrame] = {}
+    waiting: dict[str, str] = {}  # flow -> the dataset it waits on
+
+    def publish_ready() -> None:
+        for dataset in graph.datasets.values():
+            key = dataset.name.lower()
+            if key in published:
+                continue
+            into = graph.flows_into(dataset.name)
+            if not all(f.name in flows for f in into):
+                continue
+            resolved = _resolve_dataset(dataset, [flows[f.name] for f in into])
+            datasets[dataset.name] = resolved
+            if dataset.kind == "temporary_view":
+                views[dataset.name] = flows[into[0].name].df
+            publisher.publish(resolved, views)
+            published.add(key)
+
+    publish_ready()  # streaming tables with no flows yet, declared schemas
+    while pending:
+        progress = False
+        for flow in list(pending):
+            try:
+                resolved = _analyse(spark, graph, flow, published)
+            except _NotResolvedYet as wait:
+                waiting[flow.name] = wait.name
+                continue
+            flows[flow.name] = resolved
+            pending.remove(flow)
+            waiting.pop(flow.name, None)
+            progress = True
+            publish_ready()
+        if not progress:
+            raise _cycle(graph, [f.name for f in pending], waiting)
+    return Resolution(graph, datasets, flows, _dependency_order(graph, flows))
+
+
+def _analyse(spark: SparkSession, graph: Graph, flow: AnyFlow, published: set[str]) -> ResolvedFlow:
+    reader = _RecordingReader(spark, graph, published)
+    if isinstance(flow, AutoCdcFlow):
+        df = reader.read(flow.source, streaming=True)
+    elif isinstance(flow, AutoCdcSnapshotFlow):
+        df = _snapshot_source(reader, flow)
+    else:
+        df = _run_query(spark, graph, flow, reader, published)
+        target = graph.dataset(flow.target)
+        rules = (target.expectations if target is not None else ()) + flow.expectations
+        check_constraints(df, rules, flow.name)
+    inputs = dict.fromkeys(reader.reads + _plan_reads(graph, df))
+    return ResolvedFlow(
+        flow=flow,
+        inputs=tuple(inputs),
+        streaming=bool(df.isStreaming) or reader.streamed,
+        schema_json=df.schema.json(),
+        df=df,
+    )
+
+
+def _snapshot_source(reader: _RecordingReader, flow: AutoCdcSnapshotFlow) -> DataFrame:
+    if isinstance(flow.source, str):
+        return reader.read(flow.source, streaming=False)
+    first = _call_user(flow.name, lambda: flow.source(None))  # type: ignore[operator]
+    if first is None:
+        raise GraphValidationError(
+            f"AUTO CDC from snapshot {flow.name!r}: the snapshot function returned None for"
+            " the first snapshot, so the target's schema is unknown. Return the first"
+            " (DataFrame, version) when called with None.",
+            flow=flow.name,
+            problem="no_snapshot",
+        )
+    return first[0]  # type: ignore[no-any-return]
+
+
+def _run_query(
+    spark: SparkSession, graph: Graph, flow: Flow, reader: _RecordingReader, published: set[str]
+) -> DataFrame:
+    from pyspark.errors import AnalysisException
+
+    with reading_with(reader):
+        try:
+            df = _call_user(flow.name, flow.func)
+        except UserQueryError as error:
+            cause = error.__cause__
+            if isinstance(cause, AnalysisException):
+                name = _missing_relation(cause)
+                dataset = graph.dataset(name) if name else None
+                if dataset is not None and dataset.name.lower() not in published:
+                    raise _NotResolvedYet(dataset.name) from None
+                if name is not None:
+                    raise GraphValidationError(
+                        f"flow {flow.name!r} ({flow.location}) reads {name!r}, which is"
+                        " neither a dataset of this pipeline nor an existing table. Declare"
+                        " it, or fix the name.",
+                        flow=flow.name,
+                        problem="missing_input",
+                    ) from cause
+            raise
+    if not _is_dataframe(df):
+        raise GraphValidationError(
+            f"flow {flow.name!r} ({flow.location}) returned {type(df).__name__}, not a"
+            " DataFrame. A dataset's function returns the query (spark.read... /"
+            " spark.readStream...), it does not write.",
+            flow=flow.name,
+            problem="not_a_dataframe",
+        )
+    return df
+
+
+def _call_user(flow_name: str, func: Callable[[], Any]) -> Any:
+    try:
+        return func()
+    except (_NotResolvedYet, GraphValidationError):
+        raise
+    except Exception as exc:
+        raise UserQueryError(
+            f"the query function of flow {flow_name!r} raised {type(exc).__name__}: {exc}",
+            flow=flow_name,
+        ) from exc
+
+
+def _is_dataframe(value: Any) -> bool:
+    return hasattr(value, "isStreaming") and hasattr(value, "schema")
+
+
+def _missing_relation(error: Exception) -> str | None:
+    condition = getattr(error, "getCondition", lambda: None)()
+    if condition != "TABLE_OR_VIEW_NOT_FOUND":
+        return None
+    raw = error.getMessageParameters().get("relationName", "")  # type: ignore[attr-defined]
+    parts = [p.strip("`") for p in raw.split("`.`")]
+    return parts[-1] if parts and parts[-1] else None
+
+
+def _plan_reads(graph: Graph, df: DataFrame) -> list[str]:
+    """Datasets of ``graph`` that ``df``'s analysed plan reads by name: catalog tables
+    (batch or stream) and temporary views (not looked into: the view is the input)."""
+    found: list[str] = []
+    stack = [df._jdf.queryExecution().analyzed()]
+    while stack:
+        node = stack.pop()
+        name = _relation_name(node)
+        dataset = graph.dataset(name) if name else None
+        if dataset is not None:
+            found.append(dataset.name)
+            if node.getClass().getSimpleName() == "View":
+                continue
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return found
+
+
+def _relation_name(node: Any) -> str | None:
+    kind = node.getClass().getSimpleName()
+    if kind == "View":
+        return str(node.desc().identifier().table())
+    if kind in ("DataSourceV2Relation", "StreamingRelationV2"):
+        ident = node.identifier()
+        return str(ident.get().name()) if ident.isDefined() else None
+    if kind == "LogicalRelation":
+        table = node.catalogTable()
+        return str(table.get().identifier().table()) if table.isDefined() else None
+    return None
+
+
+def _resolve_dataset(dataset: Dataset, into: list[ResolvedFlow]) -> ResolvedDataset:
+    kind = dataset.kind
+    if kind == "table":
+        kind = "streaming_table" if into and into[0].streaming else "materialized_view"
+    if dataset.schema is not None:
+        schema_json = _declared_schema_json(dataset)
+    elif into:
+        schema_json = _union_schema(dataset, into)
+    else:
+        raise GraphValidationError(
+            f"streaming table {dataset.name!r} ({dataset.location}) has no flow and no"
+            " schema, so its columns are unknown. Give it `schema=`, or a flow"
+            " (append_flow / create_auto_cdc_flow).",
+            flow=dataset.name,
+            problem="no_schema",
+        )
+    return ResolvedDataset(dataset, kind, schema_json)
+
+
+def _declared_schema_json(dataset: Dataset) -> str:
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    schema = dataset.schema
+    parsed = schema if isinstance(schema, StructType) else _parse_datatype_string(str(schema))
+    return str(parsed.json())
+
+
+def _union_schema(dataset: Dataset, into: list[ResolvedFlow]) -> str:
+    """Flows into one table must agree on the type of every column they share; the
+    table has every column any of them writes (in first-seen order)."""
+    import json
+
+    fields: dict[str, dict[str, Any]] = {}
+    owners: dict[str, str] = {}
+    for resolved in into:
+        if isinstance(resolved.flow, AutoCdcFlow | AutoCdcSnapshotFlow):
+            continue  # the AUTO CDC runner shapes its target's schema itself
+        for field in json.loads(resolved.schema_json)["fields"]:
+            key = field["name"].lower()
+            seen = fields.get(key)
+            if seen is None:
+                fields[key] = field
+                owners[key] = resolved.flow.name
+            elif seen["type"] != field["type"]:
+                raise GraphValidationError(
+                    f"flows {owners[key]!r} and {resolved.flow.name!r} both write column"
+                    f" {field['name']!r} of {dataset.name!r}, as {_type(seen)} and"
+                    f" {_type(field)}. Cast one of them so the types agree.",
+                    flow=resolved.flow.name,
+                    problem="schema_conflict",
+                )
+    if not fields:
+        return json.dumps({"type": "struct", "fields": []})
+    return json.dumps({"type": "struct", "fields": list(fields.values())})
+
+
+def _type(field: Mapping[str, Any]) -> str:
+    kind = field["type"]
+    return kind if isinstance(kind, str) else str(kind.get("type"))
+
+
+def _dependency_order(graph: Graph, flows: Mapping[str, ResolvedFlow]) -> tuple[str, ...]:
+    """Flow names, each after every flow writing a dataset it reads (declaration order
+    among independent flows). Tables left by an earlier run resolve without waiting, so
+    the order comes from the reads, not from the order analysis happened in."""
+    writers: dict[str, list[str]] = {}
+    for name in graph.flows:
+        writers.setdefault(graph.flows[name].target.lower(), []).append(name)
+    needs = {
+        name: {w for i in f.inputs for w in writers.get(i.lower(), [])} for name, f in flows.items()
+    }
+    order: list[str] = []
+    done: set[str] = set()
+    while len(order) < len(needs):
+        ready = [n for n in graph.flows if n not in done and needs[n] <= done]
+        if not ready:
+            left = [n for n in graph.flows if n not in done]
+            waiting = {
+                n: next(
+                    (i for i in flows[n].inputs if not set(writers.get(i.lower(), [])) <= done),
+                    "",
+                )
+                for n in left
+            }
+            raise _cycle(graph, left, waiting)
+        order.extend(ready)
+        done.update(ready)
+    return tuple(order)
+
+
+def _cycle(graph: Graph, left: list[str], waiting: Mapping[str, str]) -> GraphValidationError:
+    """The flows in ``left`` wait on one another (``waiting``: flow -> dataset it reads
+    that is not ready): the error names the cycle."""
+    writer: dict[str, str] = {}
+    for flow in graph.flows.values():
+        writer.setdefault(flow.target.lower(), flow.name)
+    path = [left[0]]
+    while True:
+        target = waiting.get(path[-1])
+        nxt = writer.get(target.lower()) if target else None
+        if nxt is None:
+            break
+        if nxt in path:
+            path = [*path[path.index(nxt) :], nxt]
+            break
+        path.append(nxt)
+    return GraphValidationError(
+        "the pipeline's flows read each other in a cycle: "
+        + " -> ".join(path)
+        + ". A dataset cannot depend on itself; break the cycle (read a source table"
+        " instead of a downstream dataset).",
+        flow=path[0],
+        problem="cycle",
+    )

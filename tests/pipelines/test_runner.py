@@ -1,0 +1,245 @@
+"""Triggered updates of real pipelines on a real Spark session and real Delta tables."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from deltalake import DeltaTable as DeltaRsTable
+
+from deltaflow import pipelines as dp
+from deltaflow.pipelines import dlt
+
+
+def _settings(tmp_path: Path, **extra: Any) -> dp.PipelineSettings:
+    database = f"p_{uuid.uuid4().hex[:8]}"
+    return dp.PipelineSettings(
+        name="shop",
+        storage=str(tmp_path / "storage"),
+        database=database,
+        configuration={"pipelines.flowRetryBackoffSeconds": "0.01", **extra},
+    )
+
+
+def _land(spark: Any, landing: Path, rows: list[tuple[Any, ...]]) -> None:
+    spark.createDataFrame(rows, "id BIGINT, kind STRING, amount DOUBLE").write.mode("append").json(
+        str(landing)
+    )
+
+
+def _declare(spark: Any, landing: Path) -> dp.Graph:
+    schema = "id BIGINT, kind STRING, amount DOUBLE"
+    with dp.collect() as declared:
+
+        @dlt.table(comment="raw orders")
+        def bronze() -> Any:
+            return spark.readStream.schema(schema).json(str(landing))
+
+        @dlt.table
+        @dlt.expect_or_drop("positive", "amount > 0")
+        @dlt.expect("known_kind", "kind IN ('a', 'b')")
+        def silver() -> Any:
+            return dlt.read_stream("bronze").withColumn("amount2", dlt_col("amount") * 2)
+
+        @dp.materialized_view
+        def gold() -> Any:
+            return spark.read.table("silver").groupBy("kind").count()
+
+    return declared.graph()
+
+
+def dlt_col(name: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.col(name)
+
+
+def _rows(path: str) -> list[dict[str, Any]]:
+    return DeltaRsTable(path).to_pyarrow_table().to_pylist()
+
+
+def test_triggered_update_runs_bronze_silver_gold_with_expectations(
+    spark: Any, tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    _land(spark, landing, [(1, "a", 10.0), (2, "b", -1.0), (3, "c", 5.0)])
+    graph = _declare(spark, landing)
+    settings = _settings(tmp_path)
+
+    resolution = dp.dry_run(spark, graph, settings)
+    assert resolution.order == ("bronze", "silver", "gold")
+    assert resolution.flows["silver"].inputs == ("bronze",)
+    assert resolution.flows["gold"].inputs == ("silver",)
+    assert resolution.datasets["bronze"].kind == "streaming_table"
+    assert not (tmp_path / "storage").exists()  # the dry run wrote nothing
+
+    report = dp.run_update(spark, graph, settings)
+    assert report.state == "COMPLETED", report
+    storage = tmp_path / "storage"
+    silver = sorted((r["id"], r["amount2"]) for r in _rows(str(storage / "tables/silver")))
+    assert silver == [(1, 20.0), (3, 10.0)]
+    gold = {r["kind"]: r["count"] for r in _rows(str(storage / "tables/gold"))}
+    assert gold == {"a": 1, "c": 1}
+    counts = {
+        e.name: (e.passed_records, e.failed_records) for e in report.flows["silver"].expectations
+    }
+    assert counts == {"positive": (2, 1), "known_kind": (2, 1)}
+    assert report.flows["silver"].rows_written == 2
+    assert report.flows["bronze"].rows_written == 3
+    # Registered in the catalog under the pipeline's database; readable by name.
+    assert spark.read.table(f"{settings.database}.silver").count() == 2
+    # Interop: Polars reads the pipeline's tables.
+    assert pl.read_delta(str(storage / "tables/gold")).height == 2
+
+    # A second update processes only what arrived since; the view is recomputed.
+    _land(spark, landing, [(4, "a", 1.0)])
+    again = dp.run_update(spark, graph, settings)
+    assert again.state == "COMPLETED"
+    assert again.flows["bronze"].rows_written == 1
+    assert sorted(r["id"] for r in _rows(str(storage / "tables/silver"))) == [1, 3, 4]
+    gold = {r["kind"]: r["count"] for r in _rows(str(storage / "tables/gold"))}
+    assert gold == {"a": 2, "c": 1}
+
+    events = dp.read_events(str(storage / "system/events"))
+    kinds = [e["event_type"] for e in events]
+    assert kinds.count("create_update") == 2
+    definitions = {
+        e["origin"]["flow_name"]: e["details"]["flow_definition"]
+        for e in events
+        if e["event_type"] == "flow_definition"
+    }
+    assert definitions["silver"]["input_datasets"] == ["bronze"]
+    quality = [
+        e["details"]["flow_progress"]["data_quality"]
+        for e in events
+        if e["event_type"] == "flow_progress"
+        and e["origin"]["flow_name"] == "silver"
+        and "data_quality" in e["details"]["flow_progress"]
+    ]
+    assert quality[0]["expectations"][0] == {
+        "name": "positive",
+        "dataset": "silver",
+        "passed_records": 2,
+        "failed_records": 1,
+    }
+    states = [
+        e["details"]["update_progress"]["state"]
+        for e in events
+        if e["event_type"] == "update_progress"
+    ]
+    assert states[-1] == "COMPLETED"
+    sequences = [json.loads(e["sequence"])["control_plane_seq_no"] for e in events]
+    assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
+
+
+def test_expect_or_fail_fails_only_its_flow_and_skips_downstream(
+    spark: Any, tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    _land(spark, landing, [(1, "a", 10.0), (2, "b", -5.0)])
+    schema = "id BIGINT, kind STRING, amount DOUBLE"
+    with dp.collect() as declared:
+
+        @dp.table
+        @dp.expect_or_fail("positive", "amount > 0")
+        def strict() -> Any:
+            return spark.readStream.schema(schema).json(str(landing))
+
+        @dp.materialized_view
+        def after_strict() -> Any:
+            return spark.read.table("strict")
+
+        @dp.table
+        def lenient() -> Any:
+            return spark.readStream.schema(schema).json(str(landing))
+
+    report = dp.run_update(spark, declared.graph(), _settings(tmp_path))
+    assert report.state == "FAILED"
+    assert report.flows["strict"].status == "FAILED"
+    assert report.flows["strict"].attempts == 1  # an expectation failure is not retried
+    assert '"amount": -5.0' in (report.flows["strict"].error or "")
+    assert report.flows["after_strict"].status == "SKIPPED"
+    assert report.flows["lenient"].status == "COMPLETED"
+    assert _rows(str(tmp_path / "storage/tables/strict")) == []  # nothing of the batch written
+    with pytest.raises(dp.FlowFailedError) as failed:
+        report.raise_for_failure()
+    assert set(failed.value.failed) == {"strict"}  # type: ignore[attr-defined]
+
+
+def test_dry_run_finds_cycles_missing_inputs_and_bad_expectations(
+    spark: Any, tmp_path: Path
+) -> None:
+    with dp.collect() as cyclic:
+
+        @dp.materialized_view
+        def a() -> Any:
+            return spark.read.table("b")
+
+        @dp.materialized_view
+        def b() -> Any:
+            return dlt.read("a")
+
+    with pytest.raises(dp.GraphValidationError) as cycle:
+        dp.dry_run(spark, cyclic.graph(), _settings(tmp_path))
+    assert cycle.value.problem == "cycle"  # type: ignore[attr-defined]
+    assert "a -> b -> a" in str(cycle.value) or "b -> a -> b" in str(cycle.value)
+
+    with dp.collect() as missing:
+
+        @dp.materialized_view
+        def reads_nothing() -> Any:
+            return spark.read.table("no_such_table_anywhere")
+
+    with pytest.raises(dp.GraphValidationError) as lost:
+        dp.dry_run(spark, missing.graph(), _settings(tmp_path))
+    assert lost.value.problem == "missing_input"  # type: ignore[attr-defined]
+
+    with dp.collect() as typo:
+
+        @dp.materialized_view
+        @dp.expect("bad", "no_such_column > 1")
+        def numbers() -> Any:
+            return spark.range(3)
+
+    with pytest.raises(dp.GraphValidationError) as bad:
+        dp.dry_run(spark, typo.graph(), _settings(tmp_path))
+    assert bad.value.problem == "bad_expectation"  # type: ignore[attr-defined]
+
+
+def test_full_refresh_reprocesses_from_scratch_and_once_flows_run_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    _land(spark, landing, [(1, "a", 1.0), (2, "a", 2.0)])
+    schema = "id BIGINT, kind STRING, amount DOUBLE"
+    with dp.collect() as declared:
+        dp.create_streaming_table("events", schema=schema)
+
+        @dp.append_flow(target="events")
+        def live() -> Any:
+            return spark.readStream.schema(schema).json(str(landing))
+
+        @dp.append_flow(target="events", once=True)
+        def backfill() -> Any:
+            return spark.createDataFrame([(100, "old", 9.0)], schema)
+
+    graph = declared.graph()
+    settings = _settings(tmp_path)
+    table = str(tmp_path / "storage/tables/events")
+    assert dp.run_update(spark, graph, settings).state == "COMPLETED"
+    assert sorted(r["id"] for r in _rows(table)) == [1, 2, 100]
+    assert dp.run_update(spark, graph, settings).state == "COMPLETED"
+    assert sorted(r["id"] for r in _rows(table)) == [1, 2, 100]  # nothing twice
+
+    report = dp.run_update(spark, graph, settings, full_refresh=["events"])
+    assert report.state == "COMPLETED"
+    assert sorted(r["id"] for r in _rows(table)) == [1, 2, 100]  # emptied, then refilled
+    history = DeltaRsTable(table).history()
+    assert any(
+        h["operation"] == "WRITE" and h["operationParameters"].get("mode") == "Overwrite"
+        for h in history
+    )
