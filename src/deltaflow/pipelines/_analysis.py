@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from deltaflow.pipelines import _cdc
 from deltaflow.pipelines._declarations import (
     AnyFlow,
     AutoCdcFlow,
@@ -153,7 +154,7 @@ def resolve(spark: SparkSession, graph: Graph, publisher: Publisher) -> Resoluti
 def _analyse(spark: SparkSession, graph: Graph, flow: AnyFlow, published: set[str]) -> ResolvedFlow:
     reader = _RecordingReader(spark, graph, published)
     if isinstance(flow, AutoCdcFlow):
-        df = reader.read(flow.source, streaming=True)
+        df = _cdc.target_frame(reader.read(flow.source, streaming=True), flow)
     elif isinstance(flow, AutoCdcSnapshotFlow):
         df = _snapshot_source(reader, flow)
     else:
@@ -312,8 +313,6 @@ def _union_schema(dataset: Dataset, into: list[ResolvedFlow]) -> str:
     fields: dict[str, dict[str, Any]] = {}
     owners: dict[str, str] = {}
     for resolved in into:
-        if isinstance(resolved.flow, AutoCdcFlow | AutoCdcSnapshotFlow):
-            continue  # the AUTO CDC runner shapes its target's schema itself
         for field in json.loads(resolved.schema_json)["fields"]:
             key = field["name"].lower()
             seen = fields.get(key)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import DeltaflowError, typed_error
-from deltaflow.pipelines import _expectations
+from deltaflow.pipelines import _cdc, _expectations
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow, resolve
 from deltaflow.pipelines._declarations import AutoCdcFlow, AutoCdcSnapshotFlow, Flow
 from deltaflow.pipelines._event_log import EventLog, Origin
@@ -488,13 +488,15 @@ class _FlowRun:
 
     def run(self) -> _Outcome:
         flow = self._resolved.flow
-        if isinstance(flow, AutoCdcFlow | AutoCdcSnapshotFlow):
+        if isinstance(flow, AutoCdcSnapshotFlow):
             raise PipelineError(
-                f"AUTO CDC flow {flow.name!r}: AUTO CDC is declared but not run by this"
-                " version of deltaflow yet (issue 13). Apply the changes with"
-                " DeltaTable.merge in a foreachBatch flow meanwhile.",
+                f"AUTO CDC from snapshot {flow.name!r}: declared, but not run by this version"
+                " of deltaflow yet (issue 13). Use create_auto_cdc_flow over a change feed"
+                " meanwhile.",
                 flow=flow.name,
             )
+        if isinstance(flow, AutoCdcFlow):
+            return self._auto_cdc(flow)
         df = self._query(flow)
         target = self._resolution.datasets.get(flow.target)
         if target is None or (target.kind == "streaming_table" and self._resolved.streaming):
@@ -530,15 +532,29 @@ class _FlowRun:
             query = writer.foreachBatch(batches).start()
         else:
             query = writer.format("delta").option("mergeSchema", "true").start(self._path(flow))
-        query.awaitTermination()
-        failure = query.exception()
-        if failure is not None:
-            raise typed_error(failure) or DeltaflowError(
-                f"flow {flow.name!r}: its stream failed: {failure}", flow=flow.name
-            )
+        _await(query, flow.name)
         if batches is not None:
             return batches.outcome()
         return _Outcome(rows=_input_rows(query))
+
+    def _auto_cdc(self, flow: AutoCdcFlow) -> _Outcome:
+        source = self._spark.readStream.table(flow.source)
+        dataset = self._resolution.datasets[flow.target].dataset
+        batches = _cdc.CdcBatches(
+            self._spark,
+            flow,
+            self._storage.table_path(dataset),
+            self._storage.cdc_state(flow.name),
+        )
+        query = (
+            source.writeStream.queryName(flow.name)
+            .option("checkpointLocation", self._storage.checkpoint(flow.name))
+            .trigger(availableNow=True)
+            .foreachBatch(batches)
+            .start()
+        )
+        _await(query, flow.name)
+        return _Outcome(rows=batches.rows)
 
     def _recompute(self, flow: Flow, df: DataFrame) -> _Outcome:
         return self._write_batch(flow, df, mode="overwrite", app=None)
@@ -626,6 +642,16 @@ class _TableReader:
     def read(self, name: str, *, streaming: bool) -> DataFrame:
         reader = self._spark.readStream if streaming else self._spark.read
         return reader.table(name)
+
+
+def _await(query: Any, flow: str) -> None:
+    """Wait for an ``availableNow`` stream to finish; its failure as a typed error."""
+    query.awaitTermination()
+    failure = query.exception()
+    if failure is not None:
+        raise typed_error(failure) or DeltaflowError(
+            f"flow {flow!r}: its stream failed: {failure}", flow=flow
+        )
 
 
 def _flow_identity(checkpoint: str) -> str:

@@ -39,8 +39,13 @@ class Storage:
     def event_log(self) -> str:
         return os.path.join(self.root, "system", "events")
 
+    def cdc_state(self, flow_name: str) -> str:
+        return os.path.join(self.root, "system", "cdc", flow_name.lower())
+
     def reset_checkpoint(self, flow_name: str) -> None:
+        """A full refresh of the flow: its checkpoint and AUTO CDC state are deleted."""
         shutil.rmtree(self.checkpoint(flow_name), ignore_errors=True)
+        shutil.rmtree(self.cdc_state(flow_name), ignore_errors=True)
 
     def qualified(self, name: str) -> str:
         return f"`{self.database}`.`{name}`"
