@@ -10,6 +10,13 @@ Flags override the file. See docs/ingest-http.md.
                          [--conf KEY=VALUE ...]
 
 Spark's Thrift JDBC server on a deltaflow session (docs/sql.md).
+
+    deltaflow pipelines init NAME
+    deltaflow pipelines dry-run [--spec FILE]
+    deltaflow pipelines run [--spec FILE] [--refresh T,...] [--full-refresh T,...]
+                            [--full-refresh-all] [--development]
+
+Declarative pipelines from a spark-pipeline.yml (docs/pipelines.md).
 """
 
 from __future__ import annotations
@@ -70,7 +77,74 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
     )
+    _pipelines_parser(commands)
     return parser
+
+
+def _pipelines_parser(commands: Any) -> None:
+    pipelines = commands.add_parser(
+        "pipelines",
+        help="declarative pipelines: init, dry-run, run",
+        description="Run a spark-pipeline.yml pipeline (docs/pipelines.md).",
+    )
+    actions = pipelines.add_subparsers(dest="action", required=True)
+    init = actions.add_parser("init", help="create a pipeline project")
+    init.add_argument("name", help="the project directory to create")
+    dry = actions.add_parser("dry-run", help="validate the graph; run nothing")
+    dry.add_argument("--spec", help="spark-pipeline.yml (default: found from here up)")
+    run = actions.add_parser("run", help="run one triggered update")
+    run.add_argument("--spec", help="spark-pipeline.yml (default: found from here up)")
+    run.add_argument("--refresh", default="", metavar="T,...", help="update only these")
+    run.add_argument(
+        "--full-refresh", default="", metavar="T,...", help="empty these and start them over"
+    )
+    run.add_argument("--full-refresh-all", action="store_true", help="start every table over")
+    run.add_argument(
+        "--development", action="store_true", help="development mode (no flow retries)"
+    )
+    run.add_argument(
+        "--continuous", action="store_true", help="keep streams running (not available yet)"
+    )
+
+
+def _pipelines(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from deltaflow.pipelines import _commands
+
+    spec = Path(args.spec) if getattr(args, "spec", None) else None
+    try:
+        if args.action == "init":
+            project = _commands.init_project(args.name, Path.cwd())
+            print(f"created {project}; run it with: cd {args.name} && deltaflow pipelines run")
+            return 0
+        if args.action == "dry-run":
+            _commands.dry_run_spec(spec, print)
+            return 0
+        if args.continuous:
+            print(
+                "deltaflow pipelines run: --continuous is not available yet; run triggered"
+                " updates (e.g. on a schedule) meanwhile",
+                file=sys.stderr,
+            )
+            return 2
+        report = _commands.run_spec(
+            spec,
+            print,
+            refresh=_names(args.refresh),
+            full_refresh=_names(args.full_refresh),
+            full_refresh_all=args.full_refresh_all,
+            development=args.development,
+        )
+    except DeltaflowError as exc:
+        print(f"deltaflow pipelines {args.action}: {exc}", file=sys.stderr)
+        return 2
+    return 0 if report.state == "COMPLETED" else 1
+
+
+def _names(value: str) -> list[str] | None:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    return names or None
 
 
 def serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -129,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             conf[key] = value
         _sql_server.serve(args.host, args.port, args.master, args.warehouse, conf)
         return 0
+    if args.command == "pipelines":
+        return _pipelines(args)
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,8 +60,14 @@ class EventLog:
     """Appends one update's events to the pipeline's event-log table (thread-safe: flows
     run in parallel)."""
 
-    def __init__(self, path: str, origin: Origin) -> None:
+    def __init__(
+        self,
+        path: str,
+        origin: Origin,
+        listener: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self._path = path
+        self._listener = listener
         self._origin = origin
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -79,27 +86,28 @@ class EventLog:
     ) -> None:
         with self._lock:
             self._seq += 1
-            self._pending.append(
-                {
-                    "id": str(uuid.uuid4()),
-                    "sequence": json.dumps({"control_plane_seq_no": self._seq}),
-                    "origin": {
-                        "pipeline_id": self._origin.pipeline_id,
-                        "pipeline_name": self._origin.pipeline_name,
-                        "update_id": self._origin.update_id,
-                        "flow_id": None if flow is None else f"{self._origin.pipeline_id}.{flow}",
-                        "flow_name": flow,
-                        "dataset_name": dataset,
-                    },
-                    "timestamp": dt.datetime.now(dt.UTC),
-                    "message": message,
-                    "level": level,
-                    "error": error,
-                    "details": json.dumps({event_type: details}, default=str),
-                    "event_type": event_type,
-                    "maturity_level": "STABLE",
-                }
-            )
+            event = {
+                "id": str(uuid.uuid4()),
+                "sequence": json.dumps({"control_plane_seq_no": self._seq}),
+                "origin": {
+                    "pipeline_id": self._origin.pipeline_id,
+                    "pipeline_name": self._origin.pipeline_name,
+                    "update_id": self._origin.update_id,
+                    "flow_id": None if flow is None else f"{self._origin.pipeline_id}.{flow}",
+                    "flow_name": flow,
+                    "dataset_name": dataset,
+                },
+                "timestamp": dt.datetime.now(dt.UTC),
+                "message": message,
+                "level": level,
+                "error": error,
+                "details": json.dumps({event_type: details}, default=str),
+                "event_type": event_type,
+                "maturity_level": "STABLE",
+            }
+            self._pending.append(event)
+        if self._listener is not None:
+            self._listener(event)
 
     def flush(self) -> None:
         from deltalake import write_deltalake

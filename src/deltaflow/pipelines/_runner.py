@@ -21,7 +21,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -136,16 +136,19 @@ def run_update(
     refresh: Sequence[str] | None = None,
     full_refresh: Sequence[str] | None = None,
     full_refresh_all: bool = False,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> UpdateReport:
     """Run one triggered update of the pipeline; the report says how each flow ended
     (``report.raise_for_failure()`` to turn failures into an exception).
 
     ``refresh``: update only these datasets; ``full_refresh``: these datasets are
     emptied and their flows start over (checkpoints reset); ``full_refresh_all``: all.
+    ``on_event``: called with each event-log row as it is recorded (live progress).
     """
     storage = Storage(settings.storage, settings.database)
     update_id = str(uuid.uuid4())
-    log = EventLog(storage.event_log, Origin(settings.pipeline_id, settings.name, update_id))
+    origin = Origin(settings.pipeline_id, settings.name, update_id)
+    log = EventLog(storage.event_log, origin, on_event)
     reset = _names_or_all(graph, full_refresh, full_refresh_all)
     selected = _selected(graph, refresh, full_refresh, full_refresh_all)
     log.emit(

@@ -79,3 +79,11 @@ class FlowFailedError(PipelineError):
 
     def __init__(self, message: str, *, update_id: str, failed: dict[str, str]) -> None:
         super().__init__(message, update_id=update_id, failed=failed)
+
+
+class SpecError(PipelineError, ValueError):
+    """``spark-pipeline.yml`` is missing or invalid: ``path`` is the file (or the directory
+    searched), ``field`` the offending field when there is one."""
+
+    def __init__(self, message: str, *, path: str, field: str | None) -> None:
+        super().__init__(message, path=path, field=field)

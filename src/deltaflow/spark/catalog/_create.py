@@ -274,10 +274,10 @@ def _with_session_defaults(spark: SparkSession, spec: TableSpec) -> TableSpec:
     it does not set itself."""
     own = {k.lower() for k, _ in spec.properties}
     defaults = [
-        (f"delta.{key[len(DEFAULTS_PREFIX):]}", str(value))
+        (f"delta.{key[len(DEFAULTS_PREFIX) :]}", str(value))
         for key, value in spark.conf.getAll.items()
         if key.startswith(DEFAULTS_PREFIX)
-        and f"delta.{key[len(DEFAULTS_PREFIX):]}".lower() not in own
+        and f"delta.{key[len(DEFAULTS_PREFIX) :]}".lower() not in own
     ]
     if not defaults:
         return spec
@@ -365,8 +365,10 @@ def _checked_properties(properties: dict[str, str], label: str) -> list[tuple[st
     for key, value in properties.items():
         name = canonical.get(key.lower(), key)
         lowered = name.lower()
-        if lowered.startswith("delta.") and name not in TABLE_PROPERTIES and not (
-            lowered.startswith("delta.feature.")
+        if (
+            lowered.startswith("delta.")
+            and name not in TABLE_PROPERTIES
+            and not (lowered.startswith("delta.feature."))
         ):
             raise InvalidOptionError(
                 f"Unknown Delta table property '{key}' for {label}. Known:"

@@ -1,0 +1,233 @@
+"""Loading a pipeline's library files into a :class:`~._graph.Graph`.
+
+Python files run as modules with ``spark`` in their namespace (as ``spark-pipelines``
+does), their decorators registering with the graph being collected. SQL files declare
+datasets with Lakeflow's statements:
+
+    CREATE [OR REFRESH] MATERIALIZED VIEW name [(CONSTRAINT c EXPECT (cond) [ON VIOLATION
+        {DROP ROW | FAIL UPDATE}], ...)] [COMMENT '...'] AS query
+    CREATE [OR REFRESH] STREAMING TABLE name [(...)] [COMMENT '...'] AS query
+    CREATE [TEMPORARY] VIEW name AS query
+
+A streaming table's query reads streams with ``STREAM(t)`` / ``STREAM t``, which Spark's
+SQL understands.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deltaflow.pipelines._declarations import (
+    Dataset,
+    DatasetKind,
+    Expectation,
+    ExpectationAction,
+    Flow,
+    SourceLocation,
+)
+from deltaflow.pipelines._graph import Graph, GraphBuilder, collect
+from deltaflow.pipelines._spec import PipelineSpec
+from deltaflow.pipelines.errors import DefinitionError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def load_graph(spark: SparkSession, spec: PipelineSpec) -> Graph:
+    """Every dataset and flow the spec's libraries declare."""
+    files = spec.library_files()
+    if not files:
+        raise DefinitionError(
+            f"pipeline {spec.name!r}: its libraries ({', '.join(spec.libraries) or 'none'})"
+            f" match no .py or .sql file under {spec.root}.",
+            dataset=None,
+            location=str(spec.root),
+        )
+    with collect() as builder:
+        for file in files:
+            if file.suffix == ".py":
+                _load_python(spark, file, spec.root)
+            else:
+                _load_sql(spark, file, builder)
+    return builder.graph()
+
+
+def _load_python(spark: SparkSession, file: Path, root: Path) -> None:
+    name = f"deltaflow_pipeline_{file.stem}"
+    module_spec = importlib.util.spec_from_file_location(name, file)
+    if module_spec is None or module_spec.loader is None:
+        raise DefinitionError(f"cannot load {file} as Python", dataset=None, location=str(file))
+    module = importlib.util.module_from_spec(module_spec)
+    module.__dict__["spark"] = spark
+    added = str(root) not in sys.path
+    if added:
+        sys.path.insert(0, str(root))  # library files may import helpers next to them
+    try:
+        module_spec.loader.exec_module(module)
+    except DefinitionError:
+        raise
+    except Exception as exc:
+        raise DefinitionError(
+            f"loading {file} failed: {type(exc).__name__}: {exc}",
+            dataset=None,
+            location=str(file),
+        ) from exc
+    finally:
+        if added:
+            sys.path.remove(str(root))
+
+
+_CREATE = re.compile(
+    r"""^\s*CREATE\s+(?:OR\s+REFRESH\s+|OR\s+REPLACE\s+)?
+        (?P<kind>MATERIALIZED\s+VIEW|STREAMING\s+TABLE|(?:TEMPORARY\s+|TEMP\s+)?VIEW)\s+
+        (?P<name>`[^`]+`|[\w.]+)\s*""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_CONSTRAINT = re.compile(
+    r"""CONSTRAINT\s+(?P<name>`[^`]+`|\w+)\s+EXPECT\s*\((?P<cond>.*)\)\s*
+        (?:ON\s+VIOLATION\s+(?P<action>DROP\s+ROW|FAIL\s+UPDATE))?\s*$""",
+    re.IGNORECASE | re.VERBOSE | re.DOTALL,
+)
+_COMMENT = re.compile(r"^\s*COMMENT\s+'((?:[^'\\]|\\.)*)'\s*", re.IGNORECASE)
+_AS = re.compile(r"^\s*AS\s+", re.IGNORECASE)
+
+
+def _load_sql(spark: SparkSession, file: Path, builder: GraphBuilder) -> None:
+    text = file.read_text(encoding="utf-8")
+    for offset, statement in split_statements(text):
+        line = text.count("\n", 0, offset) + 1
+        _declare_sql(spark, statement, SourceLocation(str(file), line), builder)
+
+
+def _declare_sql(
+    spark: SparkSession, statement: str, where: SourceLocation, builder: GraphBuilder
+) -> None:
+    head = _CREATE.match(statement)
+    if head is None:
+        raise DefinitionError(
+            f"{where}: a pipeline SQL file holds CREATE MATERIALIZED VIEW / STREAMING TABLE /"
+            f" VIEW ... AS statements; got: {statement.strip()[:80]!r}",
+            dataset=None,
+            location=str(where),
+        )
+    kind_text = " ".join(head.group("kind").upper().split())
+    kind: DatasetKind = (
+        "materialized_view"
+        if kind_text == "MATERIALIZED VIEW"
+        else "streaming_table"
+        if kind_text == "STREAMING TABLE"
+        else "temporary_view"
+    )
+    name = head.group("name").strip("`")
+    rest = statement[head.end() :]
+    expectations: tuple[Expectation, ...] = ()
+    if rest.startswith("("):
+        inner, rest = _parenthesised(rest, where)
+        expectations = _constraints(inner, where)
+    comment = None
+    found = _COMMENT.match(rest)
+    if found:
+        comment, rest = found.group(1).replace("\\'", "'"), rest[found.end() :]
+    as_kw = _AS.match(rest)
+    if as_kw is None:
+        raise DefinitionError(
+            f"{where}: expected AS <query> after {name!r}", dataset=name, location=str(where)
+        )
+    query = rest[as_kw.end() :].strip()
+    builder.add_dataset(
+        Dataset(name=name, kind=kind, location=where, comment=comment, expectations=expectations)
+    )
+    builder.add_flow(Flow(name=name, target=name, func=_sql_query(spark, query), location=where))
+
+
+def _sql_query(spark: SparkSession, query: str) -> Any:
+    def run() -> DataFrame:
+        return spark.sql(query)
+
+    return run
+
+
+def _parenthesised(text: str, where: SourceLocation) -> tuple[str, str]:
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0:
+            return text[1:i], text[i + 1 :]
+    raise DefinitionError(f"{where}: unbalanced parentheses", dataset=None, location=str(where))
+
+
+def _constraints(inner: str, where: SourceLocation) -> tuple[Expectation, ...]:
+    out = []
+    for part in _split_top_level(inner):
+        found = _CONSTRAINT.match(part.strip())
+        if found is None:
+            raise DefinitionError(
+                f"{where}: only CONSTRAINT name EXPECT (condition) [ON VIOLATION DROP ROW |"
+                f" FAIL UPDATE] is supported in the column list; got {part.strip()!r}",
+                dataset=None,
+                location=str(where),
+            )
+        action_text = (found.group("action") or "").upper()
+        action: ExpectationAction = (
+            "drop" if action_text.startswith("DROP") else "fail" if action_text else "warn"
+        )
+        out.append(Expectation(found.group("name").strip("`"), found.group("cond"), action))
+    return tuple(out)
+
+
+def _split_top_level(text: str) -> list[str]:
+    parts, depth, start, quote = [], 0, 0, None
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"`":
+            quote = ch
+        elif ch in "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p for p in parts if p.strip()]
+
+
+def split_statements(text: str) -> list[tuple[int, str]]:
+    """``text`` split at top-level semicolons (not in quotes or comments), with each
+    statement's offset; empty statements dropped."""
+    out: list[tuple[int, str]] = []
+    start, i, quote = 0, 0, None
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"`":
+            quote = ch
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+            continue
+        elif ch == ";":
+            out.append((start, text[start:i]))
+            start = i + 1
+        i += 1
+    out.append((start, text[start:]))
+    result = []
+    for offset, statement in out:
+        stripped = _strip_comments(statement)
+        if stripped.strip():
+            lead = len(statement) - len(statement.lstrip())
+            result.append((offset + lead, stripped.strip()))
+    return result
+
+
+def _strip_comments(statement: str) -> str:
+    return "\n".join(line for line in statement.splitlines() if not line.strip().startswith("--"))
