@@ -24,6 +24,7 @@ from pyspark.sql.types import (
 from deltaflow import DeltaTable
 from deltaflow.errors import InvalidOptionError
 from deltaflow.table.errors import (
+    GeneratedColumnError,
     SchemaMismatchError,
     TableAlreadyExistsError,
     TableNotFoundError,
@@ -233,8 +234,8 @@ def test_naming_an_existing_location_registers_it_if_the_columns_match(spark, ta
 @pytest.mark.parametrize(
     ("build", "error", "field", "value"),
     [
-        (lambda b: b.addColumn("g", "INT", generatedAlwaysAs="id + 1"), UnsupportedFeatureError,
-         "feature", "generatedColumns"),
+        (lambda b: b.addColumn("g", "INT", generatedAlwaysAs="nope + 1").execute(),
+         GeneratedColumnError, "reason", "invalidExpression"),
         (lambda b: b.addColumn("x", "NOT A TYPE"), InvalidOptionError, "option", "dataType"),
         (lambda b: b.clusterBy("id"), UnsupportedFeatureError, "feature", "clustering"),
         (lambda b: b.property("delta.enableChangeDataFeeed", "true"), InvalidOptionError,

@@ -112,6 +112,9 @@ CREATE_SPEC_OPTION = "__deltaflow_create"
 # Set by the connector on a write it hands the Python data source after checking the rows
 # against the table's constraints itself: their fingerprint (``table/_constraints``).
 CHECKED_CONSTRAINTS_OPTION = "__deltaflow_checked"
+# Set by the connector on a write it hands the Python data source: the identity columns
+# whose values it generated (comma-separated), so their high water marks move.
+IDENTITY_GENERATED_OPTION = "__deltaflow_identity_generated"
 _SPARK_INTERNAL = (
     "__partition_columns",
     "__path_provider",
@@ -120,6 +123,7 @@ _SPARK_INTERNAL = (
     "provider",
     CREATE_SPEC_OPTION,
     CHECKED_CONSTRAINTS_OPTION,
+    IDENTITY_GENERATED_OPTION,
 )
 
 
@@ -158,6 +162,8 @@ class WriteOptions:
     table_comment: str | None = None
     # The fingerprint of the constraints the connector checked these rows against.
     checked_constraints: str | None = None
+    # The identity columns the connector generated values for (not the user's values).
+    identity_generated: tuple[str, ...] = ()
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -359,5 +365,8 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         table_properties=properties,
         table_comment=comment,
         checked_constraints=lowered.get(CHECKED_CONSTRAINTS_OPTION),
+        identity_generated=tuple(
+            c for c in (lowered.get(IDENTITY_GENERATED_OPTION) or "").split(",") if c
+        ),
         partition_overwrite_mode=overwrite_mode,
     )

@@ -26,7 +26,7 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from deltaflow.table import _log_commit, _uri
+from deltaflow.table import _generated_log, _log_commit, _uri
 from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
 log = logging.getLogger(__name__)
@@ -163,6 +163,8 @@ class CommitRequest:
     # The table, loaded (at read_version when pinned) by a caller that keeps it up to
     # date: the commit then loads no log of its own. Moved on by the commit.
     table: DeltaTable | None = None
+    # Identity columns whose values this write generated: their high water marks move.
+    identity_generated: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,9 @@ def commit(request: CommitRequest) -> CommitResult:
                 table_uri=request.table_uri,
             ) from exc
 
+    if request.identity_generated:
+        # delta-rs cannot write identityColumns tables; the high water mark moves here.
+        return _generated_log.commit_write(request)
     if request.read is not None:
         return _commit_with_log_writer(request)
 

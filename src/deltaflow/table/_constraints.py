@@ -130,12 +130,16 @@ def constraint_check(name: str, expression: str, schema: Mapping[str, Any]) -> R
 def table_checks(
     schema: Mapping[str, Any], configuration: Mapping[str, str | None]
 ) -> list[RowCheck]:
-    """Every check a write to the table must pass (schema is logical)."""
+    """Every check a write to the table must pass (schema is logical): NOT NULL columns,
+    CHECK constraints, generated columns equal to their expressions."""
+    from deltaflow.table._generated import generated_checks
+
     checks = [not_null_check(path) for path in not_null_paths(schema)]
     checks.extend(
         constraint_check(name, expr, schema)
         for name, expr in check_constraints(configuration).items()
     )
+    checks.extend(generated_checks(schema))
     return checks
 
 
@@ -191,6 +195,13 @@ def violation(
         what = f"NOT NULL constraint on column {check.name} of table {table_uri} violated"
         fix = "Write a value for it, or drop the constraint: ALTER TABLE ... ALTER COLUMN"
         fix += f" {check.name} DROP NOT NULL."
+    elif check.kind == "generated":
+        what = (
+            f"Generated column {check.name} of table {table_uri} does not equal its generation"
+            f" expression ({check.expression})"
+        )
+        fix = f"Leave {check.name} out of the write to have it computed, or write the values"
+        fix += " the expression gives."
     else:
         what = f"CHECK constraint {check.name} ({check.expression}) of table {table_uri} violated"
         fix = f"Fix the data, or drop the constraint: ALTER TABLE ... DROP CONSTRAINT {check.name}."
@@ -203,7 +214,7 @@ def violation(
         kind=check.kind,
         expression=check.expression,
         values=values,
-        columns=check.columns if check.kind == "check" else (check.name,),
+        columns=check.columns if check.kind != "notNull" else (check.name,),
         rows=rows,
     )
 
@@ -218,6 +229,14 @@ class ArrowChecks:
         self.expressions = [self._expression(c) for c in self.checks]
 
     def _expression(self, check: RowCheck) -> pc.Expression:
+        if check.kind == "generated":
+            raise UnsupportedFeatureError(
+                f"Generated column {check.name} of table {self.table_uri} cannot be computed"
+                " or checked by deltaflow's Python writer. Write through the connector"
+                " (format('delta') in a Spark session, deltaflow.write.nativeWrite not false).",
+                table_uri=self.table_uri,
+                feature="generatedColumns",
+            )
         text = check.expression
         if check.kind == "notNull":
             path = check.name.split(".")

@@ -168,3 +168,13 @@ class InvalidConstraintError(TableError, ValueError):
 
     def __init__(self, message: str, *, table_uri: str, constraint: str, expression: str) -> None:
         super().__init__(message, table_uri=table_uri, constraint=constraint, expression=expression)
+
+
+class GeneratedColumnError(TableError, ValueError):
+    """A generated or identity column declared or used against Delta's rules: an invalid
+    generation expression, an identity column of the wrong type, an explicit value for a
+    ``GENERATED ALWAYS AS IDENTITY`` column, an UPDATE of an identity column. ``column``
+    names it, ``table_uri`` the table. Nothing was written. Terminal: fix the statement."""
+
+    def __init__(self, message: str, *, table_uri: str, column: str, reason: str) -> None:
+        super().__init__(message, table_uri=table_uri, column=column, reason=reason)

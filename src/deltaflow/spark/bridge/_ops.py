@@ -24,6 +24,7 @@ from deltalake import DeltaTable
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark._options import (
     CHECKED_CONSTRAINTS_OPTION,
+    IDENTITY_GENERATED_OPTION,
     SAVE_MODE_OPTION,
     STREAM_READ_OPTIONS,
     parse_read_options,
@@ -33,7 +34,7 @@ from deltaflow.spark._options import (
 from deltaflow.spark.errors import BridgeError
 from deltaflow.spark.read._native import NATIVE_SCAN_CONF, native_scan_mode
 from deltaflow.spark.stream._writer import STREAM_ONLY_OPTIONS, commit_batch
-from deltaflow.spark.write import _files
+from deltaflow.spark.write import _files, _generated
 from deltaflow.spark.write._native import (
     _ESCAPE,
     STAGING_DIR,
@@ -346,8 +347,15 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
     plan = plan_table_write(uri, incoming, mode, write_options, current)
     if plan.skip:
         return {"route": "skip"}
+    # Generated / identity values the data lacks are added by the connector first; the
+    # rest of the plan sees the data as it will be then.
+    generate, incoming = _generated.connector_projection(
+        uri, plan.log_schema or plan.schema, incoming
+    )
     native = plan_native_write(plan, incoming, lambda key, default: conf.get(key, default), current)
-    checked = {"checks": row_guard(plan, incoming)} if plan.checks else {}
+    checked: dict[str, Any] = {"checks": row_guard(plan, incoming)} if plan.checks else {}
+    if generate:
+        checked["generate"] = generate
     if urlparse(uri).scheme not in JVM_SCHEMES or not isinstance(native, NativeWrite):
         delegate = {k: v for k, v in options.items() if k != "__partition_columns"}
         if write_options.partition_by:
@@ -355,6 +363,8 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
         delegate[SAVE_MODE_OPTION] = mode
         if plan.checks:
             delegate[CHECKED_CONSTRAINTS_OPTION] = _constraints.fingerprint(plan.checks)
+        if plan.identity_generated:
+            delegate[IDENTITY_GENERATED_OPTION] = ",".join(plan.identity_generated)
         return {"route": "python", "tableUri": uri, "delegateOptions": delegate, **checked}
     job_id = uuid.uuid4().hex[:8]
     staging = _uri.join(uri, f"{STAGING_DIR}/{job_id}-{uuid.uuid4().hex}")

@@ -26,6 +26,7 @@ from deltaflow.table.errors import TableNotFoundError
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from deltaflow.spark.catalog._columns import DeltaColumnBuilder
     from deltaflow.spark.catalog._create import DeltaTableBuilder
 
 # deltaflow._session.SQL_EXTENSION (that module sits above this layer).
@@ -98,6 +99,13 @@ class DeltaTable:
     def createOrReplace(cls, sparkSession: SparkSession | None = None) -> DeltaTableBuilder:
         """A builder that creates the table, or replaces it in one commit if it exists."""
         return _create.builder(sparkSession, "createOrReplace")
+
+    @classmethod
+    def columnBuilder(cls, sparkSession: SparkSession | None, colName: str) -> DeltaColumnBuilder:
+        """A builder of one column (generated, identity, comment) for ``addColumn(s)``."""
+        from deltaflow.spark.catalog._columns import DeltaColumnBuilder
+
+        return DeltaColumnBuilder(sparkSession, colName)
 
     @classmethod
     def isDeltaTable(cls, sparkSession: SparkSession, identifier: str) -> bool:

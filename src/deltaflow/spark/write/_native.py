@@ -82,7 +82,9 @@ _UNHANDLED_PROPERTIES = (
     "delta.minWriterVersion",
 )
 _UNHANDLED_PREFIXES = ("delta.constraints.", "delta.feature.")
-_UNHANDLED_FIELD_METADATA = ("delta.invariants", "delta.generationExpression", "delta.identity")
+# Generated and identity columns are computed by the connector before the write
+# (spark/write/_generated.py), so their metadata needs no fallback.
+_UNHANDLED_FIELD_METADATA = ("delta.invariants",)
 _ESCAPE = "\x01"
 # Footer reads and moves are I/O bound: a few threads hide object-store latency.
 IO_THREADS = 8
@@ -161,7 +163,7 @@ def _plan_columns(plan: WritePlan, incoming: dict[str, Any], codec: str) -> Nati
     for f in plan.schema["fields"]:
         metadata = f.get("metadata") or {}
         if any(key in metadata for key in _UNHANDLED_FIELD_METADATA):
-            return Fallback(f"column {f['name']!r} has invariants or generation rules")
+            return Fallback(f"column {f['name']!r} has invariants")
         source = by_name.get(f["name"].lower())
         if f["name"].lower() in partitions and f["type"] not in NATIVE_PARTITION_TYPES:
             return Fallback(f"partition column {f['name']!r} of type {f['type']!r}")

@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from deltaflow.errors import DeltaflowError, InvalidOptionError, RemoteDeltaflowError
 from deltaflow.spark._options import WriteOptions
-from deltaflow.spark.write import _files, _replace_where
+from deltaflow.spark.write import _files, _generated, _replace_where
 from deltaflow.table import _commit, _constraints, _schema, _stats
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
 from deltaflow.table.errors import (
@@ -57,6 +57,10 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         # with this feature is safe to write as long as it has none; conform() would fail
         # on one rather than write it wrongly.
         "variantType",
+        # The connector computes and checks them (spark/write/_generated.py); commits to
+        # identity tables move the high water mark (table/_generated_log.py).
+        "generatedColumns",
+        "identityColumns",
     }
 )
 
@@ -83,6 +87,10 @@ class WritePlan:
     checks_verified: bool = False
     # Overwrite only the partitions the written rows fall in (partitionOverwriteMode).
     dynamic_overwrite: bool = False
+    # Identity columns whose values this write generates (their high water marks move).
+    identity_generated: tuple[str, ...] = ()
+    # The table's schema as the log has it (identity metadata included), when it exists.
+    log_schema: dict[str, Any] | None = None
 
 
 def commit_request(
@@ -103,6 +111,7 @@ def commit_request(
         app_version=plan.options.txn_version,
         user_metadata=plan.options.user_metadata,
         description=plan.options.table_comment,
+        identity_generated=plan.identity_generated,
     )
     if plan.dynamic_overwrite and plan.read_version is not None:
         # Explicit removes of the touched partitions' files; delta-rs derives none.
@@ -243,6 +252,12 @@ def plan_write(
             and bool(partitions)
             and not replace_schema
         ),
+        identity_generated=(
+            ()
+            if replace_schema
+            else options.identity_generated or _generated.identity_generated(snapshot.schema)
+        ),
+        log_schema=None if replace_schema else snapshot.schema,
     )
 
 

@@ -11,7 +11,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode
 
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{Column, DataFrame, SaveMode}
-import org.apache.spark.sql.functions.{col, concat, lit, when}
+import org.apache.spark.sql.functions.{col, concat, expr, lit, when}
 import org.apache.spark.sql.types.DataType
 
 /**
@@ -28,6 +28,9 @@ import org.apache.spark.sql.types.DataType
  *    commit, and a crash leaves only files no commit references (VACUUM removes them).
  * 3. `python`: what the JVM path does not implement yet (column mapping, replaceWhere,
  *    object stores, ...) goes through deltaflow's Python data source.
+ *
+ * Generated and identity columns the data lacks are added first ([[GeneratedValues]]), as
+ * the brain's plan says; generated columns are then checked like constraints.
  *
  * Either way, a table with NOT NULL columns or CHECK constraints gets its rows checked
  * on the way ([[RowChecks]]): the first violating row fails the job, so nothing is
@@ -58,7 +61,9 @@ object DeltaBatchWrite extends Logging {
     val plan = Brain.call("write.plan", args)
     val route = plan.get("route").asText()
     val guard = Option(plan.get("checks")).filterNot(_.isNull)
-    val rows = guard.map(RowChecks.guarded(data, _)).getOrElse(data)
+    val generated = Option(plan.get("generate")).filterNot(_.isNull)
+      .map(GeneratedValues.added(data, _)).getOrElse(data)
+    val rows = guard.map(RowChecks.guarded(generated, _)).getOrElse(generated)
     val committed = try {
       route match {
         case "skip" => None
@@ -156,6 +161,20 @@ object DeltaBatchWrite extends Logging {
     }.toSeq
     data.select(columns: _*)
   }
+}
+
+/**
+ * The generated and identity columns a write's data lacks, added as one projection (so
+ * they are computed on the executors), as the brain's `write.plan` lists them
+ * (`deltaflow/spark/write/_generated.py`): each `sql` (the generation expression cast to
+ * the column's type, or an identity column's next values by `monotonically_increasing_id()`,
+ * unique across tasks) parsed by Spark, added or replacing the column.
+ */
+object GeneratedValues {
+  def added(data: DataFrame, generate: JsonNode): DataFrame =
+    generate.elements().asScala.foldLeft(data) { (df, g) =>
+      df.withColumn(g.get("name").asText(), expr(g.get("sql").asText()))
+    }
 }
 
 /**

@@ -9,7 +9,7 @@ import com.fasterxml.jackson.databind.JsonNode
 import org.apache.spark.sql.{DataFrame, SaveMode, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.catalog.{CatalogStorageFormat, CatalogTable, CatalogTableType, CatalogUtils}
-import org.apache.spark.sql.connector.catalog.{Column, DelegatingCatalogExtension, Identifier, StagedTable, StagingTableCatalog, SupportsWrite, Table, TableCapability, TableCatalog, TableChange}
+import org.apache.spark.sql.connector.catalog.{Column, DelegatingCatalogExtension, Identifier, StagedTable, StagingTableCatalog, SupportsWrite, Table, TableCapability, TableCatalog, TableCatalogCapability, TableChange}
 import org.apache.spark.sql.deltaflow.CatalogAccess
 import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.connector.write.{LogicalWriteInfo, SupportsOverwrite, SupportsTruncate, V1Write, Write, WriteBuilder}
@@ -33,6 +33,16 @@ import io.deltaflow.spark.catalog.AlterTable
  */
 class DeltaCatalog extends DelegatingCatalogExtension with StagingTableCatalog {
   import DeltaCatalog._
+
+  // SQL's `GENERATED ALWAYS AS (expr)` and `GENERATED ... AS IDENTITY` columns: Spark
+  // checks the expressions, then hands them over in each Column (the brain turns them into
+  // Delta's column metadata).
+  override def capabilities(): util.Set[TableCatalogCapability] = {
+    val all = new util.HashSet[TableCatalogCapability](super.capabilities())
+    all.add(TableCatalogCapability.SUPPORTS_CREATE_TABLE_WITH_GENERATED_COLUMNS)
+    all.add(TableCatalogCapability.SUPPORTS_CREATE_TABLE_WITH_IDENTITY_COLUMNS)
+    all
+  }
 
   override def loadTable(ident: Identifier): Table = load(ident, Map.empty)
 
