@@ -10,6 +10,7 @@ BENCHMARKS = (
     "bench_scan.py",
     "bench_write.py",
     "bench_skipping.py",
+    "bench_clustering.py",
     "bench_ingest_http.py",
     "bench_merge.py",
     "bench_interactive.py",

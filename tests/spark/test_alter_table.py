@@ -313,8 +313,6 @@ def test_unsupported_forms_are_refused_typed(spark: Any, table: Any) -> None:
     name, path = table("id BIGINT, v STRING", "(1, 'a')")
     error = typed(spark, f"ALTER TABLE {name} ALTER COLUMN v SET DEFAULT 'x'")
     assert isinstance(error, UnsupportedFeatureError) and error.feature == "allowColumnDefaults"
-    error = typed(spark, f"ALTER TABLE {name} CLUSTER BY (id)")
-    assert isinstance(error, UnsupportedFeatureError) and error.feature == "clustering"
     assert version(path) == 1
 
 

@@ -140,8 +140,6 @@ def test_bad_create_statements_are_refused_typed_and_create_nothing(spark, table
             f"CREATE TABLE {_name()} (id INT, ts TIMESTAMP) USING delta"
             f" PARTITIONED BY (days(ts)) LOCATION '{path}'"
         )
-    with pytest.raises(UnsupportedFeatureError, match="CLUSTER BY"):
-        spark.sql(f"CREATE TABLE {_name()} (id INT) USING delta CLUSTER BY (id) LOCATION '{path}'")
     assert not os.path.exists(os.path.join(path, "_delta_log"))
 
 
@@ -312,18 +310,3 @@ def test_at_version_names(spark, table_path):
     assert [r.id for r in spark.sql(f"SELECT * FROM `{name}@{at}`").collect()] == [1]
     with pytest.raises(deltaflow.VersionNotFoundError):
         spark.sql(f"SELECT * FROM delta.`{path}@v9`").collect()
-
-
-def test_cluster_by_is_refused_on_every_create_route(spark, table_path):
-    """CTAS and saveAsTable must not drop CLUSTER BY silently: refused, nothing written."""
-    path = table_path("clustered")
-    with pytest.raises(UnsupportedFeatureError, match="CLUSTER BY"):
-        spark.sql(
-            f"CREATE TABLE {_name()} USING delta CLUSTER BY (id) LOCATION '{path}'"
-            " AS SELECT id FROM range(3)"
-        )
-    # DataFrameWriterV2 is not patched: the typed error is in the Py4J error's text.
-    with pytest.raises(Exception) as info:
-        spark.range(3).writeTo(_name()).using("delta").clusterBy("id").create()
-    assert isinstance(deltaflow.typed_error(info.value), UnsupportedFeatureError)
-    assert not os.path.exists(os.path.join(path, "_delta_log"))

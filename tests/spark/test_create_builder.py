@@ -28,7 +28,6 @@ from deltaflow.table.errors import (
     SchemaMismatchError,
     TableAlreadyExistsError,
     TableNotFoundError,
-    UnsupportedFeatureError,
 )
 
 
@@ -237,7 +236,8 @@ def test_naming_an_existing_location_registers_it_if_the_columns_match(spark, ta
         (lambda b: b.addColumn("g", "INT", generatedAlwaysAs="nope + 1").execute(),
          GeneratedColumnError, "reason", "invalidExpression"),
         (lambda b: b.addColumn("x", "NOT A TYPE"), InvalidOptionError, "option", "dataType"),
-        (lambda b: b.clusterBy("id"), UnsupportedFeatureError, "feature", "clustering"),
+        (lambda b: b.addColumn("v", "INT").partitionedBy("id").clusterBy("v").execute(),
+         InvalidOptionError, "option", "clusterBy"),
         (lambda b: b.property("delta.enableChangeDataFeeed", "true"), InvalidOptionError,
          "option", "delta.enableChangeDataFeeed"),
         (lambda b: b.partitionedBy("nope").execute(), InvalidOptionError, "option",

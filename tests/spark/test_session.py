@@ -64,4 +64,3 @@ def test_spark_conf_names_the_jar_the_sql_extension_and_the_catalog(spark):
     catalog = spark._jsparkSession.sessionState().catalogManager().catalog("spark_catalog")
     assert catalog.getClass().getName() == "io.deltaflow.spark.DeltaCatalog"
     assert spark.conf.get("spark.sql.extensions") == conf["spark.sql.extensions"]
-

@@ -43,9 +43,7 @@ def test_update_and_delete_return_counts_and_write_history(spark, people):
     spark.sql(f"UPDATE {people} SET age = 0 WHERE {people}.id = 1")
     assert _rows(spark, people)[0] == (1, "ann", 0)
 
-    changes = (
-        spark.read.option("readChangeFeed", "true").option("startingVersion", 2).table(people)
-    )
+    changes = spark.read.option("readChangeFeed", "true").option("startingVersion", 2).table(people)
     kinds = sorted((r._commit_version, r._change_type, r.id) for r in changes.collect())
     assert (2, "update_postimage", 3) in kinds
     assert (3, "delete", 2) in kinds

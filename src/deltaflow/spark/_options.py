@@ -160,6 +160,8 @@ class WriteOptions:
     # Set by CREATE TABLE ... AS SELECT: the new table's comment (its properties are in
     # table_properties).
     table_comment: str | None = None
+    # Set by CREATE TABLE ... CLUSTER BY ... AS SELECT / writeTo().clusterBy: the columns.
+    clustering_columns: tuple[str, ...] | None = None
     # The fingerprint of the constraints the connector checked these rows against.
     checked_constraints: str | None = None
     # The identity columns the connector generated values for (not the user's values).
@@ -347,10 +349,13 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             option="partitionOverwriteMode",
         )
     comment = None
+    clustering = None
     if CREATE_SPEC_OPTION in lowered:
         create = json.loads(lowered[CREATE_SPEC_OPTION])
         properties.update(create.get("properties") or {})
         comment = create.get("comment")
+        if create.get("clusteringColumns") is not None:
+            clustering = tuple(str(c) for c in create["clusteringColumns"])
     return WriteOptions(
         path=_path(lowered),
         partition_by=partition_by,
@@ -364,6 +369,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         compression=lowered.get("compression", "snappy"),
         table_properties=properties,
         table_comment=comment,
+        clustering_columns=clustering,
         checked_constraints=lowered.get(CHECKED_CONSTRAINTS_OPTION),
         identity_generated=tuple(
             c for c in (lowered.get(IDENTITY_GENERATED_OPTION) or "").split(",") if c

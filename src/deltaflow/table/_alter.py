@@ -52,6 +52,7 @@ CHANGE_OPS = {
     "removeProperty": "UNSET TBLPROPERTIES",
     "addConstraint": "ADD CONSTRAINT",
     "dropConstraint": "DROP CONSTRAINT",
+    "clusterBy": "CLUSTER BY",
 }
 
 
@@ -66,6 +67,7 @@ class AlterPlan:
     changed: bool = True
     protocol_changed: bool = False
     metadata_changed: bool = True
+    domains: tuple[dict[str, Any], ...] = ()
 
 
 def plan_alter(state: TableState, changes: Sequence[Change]) -> AlterPlan:
@@ -110,9 +112,10 @@ def plan_alter(state: TableState, changes: Sequence[Change]) -> AlterPlan:
         parameters=parameters,
         checks=tuple(work.checks),
         new_not_null=tuple(work.new_not_null),
-        changed=metadata_changed or protocol != state.protocol,
+        changed=metadata_changed or protocol != state.protocol or bool(work.domains),
         protocol_changed=protocol != state.protocol,
         metadata_changed=metadata_changed,
+        domains=tuple(work.domains),
     )
 
 

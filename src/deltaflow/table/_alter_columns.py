@@ -349,12 +349,31 @@ def update_default(work: Work, change: Change) -> None:
 
 
 def cluster_by(work: Work, change: Change) -> None:
-    raise UnsupportedFeatureError(
-        f"ALTER TABLE {work.state.label} CLUSTER BY: liquid clustering is not supported by"
-        " deltaflow yet. Partition the table (PARTITIONED BY, when creating it), or run"
-        " OPTIMIZE ... ZORDER BY (columns) to co-locate rows.",
-        table_uri=work.state.uri,
-        feature="clustering",
+    """``CLUSTER BY (cols)`` / ``CLUSTER BY NONE``: a new ``delta.clustering`` domain and the
+    ``clustering`` + ``domainMetadata`` features. Files are reclustered by OPTIMIZE."""
+    from deltaflow.table import _clustering
+
+    _clustering.refuse_object_store(work.state.uri, work.state.label)
+    requested = [tuple(str(p) for p in path) for path in change.get("columns") or []]
+    columns = _clustering.resolve_columns(
+        work.schema,
+        work.configuration,
+        requested,
+        label=work.state.label,
+        uri=work.state.uri,
+        partition_columns=work.partition_columns,
+    )
+    clustered = _clustering.is_clustered(tuple(work.state.protocol.writer_features))
+    if clustered and columns == _clustering.physical_columns(work.state.uri):
+        return  # the same columns: nothing to commit
+    work.features.update(_clustering.FEATURES)
+    work.domains.append(_clustering.domain_action(columns))
+    names = _clustering.logical_names(work.schema, columns)
+    work.parameters["newClusteringColumns"] = ",".join(names)
+    work.parameters["oldClusteringColumns"] = ",".join(
+        _clustering.clustering_columns(
+            work.state.uri, work.state.schema, tuple(work.state.protocol.writer_features)
+        )
     )
 
 

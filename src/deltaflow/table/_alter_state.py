@@ -45,6 +45,8 @@ class Work:
     log_columns: list[dict[str, Any]] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
     touched_metadata: bool = False
+    # domainMetadata actions the commit writes (ALTER TABLE ... CLUSTER BY).
+    domains: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def mapped(self) -> bool:

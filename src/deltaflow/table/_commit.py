@@ -27,6 +27,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from deltaflow.table import _generated_log, _log_commit, _uri
+from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES
 from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,8 @@ class CommitRequest:
     table: DeltaTable | None = None
     # Identity columns whose values this write generated: their high water marks move.
     identity_generated: tuple[str, ...] = ()
+    # CLUSTER BY of a write that creates (or replaces) the table: column names.
+    clustering_columns: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,10 @@ def commit(request: CommitRequest) -> CommitResult:
     properties = _commit_properties(request)
     schema = Schema.from_json(json.dumps(request.schema))
     if request.read_version is None:
+        if request.clustering_columns:
+            from deltaflow.table import _clustered_commit
+
+            return _clustered_commit.create_with_files(request)
         try:
             create_table_with_add_actions(
                 location,
@@ -227,6 +234,10 @@ def commit(request: CommitRequest) -> CommitResult:
             version=request.read_version if pinned else None,
             storage_options=request.storage_options,
         )
+    if request.clustering_columns is not None or _clustered_commit_needed(table):
+        from deltaflow.table import _clustered_commit
+
+        return _clustered_commit.commit_write(request, table)
     if already_committed(table, request.app_id, request.app_version):
         log.info(
             "skipping commit to %s: app transaction %s/%s is already recorded",
@@ -290,11 +301,25 @@ def _conflict(request: CommitRequest, kind: str, exc: Exception) -> ConcurrentWr
     )
 
 
+def _clustered_commit_needed(table: DeltaTable) -> bool:
+    """Whether delta-rs refuses to commit to ``table`` (e.g. a clustered table)."""
+    features = table.protocol().writer_features or ()
+    return bool(DELTA_RS_UNWRITABLE_FEATURES.intersection(features))
+
+
 def _commit_with_log_writer(request: CommitRequest) -> CommitResult:
     assert request.read is not None and request.read_version is not None
     location = _uri.delta_rs_uri(request.table_uri)
     own: frozenset[int] = frozenset()
-    if request.new_columns:
+    metadata = None
+    if request.new_columns and _clustered_commit_needed(
+        DeltaTable(location, storage_options=request.storage_options)
+    ):
+        from deltaflow.table import _clustered_commit
+
+        # delta-rs cannot write this table's metadata: the schema change rides the commit.
+        metadata = _clustered_commit.metadata_with_schema(request)
+    elif request.new_columns:
         from deltalake.schema import Field as DeltaField
 
         table = DeltaTable(location, storage_options=request.storage_options)
@@ -327,6 +352,7 @@ def _commit_with_log_writer(request: CommitRequest) -> CommitResult:
             partitioned=bool(request.partition_columns),
             extra_commit_info=info,
             own_versions=own,
+            metadata=metadata,
             checkpoint_interval=_log_commit.checkpoint_interval(dict(config.configuration)),
         )
     )

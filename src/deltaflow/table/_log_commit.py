@@ -97,6 +97,8 @@ class LogCommitRequest:
     cdc: Sequence[Mapping[str, Any]] = ()
     metadata: Mapping[str, Any] | None = None
     protocol: Mapping[str, Any] | None = None  # a protocol upgrade, committed with metadata
+    # domainMetadata actions (e.g. delta.clustering); two commits writing one domain conflict.
+    domain_metadata: Sequence[Mapping[str, Any]] = ()
     app_id: str | None = None
     app_version: int | None = None
     read: ReadSet = field(default_factory=ReadSet)
@@ -163,6 +165,7 @@ class _Ours:
     app_ids: frozenset[str]
     metadata_changed: bool
     partitioned: bool
+    domains: frozenset[str] = frozenset()
 
 
 def _ours(request: LogCommitRequest) -> _Ours:
@@ -172,6 +175,7 @@ def _ours(request: LogCommitRequest) -> _Ours:
         app_ids=frozenset([request.app_id] if request.app_id is not None else []),
         metadata_changed=request.metadata is not None or request.protocol is not None,
         partitioned=request.partitioned,
+        domains=frozenset(str(d["domain"]) for d in request.domain_metadata),
     )
 
 
@@ -185,6 +189,10 @@ def check_conflict(
         return Conflict("ProtocolChanged", version, f"{operation} changed the protocol")
     if any("metaData" in a for a in actions):
         return Conflict("MetadataChanged", version, f"{operation} changed the table metadata")
+    for action in actions:
+        domain = (action.get("domainMetadata") or {}).get("domain")
+        if domain is not None and domain in ours.domains:
+            return Conflict("MetadataChanged", version, f"{operation} changed domain {domain}")
     for action in actions:
         txn = action.get("txn")
         if txn is not None and txn.get("appId") in ours.app_ids:
@@ -286,6 +294,7 @@ def _payload(request: LogCommitRequest, version: int) -> bytes:
         actions.append({"protocol": dict(request.protocol)})
     if request.metadata is not None:
         actions.append({"metaData": dict(request.metadata)})
+    actions.extend({"domainMetadata": dict(d)} for d in request.domain_metadata)
     if request.app_id is not None and request.app_version is not None:
         actions.append(
             {

@@ -48,6 +48,9 @@ ADDABLE_FEATURES = (
     "timestampNtz",
     "vacuumProtocolCheck",
 )
+# Writer features delta-rs 1.6 refuses to commit to ("Unsupported table features
+# required"): every commit to such a table goes through deltaflow's log writer.
+DELTA_RS_UNWRITABLE_FEATURES = frozenset({"clustering", "domainMetadata"})
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,10 @@ def restore(args: dict[str, Any]) -> dict[str, Any]:
 
 def optimize(args: dict[str, Any]) -> dict[str, Any]:
     rows = _maintenance.optimize(
-        _table(args), where=args.get("where"), zorder_by=list(args.get("zorderBy") or [])
+        _table(args),
+        where=args.get("where"),
+        zorder_by=list(args.get("zorderBy") or []),
+        full=bool(args.get("full")),
     )
     return _answer(rows)
 

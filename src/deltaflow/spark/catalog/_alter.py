@@ -140,6 +140,7 @@ def commit_alter(snapshot: Snapshot, plan: _alter.AlterPlan, *, read_rows: bool)
             operation_parameters=plan.parameters,
             metadata=action,
             protocol=state.protocol.to_action() if plan.protocol_changed else None,
+            domain_metadata=plan.domains,
             # Checked rows were read whole: any file added or removed since is a conflict.
             read=_log_commit.ReadSet(whole_table=read_rows),
             partitioned=bool(state.partition_columns),

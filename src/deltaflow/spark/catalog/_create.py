@@ -34,7 +34,6 @@ from deltaflow.table.errors import (
     SchemaMismatchError,
     TableAlreadyExistsError,
     TableNotFoundError,
-    UnsupportedFeatureError,
 )
 
 if TYPE_CHECKING:
@@ -77,6 +76,7 @@ class TableSpec:
     partition_columns: tuple[str, ...] = ()
     properties: tuple[tuple[str, str], ...] = ()
     comment: str | None = None
+    clustering_columns: tuple[str, ...] | None = None  # CLUSTER BY (liquid clustering)
 
     def schema_json(self) -> dict[str, Any]:
         return {"type": "struct", "fields": [c.field_json() for c in self.columns]}
@@ -150,13 +150,12 @@ class DeltaTableBuilder:
             names.extend([group] if isinstance(group, str) else group)
         return self._with(partition_columns=(*self.spec.partition_columns, *names))
 
-    def clusterBy(self, *cols: str) -> DeltaTableBuilder:
-        raise UnsupportedFeatureError(
-            f"clusterBy on {self._describe()}: liquid clustering is not supported by deltaflow"
-            " yet. Use partitionedBy(...), or optimize().executeZOrderBy(...) after writing.",
-            table_uri=self._describe(),
-            feature="clustering",
-        )
+    def clusterBy(self, *cols: str | Iterable[str]) -> DeltaTableBuilder:
+        """Clustering columns (liquid clustering): OPTIMIZE clusters the table by them."""
+        names: list[str] = []
+        for group in cols:
+            names.extend([group] if isinstance(group, str) else group)
+        return self._with(clustering_columns=(*(self.spec.clustering_columns or ()), *names))
 
     def property(self, key: str, value: str) -> DeltaTableBuilder:
         """A table property (``delta.*`` or your own)."""
@@ -353,6 +352,9 @@ def create_from_catalog(args: dict[str, Any]) -> dict[str, Any]:
         partition_columns=tuple(args.get("partitionColumns") or ()),
         properties=tuple(_checked_properties(args.get("properties") or {}, uri)),
         comment=args.get("comment"),
+        clustering_columns=(
+            tuple(args["clusteringColumns"]) if args.get("clusteringColumns") is not None else None
+        ),
     )
     create_log(spec, uri, path_only=bool(args.get("pathOnly")))
     return {"uri": uri}
@@ -465,6 +467,22 @@ def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
         )
         log.info("%s Delta table at %s", "replaced" if replace else "created", uri)
         return
+    if spec.clustering_columns is not None or (replace and _delta_rs_cannot_write(uri)):
+        from deltaflow.table import _clustered_commit
+
+        _clustered_commit.create_or_replace_table(
+            uri,
+            schema=spec.schema_json(),
+            partition_columns=tuple(by_lower[p.lower()] for p in spec.partition_columns),
+            configuration=dict(spec.properties),
+            name=_short_name(spec.name) if spec.name else None,
+            description=spec.comment,
+            clustering_columns=spec.clustering_columns or (),
+            label=spec.name or uri,
+            replace=replace,
+        )
+        log.info("%s clustered Delta table at %s", "replaced" if replace else "created", uri)
+        return
     DeltaRsTable.create(
         _uri.delta_rs_uri(uri),
         Schema.from_json(json.dumps(spec.schema_json())),
@@ -477,6 +495,12 @@ def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
         raise_if_key_not_exists=False,
     )
     log.info("%s Delta table at %s", "replaced" if replace else "created", uri)
+
+
+def _delta_rs_cannot_write(uri: str) -> bool:
+    from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES
+
+    return bool(DELTA_RS_UNWRITABLE_FEATURES.intersection(load_snapshot(uri).writer_features))
 
 
 def _check_matches(spec: TableSpec, uri: str) -> None:

@@ -8,6 +8,7 @@ turns them into DataFrames when its session has no deltaflow SQL extension.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import math
@@ -23,7 +24,8 @@ from deltaflow.errors import InvalidOptionError
 from deltaflow.spark.dml._delete_update import OPERATION_KEY
 from deltaflow.spark.errors import RestoreFilesMissingError, RetentionTooShortError
 from deltaflow.spark.write._native import delete_stale_staging
-from deltaflow.table import _partitions, _predicates, _uri
+from deltaflow.table import _cluster_optimize, _clustering, _partitions, _predicates, _uri
+from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 from deltaflow.table.errors import VersionNotFoundError
 
@@ -97,7 +99,9 @@ def detail(uri: str, name: str | None = None) -> list[Row]:
         _timestamp(metadata.created_time),
         _timestamp(last[0]["timestamp"]) if last else None,
         list(snapshot.partition_columns),
-        [],  # deltaflow refuses liquid clustering, so no table has clustering columns
+        _clustering.clustering_columns(
+            snapshot.uri, snapshot.schema, snapshot.writer_features, snapshot.version
+        ),
         len(files),
         sum(f.size for f in files),
         {k: v for k, v in snapshot.configuration.items() if v is not None},
@@ -144,9 +148,17 @@ def vacuum(
         )
     # delta-rs takes whole hours; rounding up keeps files at least as long as asked.
     hours = None if retention_hours is None else math.ceil(retention_hours)
+    # delta-rs refuses to log VACUUM START/END on tables it cannot write (clustered ones):
+    # there it only lists the files, and deltaflow deletes them (the log entries are
+    # optional provenance, delta-spark's vacuum.logging).
+    unwritable = bool(DELTA_RS_UNWRITABLE_FEATURES.intersection(snapshot.writer_features))
     files = _writable(snapshot.uri).vacuum(
-        retention_hours=hours, dry_run=dry_run, enforce_retention_duration=check_retention
+        retention_hours=hours,
+        dry_run=dry_run or unwritable,
+        enforce_retention_duration=check_retention,
     )
+    if unwritable and not dry_run:
+        _delete_files(snapshot.uri, files)
     if dry_run:
         return [(_file_uri(snapshot.uri, f),) for f in sorted(files)]
     # delta-rs leaves _-prefixed directories alone, so the staging directories of
@@ -205,12 +217,22 @@ def restore(uri: str, *, version: int | None = None, timestamp: str | None = Non
 
 
 def optimize(
-    uri: str, *, where: str | None = None, zorder_by: list[str] | None = None
+    uri: str, *, where: str | None = None, zorder_by: list[str] | None = None, full: bool = False
 ) -> list[Row]:
     """Compact small files (``OPTIMIZE``), or Z-order them by ``zorder_by``, in the
-    partitions ``where`` selects (a predicate on partition columns). Commits with
-    ``dataChange=false``, so streams reading the table skip it."""
+    partitions ``where`` selects (a predicate on partition columns). On a clustered table,
+    cluster the files not clustered yet (all of them with ``full``, ``OPTIMIZE ... FULL``).
+    Commits with ``dataChange=false``, so streams reading the table skip it."""
     snapshot = load_snapshot(uri)
+    if _clustering.is_clustered(snapshot.writer_features):
+        return _optimize_clustered(snapshot, where=where, zorder_by=zorder_by, full=full)
+    if full:
+        raise InvalidOptionError(
+            f"OPTIMIZE {snapshot.uri} FULL: FULL reclusters a clustered table, and this table"
+            " is not clustered. Run OPTIMIZE without FULL, or ALTER TABLE ... CLUSTER BY"
+            " (columns) first.",
+            option="full",
+        )
     filters = partition_filters(snapshot, where) if where else None
     table = _writable(snapshot.uri)
     if zorder_by:
@@ -241,6 +263,54 @@ def optimize(
                 metrics.get("totalConsideredFiles", 0),
                 metrics.get("totalFilesSkipped", 0),
                 metrics.get("preserveInsertionOrder", True),
+            ),
+        )
+    ]
+
+
+def _optimize_clustered(
+    snapshot: Snapshot, *, where: str | None, zorder_by: list[str] | None, full: bool
+) -> list[Row]:
+    """OPTIMIZE of a clustered table: :mod:`deltaflow.table._cluster_optimize`."""
+    columns = _clustering.clustering_columns(
+        snapshot.uri, snapshot.schema, snapshot.writer_features, snapshot.version
+    )
+    if zorder_by:
+        raise InvalidOptionError(
+            f"OPTIMIZE {snapshot.uri} ZORDER BY: the table is clustered (by"
+            f" {', '.join(columns) or 'no columns'}), and a clustered table is ordered by its"
+            " clustering columns only. Run OPTIMIZE without ZORDER BY, or change the columns"
+            " with ALTER TABLE ... CLUSTER BY (columns).",
+            option="zOrderBy",
+        )
+    if where:
+        raise InvalidOptionError(
+            f"OPTIMIZE {snapshot.uri} WHERE: a clustered table has no partitions to select."
+            " Run OPTIMIZE without WHERE: it clusters only the files not clustered yet.",
+            option="partitionFilter",
+        )
+    result = _cluster_optimize.cluster(snapshot, full=full)
+
+    def stats(sizes: list[int]) -> Row | None:
+        if not sizes:
+            return None
+        return (min(sizes), max(sizes), sum(sizes) / len(sizes), len(sizes), sum(sizes))
+
+    removed = len(result.files_removed)
+    return [
+        (
+            snapshot.uri,
+            (
+                len(result.files_added),
+                removed,
+                stats(result.files_added),
+                stats(result.files_removed),
+                0,
+                ("Clustering", (removed, sum(result.files_removed))) if removed else None,
+                1 if removed else 0,
+                result.considered,
+                result.considered - removed,
+                False,
             ),
         )
     ]
@@ -314,6 +384,15 @@ def retention_hours_of(configuration: Mapping[str, str | None]) -> float:
 
 def _writable(uri: str) -> _DeltaRsTable:
     return _DeltaRsTable(_uri.delta_rs_uri(uri))
+
+
+def _delete_files(table_uri: str, files: list[str]) -> None:
+    fs, _ = _uri.filesystem(table_uri)
+    for path in files:
+        uri = _file_uri(table_uri, path)
+        target = _uri.local_path(uri) if _uri.is_local(uri) else _uri.filesystem(uri)[1]
+        with contextlib.suppress(FileNotFoundError):  # deleted by a concurrent VACUUM
+            fs.delete_file(target)
 
 
 def _file_uri(table_uri: str, path: str) -> str:

@@ -48,6 +48,8 @@ SUPPORTED_WRITER_FEATURES = frozenset(
         "deletionVectors",
         "timestampNtz",
         "domainMetadata",
+        # Clustered tables: commits go through deltaflow's log writer (_clustered_commit).
+        "clustering",
         "v2Checkpoint",
         "vacuumProtocolCheck",
         "typeWidening",
@@ -112,6 +114,7 @@ def commit_request(
         user_metadata=plan.options.user_metadata,
         description=plan.options.table_comment,
         identity_generated=plan.identity_generated,
+        clustering_columns=plan.options.clustering_columns,
     )
     if plan.dynamic_overwrite and plan.read_version is not None:
         # Explicit removes of the touched partitions' files; delta-rs derives none.

@@ -264,16 +264,19 @@ private[spark] case class CreateRequest(
     case (k, _) => !k.startsWith(TableCatalog.OPTION_PREFIX) && !CatalogKeys.contains(k)
   }, session)
 
+  /** CLUSTER BY's columns (Spark's `cluster_by` transform), for every create route; the
+   *  brain checks them against the schema and refuses them on a partitioned table. */
+  val clusteringColumns: Option[Seq[String]] =
+    partitions.find(_.name() == "cluster_by").map(_.references().toSeq.map { ref =>
+      ref.fieldNames().map(n => if (n.contains(".") || n.contains("`")) {
+        "`" + n.replace("`", "``") + "`"
+      } else n).mkString(".")
+    })
+
   /** PARTITIONED BY's columns; anything else Spark hands over as partitioning is refused
    *  here, for every route (CREATE, CTAS, REPLACE, saveAsTable, writeTo). */
   val partitionColumns: Seq[String] = {
-    if (partitions.exists(_.name() == "cluster_by")) {
-      throw DeltaflowException.of("UnsupportedFeatureError",
-        s"CLUSTER BY on $describe: liquid clustering is not supported by deltaflow yet. " +
-          "Use PARTITIONED BY, or OPTIMIZE ... ZORDER BY after writing.",
-        Map("table_uri" -> describe, "feature" -> "clustering"))
-    }
-    val other = partitions.filterNot(_.name() == "identity")
+    val other = partitions.filterNot(p => p.name() == "identity" || p.name() == "cluster_by")
     if (other.nonEmpty) {
       throw DeltaflowException.of("UnsupportedFeatureError",
         s"PARTITIONED BY ${other.map(_.describe()).mkString(", ")} on $describe: Delta tables " +
@@ -281,7 +284,8 @@ private[spark] case class CreateRequest(
           "a column (add a computed column to the query if needed).",
         Map("table_uri" -> describe, "feature" -> "partitionTransforms"))
     }
-    partitions.toSeq.flatMap(_.references().map(_.fieldNames().mkString(".")))
+    partitions.toSeq.filter(_.name() == "identity")
+      .flatMap(_.references().map(_.fieldNames().mkString(".")))
   }
 
   def describe: String =
@@ -300,6 +304,10 @@ private[spark] case class CreateRequest(
     val props = args.putObject("properties")
     tableProperties.foreach { case (k, v) => props.put(k, v) }
     comment.foreach(args.put("comment", _))
+    clusteringColumns.foreach { cols =>
+      val array = args.putArray("clusteringColumns")
+      cols.foreach(array.add)
+    }
     Brain.call("catalog.create", args).get("uri").asText()
   }
 
@@ -314,6 +322,10 @@ private[spark] case class CreateRequest(
     val props = spec.putObject("properties")
     tableProperties.foreach { case (k, v) => props.put(k, v) }
     comment.foreach(spec.put("comment", _))
+    clusteringColumns.foreach { cols =>
+      val array = spec.putArray("clusteringColumns")
+      cols.foreach(array.add)
+    }
     base ++ parts + (CreateSpecOption -> json.writeValueAsString(spec))
   }
 

@@ -161,9 +161,14 @@ object AlterTable {
         node.put("op", "dropConstraint")
         node.put("name", c.name())
         node.put("ifExists", c.ifExists())
-      case _: ClusterBy =>
+      case c: ClusterBy =>
         node.put("op", "clusterBy")
         node.put("feature", "clustering")
+        val columns = node.putArray("columns")
+        c.clusteringColumns().foreach { ref =>
+          val path = columns.addArray()
+          ref.fieldNames().foreach(path.add)
+        }
       case _ =>
         node.put("op", "unknown")
     }

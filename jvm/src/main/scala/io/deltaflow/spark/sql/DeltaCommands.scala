@@ -96,8 +96,9 @@ private[sql] case class DescribeDetailCommand(target: TableRef) extends BrainCom
     table.name.foreach(args.put("name", _))
 }
 
-/** `OPTIMIZE <table> [WHERE ...] [ZORDER BY (...)]`. */
-private[sql] case class OptimizeCommand(target: TableRef, where: Option[String], zorderBy: Seq[String])
+/** `OPTIMIZE <table> [FULL] [WHERE ...] [ZORDER BY (...)]`. */
+private[sql] case class OptimizeCommand(
+    target: TableRef, where: Option[String], zorderBy: Seq[String], full: Boolean = false)
   extends BrainCommand {
   override def statement: String = "OPTIMIZE"
   override def op: String = "sql.optimize"
@@ -106,6 +107,7 @@ private[sql] case class OptimizeCommand(target: TableRef, where: Option[String],
     where.foreach(args.put("where", _))
     val columns = args.putArray("zorderBy")
     zorderBy.foreach(columns.add)
+    if (full) args.put("full", true)
   }
 }
 

@@ -12,7 +12,7 @@ import io.deltaflow.spark.DeltaflowException
  * {{{
  *   (DESC | DESCRIBE) HISTORY table [LIMIT n]
  *   (DESC | DESCRIBE) DETAIL table
- *   OPTIMIZE table [WHERE partitionPredicate] [ZORDER BY (col, ...)]
+ *   OPTIMIZE table [FULL] [WHERE partitionPredicate] [ZORDER BY (col, ...)]
  *   VACUUM table [RETAIN n HOURS] [DRY RUN]
  *   RESTORE [TABLE] table [TO] VERSION AS OF n | TIMESTAMP AS OF timestamp
  *   CONVERT TO DELTA table [NO STATISTICS] [PARTITIONED BY (col type, ...)]
@@ -64,11 +64,13 @@ private[sql] object DeltaStatements {
     }
   }
 
-  private val OptimizeSyntax = "OPTIMIZE <table> [WHERE <partition predicate>] [ZORDER BY (<col>, ...)]"
+  private val OptimizeSyntax =
+    "OPTIMIZE <table> [FULL] [WHERE <partition predicate>] [ZORDER BY (<col>, ...)]"
 
   private def optimize(c: Cursor): LogicalPlan = {
     c.next()
     val table = c.table()
+    val full = c.accept("FULL")
     val where = if (c.accept("WHERE")) {
       val text = c.textUntil(t => t.isWord("ZORDER"))
       if (text.isEmpty) c.fail("a partition predicate", OptimizeSyntax)
@@ -81,8 +83,8 @@ private[sql] object DeltaStatements {
       if (parenthesised) c.expectSymbol(")", OptimizeSyntax)
       columns
     } else Nil
-    c.end("WHERE, ZORDER BY or the end of the statement", OptimizeSyntax)
-    OptimizeCommand(table, where, zorder)
+    c.end("FULL, WHERE, ZORDER BY or the end of the statement", OptimizeSyntax)
+    OptimizeCommand(table, where, zorder, full)
   }
 
   private val VacuumSyntax = "VACUUM <table> [RETAIN <hours> HOURS] [DRY RUN]"

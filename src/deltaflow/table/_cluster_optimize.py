@@ -1,0 +1,308 @@
+"""OPTIMIZE of a clustered table: rewrite the files not yet clustered, in curve order.
+
+delta-rs 1.6 refuses to commit to clustered tables, so this is deltaflow's own rewrite:
+
+* **Which files.** A file counts as clustered when its ``add`` has
+  ``clusteringProvider: "liquid"`` and its ``ZCUBE_ZORDER_BY`` tag names the table's
+  current clustering columns (delta-spark's ZCube tags). Every other live file is
+  rewritten; ``OPTIMIZE ... FULL`` rewrites all of them. Nothing to rewrite is a no-op
+  (no commit), so a second OPTIMIZE with nothing new does nothing.
+* **Order.** One clustering column: sorted by it. Two to four: by a Hilbert curve over
+  the columns' dense ranks (``64 // n`` bits each), as delta-spark's liquid clustering
+  orders them, so files get narrow min/max ranges in every clustering column.
+* **Files.** The sorted rows are cut into files of ``delta.targetFileSize`` bytes
+  (100 MiB when unset, delta-rs's OPTIMIZE default), estimated from the input's bytes
+  per row; each file gets stats and the ``clusteringProvider`` / ZCube tags.
+* **Commit.** One ``dataChange=false`` commit on the log writer (streams skip it), read
+  set = the rewritten files: a concurrent DELETE / UPDATE of one of them conflicts, a
+  concurrent append does not. A failed commit deletes the files written.
+
+The rewrite reads the candidate files on the driver (pyarrow), so one OPTIMIZE holds the
+unclustered part of the table in memory: fine for incremental runs after each batch of
+writes; ``FULL`` on a large table needs that much memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from deltaflow.table import _clustering, _log_commit, _stats, _uri
+from deltaflow.table._snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGET_FILE_SIZE = 100 * 1024 * 1024
+ZCUBE_ID = "ZCUBE_ID"
+ZCUBE_CURVE = "ZCUBE_ZORDER_CURVE"
+ZCUBE_BY = "ZCUBE_ZORDER_BY"
+_ROW_GROUP_ROWS = 1 << 20
+
+
+@dataclass(frozen=True)
+class ClusterResult:
+    version: int | None  # None: nothing to rewrite, no commit
+    files_added: list[int]  # sizes
+    files_removed: list[int]
+    considered: int
+    curve: str
+
+
+def cluster(snapshot: Snapshot, *, full: bool = False) -> ClusterResult:
+    """Cluster the files of ``snapshot`` not clustered yet by its clustering columns
+    (all files with ``full``); one commit, or none when there is nothing to do."""
+    physical = _clustering.physical_columns(snapshot.uri, snapshot.version)
+    by_tag = json.dumps([".".join(p) for p in physical])
+    curve = "hilbert" if len(physical) > 1 else "linear"
+    entries = snapshot.files(stats=False)
+    adds = _log_commit.add_actions_of(snapshot.uri, snapshot.version, [e.path for e in entries])
+    candidates = [
+        e
+        for e in entries
+        if full or not _is_clustered(adds.get(e.path, {}), by_tag) or not physical
+    ]
+    if not physical:
+        # CLUSTER BY NONE: OPTIMIZE only compacts (small files, nothing to order by).
+        target = target_file_size(snapshot.configuration)
+        candidates = [e for e in candidates if e.size < target // 2]
+        if len(candidates) < 2:
+            candidates = []
+    if not candidates:
+        return ClusterResult(None, [], [], len(entries), curve)
+    table = _read(snapshot, candidates)
+    if physical and table.num_rows:
+        table = table.take(_order(table, physical))
+    cube = str(uuid.uuid4())
+    tags = {ZCUBE_ID: cube, ZCUBE_CURVE: curve, ZCUBE_BY: by_tag} if physical else {}
+    written = _write(snapshot, table, sum(e.size for e in candidates), tags)
+    removes = [_remove(e.path, e.size, adds.get(e.path, {})) for e in candidates]
+    try:
+        version = _log_commit.commit(
+            _log_commit.LogCommitRequest(
+                table_uri=snapshot.uri,
+                read_version=snapshot.version,
+                operation="OPTIMIZE",
+                operation_parameters={
+                    "predicate": "[]",
+                    "clusterBy": by_tag,
+                    "zOrderBy": "[]",
+                    "auto": False,
+                    "isFull": full,
+                },
+                operation_metrics={
+                    "numAddedFiles": str(len(written)),
+                    "numRemovedFiles": str(len(removes)),
+                    "numAddedBytes": str(sum(a["size"] for a in written)),
+                    "numRemovedBytes": str(sum(e.size for e in candidates)),
+                },
+                adds=written,
+                removes=removes,
+                read=_log_commit.ReadSet(files=frozenset(e.path for e in candidates)),
+                partitioned=False,
+                checkpoint_interval=_log_commit.checkpoint_interval(snapshot.configuration),
+            )
+        )
+    except BaseException:
+        _delete(snapshot.uri, [a["path"] for a in written])
+        raise
+    log.info(
+        "clustered %d files of %s into %d (version %d)",
+        len(candidates),
+        snapshot.uri,
+        len(written),
+        version,
+    )
+    return ClusterResult(
+        version, [a["size"] for a in written], [e.size for e in candidates], len(entries), curve
+    )
+
+
+def target_file_size(configuration: Any) -> int:
+    raw = str(configuration.get("delta.targetFileSize") or "").strip().lower()
+    match = re.fullmatch(r"(\d+)\s*([kmgt]?i?b?)?", raw)
+    if not match:
+        return DEFAULT_TARGET_FILE_SIZE
+    units = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    unit = (match.group(2) or "").replace("i", "").rstrip("b") or ""
+    return max(int(match.group(1)) * units.get(unit, 1), 1)
+
+
+def _is_clustered(add: dict[str, Any], by_tag: str) -> bool:
+    tags = add.get("tags") or {}
+    return add.get("clusteringProvider") == _clustering.PROVIDER and tags.get(ZCUBE_BY) == by_tag
+
+
+def _read(snapshot: Snapshot, files: list[Any]) -> pa.Table:
+    fs, root = _uri.filesystem(snapshot.uri)
+    deleted = snapshot.deleted_rows() if snapshot.has_deletion_vectors_enabled else {}
+    tables = []
+    for entry in files:
+        relative = unquote(entry.path)
+        with fs.open_input_file(f"{root.rstrip('/')}/{relative}") as handle:
+            table = pq.read_table(handle, coerce_int96_timestamp_unit="us")
+        gone = deleted.get(relative, deleted.get(entry.path))
+        if gone is not None and len(gone):
+            keep = np.ones(table.num_rows, dtype=bool)
+            keep[gone] = False
+            table = table.filter(pa.array(keep))
+        tables.append(_timestamps_as_table(table, snapshot.schema))
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _timestamps_as_table(table: pa.Table, schema: dict[str, Any]) -> pa.Table:
+    """Top-level timestamps as the table declares them (INT96 files read back as naive
+    nanoseconds; a Delta ``timestamp`` is UTC-adjusted microseconds)."""
+    physical = {
+        f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"]): f["type"]
+        for f in schema.get("fields", [])
+    }
+    columns = []
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if pa.types.is_timestamp(column.type):
+            tz = column.type.tz
+            if tz is None and physical.get(name) == "timestamp":
+                tz = "UTC"
+            column = column.cast(pa.timestamp("us", tz=tz), safe=False)
+        columns.append(column)
+    return pa.Table.from_arrays(
+        columns,
+        schema=pa.schema([table.schema.field(i).with_type(c.type) for i, c in enumerate(columns)]),
+    )
+
+
+def _order(table: pa.Table, physical: list[tuple[str, ...]]) -> np.ndarray:
+    """Row order: by the one column, or along a Hilbert curve over the columns' ranks."""
+    arrays = [_column(table, path) for path in physical]
+    if len(arrays) == 1:
+        return np.asarray(pc.sort_indices(arrays[0], null_placement="at_start"))
+    bits = 64 // len(arrays)
+    coords = np.empty((table.num_rows, len(arrays)), dtype=np.uint64)
+    for i, array in enumerate(arrays):
+        ranks = np.asarray(pc.rank(array, sort_keys="ascending", tiebreaker="dense")).astype(
+            np.uint64
+        )
+        top = int(ranks.max()) if len(ranks) else 1
+        # Spread the ranks over the column's bits so every column weighs the same.
+        scale = ((1 << bits) - 1) / max(top, 1)
+        coords[:, i] = np.minimum(ranks.astype(np.float64) * scale, (1 << bits) - 1).astype(
+            np.uint64
+        )
+    return np.argsort(hilbert_index(coords, bits), kind="stable")
+
+
+def _column(table: pa.Table, path: tuple[str, ...]) -> pa.Array:
+    column: Any = table.column(path[0])
+    for part in path[1:]:
+        column = pc.struct_field(column, part)
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def hilbert_index(coords: np.ndarray, bits: int) -> np.ndarray:
+    """Hilbert curve index of each row of ``coords`` (n dims, ``bits`` bits each; n*bits
+    <= 64), by Skilling's transpose ("Programming the Hilbert curve", 2004)."""
+    x = coords.astype(np.uint64, copy=True)
+    n = x.shape[1]
+    one = np.uint64(1)
+    q = one << np.uint64(bits - 1)
+    while q > one:  # inverse undo of the excess work
+        p = q - one
+        for i in range(n):
+            high = (x[:, i] & q) != 0
+            x[high, 0] ^= p
+            low = ~high
+            t = (x[low, 0] ^ x[low, i]) & p
+            x[low, 0] ^= t
+            x[low, i] ^= t
+        q >>= one
+    for i in range(1, n):  # Gray encode
+        x[:, i] ^= x[:, i - 1]
+    t = np.zeros(x.shape[0], dtype=np.uint64)
+    q = one << np.uint64(bits - 1)
+    while q > one:
+        t[(x[:, n - 1] & q) != 0] ^= q - one
+        q >>= one
+    for i in range(n):
+        x[:, i] ^= t
+    key = np.zeros(x.shape[0], dtype=np.uint64)
+    for b in range(bits - 1, -1, -1):  # interleave: the transpose's bits, high first
+        for i in range(n):
+            key = (key << one) | ((x[:, i] >> np.uint64(b)) & one)
+    return key
+
+
+def _write(
+    snapshot: Snapshot, table: pa.Table, input_bytes: int, tags: dict[str, str]
+) -> list[dict[str, Any]]:
+    target = target_file_size(snapshot.configuration)
+    bytes_per_row = input_bytes / max(table.num_rows, 1)
+    rows_per_file = max(int(target / max(bytes_per_row, 1e-9)), 1)
+    num_indexed = _stats.num_indexed_cols(snapshot.configuration)
+    fs, root = _uri.filesystem(snapshot.uri)
+    out: list[dict[str, Any]] = []
+    try:
+        for start in range(0, max(table.num_rows, 1), rows_per_file):
+            chunk = table.slice(start, rows_per_file)
+            if chunk.num_rows == 0:
+                break
+            name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+            with fs.open_output_stream(f"{root.rstrip('/')}/{name}") as sink:
+                pq.write_table(
+                    chunk,
+                    sink,
+                    compression="snappy",
+                    row_group_size=_ROW_GROUP_ROWS,
+                    coerce_timestamps="us",
+                    allow_truncated_timestamps=True,
+                )
+            size = fs.get_file_info(f"{root.rstrip('/')}/{name}").size
+            add: dict[str, Any] = {
+                "path": _log_commit.encode_path(name),
+                "partitionValues": {},
+                "size": size,
+                "modificationTime": int(time.time() * 1000),
+                "dataChange": False,
+                "stats": _stats.file_stats(chunk, num_indexed),
+            }
+            if tags:
+                add["tags"] = dict(tags)
+                add["clusteringProvider"] = _clustering.PROVIDER
+            out.append(add)
+    except BaseException:
+        _delete(snapshot.uri, [a["path"] for a in out])
+        raise
+    return out
+
+
+def _remove(path: str, size: int, add: dict[str, Any]) -> dict[str, Any]:
+    action: dict[str, Any] = {
+        "path": path,
+        "dataChange": False,
+        "extendedFileMetadata": True,
+        "partitionValues": dict(add.get("partitionValues") or {}),
+        "size": size,
+    }
+    if add.get("deletionVector"):
+        action["deletionVector"] = add["deletionVector"]
+    if add.get("tags"):
+        action["tags"] = add["tags"]
+    return action
+
+
+def _delete(uri: str, paths: list[str]) -> None:
+    fs, root = _uri.filesystem(uri)
+    for path in paths:
+        try:
+            fs.delete_file(f"{root.rstrip('/')}/{unquote(path)}")
+        except OSError:
+            log.warning("could not delete %s of a failed OPTIMIZE", path)
