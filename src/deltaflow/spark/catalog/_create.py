@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import InvalidOptionError
+from deltaflow.spark import _arguments as args
 from deltaflow.table import _uri
 from deltaflow.table._snapshot import load_snapshot, table_exists
 from deltaflow.table.errors import (
@@ -95,15 +96,18 @@ class DeltaTableBuilder:
 
     def tableName(self, identifier: str) -> DeltaTableBuilder:
         """The catalog name (``t`` or ``db.t``) to register the table under."""
+        args.check_builder_str(identifier, "Identifier must be str.")
         return self._with(name=identifier)
 
     def location(self, location: str) -> DeltaTableBuilder:
         """Where the table lives (path or URI). Without it, a named table goes under the
         database's location, as a Spark managed table does."""
+        args.check_builder_str(location, "Location must be str.")
         return self._with(location=location)
 
     def comment(self, comment: str) -> DeltaTableBuilder:
         """The table comment (``description`` in the log, in ``detail()``)."""
+        args.check_builder_str(comment, "Table comment must be str.")
         return self._with(comment=comment)
 
     def addColumn(
@@ -117,6 +121,8 @@ class DeltaTableBuilder:
     ) -> DeltaTableBuilder:
         """Add a column; ``dataType`` is a DDL string (``"DECIMAL(10,2)"``,
         ``"ARRAY<STRING>"``) or a Spark ``DataType``."""
+        args.check_add_column(colName, dataType, nullable, generatedAlwaysAs,
+                              generatedByDefaultAs, comment)  # fmt: skip
         if generatedAlwaysAs is not None or generatedByDefaultAs is not None:
             feature = "generatedColumns" if generatedAlwaysAs is not None else "identityColumns"
             raise UnsupportedFeatureError(
@@ -136,6 +142,7 @@ class DeltaTableBuilder:
 
     def addColumns(self, cols: StructType | Iterable[StructField]) -> DeltaTableBuilder:
         """Add every field of a ``StructType`` (or a list of ``StructField``)."""
+        args.check_add_columns(cols)
         from pyspark.sql.types import StructField, StructType
 
         fields = cols.fields if isinstance(cols, StructType) else list(cols)
@@ -149,12 +156,14 @@ class DeltaTableBuilder:
 
     def partitionedBy(self, *cols: str | Iterable[str]) -> DeltaTableBuilder:
         """Partition columns, in order (names of added columns)."""
+        args.column_names(cols, "Partitioning column must be str.")
         names: list[str] = []
         for group in cols:
             names.extend([group] if isinstance(group, str) else group)
         return self._with(partition_columns=(*self.spec.partition_columns, *names))
 
     def clusterBy(self, *cols: str) -> DeltaTableBuilder:
+        args.column_names(cols, "Clustering column must be str.")
         raise UnsupportedFeatureError(
             f"clusterBy on {self._describe()}: liquid clustering is not supported by deltaflow"
             " yet. Use partitionedBy(...), or optimize().executeZOrderBy(...) after writing.",
@@ -164,6 +173,8 @@ class DeltaTableBuilder:
 
     def property(self, key: str, value: str) -> DeltaTableBuilder:
         """A table property (``delta.*`` or your own)."""
+        if type(key) is not str or type(value) is not str:
+            args.raise_builder_type_error("Key and value of property must be string.", [key, value])
         ((name, _),) = _checked_properties({key: str(value)}, self._describe())
         kept = tuple((k, v) for k, v in self.spec.properties if k != name)
         return self._with(properties=(*kept, (name, str(value))))
@@ -274,10 +285,10 @@ def _with_session_defaults(spark: SparkSession, spec: TableSpec) -> TableSpec:
     it does not set itself."""
     own = {k.lower() for k, _ in spec.properties}
     defaults = [
-        (f"delta.{key[len(DEFAULTS_PREFIX):]}", str(value))
+        (f"delta.{key[len(DEFAULTS_PREFIX) :]}", str(value))
         for key, value in spark.conf.getAll.items()
         if key.startswith(DEFAULTS_PREFIX)
-        and f"delta.{key[len(DEFAULTS_PREFIX):]}".lower() not in own
+        and f"delta.{key[len(DEFAULTS_PREFIX) :]}".lower() not in own
     ]
     if not defaults:
         return spec
@@ -365,8 +376,10 @@ def _checked_properties(properties: dict[str, str], label: str) -> list[tuple[st
     for key, value in properties.items():
         name = canonical.get(key.lower(), key)
         lowered = name.lower()
-        if lowered.startswith("delta.") and name not in TABLE_PROPERTIES and not (
-            lowered.startswith("delta.feature.")
+        if (
+            lowered.startswith("delta.")
+            and name not in TABLE_PROPERTIES
+            and not (lowered.startswith("delta.feature."))
         ):
             raise InvalidOptionError(
                 f"Unknown Delta table property '{key}' for {label}. Known:"
