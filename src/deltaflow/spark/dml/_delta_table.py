@@ -391,13 +391,14 @@ class DeltaOptimizeBuilder:
         self._filter = partition_filter
 
     def where(self, partitionFilter: str) -> DeltaOptimizeBuilder:
+        args.check_type(partitionFilter, "partitionFilter", "a SQL predicate (str)")
         return DeltaOptimizeBuilder(self._table, partitionFilter)
 
     def executeCompaction(self) -> DataFrame:
         return self._execute([])
 
     def executeZOrderBy(self, *cols: str | list[str]) -> DataFrame:
-        columns = [c for group in cols for c in ([group] if isinstance(group, str) else group)]
+        columns = args.column_names(cols, "Z-order column must be str.")
         return self._execute(columns)
 
     def _execute(self, columns: list[str]) -> DataFrame:
