@@ -6,10 +6,15 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import subprocess
+import sys
+import textwrap
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable as RsTable
+from deltalake import write_deltalake
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 import deltaflow.exceptions as dx
@@ -445,3 +450,68 @@ def test_streaming_commits_record_delta_spark_parameters(spark, table_path, tmp_
         "1",
     )
     assert sorted(pl.read_delta(sink)["id"].to_list()) == [0, 1, 2, 3, 4]
+
+
+# ---- Spark Connect -----------------------------------------------------------------------
+
+CONNECT_CLIENT = textwrap.dedent(
+    """
+    import sys
+    from pyspark.sql import SparkSession
+    from deltaflow.tables import DeltaTable
+
+    port, path = sys.argv[1], sys.argv[2]
+    spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
+    dt = DeltaTable.forPath(spark, path)
+    print("HISTORY", [(r.version, r.operation) for r in dt.history().collect()])
+    print("DETAIL", dt.detail().collect()[0].numFiles)
+    print("VACUUM", dt.vacuum().count())
+    dry = spark.sql(f"VACUUM delta.`{path}` DRY RUN").count()
+    print("DRYRUN", dry)
+    print("RESTORE", dt.restoreToVersion(0).collect()[0].num_of_files_after_restore)
+    print("ROWS", sorted(r.id for r in dt.toDF().collect()))
+    dt.upgradeTableProtocol(1, 3)
+    print("PROTOCOL", dt.detail().collect()[0].minWriterVersion)
+    spark.stop()
+    """
+)
+
+
+@pytest.mark.slow
+def test_delta_table_api_from_a_spark_connect_client(table_path, tmp_path):
+    from tests.spark.test_hosts import free_port, start_server, stop, wait_for_port
+
+    path = table_path()
+    write_deltalake(path, pa.table({"id": pa.array([1, 2], pa.int64())}))
+    write_deltalake(path, pa.table({"id": pa.array([3], pa.int64())}), mode="append")
+    port = free_port()
+    server = start_server(
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        tmp_path,
+        {
+            "spark.connect.grpc.binding.port": str(port),
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+        },
+    )
+    try:
+        wait_for_port(port, server, timeout=180)
+        client = tmp_path / "client.py"
+        client.write_text(CONNECT_CLIENT)
+        result = subprocess.run(
+            [sys.executable, str(client), str(port), path],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        log = stop(server, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:] + log
+    out = result.stdout
+    assert "HISTORY [(1, 'WRITE'), (0, 'WRITE')]" in out, out
+    assert "DETAIL 2" in out and "RESTORE 1" in out and "ROWS [1, 2]" in out, out
+    assert "PROTOCOL 3" in out, out
+    table = RsTable(path)
+    assert table.protocol().min_writer_version == 3
+    operations = [c["operation"] for c in table.history()]
+    assert operations[:2] == ["SET TBLPROPERTIES", "RESTORE"], operations
