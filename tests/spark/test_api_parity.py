@@ -302,6 +302,35 @@ def test_drop_feature_support_refuses_with_the_reason(spark, table_path):
     assert RsTable(path).version() == version
 
 
+def test_drop_check_constraints_feature_once_unused(spark, table_path):
+    path, dt = _table(spark, table_path)
+    spark.sql(f"ALTER TABLE delta.`{path}` ADD CONSTRAINT positive CHECK (value > 0)")
+    assert _protocol(dt) == (1, 3, ["appendOnly", "checkConstraints", "invariants"])
+    with pytest.raises(UnsupportedFeatureError) as in_use:
+        dt.dropFeatureSupport("checkConstraints")
+    assert in_use.value.feature == "checkConstraints" and "DROP CONSTRAINT" in str(in_use.value)
+    spark.sql(f"ALTER TABLE delta.`{path}` DROP CONSTRAINT positive")
+    with pytest.raises(InvalidOptionError) as truncate:
+        dt.dropFeatureSupport("checkConstraints", True)
+    assert truncate.value.option == "truncateHistory"
+    version = RsTable(path).version()
+    dt.dropFeatureSupport("checkConstraints")
+    assert _protocol(dt) == (1, 2, ["appendOnly", "invariants"])  # normalized to legacy
+    table = RsTable(path)
+    assert table.version() == version + 1
+    assert (table.protocol().min_reader_version, table.protocol().min_writer_version) == (1, 2)
+    info = _commit_info(path, version + 1)
+    assert info["operation"] == "DROP FEATURE"
+    assert info["operationParameters"]["featureName"] == "checkConstraints"
+    assert sorted(pl.read_delta(path)["value"].to_list()) == [1, 2, 3]
+    spark.createDataFrame([("d", -1)], "key string, value int").write.format("delta").mode(
+        "append"
+    ).save(path)  # no constraint left: accepted
+    assert dt.toDF().count() == 4
+    with pytest.raises(InvalidOptionError):
+        dt.dropFeatureSupport("checkConstraints")  # not present any more
+
+
 # ---- convertToDelta / generate ----------------------------------------------------------
 
 

@@ -318,15 +318,18 @@ class DeltaTable:
         self._set_properties({f"delta.feature.{featureName}": "supported"})
 
     def dropFeatureSupport(self, featureName: str, truncateHistory: bool | None = None) -> None:
-        """Drop table feature ``featureName`` from the protocol: not supported by deltaflow
-        yet, so this checks the request and refuses it with a typed error saying why and
-        what to do (:mod:`deltaflow.spark.dml._features`)."""
+        """Drop table feature ``featureName`` from the protocol, which is normalized to
+        its weakest form (``DROP FEATURE`` in history). deltaflow drops
+        ``checkConstraints`` once no CHECK constraint is left; other features are refused
+        with a typed error saying why and what to do (:mod:`deltaflow.spark.dml._features`).
+        Needs a local table (deltaflow's own commit writer)."""
         args.check_str(featureName, "featureName")
         if truncateHistory is not None:
             args.check_bool(truncateHistory, "truncateHistory")
         from deltaflow.spark.dml import _features
 
-        raise _features.drop_refusal(load_snapshot(self._uri), featureName, self._sql_name())
+        snapshot = load_snapshot(self._uri)
+        _features.drop_feature(snapshot, featureName, truncateHistory, self._sql_name())
 
     def optimize(self) -> DeltaOptimizeBuilder:
         """A builder for OPTIMIZE: ``.where(partitionFilter)``, then ``executeCompaction()``

@@ -1,16 +1,24 @@
-"""``DeltaTable.dropFeatureSupport``: the typed refusal, naming why and what to do.
+"""``DeltaTable.dropFeatureSupport``: drop a writer feature, or refuse naming why.
 
-deltaflow does not drop table features yet (delta-spark's ``ALTER TABLE ... DROP
-FEATURE`` rewrites or purges what the feature left in the table, and for reader-writer
-features truncates history). The checks delta-spark makes first are made here too, so the
-error says which case the call is: an unknown feature, one the table does not have, one
-no Delta client can drop, or one in use.
+deltaflow drops the removable writer-only features it knows (``checkConstraints``) when
+the table no longer uses them: one commit of the normalized protocol (the weakest form
+that still has the other features, e.g. writer 3 -> writer 2), operation ``DROP
+FEATURE``, as delta-spark. Everything else is refused with the case delta-spark would
+report: an unknown feature, one the table does not have, one no Delta client can drop,
+one still in use, or a reader-writer feature (delta-spark purges its traces and
+truncates history, which deltaflow does not do yet).
 """
 
 from __future__ import annotations
 
 from deltaflow.errors import DeltaflowError, InvalidOptionError
-from deltaflow.table._protocol import ADDABLE_FEATURES, READER_WRITER_FEATURES, features_in_use
+from deltaflow.table import _log_commit
+from deltaflow.table._protocol import (
+    ADDABLE_FEATURES,
+    READER_WRITER_FEATURES,
+    Protocol,
+    features_in_use,
+)
 from deltaflow.table._snapshot import Snapshot
 from deltaflow.table.errors import UnsupportedFeatureError
 
@@ -36,8 +44,65 @@ _KNOWN = frozenset(
 )
 
 
+# Writer-only features delta-spark can drop that deltaflow drops too.
+_DROPPABLE = frozenset({"checkConstraints"})
+# The features each legacy protocol (reader, writer) has: the weakest forms to normalize to.
+_LEGACY_FORMS: tuple[tuple[tuple[int, int], frozenset[str]], ...] = (
+    ((1, 1), frozenset()),
+    ((1, 2), frozenset({"appendOnly", "invariants"})),
+    ((1, 3), frozenset({"appendOnly", "invariants", "checkConstraints"})),
+    (
+        (1, 4),
+        frozenset(
+            {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "generatedColumns"}
+        ),
+    ),
+)
+
+
+def drop_feature(snapshot: Snapshot, name: str, truncate_history: bool | None, label: str) -> int:
+    """Drop ``name`` from the table's protocol in one commit (the version), or raise."""
+    canonical = {f.lower(): f for f in _KNOWN}.get(name.lower())
+    present = _protocol_features(snapshot)
+    if canonical not in _DROPPABLE or canonical not in present or _in_use(snapshot, canonical):
+        raise drop_refusal(snapshot, name, label)
+    if truncate_history:
+        raise InvalidOptionError(
+            f"dropFeatureSupport({canonical!r}, truncateHistory=True) on {label}:"
+            f" {canonical} is a writer feature, whose drop needs no history truncation"
+            " (delta-spark refuses it too). Call dropFeatureSupport without truncateHistory.",
+            option="truncateHistory",
+        )
+    _log_commit.require_local(snapshot.uri, f"dropFeatureSupport({canonical!r})")
+    protocol = _normalized(present - {canonical})
+    return _log_commit.commit(
+        _log_commit.LogCommitRequest(
+            table_uri=snapshot.uri,
+            read_version=snapshot.version,
+            operation="DROP FEATURE",
+            operation_parameters={"featureName": canonical, "truncateHistory": "false"},
+            protocol=protocol.to_action(),
+            partitioned=bool(snapshot.partition_columns),
+            checkpoint_interval=_log_commit.checkpoint_interval(snapshot.configuration),
+        )
+    )
+
+
+def _normalized(features: frozenset[str]) -> Protocol:
+    """The weakest protocol with exactly ``features``: a legacy one when they are one
+    legacy version's set, else table features (reader 3 only for reader-writer ones)."""
+    for (reader, writer), implied in _LEGACY_FORMS:
+        if features == implied:
+            return Protocol(reader, writer)
+    reader_features = features & READER_WRITER_FEATURES
+    if reader_features:
+        return Protocol(3, 7, reader_features, features)
+    return Protocol(1, 7, frozenset(), features)
+
+
 def drop_refusal(snapshot: Snapshot, name: str, label: str) -> DeltaflowError:
-    """The error ``dropFeatureSupport(name)`` raises on ``snapshot``'s table."""
+    """The error ``dropFeatureSupport(name)`` raises on ``snapshot``'s table when it
+    cannot drop ``name``."""
     canonical = {f.lower(): f for f in _KNOWN}.get(name.lower())
     if canonical is None:
         return InvalidOptionError(
@@ -64,6 +129,14 @@ def drop_refusal(snapshot: Snapshot, name: str, label: str) -> DeltaflowError:
             feature=canonical,
         )
     in_use = _in_use(snapshot, canonical)
+    if in_use and canonical in _DROPPABLE:
+        return UnsupportedFeatureError(
+            f"dropFeatureSupport({canonical!r}) on {label}: the table still uses"
+            f" {canonical} ({in_use}). Remove that first, then drop the feature; nothing was"
+            " changed.",
+            table_uri=snapshot.uri,
+            feature=canonical,
+        )
     how = (
         f" The table still uses it ({in_use}); remove that first, then drop the feature with"
         f" a Delta client that supports ALTER TABLE {label} DROP FEATURE {canonical}"
@@ -81,8 +154,6 @@ def drop_refusal(snapshot: Snapshot, name: str, label: str) -> DeltaflowError:
 
 
 def _protocol_features(snapshot: Snapshot) -> frozenset[str]:
-    from deltaflow.table._protocol import Protocol
-
     return Protocol(
         snapshot.min_reader_version,
         snapshot.min_writer_version,
