@@ -41,7 +41,9 @@ class DeltaflowError(Exception):
 
 
 def _rebuild_error(cls: type[DeltaflowError], message: str, fields: dict[str, Any]) -> Any:
-    error = cls.__new__(cls)
+    # Fields go to __new__ too: a class may pick a subclass from them
+    # (ConcurrentWriteError's kind -> delta-spark's exception class).
+    error = cls.__new__(cls, message, **fields)
     DeltaflowError.__init__(error, message, **fields)
     return error
 

@@ -195,6 +195,12 @@ def commit(request: CommitRequest) -> CommitResult:
             from deltaflow.table import _clustered_commit
 
             return _clustered_commit.create_with_files(request)
+        # delta-rs names a first write CREATE TABLE; delta-spark's WRITE also records the
+        # partition columns, which readers of the history look for.
+        parameters = {
+            "partitionBy": json.dumps(list(request.partition_columns), separators=(",", ":"))
+        }
+        properties = _commit_properties(request, parameters)
         try:
             create_table_with_add_actions(
                 location,
@@ -385,11 +391,15 @@ def _latest_version(
         return None
 
 
-def _commit_properties(request: CommitRequest) -> CommitProperties:
+def _commit_properties(
+    request: CommitRequest, parameters: dict[str, Any] | None = None
+) -> CommitProperties:
     transactions = None
     if request.app_id is not None and request.app_version is not None:
         transactions = [Transaction(request.app_id, request.app_version)]
     custom: dict[str, Any] = dict(request.commit_info)
+    if parameters:
+        custom["operationParameters"] = {**parameters, **custom.get("operationParameters", {})}
     if request.user_metadata is not None:
         custom["userMetadata"] = request.user_metadata
     return CommitProperties(

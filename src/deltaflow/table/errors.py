@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from deltaflow.errors import DeltaflowError
 
 
@@ -74,9 +76,21 @@ class ConcurrentWriteError(TableError):
     ``ConcurrentDeleteRead``, ``ConcurrentDeleteDelete``, ``MetadataChanged``,
     ``ConcurrentTransaction``, ``ProtocolChanged``). Retrying the whole operation
     on a fresh snapshot usually succeeds, hence ``retryable``.
+
+    Constructing one gives the delta-spark class of its ``kind``
+    (``ConcurrentWriteError(..., kind="ConcurrentAppend")`` is a
+    :class:`ConcurrentAppendException`), so every place that raises a conflict, and
+    every error rebuilt from the wire, lets ``except ConcurrentAppendException:`` work
+    as with delta-spark while ``except ConcurrentWriteError:`` still catches them all.
     """
 
     retryable = True
+
+    def __new__(cls, *args: Any, **fields: Any) -> ConcurrentWriteError:
+        if cls is ConcurrentWriteError:
+            kind = fields.get("kind")
+            cls = _CONFLICT_CLASSES.get(kind, DeltaConcurrentModificationException)
+        return super().__new__(cls, *args)
 
     def __init__(
         self, message: str, *, table_uri: str, kind: str, read_version: int | None, attempts: int
@@ -84,6 +98,57 @@ class ConcurrentWriteError(TableError):
         super().__init__(
             message, table_uri=table_uri, kind=kind, read_version=read_version, attempts=attempts
         )
+
+
+# delta-spark's ``delta.exceptions`` classes (``io.delta.exceptions`` in Scala), re-exported
+# by ``deltaflow.exceptions``. They live here, not above ``table/``, because this layer
+# raises them. As in delta-spark's Scala hierarchy, every one is a
+# DeltaConcurrentModificationException; ours are also ConcurrentWriteErrors.
+
+
+class DeltaConcurrentModificationException(ConcurrentWriteError):
+    """A commit conflicted with a concurrent one: the base of every Delta conflict."""
+
+
+class ConcurrentWriteException(DeltaConcurrentModificationException):
+    """A concurrent transaction wrote data after this one read the table."""
+
+
+class MetadataChangedException(DeltaConcurrentModificationException):
+    """The table's metadata changed between this transaction's read and its commit."""
+
+
+class ProtocolChangedException(DeltaConcurrentModificationException):
+    """The table's protocol changed between this transaction's read and its commit."""
+
+
+class ConcurrentAppendException(DeltaConcurrentModificationException):
+    """Files were added that this transaction would have read."""
+
+
+class ConcurrentDeleteReadException(DeltaConcurrentModificationException):
+    """This transaction read data that a concurrent transaction deleted."""
+
+
+class ConcurrentDeleteDeleteException(DeltaConcurrentModificationException):
+    """This transaction deleted data that a concurrent transaction deleted too."""
+
+
+class ConcurrentTransactionException(DeltaConcurrentModificationException):
+    """Concurrent transactions both updated the same idempotent (app) transaction, or a
+    commit lost the race for a version too many times in a row."""
+
+
+# ConcurrentWriteError.kind -> its delta-spark class.
+_CONFLICT_CLASSES: dict[Any, type[ConcurrentWriteError]] = {
+    "ConcurrentWrite": ConcurrentWriteException,
+    "MetadataChanged": MetadataChangedException,
+    "ProtocolChanged": ProtocolChangedException,
+    "ConcurrentAppend": ConcurrentAppendException,
+    "ConcurrentDeleteRead": ConcurrentDeleteReadException,
+    "ConcurrentDeleteDelete": ConcurrentDeleteDeleteException,
+    "ConcurrentTransaction": ConcurrentTransactionException,
+}
 
 
 class CorruptTableError(TableError):

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow.fs as pafs
+from deltalake import CommitProperties
 from deltalake import DeltaTable as _DeltaRsTable
 
 from deltaflow.errors import InvalidOptionError
@@ -203,7 +204,9 @@ def restore(uri: str, *, version: int | None = None, timestamp: str | None = Non
     restored = {p: s for p, s in target.items() if p not in current}
     _check_files_exist(before.uri, version, restored)
     removed = {p: s for p, s in current.items() if p not in target}
-    _writable(before.uri).restore(version)
+    # delta-spark's RESTORE parameters: version and timestamp (null when by version).
+    parameters = {"version": version, "timestamp": timestamp}
+    _writable(before.uri).restore(version, commit_properties=_parameters(parameters))
     return [
         (
             sum(target.values()),
@@ -235,11 +238,17 @@ def optimize(
         )
     filters = partition_filters(snapshot, where) if where else None
     table = _writable(snapshot.uri)
+    # delta-spark's OPTIMIZE parameters next to delta-rs's own (predicate, targetSize).
+    columns = _zorder_columns(snapshot, zorder_by) if zorder_by else []
+    parameters = {"zOrderBy": json.dumps(columns), "clusterBy": "[]", "auto": False}
     if zorder_by:
-        columns = _zorder_columns(snapshot, zorder_by)
-        metrics = table.optimize.z_order(columns, partition_filters=filters)
+        metrics = table.optimize.z_order(
+            columns, partition_filters=filters, commit_properties=_parameters(parameters)
+        )
     else:
-        metrics = table.optimize.compact(partition_filters=filters)
+        metrics = table.optimize.compact(
+            partition_filters=filters, commit_properties=_parameters(parameters)
+        )
 
     def stats(value: Any) -> Row | None:
         data = json.loads(value) if isinstance(value, str) else value
@@ -380,6 +389,12 @@ def retention_hours_of(configuration: Mapping[str, str | None]) -> float:
 
 
 # ---- internals ----------------------------------------------------------------------
+
+
+def _parameters(parameters: dict[str, Any]) -> CommitProperties:
+    """Commit properties adding delta-spark's ``operationParameters`` to a delta-rs
+    commit (delta-rs keeps its own keys; it names the operation)."""
+    return CommitProperties(custom_metadata={"operationParameters": parameters})
 
 
 def _writable(uri: str) -> _DeltaRsTable:

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from deltalake import DeltaTable as _DeltaRsTable
 
-from deltaflow.errors import typed_error
+from deltaflow.errors import InvalidOptionError, typed_error
+from deltaflow.spark import _arguments as args
 from deltaflow.spark.catalog import _create
-from deltaflow.spark.commands import _maintenance
+from deltaflow.spark.commands import _convert, _maintenance
 from deltaflow.spark.dml import _delete_update, _merge_builder
 from deltaflow.table import _uri
 from deltaflow.table._snapshot import load_snapshot, table_exists
@@ -25,6 +26,7 @@ from deltaflow.table.errors import TableNotFoundError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from deltaflow.spark.catalog._columns import DeltaColumnBuilder
     from deltaflow.spark.catalog._create import DeltaTableBuilder
@@ -55,6 +57,7 @@ class DeltaTable:
         cls, sparkSession: SparkSession, path: str, hadoopConf: Mapping[str, str] | None = None
     ) -> DeltaTable:
         """The Delta table at ``path``; ``TableNotFoundError`` when there is none."""
+        args.check_type(path, "path", "a table path or URI (str)")
         uri = _uri.normalize_uri(path)
         if not table_exists(uri):
             raise TableNotFoundError(
@@ -67,7 +70,11 @@ class DeltaTable:
     @classmethod
     def forName(cls, sparkOrSQLContext: SparkSession, tableOrViewName: str) -> DeltaTable:
         """The Delta table behind a catalog table made with ``CREATE TABLE ... USING delta``."""
+        args.check_type(tableOrViewName, "tableOrViewName", "a table name (str)")
         spark = sparkOrSQLContext
+        path = _path_identifier(tableOrViewName)
+        if path is not None:  # delta.`/path`, as delta-spark accepts
+            return cls.forPath(spark, path)
         location = None
         if spark.catalog.tableExists(tableOrViewName):
             location = _create.catalog_location(spark, tableOrViewName)
@@ -110,10 +117,51 @@ class DeltaTable:
     @classmethod
     def isDeltaTable(cls, sparkSession: SparkSession, identifier: str) -> bool:
         """True when ``identifier`` (a path) holds a Delta table."""
+        args.check_type(identifier, "identifier", "a table path or URI (str)")
         return table_exists(_uri.normalize_uri(identifier))
+
+    @classmethod
+    def convertToDelta(
+        cls,
+        sparkSession: SparkSession,
+        identifier: str,
+        partitionSchema: str | StructType | None = None,
+    ) -> DeltaTable:
+        """Make a Parquet table a Delta table in place (``CONVERT TO DELTA``) and return it.
+
+        ``identifier`` is ``parquet.`/path``` or a catalog table ``USING parquet``;
+        ``partitionSchema`` names Hive-style partition columns, as DDL
+        (``"part int, day date"``) or a ``StructType``.
+        """
+        args.check_type(identifier, "identifier", '"parquet.`/path`" or a table name (str)')
+        ddl = _partition_ddl(partitionSchema)
+        statement = f"CONVERT TO DELTA {identifier}"
+        if ddl:
+            statement += f" PARTITIONED BY ({ddl})"
+        path = _path_identifier(identifier, ("parquet",))
+        if _has_sql_extension(sparkSession):
+            _run(sparkSession, statement)
+        elif path is not None:
+            schema = None
+            if ddl:
+                from pyspark.sql.types import _parse_datatype_string
+
+                schema = _parse_datatype_string(ddl).jsonValue()
+            _convert.convert(_uri.normalize_uri(path), schema)
+        else:
+            raise InvalidOptionError(
+                f"convertToDelta({identifier!r}) of a catalog table needs deltaflow's SQL"
+                " extension in the session (deltaflow.session() or deltaflow.configure());"
+                ' or pass the table\'s files as "parquet.`/path`".',
+                option="identifier",
+            )
+        if path is not None:
+            return cls.forPath(sparkSession, path)
+        return cls.forName(sparkSession, identifier)
 
     def alias(self, aliasName: str) -> DeltaTable:
         """This table under ``aliasName``, for conditions such as ``"t.id = 1"``."""
+        args.check_type(aliasName, "aliasName", "an alias (str)")
         return DeltaTable(self._spark, self._uri, name=self._name, alias=aliasName)
 
     def toDF(self) -> DataFrame:
@@ -124,6 +172,7 @@ class DeltaTable:
 
     def delete(self, condition: str | Column | None = None) -> None:
         """Delete the rows where ``condition`` is true (all rows when None), in one commit."""
+        args.check_condition(condition)
         _delete_update.delete(self._spark, self._uri, self._alias, condition)
 
     def update(
@@ -132,12 +181,26 @@ class DeltaTable:
         set: Mapping[str, str | Column] | None = None,  # delta-spark's argument name
     ) -> None:
         """Set columns (``set``: column -> SQL text or Column) where ``condition`` is true."""
-        _delete_update.update(self._spark, self._uri, self._alias, condition, set or {})
+        args.check_assignments(set, "'set'")
+        args.check_condition(condition)
+        assert set is not None
+        _delete_update.update(self._spark, self._uri, self._alias, condition, set)
 
     def merge(self, source: DataFrame, condition: str | Column) -> _merge_builder.DeltaMergeBuilder:
         """A MERGE of ``source`` into this table on ``condition``; add ``when...`` clauses,
         then ``execute()``. Alias the table with :meth:`alias` and the source with
         ``source.alias("s")`` to name their columns in conditions."""
+        from pyspark.sql import DataFrame
+
+        if source is None:
+            raise ValueError("'source' in merge cannot be None: pass the DataFrame to merge in.")
+        if not isinstance(source, DataFrame):
+            raise TypeError(f"Type of 'source' in merge must be DataFrame, not {type(source)}.")
+        if condition is None:
+            raise ValueError(
+                "'condition' in merge cannot be None: pass the join condition, e.g. 't.id = s.id'."
+            )
+        args.check_condition(condition)
         spec = _merge_builder.MergeSpec(self._uri, self._alias, source, condition)
         return _merge_builder.DeltaMergeBuilder(self._spark, spec)
 
@@ -148,6 +211,8 @@ class DeltaTable:
 
     def history(self, limit: int | None = None) -> DataFrame:
         """Commits, newest first, with delta-spark's history columns (DESCRIBE HISTORY)."""
+        if limit is not None:
+            args.check_int(limit, "limit")
         suffix = "" if limit is None else f" LIMIT {int(limit)}"
         return self._command(
             f"DESCRIBE HISTORY {self._sql_name()}{suffix}",
@@ -176,6 +241,12 @@ class DeltaTable:
         unless the Spark conf ``spark.databricks.delta.retentionDurationCheck.enabled``
         is ``false``, as in delta-spark.
         """
+        if retentionHours is not None and (
+            isinstance(retentionHours, bool) or not isinstance(retentionHours, (int, float))
+        ):
+            raise ValueError(
+                f"retentionHours needs to be a number but got '{type(retentionHours)}'."
+            )
         hours = None if retentionHours is None else float(retentionHours)
         retain = ""
         if hours is not None:
@@ -192,6 +263,7 @@ class DeltaTable:
 
     def restoreToVersion(self, version: int) -> DataFrame:
         """Make ``version``'s files the table's current ones, in a new commit."""
+        args.check_int(version, "version")
         return self._command(
             f"RESTORE TABLE {self._sql_name()} TO VERSION AS OF {int(version)}",
             lambda: _maintenance.restore(self._uri, version=int(version)),
@@ -201,7 +273,71 @@ class DeltaTable:
     def restoreToTimestamp(self, timestamp: str | dt.datetime) -> DataFrame:
         """Restore the latest version committed at or before ``timestamp`` (as
         timestampAsOf; a naive timestamp is UTC)."""
+        if not isinstance(timestamp, dt.datetime):
+            args.check_str(timestamp, "timestamp")
         return self.restoreToVersion(load_snapshot(self._uri, timestamp=timestamp).version)
+
+    def generate(self, mode: str) -> None:
+        """Write the manifest files ``mode`` names (``"symlink_format_manifest"``:
+        ``_symlink_format_manifest/``, for Presto / Athena), as ``GENERATE``."""
+        args.check_str(mode, "mode")
+        self._command(
+            f"GENERATE {mode} FOR TABLE {self._sql_name()}",
+            lambda: _generate(self._uri, mode),
+            "path string",
+        )
+
+    # ---- protocol -------------------------------------------------------------------
+    # Run as ALTER TABLE ... SET TBLPROPERTIES, which deltaflow's catalog commits (the
+    # same brain call without the SQL extension), so they work from Spark Connect too.
+
+    def upgradeTableProtocol(self, readerVersion: int, writerVersion: int) -> None:
+        """Raise the table's protocol to at least (``readerVersion``, ``writerVersion``).
+
+        Versions only go up: a lower version than the table's is kept as it is (no
+        downgrade, no error), as in delta-spark.
+        """
+        if not isinstance(readerVersion, int) or isinstance(readerVersion, bool):
+            raise ValueError(
+                f"The readerVersion needs to be an integer but got '{type(readerVersion)}'."
+            )
+        if not isinstance(writerVersion, int) or isinstance(writerVersion, bool):
+            raise ValueError(
+                f"The writerVersion needs to be an integer but got '{type(writerVersion)}'."
+            )
+        snapshot = load_snapshot(self._uri)
+        changes: dict[str, str] = {}
+        if readerVersion > snapshot.min_reader_version:
+            changes["delta.minReaderVersion"] = str(readerVersion)
+        if writerVersion > snapshot.min_writer_version:
+            changes["delta.minWriterVersion"] = str(writerVersion)
+        if changes:
+            self._set_properties(changes)
+
+    def addFeatureSupport(self, featureName: str) -> None:
+        """Add table feature ``featureName`` to the protocol (upgrading a legacy protocol
+        to writer version 7, and reader 3 for a reader-writer feature), as
+        ``SET TBLPROPERTIES ('delta.feature.<name>' = 'supported')``.
+
+        A feature deltaflow cannot write (or does not know) is refused with
+        ``UnsupportedFeatureError`` listing the ones it can add.
+        """
+        args.check_str(featureName, "featureName")
+        self._set_properties({f"delta.feature.{featureName}": "supported"})
+
+    def dropFeatureSupport(self, featureName: str, truncateHistory: bool | None = None) -> None:
+        """Drop table feature ``featureName`` from the protocol, which is normalized to
+        its weakest form (``DROP FEATURE`` in history). deltaflow drops
+        ``checkConstraints`` once no CHECK constraint is left; other features are refused
+        with a typed error saying why and what to do (:mod:`deltaflow.spark.dml._features`).
+        Needs a local table (deltaflow's own commit writer)."""
+        args.check_str(featureName, "featureName")
+        if truncateHistory is not None:
+            args.check_bool(truncateHistory, "truncateHistory")
+        from deltaflow.spark.dml import _features
+
+        snapshot = load_snapshot(self._uri)
+        _features.drop_feature(snapshot, featureName, truncateHistory, self._sql_name())
 
     def optimize(self) -> DeltaOptimizeBuilder:
         """A builder for OPTIMIZE: ``.where(partitionFilter)``, then ``executeCompaction()``
@@ -233,13 +369,19 @@ class DeltaTable:
         else ``rows()`` (the same rows) as a DataFrame of ``schema``."""
         if not _has_sql_extension(self._spark):
             return self._spark.createDataFrame(rows(), schema)
-        try:
-            return self._spark.sql(statement)
-        except Exception as exc:
-            error = typed_error(exc)
-            if error is None:
-                raise
-            raise error from None
+        return _run(self._spark, statement)
+
+    def _set_properties(self, properties: dict[str, str]) -> None:
+        """``ALTER TABLE ... SET TBLPROPERTIES`` (one commit): as SQL when the session has
+        deltaflow's SQL extension, else the same brain call the catalog makes."""
+        if _has_sql_extension(self._spark):
+            pairs = ", ".join(f"{_sql_string(k)} = {_sql_string(v)}" for k, v in properties.items())
+            _run(self._spark, f"ALTER TABLE {self._sql_name()} SET TBLPROPERTIES ({pairs})")
+            return
+        from deltaflow.spark.catalog import _alter
+
+        changes = [{"op": "setProperty", "key": k, "value": v} for k, v in properties.items()]
+        _alter.alter_from_catalog({"uri": self._uri, "name": self._name, "changes": changes})
 
     def _writable(self) -> _DeltaRsTable:
         return _DeltaRsTable(_uri.delta_rs_uri(self._uri))
@@ -260,13 +402,14 @@ class DeltaOptimizeBuilder:
         self._filter = partition_filter
 
     def where(self, partitionFilter: str) -> DeltaOptimizeBuilder:
+        args.check_type(partitionFilter, "partitionFilter", "a SQL predicate (str)")
         return DeltaOptimizeBuilder(self._table, partitionFilter)
 
     def executeCompaction(self) -> DataFrame:
         return self._execute([])
 
     def executeZOrderBy(self, *cols: str | list[str]) -> DataFrame:
-        columns = [c for group in cols for c in ([group] if isinstance(group, str) else group)]
+        columns = args.column_names(cols, "Z-order column must be str.")
         return self._execute(columns)
 
     def _execute(self, columns: list[str]) -> DataFrame:
@@ -287,3 +430,50 @@ class DeltaOptimizeBuilder:
 def _has_sql_extension(spark: SparkSession) -> bool:
     extensions = spark.conf.get("spark.sql.extensions", "") or ""
     return SQL_EXTENSION in [e.strip() for e in extensions.split(",")]
+
+
+def _generate(uri: str, mode: str) -> list[tuple[Any, ...]]:
+    _convert.generate(uri, mode)
+    return []
+
+
+def _run(spark: SparkSession, statement: str) -> DataFrame:
+    """``spark.sql(statement)``, a deltaflow error it carries raised as itself."""
+    try:
+        return spark.sql(statement)
+    except Exception as exc:
+        error = typed_error(exc)
+        if error is None:
+            raise
+        raise error from None
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _path_identifier(identifier: str, formats: tuple[str, ...] = ("delta",)) -> str | None:
+    """The path of ``<format>.`/path``` (one of ``formats``), else None."""
+    head, dot, rest = identifier.strip().partition(".")
+    if not dot or head.lower() not in formats:
+        return None
+    if len(rest) >= 2 and rest[0] == "`" and rest[-1] == "`":
+        return rest[1:-1].replace("``", "`")
+    return None
+
+
+def _partition_ddl(schema: str | StructType | None) -> str | None:
+    """convertToDelta's ``partitionSchema`` as ``col type, ...`` DDL."""
+    from pyspark.sql.types import StructType
+
+    if schema is None:
+        return None
+    if isinstance(schema, str):
+        return schema
+    if isinstance(schema, StructType):
+        return ", ".join(
+            "`" + f.name.replace("`", "``") + "` " + f.dataType.simpleString() for f in schema
+        )
+    raise TypeError(
+        f"partitionSchema must be a DDL string ('part int') or a StructType, not {type(schema)}."
+    )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from deltaflow.errors import InvalidOptionError
+from deltaflow.spark import _arguments as args
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -67,33 +68,36 @@ class DeltaMergeBuilder:
     def whenMatchedUpdate(
         self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None
     ) -> DeltaMergeBuilder:
-        return self._with(MergeClause("matchedUpdate", condition, _pairs(set, "set")))
+        pairs = _pairs(set, "'set' in whenMatchedUpdate")
+        return self._with(MergeClause("matchedUpdate", _cond(condition), pairs))
 
     def whenMatchedUpdateAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
-        return self._with(MergeClause("matchedUpdate", condition, None))
+        return self._with(MergeClause("matchedUpdate", _cond(condition), None))
 
     def whenMatchedDelete(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
-        return self._with(MergeClause("matchedDelete", condition))
+        return self._with(MergeClause("matchedDelete", _cond(condition)))
 
     def whenNotMatchedInsert(
         self,
         condition: str | Column | None = None,
         values: Mapping[str, str | Column] | None = None,
     ) -> DeltaMergeBuilder:
-        return self._with(MergeClause("notMatchedInsert", condition, _pairs(values, "values")))
+        pairs = _pairs(values, "'values' in whenNotMatchedInsert")
+        return self._with(MergeClause("notMatchedInsert", _cond(condition), pairs))
 
     def whenNotMatchedInsertAll(self, condition: str | Column | None = None) -> DeltaMergeBuilder:
-        return self._with(MergeClause("notMatchedInsert", condition, None))
+        return self._with(MergeClause("notMatchedInsert", _cond(condition), None))
 
     def whenNotMatchedBySourceUpdate(
         self, condition: str | Column | None = None, set: Mapping[str, str | Column] | None = None
     ) -> DeltaMergeBuilder:
-        return self._with(MergeClause("notMatchedBySourceUpdate", condition, _pairs(set, "set")))
+        pairs = _pairs(set, "'set' in whenNotMatchedBySourceUpdate")
+        return self._with(MergeClause("notMatchedBySourceUpdate", _cond(condition), pairs))
 
     def whenNotMatchedBySourceDelete(
         self, condition: str | Column | None = None
     ) -> DeltaMergeBuilder:
-        return self._with(MergeClause("notMatchedBySourceDelete", condition))
+        return self._with(MergeClause("notMatchedBySourceDelete", _cond(condition)))
 
     def withSchemaEvolution(self) -> DeltaMergeBuilder:
         """Add source columns the table lacks (``*All`` clauses), as mergeSchema does."""
@@ -140,13 +144,22 @@ class DeltaMergeBuilder:
         return (updated + deleted + m.inserted, updated, deleted, m.inserted)
 
 
+def _cond(condition: str | Column | None) -> str | Column | None:
+    args.check_condition(condition)
+    return condition
+
+
 def _pairs(
     values: Mapping[str, str | Column] | None, argument: str
 ) -> tuple[tuple[str, str | Column], ...]:
+    # delta-spark's checks first: None -> ValueError, not a dict (or bad keys/values) ->
+    # TypeError; deltaflow also refuses an empty dict (a clause that assigns nothing).
+    args.check_assignments(values, argument)
+    assert values is not None
     if not values:
         raise InvalidOptionError(
-            f"MERGE clause needs at least one column in {argument}={{...}}; use the *All"
+            f"MERGE clause needs at least one column in {argument}; use the *All"
             " variant to assign every column by name.",
-            option=argument,
+            option=argument.split("'")[1],
         )
     return tuple(values.items())

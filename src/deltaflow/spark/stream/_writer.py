@@ -196,7 +196,14 @@ def batch_commit_info(
     writes them, so its ``history()`` reads them); ``deltaflow.stream`` names the query and
     batch, which :mod:`deltaflow.spark.stream._progress` pairs with Spark's progress events.
     """
+    output_mode = "Complete" if mode == "overwrite" else "Append"
     return {
+        # delta-spark's STREAMING UPDATE parameters (delta-rs names the operation WRITE).
+        "operationParameters": {
+            "outputMode": output_mode,
+            "queryId": query_id,
+            "epochId": str(batch_id),
+        },
         "operationMetrics": {
             "numAddedFiles": str(len(adds)),
             "numRemovedFiles": "0",
@@ -206,7 +213,7 @@ def batch_commit_info(
         STREAM_COMMIT_INFO_KEY: {
             "queryId": query_id,
             "batchId": batch_id,
-            "outputMode": "Complete" if mode == "overwrite" else "Append",
+            "outputMode": output_mode,
         },
     }
 

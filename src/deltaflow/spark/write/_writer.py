@@ -476,8 +476,10 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             removes = _replace_rows(self.plan, rewritten)
         request = commit_request(self.plan, [*adds, *rewritten])
         if self.plan.replace_where is not None:
-            # With explicit removes: delta-rs derives none of its own.
-            request = replace(request, removes=removes, mode="append")
+            # With explicit removes: delta-rs derives none of its own (so it records mode
+            # Append); delta-spark's WRITE parameters name the replaceWhere predicate.
+            info = {"operationParameters": {"predicate": self.plan.replace_where}}
+            request = replace(request, removes=removes, mode="append", commit_info=info)
         started = time.perf_counter()
         result = _commit.commit(request)
         if result.skipped:
