@@ -102,21 +102,18 @@ def test_classes_have_delta_spark_methods_and_parameter_names(cls):
         assert parameters == expected, f"{cls.__name__}.{method}"
 
 
-def test_identity_generator_and_column_builder():
+def test_identity_generator_and_column_builder(spark):
     assert IdentityGenerator() == IdentityGenerator(start=1, step=1)
-    declared = DeltaColumnBuilder("id").dataType("bigint").nullable(False).comment("key").build()
-    assert (declared.colName, declared.dataType, declared.nullable, declared.comment) == (
-        "id",
-        "bigint",
-        False,
-        "key",
-    )
-    identity = DeltaColumnBuilder("id").dataType("bigint").generatedAlwaysAsIdentity(5, 2)
-    assert identity.build().generatedAlwaysAs == IdentityGenerator(5, 2)
-    with pytest.raises(ValueError, match="dataType"):
-        DeltaColumnBuilder("x").build()
     with pytest.raises(TypeError):
-        DeltaColumnBuilder(1)  # type: ignore[arg-type]
+        IdentityGenerator(start="1")  # type: ignore[arg-type]
+    field = DeltaColumnBuilder(spark, "id").dataType("bigint").nullable(False).comment("key")
+    built = field.build()
+    assert (built.name, built.dataType.simpleString(), built.nullable) == ("id", "bigint", False)
+    assert built.metadata["comment"] == "key"
+    identity = DeltaColumnBuilder(spark, "id").dataType("bigint").generatedAlwaysAsIdentity(5, 2)
+    assert identity.build().metadata["delta.identity.start"] == 5
+    with pytest.raises(ValueError, match="dataType"):
+        DeltaColumnBuilder(spark, "x").build()
 
 
 # ---- fixtures ---------------------------------------------------------------------------
