@@ -137,7 +137,7 @@ def test_cli_reports_errors_with_exit_codes(
 ) -> None:
     assert main(["pipelines", "dry-run", "--spec", str(tmp_path / "missing.yml")]) == 2
     assert "cannot read" in capsys.readouterr().err
-    assert main(["pipelines", "run", "--continuous", "--spec", str(tmp_path / "x.yml")]) == 2
-    assert "--continuous" in capsys.readouterr().err
+    assert main(["pipelines", "run", "--spec", str(tmp_path / "x.yml")]) == 2
+    assert "x.yml" in capsys.readouterr().err
     with pytest.raises(dp.PipelineError):
         _commands.init_project("p", tmp_path) and _commands.init_project("p", tmp_path)

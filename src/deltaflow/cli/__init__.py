@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -103,7 +104,9 @@ def _pipelines_parser(commands: Any) -> None:
         "--development", action="store_true", help="development mode (no flow retries)"
     )
     run.add_argument(
-        "--continuous", action="store_true", help="keep streams running (not available yet)"
+        "--continuous",
+        action="store_true",
+        help="keep streams running until SIGINT / SIGTERM (pipelines.trigger.interval)",
     )
 
 
@@ -121,13 +124,7 @@ def _pipelines(args: argparse.Namespace) -> int:
         if args.action == "dry-run":
             _commands.dry_run_spec(spec, print)
             return 0
-        if args.continuous:
-            print(
-                "deltaflow pipelines run: --continuous is not available yet; run triggered"
-                " updates (e.g. on a schedule) meanwhile",
-                file=sys.stderr,
-            )
-            return 2
+        stop = _stop_on_signals() if args.continuous else None
         report = _commands.run_spec(
             spec,
             print,
@@ -135,11 +132,23 @@ def _pipelines(args: argparse.Namespace) -> int:
             full_refresh=_names(args.full_refresh),
             full_refresh_all=args.full_refresh_all,
             development=args.development,
+            continuous=args.continuous,
+            stop=stop,
         )
     except DeltaflowError as exc:
         print(f"deltaflow pipelines {args.action}: {exc}", file=sys.stderr)
         return 2
-    return 0 if report.state == "COMPLETED" else 1
+    return 1 if report.state == "FAILED" else 0
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGINT / SIGTERM: a continuous update stops cleanly on it."""
+    import signal
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
 
 
 def _names(value: str) -> list[str] | None:

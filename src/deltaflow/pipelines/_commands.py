@@ -8,6 +8,7 @@ state change as the event log records it.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,6 +108,8 @@ def run_spec(
     full_refresh: Sequence[str] | None = None,
     full_refresh_all: bool = False,
     development: bool = False,
+    continuous: bool = False,
+    stop: threading.Event | None = None,
     spark: SparkSession | None = None,
 ) -> UpdateReport:
     from deltaflow.pipelines._loader import load_graph
@@ -122,6 +125,8 @@ def run_spec(
         full_refresh=full_refresh,
         full_refresh_all=full_refresh_all,
         on_event=lambda event: _print_event(event, echo),
+        continuous=continuous,
+        stop=stop,
     )
     for name, flow in report.flows.items():
         rows = "" if flow.rows_written is None else f", {flow.rows_written} rows"
@@ -134,8 +139,11 @@ def _print_event(event: dict[str, Any], echo: Printer) -> None:
     if event["event_type"] == "flow_progress":
         details = json.loads(event["details"])["flow_progress"]
         status = details["status"]
-        if status in ("RUNNING", "COMPLETED", "FAILED", "RETRYING", "SKIPPED"):
-            echo(f"[{event['timestamp']:%H:%M:%S}] {event['origin']['flow_name']}: {status}")
+        if status in ("RUNNING", "COMPLETED", "FAILED", "RETRYING", "SKIPPED", "STOPPED"):
+            rows = (details.get("metrics") or {}).get("num_output_rows")
+            batch = details.get("batch_id")
+            extra = "" if batch is None else f" batch {batch}, {rows} rows so far"
+            echo(f"[{event['timestamp']:%H:%M:%S}] {event['origin']['flow_name']}: {status}{extra}")
     elif event["event_type"] == "update_progress":
         state = json.loads(event["details"])["update_progress"]["state"]
         echo(f"[{event['timestamp']:%H:%M:%S}] update: {state}")

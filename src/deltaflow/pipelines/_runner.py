@@ -17,7 +17,6 @@ view is replaced in one commit: readers see the old or the new result, never a m
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 import uuid
@@ -26,25 +25,26 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from deltaflow.errors import DeltaflowError, typed_error
-from deltaflow.pipelines import _cdc, _expectations
+from deltaflow.errors import typed_error
+from deltaflow.pipelines import _expectations
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow, resolve
-from deltaflow.pipelines._declarations import AutoCdcFlow, AutoCdcSnapshotFlow, Flow
+from deltaflow.pipelines._declarations import Flow
 from deltaflow.pipelines._event_log import EventLog, Origin
+from deltaflow.pipelines._flows import FlowRun, flow_expectations
 from deltaflow.pipelines._graph import Graph
-from deltaflow.pipelines._reads import reading_with
 from deltaflow.pipelines._storage import CatalogPublisher, Storage
 from deltaflow.pipelines.errors import (
     ExpectationViolationError,
     FlowFailedError,
     GraphValidationError,
-    PipelineError,
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
-FlowStatus = Literal["COMPLETED", "FAILED", "SKIPPED"]
+# STOPPED: a continuous update's flow, running until the update was stopped.
+FlowStatus = Literal["COMPLETED", "FAILED", "SKIPPED", "STOPPED"]
+UpdateState = Literal["COMPLETED", "FAILED", "CANCELED"]
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class FlowReport:
 @dataclass(frozen=True)
 class UpdateReport:
     update_id: str
-    state: Literal["COMPLETED", "FAILED"]
+    state: UpdateState  # CANCELED: a continuous update stopped without failures
     flows: Mapping[str, FlowReport]
 
     def raise_for_failure(self) -> None:
@@ -137,6 +137,8 @@ def run_update(
     full_refresh: Sequence[str] | None = None,
     full_refresh_all: bool = False,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    continuous: bool = False,
+    stop: threading.Event | None = None,
 ) -> UpdateReport:
     """Run one triggered update of the pipeline; the report says how each flow ended
     (``report.raise_for_failure()`` to turn failures into an exception).
@@ -144,7 +146,11 @@ def run_update(
     ``refresh``: update only these datasets; ``full_refresh``: these datasets are
     emptied and their flows start over (checkpoints reset); ``full_refresh_all``: all.
     ``on_event``: called with each event-log row as it is recorded (live progress).
+    ``continuous``: streams stay up and materialized views refresh every
+    ``pipelines.trigger.interval`` until ``stop`` is set (:mod:`._continuous`).
     """
+    if continuous and stop is None:
+        raise ValueError("a continuous update runs until `stop` is set: pass a threading.Event")
     storage = Storage(settings.storage, settings.database)
     update_id = str(uuid.uuid4())
     origin = Origin(settings.pipeline_id, settings.name, update_id)
@@ -177,7 +183,14 @@ def run_update(
                 _flow_definition(log, resolution, resolved)
             _progress(log, "RUNNING")
             log.flush()
-            reports = _Scheduler(spark, resolution, settings, storage, log, selected).run()
+            runnable = _runnable(resolution, selected)
+            if continuous:
+                from deltaflow.pipelines._continuous import Continuous
+
+                assert stop is not None
+                reports = Continuous(spark, resolution, settings, storage, log, runnable).run(stop)
+            else:
+                reports = _Scheduler(spark, resolution, settings, storage, log, runnable).run()
     except Exception as exc:
         error = typed_error(exc) or exc
         _progress(log, "FAILED", error=str(error))
@@ -185,9 +198,8 @@ def run_update(
         if error is exc:
             raise
         raise error from None
-    state: Literal["COMPLETED", "FAILED"] = (
-        "FAILED" if any(r.status == "FAILED" for r in reports.values()) else "COMPLETED"
-    )
+    failed = any(r.status == "FAILED" for r in reports.values())
+    state: UpdateState = "FAILED" if failed else ("CANCELED" if continuous else "COMPLETED")
     _progress(log, state)
     log.flush()
     return UpdateReport(update_id, state, reports)
@@ -324,6 +336,18 @@ def _flow_definition(log: EventLog, resolution: Resolution, resolved: ResolvedFl
 # ---- running the flows ----------------------------------------------------------------
 
 
+def _runnable(resolution: Resolution, selected: set[str] | None) -> list[str]:
+    """The flows an update runs, in dependency order: those into the selected datasets
+    (all when None); a temporary view's query runs inside the flows that read it."""
+    views = {n for n, d in resolution.datasets.items() if d.kind == "temporary_view"}
+    return [
+        name
+        for name in resolution.order
+        if resolution.flows[name].flow.target not in views
+        and (selected is None or resolution.flows[name].flow.target in selected)
+    ]
+
+
 class _Scheduler:
     """Runs the selected flows: each once its upstream flows completed, up to
     ``pipelines.maxConcurrentFlows`` at a time; downstream of a failure is skipped."""
@@ -335,20 +359,14 @@ class _Scheduler:
         settings: PipelineSettings,
         storage: Storage,
         log: EventLog,
-        selected: set[str] | None,
+        runnable: list[str],
     ) -> None:
         self._spark = spark
         self._resolution = resolution
         self._settings = settings
         self._storage = storage
         self._log = log
-        views = {n for n, d in resolution.datasets.items() if d.kind == "temporary_view"}
-        self._runnable = [
-            name
-            for name in resolution.order
-            if resolution.flows[name].flow.target not in views
-            and (selected is None or resolution.flows[name].flow.target in selected)
-        ]
+        self._runnable = runnable
 
     def run(self) -> dict[str, FlowReport]:
         reports: dict[str, FlowReport] = {}
@@ -396,7 +414,7 @@ class _Scheduler:
             attempt += 1
             self._flow_progress(name, "RUNNING", attempt=attempt)
             try:
-                outcome = _FlowRun(self._spark, self._resolution, resolved, self._storage).run()
+                outcome = FlowRun(self._spark, self._resolution, resolved, self._storage).run()
             except Exception as exc:
                 error = typed_error(exc) or exc
                 terminal = isinstance(error, ExpectationViolationError | GraphValidationError)
@@ -460,233 +478,5 @@ class _Scheduler:
 def _dropped(resolution: Resolution, flow_name: str, failed: Mapping[str, int]) -> int:
     # An upper bound when several drop rules break on the same row (each counts it):
     # the exact figure is input rows less rows written, which metrics also give.
-    rules = _flow_expectations(resolution, resolution.flows[flow_name])
+    rules = flow_expectations(resolution, resolution.flows[flow_name])
     return sum(failed.get(e.name, 0) for e in rules if e.action == "drop")
-
-
-def _flow_expectations(resolution: Resolution, resolved: ResolvedFlow) -> tuple[Any, ...]:
-    flow = resolved.flow
-    target = resolution.datasets.get(flow.target)
-    own = flow.expectations if isinstance(flow, Flow) else ()
-    return (target.dataset.expectations if target is not None else ()) + own
-
-
-@dataclass
-class _Outcome:
-    rows: int | None = None
-    expectations: tuple[_expectations.ExpectationCounts, ...] = ()
-
-
-class _FlowRun:
-    """One attempt at one flow."""
-
-    def __init__(
-        self, spark: SparkSession, resolution: Resolution, resolved: ResolvedFlow, storage: Storage
-    ) -> None:
-        self._spark = spark
-        self._resolution = resolution
-        self._resolved = resolved
-        self._storage = storage
-        self._rules = _flow_expectations(resolution, resolved)
-
-    def run(self) -> _Outcome:
-        flow = self._resolved.flow
-        if isinstance(flow, AutoCdcSnapshotFlow):
-            raise PipelineError(
-                f"AUTO CDC from snapshot {flow.name!r}: declared, but not run by this version"
-                " of deltaflow yet (issue 13). Use create_auto_cdc_flow over a change feed"
-                " meanwhile.",
-                flow=flow.name,
-            )
-        if isinstance(flow, AutoCdcFlow):
-            return self._auto_cdc(flow)
-        df = self._query(flow)
-        target = self._resolution.datasets.get(flow.target)
-        if target is None or (target.kind == "streaming_table" and self._resolved.streaming):
-            return self._stream(flow, df, target is None)
-        if target.kind == "materialized_view":
-            return self._recompute(flow, df)
-        return self._once(flow, df)
-
-    def _query(self, flow: Flow) -> DataFrame:
-        reader = _TableReader(self._spark)
-        with reading_with(reader):
-            df = flow.func()
-        _expectations.check_constraints(df, self._rules, flow.name)
-        return df
-
-    def _path(self, flow: Flow) -> str:
-        return self._storage.table_path(self._resolution.datasets[flow.target].dataset)
-
-    def _stream(self, flow: Flow, df: DataFrame, to_sink: bool) -> _Outcome:
-        checkpoint = self._storage.checkpoint(flow.name)
-        writer = (
-            df.writeStream.queryName(f"{flow.name}")
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-        )
-        batches = None
-        if to_sink:
-            sink = self._resolution.graph.sink(flow.target)
-            assert sink is not None
-            query = writer.format(sink.format).options(**sink.options).start()
-        elif self._rules:
-            batches = _CheckedBatches(self, flow, _flow_identity(checkpoint))
-            query = writer.foreachBatch(batches).start()
-        else:
-            query = writer.format("delta").option("mergeSchema", "true").start(self._path(flow))
-        _await(query, flow.name)
-        if batches is not None:
-            return batches.outcome()
-        return _Outcome(rows=_input_rows(query))
-
-    def _auto_cdc(self, flow: AutoCdcFlow) -> _Outcome:
-        source = self._spark.readStream.table(flow.source)
-        dataset = self._resolution.datasets[flow.target].dataset
-        batches = _cdc.CdcBatches(
-            self._spark,
-            flow,
-            self._storage.table_path(dataset),
-            self._storage.cdc_state(flow.name),
-        )
-        query = (
-            source.writeStream.queryName(flow.name)
-            .option("checkpointLocation", self._storage.checkpoint(flow.name))
-            .trigger(availableNow=True)
-            .foreachBatch(batches)
-            .start()
-        )
-        _await(query, flow.name)
-        return _Outcome(rows=batches.rows)
-
-    def _recompute(self, flow: Flow, df: DataFrame) -> _Outcome:
-        return self._write_batch(flow, df, mode="overwrite", app=None)
-
-    def _once(self, flow: Flow, df: DataFrame) -> _Outcome:
-        """A ``once`` flow: appended a single time; the marker in its checkpoint (gone
-        after a full refresh) says it ran, the app transaction makes a crash between
-        the append and the marker harmless."""
-        checkpoint = self._storage.checkpoint(flow.name)
-        marker = os.path.join(checkpoint, "once-completed")
-        if os.path.exists(marker):
-            return _Outcome(rows=0)
-        outcome = self._write_batch(flow, df, mode="append", app=(_flow_identity(checkpoint), 0))
-        with open(marker, "w") as out:
-            out.write("1\n")
-        return outcome
-
-    def _write_batch(
-        self, flow: Flow, df: DataFrame, *, mode: str, app: tuple[str, int] | None
-    ) -> _Outcome:
-        """Expectations applied to ``df`` (persisted meanwhile: it is read twice), then
-        one write: ``overwrite`` (a materialized view, schema replaced) or ``append``
-        (idempotent under ``app`` = (txnAppId, txnVersion))."""
-        from pyspark import StorageLevel
-
-        if not self._rules:
-            self._write(flow, df, mode, app)
-            return _Outcome(rows=_last_output_rows(self._path(flow)))
-        df.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            checked = _expectations.apply(df, self._rules, flow=flow.name, dataset=flow.target)
-            self._write(flow, checked.kept, mode, app)
-        finally:
-            df.unpersist()
-        return _Outcome(rows=checked.kept_rows, expectations=checked.counts)
-
-    def _write(self, flow: Flow, df: DataFrame, mode: str, app: tuple[str, int] | None) -> None:
-        writer = df.write.format("delta").mode(mode)
-        if mode == "overwrite":
-            writer = writer.option("overwriteSchema", "true")
-        else:
-            writer = writer.option("mergeSchema", "true")
-        if app is not None:
-            writer = writer.option("txnAppId", app[0]).option("txnVersion", str(app[1]))
-        writer.save(self._path(flow))
-
-
-class _CheckedBatches:
-    """foreachBatch of a streaming flow with expectations: each micro-batch counted,
-    filtered and appended idempotently (``txnAppId`` / ``txnVersion``)."""
-
-    def __init__(self, run: _FlowRun, flow: Flow, identity: str) -> None:
-        self._run = run
-        self._flow = flow
-        self._identity = identity
-        self._lock = threading.Lock()
-        self._rows = 0
-        self._counts: dict[str, list[int]] = {}
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        outcome = self._run._write_batch(
-            self._flow, batch, mode="append", app=(self._identity, batch_id)
-        )
-        with self._lock:
-            self._rows += outcome.rows or 0
-            for c in outcome.expectations:
-                seen = self._counts.setdefault(c.name, [0, 0])
-                seen[0] += c.passed_records
-                seen[1] += c.failed_records
-
-    def outcome(self) -> _Outcome:
-        counts = tuple(
-            _expectations.ExpectationCounts(name, self._flow.target, passed, failed)
-            for name, (passed, failed) in self._counts.items()
-        )
-        return _Outcome(rows=self._rows, expectations=counts)
-
-
-class _TableReader:
-    """``dlt.read`` while running: the dataset's table (or view) by name."""
-
-    def __init__(self, spark: SparkSession) -> None:
-        self._spark = spark
-
-    def read(self, name: str, *, streaming: bool) -> DataFrame:
-        reader = self._spark.readStream if streaming else self._spark.read
-        return reader.table(name)
-
-
-def _await(query: Any, flow: str) -> None:
-    """Wait for an ``availableNow`` stream to finish; its failure as a typed error."""
-    query.awaitTermination()
-    failure = query.exception()
-    if failure is not None:
-        raise typed_error(failure) or DeltaflowError(
-            f"flow {flow!r}: its stream failed: {failure}", flow=flow
-        )
-
-
-def _flow_identity(checkpoint: str) -> str:
-    """The identity of a flow's checkpoint, made with it: the app id of its idempotent
-    writes. A full refresh deletes the checkpoint, so batch ids restarting at 0 write
-    under a new identity instead of being taken for replays."""
-    os.makedirs(checkpoint, exist_ok=True)
-    path = os.path.join(checkpoint, "deltaflow-flow-id")
-    if not os.path.exists(path):
-        with open(path + ".tmp", "w") as out:
-            out.write(f"deltaflow-pipeline-flow-{uuid.uuid4()}")
-        os.replace(path + ".tmp", path)
-    with open(path) as source:
-        return source.read().strip()
-
-
-def _input_rows(query: Any) -> int:
-    """Rows the stream read over its recent progress reports (Spark keeps the last
-    ``spark.sql.streaming.numRecentProgressUpdates``, 100 by default)."""
-    total = 0
-    for progress in query.recentProgress:
-        value = progress.get("numInputRows") if isinstance(progress, dict) else None
-        total += int(value if value is not None else getattr(progress, "numInputRows", 0))
-    return total
-
-
-def _last_output_rows(path: str) -> int | None:
-    from deltalake import DeltaTable
-
-    from deltaflow.table import _uri
-
-    entry = DeltaTable(_uri.delta_rs_uri(_uri.normalize_uri(path))).history(1)[0]
-    metrics = entry.get("operationMetrics") or {}
-    value = metrics.get("numOutputRows")
-    return None if value is None else int(value)

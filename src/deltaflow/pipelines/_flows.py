@@ -1,0 +1,294 @@
+"""Running one flow: its query, its write, its metrics (one attempt).
+
+Streaming flows start with a trigger (``availableNow`` in a triggered update, a
+processing-time interval in continuous mode); batch flows (materialized views, ``once``
+backfills) write once. See :mod:`._runner` for the update around them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from deltaflow.errors import DeltaflowError, typed_error
+from deltaflow.pipelines import _cdc, _expectations
+from deltaflow.pipelines._analysis import Resolution, ResolvedFlow
+from deltaflow.pipelines._declarations import AutoCdcFlow, AutoCdcSnapshotFlow, Flow
+from deltaflow.pipelines._reads import reading_with
+from deltaflow.pipelines._storage import Storage
+from deltaflow.pipelines.errors import PipelineError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def flow_expectations(resolution: Resolution, resolved: ResolvedFlow) -> tuple[Any, ...]:
+    flow = resolved.flow
+    target = resolution.datasets.get(flow.target)
+    own = flow.expectations if isinstance(flow, Flow) else ()
+    return (target.dataset.expectations if target is not None else ()) + own
+
+
+@dataclass
+class Outcome:
+    rows: int | None = None
+    expectations: tuple[_expectations.ExpectationCounts, ...] = ()
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """When a streaming flow's micro-batches run: all available data then stop
+    (``availableNow``, a triggered update) or every ``interval`` until stopped."""
+
+    interval: str | None = None  # None: availableNow
+
+    def apply(self, writer: Any) -> Any:
+        if self.interval is None:
+            return writer.trigger(availableNow=True)
+        return writer.trigger(processingTime=self.interval)
+
+
+AVAILABLE_NOW = Trigger()
+
+
+@dataclass
+class Running:
+    """A started streaming flow: its query and how to read its outcome so far."""
+
+    query: Any
+    outcome: Callable[[], Outcome]
+
+
+class FlowRun:
+    """One attempt at one flow."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        resolution: Resolution,
+        resolved: ResolvedFlow,
+        storage: Storage,
+        trigger: Trigger = AVAILABLE_NOW,
+    ) -> None:
+        self._trigger = trigger
+        self._spark = spark
+        self._resolution = resolution
+        self._resolved = resolved
+        self._storage = storage
+        self._rules = flow_expectations(resolution, resolved)
+
+    @property
+    def streaming(self) -> bool:
+        """A stream (started, then awaited or left running) rather than one batch write."""
+        flow = self._resolved.flow
+        if isinstance(flow, AutoCdcFlow):
+            return True
+        target = self._resolution.datasets.get(flow.target)
+        return target is None or (target.kind == "streaming_table" and self._resolved.streaming)
+
+    def run(self) -> Outcome:
+        """The flow to completion: a stream until it is idle (``availableNow``; with an
+        interval trigger it runs until stopped), a batch write once."""
+        if self.streaming:
+            running = self.start()
+            await_stream(running.query, self._resolved.flow.name)
+            return running.outcome()
+        flow = self._resolved.flow
+        if isinstance(flow, AutoCdcSnapshotFlow):
+            raise PipelineError(
+                f"AUTO CDC from snapshot {flow.name!r}: declared, but not run by this version"
+                " of deltaflow yet (issue 13). Use create_auto_cdc_flow over a change feed"
+                " meanwhile.",
+                flow=flow.name,
+            )
+        assert isinstance(flow, Flow)
+        df = self._query(flow)
+        target = self._resolution.datasets[flow.target]
+        if target.kind == "materialized_view":
+            return self._recompute(flow, df)
+        return self._once(flow, df)
+
+    def start(self) -> Running:
+        """Start the flow's stream with this run's trigger; the caller waits or stops."""
+        flow = self._resolved.flow
+        if isinstance(flow, AutoCdcFlow):
+            return self._auto_cdc(flow)
+        assert isinstance(flow, Flow)
+        return self._stream(flow, self._query(flow), flow.target not in self._resolution.datasets)
+
+    def _query(self, flow: Flow) -> DataFrame:
+        reader = _TableReader(self._spark)
+        with reading_with(reader):
+            df = flow.func()
+        _expectations.check_constraints(df, self._rules, flow.name)
+        return df
+
+    def _path(self, flow: Flow) -> str:
+        return self._storage.table_path(self._resolution.datasets[flow.target].dataset)
+
+    def _stream(self, flow: Flow, df: DataFrame, to_sink: bool) -> Running:
+        checkpoint = self._storage.checkpoint(flow.name)
+        writer = self._trigger.apply(
+            df.writeStream.queryName(f"{flow.name}").option("checkpointLocation", checkpoint)
+        )
+        if to_sink:
+            sink = self._resolution.graph.sink(flow.target)
+            assert sink is not None
+            query = writer.format(sink.format).options(**sink.options).start()
+        elif self._rules:
+            batches = _CheckedBatches(self, flow, _flow_identity(checkpoint))
+            return Running(writer.foreachBatch(batches).start(), batches.outcome)
+        else:
+            query = writer.format("delta").option("mergeSchema", "true").start(self._path(flow))
+        return Running(query, lambda: Outcome(rows=_input_rows(query)))
+
+    def _auto_cdc(self, flow: AutoCdcFlow) -> Running:
+        source = self._spark.readStream.table(flow.source)
+        dataset = self._resolution.datasets[flow.target].dataset
+        batches = _cdc.CdcBatches(
+            self._spark,
+            flow,
+            self._storage.table_path(dataset),
+            self._storage.cdc_state(flow.name),
+        )
+        writer = source.writeStream.queryName(flow.name).option(
+            "checkpointLocation", self._storage.checkpoint(flow.name)
+        )
+        query = self._trigger.apply(writer).foreachBatch(batches).start()
+        return Running(query, lambda: Outcome(rows=batches.rows))
+
+    def _recompute(self, flow: Flow, df: DataFrame) -> Outcome:
+        return self._write_batch(flow, df, mode="overwrite", app=None)
+
+    def _once(self, flow: Flow, df: DataFrame) -> Outcome:
+        """A ``once`` flow: appended a single time; the marker in its checkpoint (gone
+        after a full refresh) says it ran, the app transaction makes a crash between
+        the append and the marker harmless."""
+        checkpoint = self._storage.checkpoint(flow.name)
+        marker = os.path.join(checkpoint, "once-completed")
+        if os.path.exists(marker):
+            return Outcome(rows=0)
+        outcome = self._write_batch(flow, df, mode="append", app=(_flow_identity(checkpoint), 0))
+        with open(marker, "w") as out:
+            out.write("1\n")
+        return outcome
+
+    def _write_batch(
+        self, flow: Flow, df: DataFrame, *, mode: str, app: tuple[str, int] | None
+    ) -> Outcome:
+        """Expectations applied to ``df`` (persisted meanwhile: it is read twice), then
+        one write: ``overwrite`` (a materialized view, schema replaced) or ``append``
+        (idempotent under ``app`` = (txnAppId, txnVersion))."""
+        from pyspark import StorageLevel
+
+        if not self._rules:
+            self._write(flow, df, mode, app)
+            return Outcome(rows=_last_output_rows(self._path(flow)))
+        df.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            checked = _expectations.apply(df, self._rules, flow=flow.name, dataset=flow.target)
+            self._write(flow, checked.kept, mode, app)
+        finally:
+            df.unpersist()
+        return Outcome(rows=checked.kept_rows, expectations=checked.counts)
+
+    def _write(self, flow: Flow, df: DataFrame, mode: str, app: tuple[str, int] | None) -> None:
+        writer = df.write.format("delta").mode(mode)
+        if mode == "overwrite":
+            writer = writer.option("overwriteSchema", "true")
+        else:
+            writer = writer.option("mergeSchema", "true")
+        if app is not None:
+            writer = writer.option("txnAppId", app[0]).option("txnVersion", str(app[1]))
+        writer.save(self._path(flow))
+
+
+class _CheckedBatches:
+    """foreachBatch of a streaming flow with expectations: each micro-batch counted,
+    filtered and appended idempotently (``txnAppId`` / ``txnVersion``)."""
+
+    def __init__(self, run: FlowRun, flow: Flow, identity: str) -> None:
+        self._run = run
+        self._flow = flow
+        self._identity = identity
+        self._lock = threading.Lock()
+        self._rows = 0
+        self._counts: dict[str, list[int]] = {}
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        outcome = self._run._write_batch(
+            self._flow, batch, mode="append", app=(self._identity, batch_id)
+        )
+        with self._lock:
+            self._rows += outcome.rows or 0
+            for c in outcome.expectations:
+                seen = self._counts.setdefault(c.name, [0, 0])
+                seen[0] += c.passed_records
+                seen[1] += c.failed_records
+
+    def outcome(self) -> Outcome:
+        counts = tuple(
+            _expectations.ExpectationCounts(name, self._flow.target, passed, failed)
+            for name, (passed, failed) in self._counts.items()
+        )
+        return Outcome(rows=self._rows, expectations=counts)
+
+
+class _TableReader:
+    """``dlt.read`` while running: the dataset's table (or view) by name."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._spark = spark
+
+    def read(self, name: str, *, streaming: bool) -> DataFrame:
+        reader = self._spark.readStream if streaming else self._spark.read
+        return reader.table(name)
+
+
+def await_stream(query: Any, flow: str) -> None:
+    """Wait for an ``availableNow`` stream to finish; its failure as a typed error."""
+    query.awaitTermination()
+    failure = query.exception()
+    if failure is not None:
+        raise typed_error(failure) or DeltaflowError(
+            f"flow {flow!r}: its stream failed: {failure}", flow=flow
+        )
+
+
+def _flow_identity(checkpoint: str) -> str:
+    """The identity of a flow's checkpoint, made with it: the app id of its idempotent
+    writes. A full refresh deletes the checkpoint, so batch ids restarting at 0 write
+    under a new identity instead of being taken for replays."""
+    os.makedirs(checkpoint, exist_ok=True)
+    path = os.path.join(checkpoint, "deltaflow-flow-id")
+    if not os.path.exists(path):
+        with open(path + ".tmp", "w") as out:
+            out.write(f"deltaflow-pipeline-flow-{uuid.uuid4()}")
+        os.replace(path + ".tmp", path)
+    with open(path) as source:
+        return source.read().strip()
+
+
+def _input_rows(query: Any) -> int:
+    """Rows the stream read over its recent progress reports (Spark keeps the last
+    ``spark.sql.streaming.numRecentProgressUpdates``, 100 by default)."""
+    total = 0
+    for progress in query.recentProgress:
+        value = progress.get("numInputRows") if isinstance(progress, dict) else None
+        total += int(value if value is not None else getattr(progress, "numInputRows", 0))
+    return total
+
+
+def _last_output_rows(path: str) -> int | None:
+    from deltalake import DeltaTable
+
+    from deltaflow.table import _uri
+
+    entry = DeltaTable(_uri.delta_rs_uri(_uri.normalize_uri(path))).history(1)[0]
+    metrics = entry.get("operationMetrics") or {}
+    value = metrics.get("numOutputRows")
+    return None if value is None else int(value)
