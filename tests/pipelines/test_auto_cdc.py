@@ -102,3 +102,85 @@ def test_scd2_keeps_history_with_start_and_end_in_sequence_order(
         (3, "c1", 1, 2),
         (4, "d1", 1, None),
     ]
+
+
+SNAPSHOTS = [
+    [(1, "a"), (2, "b"), (3, "c")],
+    [(1, "a"), (2, "B"), (4, "d")],  # 2 changed, 3 gone, 4 new
+]
+
+
+def _snapshot_graph(spark: Any, snapshots: list[list[tuple[Any, ...]]], scd: int) -> dp.Graph:
+    def next_snapshot(last: int | None) -> tuple[Any, int] | None:
+        index = 0 if last is None else last
+        if index >= len(snapshots):
+            return None
+        return spark.createDataFrame(snapshots[index], "id BIGINT, name STRING"), index + 1
+
+    with dp.collect() as declared:
+        dp.create_streaming_table("dim")
+        dp.create_auto_cdc_from_snapshot_flow(
+            target="dim", source=next_snapshot, keys=["id"], stored_as_scd_type=scd
+        )
+    return declared.graph()
+
+
+def _rows(path: Path) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r.values()) for r in DeltaRsTable(str(path)).to_pyarrow_table().to_pylist())
+
+
+def test_auto_cdc_from_snapshots_scd1_and_scd2(spark: Any, tmp_path: Path) -> None:
+    for scd in (1, 2):
+        offered = [SNAPSHOTS[0]]
+        settings = dp.PipelineSettings(
+            name=f"snap{scd}",
+            storage=str(tmp_path / f"storage{scd}"),
+            database=f"snap_{uuid.uuid4().hex[:8]}",
+        )
+        graph = _snapshot_graph(spark, offered, scd)
+        table = tmp_path / f"storage{scd}/tables/dim"
+        assert dp.run_update(spark, graph, settings).state == "COMPLETED"
+        first = _rows(table)
+        offered.append(SNAPSHOTS[1])
+        assert dp.run_update(spark, graph, settings).state == "COMPLETED"
+        version = DeltaRsTable(str(table)).version()
+        assert dp.run_update(spark, graph, settings).state == "COMPLETED"  # nothing new
+        assert DeltaRsTable(str(table)).version() == version
+        if scd == 1:
+            assert first == [(1, "a"), (2, "b"), (3, "c")]
+            assert _rows(table) == [(1, "a"), (2, "B"), (4, "d")]
+        else:
+            assert first == [(1, "a", 1, None), (2, "b", 1, None), (3, "c", 1, None)]
+            assert _rows(table) == [
+                (1, "a", 1, None),
+                (2, "B", 2, None),
+                (2, "b", 1, 2),
+                (3, "c", 1, 2),
+                (4, "d", 2, None),
+            ]
+
+
+def test_auto_cdc_from_a_snapshot_table_applies_each_new_version(
+    spark: Any, tmp_path: Path
+) -> None:
+    database = f"snapt_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE DATABASE {database}")
+    source = tmp_path / "source"
+    spark.createDataFrame(SNAPSHOTS[0], "id BIGINT, name STRING").write.format("delta").save(
+        str(source)
+    )
+    spark.sql(f"CREATE TABLE {database}.products USING delta LOCATION '{source}'")
+    with dp.collect() as declared:
+        dlt.create_streaming_table("dim")
+        dlt.apply_changes_from_snapshot(target="dim", source="products", keys=["id"])
+    settings = dp.PipelineSettings(
+        name="snapt", storage=str(tmp_path / "storage"), database=database
+    )
+    table = tmp_path / "storage/tables/dim"
+    assert dp.run_update(spark, declared.graph(), settings).state == "COMPLETED"
+    assert _rows(table) == [(1, "a"), (2, "b"), (3, "c")]
+    spark.createDataFrame(SNAPSHOTS[1], "id BIGINT, name STRING").write.format("delta").mode(
+        "overwrite"
+    ).save(str(source))
+    assert dp.run_update(spark, declared.graph(), settings).state == "COMPLETED"
+    assert _rows(table) == [(1, "a"), (2, "B"), (4, "d")]

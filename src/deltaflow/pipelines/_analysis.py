@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from deltaflow.pipelines import _cdc
+from deltaflow.pipelines import _cdc, _cdc_snapshot
 from deltaflow.pipelines._declarations import (
     AnyFlow,
     AutoCdcFlow,
@@ -173,18 +173,11 @@ def _analyse(spark: SparkSession, graph: Graph, flow: AnyFlow, published: set[st
 
 
 def _snapshot_source(reader: _RecordingReader, flow: AutoCdcSnapshotFlow) -> DataFrame:
-    if isinstance(flow.source, str):
-        return reader.read(flow.source, streaming=False)
-    first = _call_user(flow.name, lambda: flow.source(None))  # type: ignore[operator]
-    if first is None:
-        raise GraphValidationError(
-            f"AUTO CDC from snapshot {flow.name!r}: the snapshot function returned None for"
-            " the first snapshot, so the target's schema is unknown. Return the first"
-            " (DataFrame, version) when called with None.",
-            flow=flow.name,
-            problem="no_snapshot",
-        )
-    return first[0]  # type: ignore[no-any-return]
+    snapshot = _call_user(
+        flow.name,
+        lambda: _cdc_snapshot.first_snapshot(flow, lambda n: reader.read(n, streaming=False)),
+    )
+    return _cdc_snapshot.target_frame(snapshot, flow)
 
 
 def _run_query(

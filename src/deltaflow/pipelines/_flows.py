@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError, typed_error
-from deltaflow.pipelines import _cdc, _expectations
+from deltaflow.pipelines import _cdc, _cdc_snapshot, _expectations
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow
 from deltaflow.pipelines._declarations import AutoCdcFlow, AutoCdcSnapshotFlow, Flow
 from deltaflow.pipelines._reads import reading_with
 from deltaflow.pipelines._storage import Storage
-from deltaflow.pipelines.errors import PipelineError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -99,12 +98,14 @@ class FlowRun:
             return running.outcome()
         flow = self._resolved.flow
         if isinstance(flow, AutoCdcSnapshotFlow):
-            raise PipelineError(
-                f"AUTO CDC from snapshot {flow.name!r}: declared, but not run by this version"
-                " of deltaflow yet (issue 13). Use create_auto_cdc_flow over a change feed"
-                " meanwhile.",
-                flow=flow.name,
+            applier = _cdc_snapshot.SnapshotApplier(
+                self._spark,
+                flow,
+                self._storage.table_path(self._resolution.datasets[flow.target].dataset),
+                self._storage.checkpoint(flow.name),
             )
+            applier.run()  # snapshots applied; their row counts are in the MERGE commits
+            return Outcome()
         assert isinstance(flow, Flow)
         df = self._query(flow)
         target = self._resolution.datasets[flow.target]
