@@ -1,6 +1,6 @@
 """deltaflow's main demo job: a fitness-tracker lakehouse, from backfill to live streams.
 
-Run it with ``make demo`` (or ``.venv/bin/python demo/main_job.py --help``). Four parts,
+Run it with ``make demo`` (or ``.venv/bin/python demo/main_job.py --help``). Five parts,
 each printing a short section whose numbers are checked against an independent
 computation (the demo exits 1 with ``DEMO FAILED`` when one disagrees):
 
@@ -18,6 +18,10 @@ computation (the demo exits 1 with ``DEMO FAILED`` when one disagrees):
 4. **Device registry** (``_registry.py``). A dimension table created with
    ``DeltaTable.create`` and the change data feed on, upserted twice with ``merge``; its
    change feed shows the second round's changes.
+5. **Declared** (``_declared.py``). The same chain declared as a pipeline
+   (``deltaflow.pipelines``): silver with expectations (events off the wrist dropped and
+   counted), a gold materialized view, and the registry as an AUTO CDC SCD type 2
+   dimension; one triggered update, and the event log's data-quality summary.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import pyarrow.compute as pc
 if __package__ in (None, ""):  # run as a script: make ``demo`` importable as a package
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from demo import _live, _registry
+from demo import _declared, _live, _registry
 from demo._checks import DemoCheckError, DemoRunError
 
 from deltaflow.testing import DeviceEventGenerator, to_spark
@@ -276,6 +280,7 @@ def run_demo(config: DemoConfig, spark: SparkSession) -> DemoResult:
 
     _live.run_live(spark, config.data_dir, generator, _live_settings(config))
     _registry.run_registry(spark, config.data_dir, table_uri)
+    _declared.run_declared(spark, config.data_dir, table_uri)
     return DemoResult(
         table_uri=table_uri,
         total_rows=total_rows,

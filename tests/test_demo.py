@@ -76,6 +76,7 @@ def test_demo_answers_correctly(spark, tmp_path, capsys):
         "OK: silver holds each valid event once",
         "OK: gold equals silver's counts in every closed minute",
         "OK: the change feed shows exactly the devices the second round changed or added",
+        "OK: expectations, silver, gold and the SCD 2 history agree with the raw data",
     ):
         assert verdict in out
 

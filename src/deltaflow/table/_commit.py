@@ -14,6 +14,7 @@ with ``read`` set (what the transaction read) takes that path.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -391,6 +392,19 @@ def _latest_version(
         return None
 
 
+def _write_metrics(request: CommitRequest) -> dict[str, str]:
+    """delta-spark's WRITE metrics, from the files' stats (delta-rs records none)."""
+    rows = 0
+    for add in request.adds:
+        with contextlib.suppress(ValueError, TypeError):
+            rows += int(json.loads(add.stats).get("numRecords", 0))
+    return {
+        "numFiles": str(len(request.adds)),
+        "numOutputRows": str(rows),
+        "numOutputBytes": str(sum(a.size for a in request.adds)),
+    }
+
+
 def _commit_properties(
     request: CommitRequest, parameters: dict[str, Any] | None = None
 ) -> CommitProperties:
@@ -402,6 +416,8 @@ def _commit_properties(
         custom["operationParameters"] = {**parameters, **custom.get("operationParameters", {})}
     if request.user_metadata is not None:
         custom["userMetadata"] = request.user_metadata
+    if "operationMetrics" not in custom and request.operation == "WRITE":
+        custom["operationMetrics"] = _write_metrics(request)
     return CommitProperties(
         custom_metadata=custom or None,
         max_commit_retries=MAX_COMMIT_RETRIES,
