@@ -21,9 +21,15 @@ from typing import TYPE_CHECKING, Any
 from deltaflow.errors import typed_error
 from deltaflow.pipelines._analysis import Resolution
 from deltaflow.pipelines._event_log import EventLog
-from deltaflow.pipelines._flows import FlowRun, Outcome, Running, Trigger
+from deltaflow.pipelines._flows import (
+    FlowRun,
+    Outcome,
+    RetryPolicy,
+    Running,
+    Trigger,
+    emit_progress,
+)
 from deltaflow.pipelines._storage import Storage
-from deltaflow.pipelines.errors import ExpectationViolationError, GraphValidationError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,12 +75,7 @@ class Continuous:
         self._storage = storage
         self._log = log
         self._interval = settings.setting("pipelines.trigger.interval", "5 seconds")
-        self._retries = (
-            0
-            if settings.development
-            else int(settings.setting("pipelines.maxFlowRetryAttempts", "2"))
-        )
-        self._backoff = float(settings.setting("pipelines.flowRetryBackoffSeconds", "1"))
+        self._policy = RetryPolicy.of(settings)
         trigger = Trigger(self._interval)
         self._streams: list[_Stream] = []
         self._batches: list[str] = []
@@ -137,13 +138,11 @@ class Continuous:
     def _failed(self, stream: _Stream, failure: BaseException, now: float) -> None:
         error = typed_error(failure) or failure
         stream.failures += 1
-        terminal = isinstance(error, ExpectationViolationError | GraphValidationError)
-        if terminal or stream.failures > self._retries:
+        if self._policy.gives_up(error, stream.failures):
             stream.final_error = error
             self._progress(stream.name, "FAILED", error=error)
             return
-        # Doubling waits: a store or table in trouble is not hammered by restarts.
-        stream.restart_at = now + self._backoff * 2 ** (stream.failures - 1)
+        stream.restart_at = now + self._policy.delay(stream.failures)
         self._progress(stream.name, "RETRYING", error=error, attempt=stream.failures)
 
     def _refresh_batches(self, stop: threading.Event) -> None:
@@ -163,36 +162,8 @@ class Continuous:
             self._batch_errors.pop(name, None)
             self._progress(name, "COMPLETED", outcome=outcome)
 
-    def _progress(
-        self,
-        name: str,
-        status: str,
-        *,
-        outcome: Outcome | None = None,
-        error: BaseException | None = None,
-        attempt: int | None = None,
-        batch: int | None = None,
-    ) -> None:
-        details: dict[str, Any] = {"status": status}
-        if attempt is not None:
-            details["attempt"] = attempt
-        if batch is not None:
-            details["batch_id"] = batch
-        if outcome is not None:
-            details["metrics"] = {"num_output_rows": outcome.rows}
-            if outcome.expectations:
-                details["data_quality"] = {
-                    "expectations": [e.to_json() for e in outcome.expectations]
-                }
-        self._log.emit(
-            "flow_progress",
-            f"Flow {name!r} is {status}",
-            details,
-            level="ERROR" if status == "FAILED" else "INFO",
-            flow=name,
-            dataset=self._resolution.flows[name].flow.target,
-            error=None if error is None else f"{type(error).__name__}: {error}",
-        )
+    def _progress(self, name: str, status: str, **details: Any) -> None:
+        emit_progress(self._log, self._resolution, name, status, **details)
 
     def _reports(self) -> dict[str, FlowReport]:
         from deltaflow.pipelines._runner import FlowReport

@@ -18,11 +18,15 @@ from deltaflow.errors import DeltaflowError, typed_error
 from deltaflow.pipelines import _cdc, _cdc_snapshot, _expectations
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow
 from deltaflow.pipelines._declarations import AutoCdcFlow, AutoCdcSnapshotFlow, Flow
+from deltaflow.pipelines._event_log import EventLog
 from deltaflow.pipelines._reads import reading_with
 from deltaflow.pipelines._storage import Storage
+from deltaflow.pipelines.errors import ExpectationViolationError, GraphValidationError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from deltaflow.pipelines._runner import PipelineSettings
 
 
 def flow_expectations(resolution: Resolution, resolved: ResolvedFlow) -> tuple[Any, ...]:
@@ -293,3 +297,71 @@ def _last_output_rows(path: str) -> int | None:
     metrics = entry.get("operationMetrics") or {}
     value = metrics.get("numOutputRows")
     return None if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How failed flows are retried: ``retries`` times after the first attempt, waiting
+    ``backoff * 2**(n-1)`` seconds before retry n (none in development mode)."""
+
+    retries: int
+    backoff: float
+
+    @classmethod
+    def of(cls, settings: PipelineSettings) -> RetryPolicy:
+        retries = int(settings.setting("pipelines.maxFlowRetryAttempts", "2"))
+        backoff = float(settings.setting("pipelines.flowRetryBackoffSeconds", "1"))
+        return cls(0 if settings.development else retries, backoff)
+
+    def gives_up(self, error: BaseException, failures: int) -> bool:
+        """True when ``error`` (the ``failures``-th in a row) ends the flow: expectation
+        and validation errors are final whatever the count."""
+        terminal = isinstance(error, ExpectationViolationError | GraphValidationError)
+        return terminal or failures > self.retries
+
+    def delay(self, failures: int) -> float:
+        # Transient failures (a lost executor, a conflicting commit) often pass on a
+        # second try; the wait doubles so a struggling store is not hammered.
+        return self.backoff * 2 ** (failures - 1)
+
+
+def emit_progress(
+    log: EventLog,
+    resolution: Resolution,
+    name: str,
+    status: str,
+    *,
+    outcome: Outcome | None = None,
+    error: BaseException | None = None,
+    attempt: int | None = None,
+    batch: int | None = None,
+    message: str | None = None,
+) -> None:
+    """One ``flow_progress`` event: status, attempt, micro-batch, metrics, data quality."""
+    details: dict[str, Any] = {"status": status}
+    if attempt is not None:
+        details["attempt"] = attempt
+    if batch is not None:
+        details["batch_id"] = batch
+    if outcome is not None:
+        details["metrics"] = {"num_output_rows": outcome.rows}
+        if outcome.expectations:
+            rules = flow_expectations(resolution, resolution.flows[name])
+            drops = {e.name for e in rules if e.action == "drop"}
+            details["data_quality"] = {
+                # An upper bound when several drop rules break on one row (each counts
+                # it); input rows less rows written is exact.
+                "dropped_records": sum(
+                    e.failed_records for e in outcome.expectations if e.name in drops
+                ),
+                "expectations": [e.to_json() for e in outcome.expectations],
+            }
+    log.emit(
+        "flow_progress",
+        message or f"Flow {name!r} is {status}",
+        details,
+        level="ERROR" if status == "FAILED" else ("WARN" if status == "RETRYING" else "INFO"),
+        flow=name,
+        dataset=resolution.flows[name].flow.target,
+        error=None if error is None else f"{type(error).__name__}: {error}",
+    )

@@ -30,11 +30,10 @@ from deltaflow.pipelines import _expectations
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow, resolve
 from deltaflow.pipelines._declarations import Flow
 from deltaflow.pipelines._event_log import EventLog, Origin
-from deltaflow.pipelines._flows import FlowRun, flow_expectations
+from deltaflow.pipelines._flows import FlowRun, RetryPolicy, emit_progress
 from deltaflow.pipelines._graph import Graph
 from deltaflow.pipelines._storage import CatalogPublisher, Storage
 from deltaflow.pipelines.errors import (
-    ExpectationViolationError,
     FlowFailedError,
     GraphValidationError,
 )
@@ -403,12 +402,7 @@ class _Scheduler:
 
     def _run_with_retries(self, name: str) -> FlowReport:
         resolved = self._resolution.flows[name]
-        retries = (
-            0
-            if self._settings.development
-            else int(self._settings.setting("pipelines.maxFlowRetryAttempts", "2"))
-        )
-        backoff = float(self._settings.setting("pipelines.flowRetryBackoffSeconds", "1"))
+        policy = RetryPolicy.of(self._settings)
         attempt = 0
         while True:
             attempt += 1
@@ -417,19 +411,18 @@ class _Scheduler:
                 outcome = FlowRun(self._spark, self._resolution, resolved, self._storage).run()
             except Exception as exc:
                 error = typed_error(exc) or exc
-                terminal = isinstance(error, ExpectationViolationError | GraphValidationError)
-                if terminal or attempt > retries:
+                if policy.gives_up(error, attempt):
                     self._flow_progress(name, "FAILED", attempt=attempt, error=error)
                     self._log.flush()
                     return FlowReport(
                         name, resolved.flow.target, "FAILED", attempt, error=str(error)
                     )
-                # Transient failures (a lost executor, a conflicting commit) often pass
-                # on a second try; the wait doubles so a struggling store is not hammered.
                 self._flow_progress(name, "RETRYING", attempt=attempt, error=error)
-                time.sleep(backoff * 2 ** (attempt - 1))
+                time.sleep(policy.delay(attempt))
                 continue
-            report = FlowReport(
+            self._flow_progress(name, "COMPLETED", attempt=attempt, outcome=outcome)
+            self._log.flush()
+            return FlowReport(
                 name,
                 resolved.flow.target,
                 "COMPLETED",
@@ -437,46 +430,6 @@ class _Scheduler:
                 rows_written=outcome.rows,
                 expectations=outcome.expectations,
             )
-            self._flow_progress(name, "COMPLETED", attempt=attempt, report=report)
-            self._log.flush()
-            return report
 
-    def _flow_progress(
-        self,
-        name: str,
-        status: str,
-        *,
-        attempt: int | None = None,
-        error: BaseException | None = None,
-        report: FlowReport | None = None,
-        message: str | None = None,
-    ) -> None:
-        target = self._resolution.flows[name].flow.target
-        details: dict[str, Any] = {"status": status}
-        if attempt is not None:
-            details["attempt"] = attempt
-        if report is not None:
-            details["metrics"] = {"num_output_rows": report.rows_written}
-            if report.expectations:
-                failed = {e.name: e.failed_records for e in report.expectations}
-                dropped = _dropped(self._resolution, name, failed)
-                details["data_quality"] = {
-                    "dropped_records": dropped,
-                    "expectations": [e.to_json() for e in report.expectations],
-                }
-        self._log.emit(
-            "flow_progress",
-            message or f"Flow {name!r} is {status}",
-            details,
-            level="ERROR" if status == "FAILED" else ("WARN" if status == "RETRYING" else "INFO"),
-            flow=name,
-            dataset=target,
-            error=None if error is None else f"{type(error).__name__}: {error}",
-        )
-
-
-def _dropped(resolution: Resolution, flow_name: str, failed: Mapping[str, int]) -> int:
-    # An upper bound when several drop rules break on the same row (each counts it):
-    # the exact figure is input rows less rows written, which metrics also give.
-    rules = flow_expectations(resolution, resolution.flows[flow_name])
-    return sum(failed.get(e.name, 0) for e in rules if e.action == "drop")
+    def _flow_progress(self, name: str, status: str, **details: Any) -> None:
+        emit_progress(self._log, self._resolution, name, status, **details)
