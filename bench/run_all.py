@@ -14,6 +14,7 @@ BENCHMARKS = (
     "bench_ingest_http.py",
     "bench_merge.py",
     "bench_interactive.py",
+    "bench_pipelines.py",
     "bench_cloudfiles.py",
     "bench_discovery.py",
     "bench_stream_throughput.py",
