@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import InvalidOptionError
-from deltaflow.table import _uri
+from deltaflow.table import _log_commit, _uri
+from deltaflow.table._protocol import protocol_for_new_table
 from deltaflow.table._snapshot import load_snapshot, table_exists
 from deltaflow.table.errors import (
     SchemaMismatchError,
@@ -274,10 +275,10 @@ def _with_session_defaults(spark: SparkSession, spec: TableSpec) -> TableSpec:
     it does not set itself."""
     own = {k.lower() for k, _ in spec.properties}
     defaults = [
-        (f"delta.{key[len(DEFAULTS_PREFIX):]}", str(value))
+        (f"delta.{key[len(DEFAULTS_PREFIX) :]}", str(value))
         for key, value in spark.conf.getAll.items()
         if key.startswith(DEFAULTS_PREFIX)
-        and f"delta.{key[len(DEFAULTS_PREFIX):]}".lower() not in own
+        and f"delta.{key[len(DEFAULTS_PREFIX) :]}".lower() not in own
     ]
     if not defaults:
         return spec
@@ -365,8 +366,10 @@ def _checked_properties(properties: dict[str, str], label: str) -> list[tuple[st
     for key, value in properties.items():
         name = canonical.get(key.lower(), key)
         lowered = name.lower()
-        if lowered.startswith("delta.") and name not in TABLE_PROPERTIES and not (
-            lowered.startswith("delta.feature.")
+        if (
+            lowered.startswith("delta.")
+            and name not in TABLE_PROPERTIES
+            and not (lowered.startswith("delta.feature."))
         ):
             raise InvalidOptionError(
                 f"Unknown Delta table property '{key}' for {label}. Known:"
@@ -427,11 +430,31 @@ def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
     from deltalake import Schema
 
     by_lower = {c.name.lower(): c.name for c in spec.columns}
+    partitions = [by_lower[p.lower()] for p in spec.partition_columns]
+    protocol = protocol_for_new_table(dict(spec.properties), spec.schema_json())
+    if protocol is not None and not replace and _uri.is_local(uri):
+        # delta-rs would list features the table does not use (table/_protocol.py).
+        if not _log_commit.create_table(
+            uri,
+            schema=spec.schema_json(),
+            partition_columns=partitions,
+            configuration=dict(spec.properties),
+            protocol=protocol.to_action(),
+            name=_short_name(spec.name) if spec.name else None,
+            description=spec.comment,
+        ):
+            raise TableAlreadyExistsError(
+                f"A Delta table was created at {uri} by another writer while this CREATE"
+                " ran. Use CREATE TABLE IF NOT EXISTS to keep it.",
+                table_uri=uri,
+            )
+        log.info("created Delta table at %s", uri)
+        return
     DeltaRsTable.create(
         _uri.delta_rs_uri(uri),
         Schema.from_json(json.dumps(spec.schema_json())),
         mode="overwrite" if replace else "error",
-        partition_by=[by_lower[p.lower()] for p in spec.partition_columns] or None,
+        partition_by=partitions or None,
         name=_short_name(spec.name) if spec.name else None,
         description=spec.comment,
         configuration=dict(spec.properties) or None,
