@@ -243,3 +243,82 @@ def test_concurrent_deletes_of_one_file_conflict(spark, table_path, monkeypatch)
     # of checks finds that add first, in the unpartitioned table this DELETE read.
     assert caught.value.kind == "ConcurrentAppend"
     assert _rows(spark, path) == _expected(lambda i: i != 7)
+
+
+def test_optimize_compacts_files_with_deletion_vectors(spark, table_path) -> None:
+    # delta-rs 1.6's compaction, which OPTIMIZE runs, drops deleted rows when it
+    # rewrites a file and names the DVs in its removes.
+    path = _make(spark, table_path(), files=2)
+    table = DeltaTable.forPath(spark, path)
+    table.delete("id % 5 = 0")
+    table.optimize().executeCompaction()
+    expected = _expected(lambda i: i % 5 != 0)
+    assert _rows(spark, path) == expected
+    assert _rs_rows(path) == expected
+    live = RsTable(path).get_add_actions(flatten=True).to_pydict()
+    assert len(live["path"]) == 1
+    assert sum(live["num_records"]) == len(expected)  # the new file holds live rows only
+
+
+def test_stream_source_fails_on_dv_delete_unless_told(spark, table_path, tmp_path) -> None:
+    path = _make(spark, table_path(), files=1)
+    DeltaTable.forPath(spark, path).delete("id = 1")
+
+    def run(**options: str) -> Any:
+        reader = spark.readStream.format("delta")
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        name = "dv_" + "_".join(options) if options else "dv_plain"
+        query = (
+            reader.load(path)
+            .writeStream.format("memory")
+            .queryName(name)
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        return query, name
+
+    # Starting after the delete: the initial snapshot already lacks the row.
+    query, name = run()
+    assert query.exception() is None
+    assert spark.table(name).count() == 19
+    # Reading from version 0 meets the DV delete (a data change), as delta-spark does.
+    query, _ = run(startingVersion="0")
+    assert query.exception() is not None
+    query, name = run(startingVersion="0", skipChangeCommits="true")
+    assert query.exception() is None
+    assert spark.table(name).count() == 20
+
+
+def test_reorg_purge_rewrites_files_without_deleted_rows(spark, table_path) -> None:
+    path = _make(spark, table_path(), files=2)
+    DeltaTable.forPath(spark, path).delete("id % 3 = 0")
+    row = spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)").collect()[0]
+    assert row["metrics"]["numFilesRemoved"] == 2
+    expected = _expected(lambda i: i % 3 != 0)
+    assert _rows(spark, path) == expected
+    assert _rs_rows(path) == expected
+    actions = _actions(path, 2)
+    adds = [a["add"] for a in actions if "add" in a]
+    removes = [a["remove"] for a in actions if "remove" in a]
+    assert adds and all(not a["dataChange"] and "deletionVector" not in a for a in adds)
+    assert len(removes) == 2 and all(r["deletionVector"] for r in removes)
+    assert sum(json.loads(a["stats"])["numRecords"] for a in adds) == len(expected)
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    assert info["operation"] == "REORG"
+    # Nothing left to purge: no commit.
+    spark.sql(f"REORG TABLE delta.`{path}` APPLY (PURGE)").collect()
+    assert RsTable(path).version() == 2
+
+
+def test_reorg_where_names_partition_columns_only(spark, table_path) -> None:
+    from deltaflow import InvalidOptionError
+
+    path = _make(spark, table_path(), files=1)
+    DeltaTable.forPath(spark, path).delete("id = 1")
+    with pytest.raises(InvalidOptionError) as caught:
+        spark.sql(f"REORG TABLE delta.`{path}` WHERE id > 3 APPLY (PURGE)").collect()
+    assert caught.value.option == "where"
+    assert RsTable(path).version() == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from deltaflow.spark.commands import _convert, _maintenance
+from deltaflow.spark.commands import _convert, _maintenance, _reorg
 from deltaflow.table import _uri
 
 
@@ -47,6 +47,10 @@ def optimize(args: dict[str, Any]) -> dict[str, Any]:
         _table(args), where=args.get("where"), zorder_by=list(args.get("zorderBy") or [])
     )
     return _answer(rows)
+
+
+def reorg(args: dict[str, Any]) -> dict[str, Any]:
+    return _answer(_reorg.reorg_purge(_table(args), where=args.get("where")))
 
 
 def convert(args: dict[str, Any]) -> dict[str, Any]:
