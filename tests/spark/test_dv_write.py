@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable as RsTable
 from deltalake import QueryBuilder
@@ -55,8 +56,6 @@ def _rows(spark: Any, path: str, **options: Any) -> list[tuple[Any, ...]]:
 def _rs_rows(path: str) -> list[tuple[Any, ...]]:
     """The rows as delta-rs's DataFusion reader (QueryBuilder) sees them: it applies
     deletion vectors; ``to_pyarrow_table`` refuses such tables instead."""
-    import pyarrow as pa
-
     result = QueryBuilder().register("t", RsTable(path)).execute("SELECT id, kind, value FROM t")
     table = pa.table(result.read_all())
     return sorted(zip(*(table.column(c).to_pylist() for c in ("id", "kind", "value")), strict=True))
@@ -255,16 +254,21 @@ def test_optimize_compacts_files_with_deletion_vectors(spark, table_path) -> Non
     expected = _expected(lambda i: i % 5 != 0)
     assert _rows(spark, path) == expected
     assert _rs_rows(path) == expected
-    live = RsTable(path).get_add_actions(flatten=True).to_pydict()
+    live = pa.table(RsTable(path).get_add_actions(flatten=True)).to_pydict()
     assert len(live["path"]) == 1
     assert sum(live["num_records"]) == len(expected)  # the new file holds live rows only
 
 
 def test_stream_source_fails_on_dv_delete_unless_told(spark, table_path, tmp_path) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    from deltaflow import typed_error
+    from deltaflow.spark.errors import ChangeCommitError
+
     path = _make(spark, table_path(), files=1)
     DeltaTable.forPath(spark, path).delete("id = 1")
 
-    def run(**options: str) -> Any:
+    def run(**options: str) -> tuple[Any, str]:
         reader = spark.readStream.format("delta")
         for k, v in options.items():
             reader = reader.option(k, v)
@@ -277,18 +281,19 @@ def test_stream_source_fails_on_dv_delete_unless_told(spark, table_path, tmp_pat
             .trigger(availableNow=True)
             .start()
         )
-        query.awaitTermination(120)
         return query, name
 
     # Starting after the delete: the initial snapshot already lacks the row.
     query, name = run()
-    assert query.exception() is None
+    assert query.awaitTermination(120)
     assert spark.table(name).count() == 19
     # Reading from version 0 meets the DV delete (a data change), as delta-spark does.
     query, _ = run(startingVersion="0")
-    assert query.exception() is not None
+    with pytest.raises(StreamingQueryException) as caught:
+        query.awaitTermination(120)
+    assert isinstance(typed_error(caught.value), ChangeCommitError)
     query, name = run(startingVersion="0", skipChangeCommits="true")
-    assert query.exception() is None
+    assert query.awaitTermination(120)
     assert spark.table(name).count() == 20
 
 
