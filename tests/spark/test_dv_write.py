@@ -327,3 +327,22 @@ def test_reorg_where_names_partition_columns_only(spark, table_path) -> None:
         spark.sql(f"REORG TABLE delta.`{path}` WHERE id > 3 APPLY (PURGE)").collect()
     assert caught.value.option == "where"
     assert RsTable(path).version() == 1
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected"),
+    [
+        ("REORG TABLE t", "APPLY"),
+        ("REORG TABLE t APPLY (UPGRADE UNIFORM(ICEBERG_COMPAT_VERSION=2))", "PURGE"),
+        ("REORG TABLE t WHERE APPLY (PURGE)", "a partition predicate"),
+    ],
+)
+def test_reorg_syntax_errors(spark, statement, expected) -> None:
+    from deltaflow import typed_error
+    from deltaflow.spark.errors import SqlSyntaxError
+
+    with pytest.raises(Exception) as caught:
+        spark.sql(statement)
+    error = typed_error(caught.value)
+    assert isinstance(error, SqlSyntaxError), caught.value
+    assert error.expected == expected
