@@ -53,6 +53,9 @@ def run(spark, variant: str, target: Path, work: Path) -> dict[str, float]:
         "rows_after": rows,
         "added_bytes": int(metrics.get("numAddedBytes", 0)),
         "deleted_rows": int(metrics.get("numDeletedRows", 0)),
+        "scan_ms": int(metrics.get("scanTimeMs", 0)),
+        "rewrite_ms": int(metrics.get("rewriteTimeMs", 0)),
+        "execution_ms": int(metrics.get("executionTimeMs", 0)),
     }
 
 
@@ -71,14 +74,18 @@ def main() -> dict[str, object]:
             runs[variant].append(run(spark, variant, target, work))
     spark.stop()
     print(f"\n### DELETE of 1% of {target_rows} rows (40 files), median of {reps}\n")
-    print("| variant | DELETE s | count after s | data bytes added | rows deleted |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print(
+        "| variant | DELETE s | scan ms | rewrite / mark ms | count after s"
+        " | data bytes added | rows deleted |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     summary = {}
     for variant, results in runs.items():
         median = {k: statistics.median(r[k] for r in results) for k in results[0]}
         summary[variant] = median
         print(
-            f"| {variant} | {median['delete_seconds']:.1f} | {median['count_seconds']:.1f}"
+            f"| {variant} | {median['delete_seconds']:.1f} | {int(median['scan_ms'])}"
+            f" | {int(median['rewrite_ms'])} | {median['count_seconds']:.1f}"
             f" | {int(median['added_bytes'])} | {int(median['deleted_rows'])} |"
         )
     result = {"target_rows": target_rows, "reps": reps, "runs": runs, "median": summary}

@@ -136,6 +136,9 @@ class _Merge:
     # (not with not-matched-by-source clauses, whose rows job 1 counts per file only).
     dv: bool = False
     deleted: dict[str, Any] = field(default_factory=dict)  # the snapshot's deleted rows
+    # Deletion vectors with an inner job 1: its joined (matched) rows, persisted, and the
+    # target scan they came from; job 2 computes the new rows from them, no second scan.
+    matched: tuple[DataFrame, DataFrame] | None = None
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,12 @@ def _job1(merge: _Merge) -> _Found:
     joined = _merge_rows.joined(
         scan.df, merge.marked, merge.condition, spec.clauses, inner=live is not None
     )
+    if merge.dv and live is not None:
+        # Only matched target rows leave the probe: keep them (all columns) for job 2,
+        # which then writes their new versions without reading the target again.
+        joined = joined.persist(StorageLevel.MEMORY_AND_DISK)
+        merge.cached.append(joined)
+        merge.matched = (joined, scan.df)
     pairs = _merge_rows.per_row(joined, spec.clauses, merge.inserts, inner=live is not None)
     if merge.inserts:
         merge.cached.append(pairs.persist(StorageLevel.MEMORY_AND_DISK))
@@ -314,38 +323,61 @@ def _job2_rows(merge: _Merge, found: _Found, changes: bool, *, dedupe: bool) -> 
     spec = merge.spec
     parts = []
     if found.touched:
-        # Job 2 reads only the touched files again (the JVM scan reads just those).
-        touched_files = [merge.files[i] for i in found.touched]
-        rescan = _delete_update._scan(
-            merge.spark,
-            merge.snapshot,
-            merge.struct,
-            touched_files,
-            spec.target_alias,
-            keyed=False,
-            row_index=merge.dv,
-            deleted=merge.deleted,
-        ).df
-        joined = _merge_rows.joined(
-            rescan, merge.marked, merge.condition, spec.clauses, inner=merge.dv
+        rows = (
+            _changed_rows(merge, found, changes, dedupe)
+            if merge.dv
+            else _rewrite_rows(merge, found, changes, dedupe)
         )
-        if merge.dv:
-            # Only the new versions of updated rows (and change rows of deleted ones):
-            # the old rows are marked deleted, unchanged rows stay where they are.
-            kinds = (*_merge_rows.UPDATE_KINDS, *(DELETE_KINDS if changes else ()))
-            chosen = [i for i, c in enumerate(spec.clauses) if c.kind in kinds]
-            joined = joined.where(F.col(_merge_rows.ACTION).isin(chosen))
-        parts.append(
-            _merge_rows.output_rows(
-                joined, spec, merge.output, merge.values, rescan, dedupe, changes
-            )
-        )
+        parts.append(rows)
     if found.new_rows is not None and found.inserted:
         inserts = found.new_rows.withColumn(_merge_rows.TARGET_MARK, F.lit(None).cast("boolean"))
         parts.append(
             _merge_rows.output_rows(inserts, spec, merge.output, merge.values, None, False, changes)
         )
     return parts[0] if len(parts) == 1 else parts[0].union(parts[1])
+
+
+def _changed_rows(merge: _Merge, found: _Found, changes: bool, dedupe: bool) -> DataFrame:
+    """With deletion vectors: only the new versions of updated rows (and change rows of
+    deleted ones); the old rows are marked deleted, unchanged rows stay where they are."""
+    from pyspark.sql import functions as F
+
+    spec = merge.spec
+    if merge.matched is not None:
+        joined, target = merge.matched
+    else:
+        touched_files = [merge.files[i] for i in found.touched]
+        target = _delete_update._scan(
+            merge.spark,
+            merge.snapshot,
+            merge.struct,
+            touched_files,
+            spec.target_alias,
+            keyed=False,
+            row_index=True,
+            deleted=merge.deleted,
+        ).df
+        joined = _merge_rows.joined(target, merge.marked, merge.condition, spec.clauses, inner=True)
+    kinds = (*_merge_rows.UPDATE_KINDS, *(DELETE_KINDS if changes else ()))
+    chosen = [i for i, c in enumerate(spec.clauses) if c.kind in kinds]
+    joined = joined.where(F.col(_merge_rows.ACTION).isin(chosen))
+    return _merge_rows.output_rows(
+        joined, spec, merge.output, merge.values, target, dedupe, changes
+    )
+
+
+def _rewrite_rows(merge: _Merge, found: _Found, changes: bool, dedupe: bool) -> DataFrame:
+    """Every row of the touched files (copied, updated or dropped): job 2 reads only the
+    touched files again (the JVM scan reads just those)."""
+    spec = merge.spec
+    touched_files = [merge.files[i] for i in found.touched]
+    rescan = _delete_update._scan(
+        merge.spark, merge.snapshot, merge.struct, touched_files, spec.target_alias, keyed=False
+    ).df
+    joined = _merge_rows.joined(rescan, merge.marked, merge.condition, spec.clauses)
+    return _merge_rows.output_rows(
+        joined, spec, merge.output, merge.values, rescan, dedupe, changes
+    )
 
 
 def _evolve(
