@@ -6,6 +6,9 @@ copy of it, in its own process so peak memory is that variant's alone:
 * ``deltaflow``: ``deltaflow.DeltaTable.forPath(spark, t).merge(src, "t.id = s.id")
   .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()`` on ``local[2]``
   (driver JVM heap 2 GiB, ``spark.driver.memory``);
+* ``deltaflow-dv``: the same on the target with ``delta.enableDeletionVectors=true``
+  (set by ``ALTER TABLE ... SET TBLPROPERTIES`` before the clock starts): matched
+  rows are marked in deletion vectors, only updated rows and inserts are written;
 * ``deltalake``: delta-rs's own ``DeltaTable.merge(...).when_matched_update_all()
   .when_not_matched_insert_all().execute()`` on the same data.
 
@@ -68,7 +71,7 @@ def _rows(ids, rng, generation: int):
 def run_variant(variant: str, target: str, source: str) -> None:
     """Runs in a child process: one MERGE, then prints a JSON line with its figures."""
     start = time.perf_counter()
-    if variant == "deltaflow":
+    if variant.startswith("deltaflow"):
         import deltaflow
 
         spark = deltaflow.session(
@@ -78,6 +81,11 @@ def run_variant(variant: str, target: str, source: str) -> None:
         # session's fixed costs stay out of the MERGE's time.
         brain = spark._jvm.io.deltaflow.spark.Brain
         brain.call("ping", brain.newArgs())
+        if variant == "deltaflow-dv":
+            spark.sql(
+                f"ALTER TABLE delta.`{target}` SET TBLPROPERTIES"
+                " ('delta.enableDeletionVectors' = 'true')"
+            )
         session_ready = time.perf_counter()
         session_rss = tree_rss(os.getpid())
         src = spark.read.parquet(source)
@@ -177,7 +185,7 @@ def main() -> dict[str, object]:
         f" {time.perf_counter() - started:.0f}s to generate"
     )
     work = fresh_dir(DATA_DIR / "merge_runs")
-    results = [measure(v, target, source, work) for v in ("deltaflow", "deltalake")]
+    results = [measure(v, target, source, work) for v in ("deltaflow", "deltaflow-dv", "deltalake")]
     print(f"\n### MERGE {source_rows} source rows into {target_rows} target rows (1% matched)\n")
     print(
         "| variant | seconds | session start s | MERGE s | peak RSS (MiB) | RSS after session"

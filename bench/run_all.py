@@ -13,6 +13,7 @@ BENCHMARKS = (
     "bench_clustering.py",
     "bench_ingest_http.py",
     "bench_merge.py",
+    "bench_delete_dv.py",
     "bench_interactive.py",
     "bench_pipelines.py",
     "bench_cloudfiles.py",

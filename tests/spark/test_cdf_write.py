@@ -248,6 +248,10 @@ def test_dml_rewrites_files_with_deletion_vectors(spark, table_path):
     first_a, dvs = _dv_table(path)
     live = [r for r in ROWS if r[0] not in (1, 5)]
     assert _rows(spark, path) == sorted(live)
+    # With the property off, DML rewrites files (with it on, it marks rows: test_dv_write).
+    spark.sql(
+        f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'false')"
+    )
 
     DeltaTable.forPath(spark, path).delete("id = 2")  # rewrites the DV'd kind=a file
     version = RsTable(path).version()

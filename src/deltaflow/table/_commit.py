@@ -28,7 +28,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from deltaflow.table import _generated_log, _log_commit, _uri
-from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES
+from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES, protocol_for_new_table
 from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
 log = logging.getLogger(__name__)
@@ -196,6 +196,8 @@ def commit(request: CommitRequest) -> CommitResult:
             from deltaflow.table import _clustered_commit
 
             return _clustered_commit.create_with_files(request)
+        if _create_with_own_protocol(request):
+            return CommitResult(0, False, len(request.adds))
         # delta-rs names a first write CREATE TABLE; delta-spark's WRITE also records the
         # partition columns, which readers of the history look for.
         parameters = {
@@ -290,6 +292,31 @@ def commit(request: CommitRequest) -> CommitResult:
     # delta-rs does not hand back the version it committed; the newest one is ours unless
     # another writer raced in right after, which only makes the reported number later.
     return CommitResult(_latest_version(location, request, table), False, len(request.adds))
+
+
+def _create_with_own_protocol(request: CommitRequest) -> bool:
+    """Version 0 by deltaflow's log writer when delta-rs would list unused features."""
+    protocol = protocol_for_new_table(request.configuration, request.schema)
+    if protocol is None or not _uri.is_local(request.table_uri):
+        return False
+    created = _log_commit.create_table(
+        request.table_uri,
+        schema=request.schema,
+        partition_columns=request.partition_columns,
+        configuration=request.configuration,
+        protocol=protocol.to_action(),
+        adds=[a.to_log_action() for a in request.adds],
+        description=request.description,
+        operation="WRITE",
+        operation_parameters={"mode": "ErrorIfExists"},
+    )
+    if not created:
+        raise TableAlreadyExistsError(
+            f"Table {request.table_uri} was created by another writer while this write ran."
+            " Retry the write: it will append to (or overwrite) the new table.",
+            table_uri=request.table_uri,
+        )
+    return True
 
 
 # A blind append that delta-rs fails for a concurrent delete is retried on the newest

@@ -312,6 +312,62 @@ def _payload(request: LogCommitRequest, version: int) -> bytes:
     return text.encode("utf-8")
 
 
+def create_table(
+    table_uri: str,
+    *,
+    schema: Mapping[str, Any],
+    partition_columns: Sequence[str],
+    configuration: Mapping[str, str],
+    protocol: Mapping[str, Any],
+    adds: Sequence[Mapping[str, Any]] = (),
+    name: str | None = None,
+    description: str | None = None,
+    operation: str = "CREATE TABLE",
+    operation_parameters: Mapping[str, Any] | None = None,
+) -> bool:
+    """Write version 0 of a new local table with exactly ``protocol``; False when a
+    version 0 exists already (nothing written).
+
+    Used where delta-rs would write a protocol listing features the table does not use
+    (:func:`deltaflow.table._protocol.protocol_for_new_table`).
+    """
+    require_local(table_uri, "Creating a table with deletion vectors enabled")
+    root = _uri.local_path(table_uri)
+    log_dir = os.path.join(root, "_delta_log")
+    os.makedirs(log_dir, exist_ok=True)
+    now_ms = int(time.time() * 1000)
+    parameters = dict(operation_parameters or {})
+    parameters.setdefault("partitionBy", json.dumps(list(partition_columns)))
+    info = {
+        "timestamp": now_ms,
+        "operation": operation,
+        "operationParameters": parameters,
+        "isolationLevel": ISOLATION_LEVEL,
+        "isBlindAppend": True,
+        "operationMetrics": {"numFiles": str(len(adds))},
+        "engineInfo": engine_info(),
+        "txnId": str(uuid.uuid4()),
+    }
+    metadata = {
+        "id": str(uuid.uuid4()),
+        "name": name,
+        "description": description,
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": json.dumps(dict(schema), separators=(",", ":")),
+        "partitionColumns": list(partition_columns),
+        "configuration": dict(configuration),
+        "createdTime": now_ms,
+    }
+    actions: list[dict[str, Any]] = [
+        {"commitInfo": info},
+        {"protocol": dict(protocol)},
+        {"metaData": metadata},
+    ]
+    actions.extend({"add": dict(a)} for a in adds)
+    text = "\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n"
+    return _put_if_absent(log_dir, 0, text.encode("utf-8"))
+
+
 def _put_if_absent(log_dir: str, version: int, payload: bytes) -> bool:
     # FileExistsError from link means the version is taken: the caller re-checks.
     return put_if_absent(os.path.join(log_dir, f"{version:020d}.json"), payload)

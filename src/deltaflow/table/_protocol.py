@@ -134,4 +134,23 @@ def features_in_use(
         used.add("identityColumns")
     if "delta.invariants" in text:
         used.add("invariants")
+    if lowered.get("delta.enabledeletionvectors", "").lower() == "true":
+        used.add("deletionVectors")
+    if "'timestamp_ntz'" in text:
+        used.add("timestampNtz")
     return frozenset(used)
+
+
+def protocol_for_new_table(
+    configuration: Mapping[str, str | None], schema: Mapping[str, Any]
+) -> Protocol | None:
+    """The protocol a new table gets when delta-rs would write a wrong one, else None.
+
+    delta-rs 1.6 lists ``variantType`` (and the legacy ``appendOnly`` / ``invariants``)
+    in every table-features protocol it creates, e.g. for ``delta.enableDeletionVectors``;
+    deltaflow then writes version 0 itself with exactly the features the table uses.
+    """
+    used = features_in_use(configuration, schema)
+    if "deletionVectors" not in used:
+        return None
+    return Protocol(1, 1).with_features(used, used)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from deltaflow.spark.commands import _convert, _maintenance
+from deltaflow.spark.commands import _convert, _maintenance, _reorg
 from deltaflow.table import _uri
 
 
@@ -50,6 +50,10 @@ def optimize(args: dict[str, Any]) -> dict[str, Any]:
         full=bool(args.get("full")),
     )
     return _answer(rows)
+
+
+def reorg(args: dict[str, Any]) -> dict[str, Any]:
+    return _answer(_reorg.reorg_purge(_table(args), where=args.get("where")))
 
 
 def convert(args: dict[str, Any]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ The whole interface, every operation the JVM may call:
                    the table's path, or with ``dryRun`` the files to delete.
 ``sql.restore``    ``{uri, version | timestamp}`` -> ``rows``: RESTORE's metrics.
 ``sql.optimize``   ``{uri, where, zorderBy}`` -> ``rows``: ``(path, metrics)``.
+``sql.reorg``      ``{uri, where}`` -> ``rows``: REORG ... APPLY (PURGE), OPTIMIZE's row.
 ``sql.convert``    ``{uri, partitionSchema}`` -> ``{converted, rows: []}``.
 ``sql.generate``   ``{uri, mode}`` -> ``{rows: []}``: the symlink manifest written.
                    (Rows of ``sql.*`` are JSON arrays in the order of the command's
@@ -88,6 +89,7 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "sql.vacuum": _commands.vacuum,
     "sql.restore": _commands.restore,
     "sql.optimize": _commands.optimize,
+    "sql.reorg": _commands.reorg,
     "sql.convert": _commands.convert,
     "sql.generate": _commands.generate,
     "stream.open": _stream.open_stream,

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark import _arguments as args
-from deltaflow.table import _generated, _generated_log, _uri
+from deltaflow.table import _generated, _generated_log, _log_commit, _uri
+from deltaflow.table._protocol import protocol_for_new_table
 from deltaflow.table._snapshot import load_snapshot, table_exists
 from deltaflow.table.errors import (
     SchemaMismatchError,
@@ -492,11 +493,31 @@ def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
         )
         log.info("%s clustered Delta table at %s", "replaced" if replace else "created", uri)
         return
+    partitions = [by_lower[p.lower()] for p in spec.partition_columns]
+    protocol = protocol_for_new_table(dict(spec.properties), spec.schema_json())
+    if protocol is not None and not replace and _uri.is_local(uri):
+        # delta-rs would list features the table does not use (table/_protocol.py).
+        if not _log_commit.create_table(
+            uri,
+            schema=spec.schema_json(),
+            partition_columns=partitions,
+            configuration=dict(spec.properties),
+            protocol=protocol.to_action(),
+            name=_short_name(spec.name) if spec.name else None,
+            description=spec.comment,
+        ):
+            raise TableAlreadyExistsError(
+                f"A Delta table was created at {uri} by another writer while this CREATE"
+                " ran. Use CREATE TABLE IF NOT EXISTS to keep it.",
+                table_uri=uri,
+            )
+        log.info("created Delta table at %s", uri)
+        return
     DeltaRsTable.create(
         _uri.delta_rs_uri(uri),
         Schema.from_json(json.dumps(spec.schema_json())),
         mode="overwrite" if replace else "error",
-        partition_by=[by_lower[p.lower()] for p in spec.partition_columns] or None,
+        partition_by=partitions or None,
         name=_short_name(spec.name) if spec.name else None,
         description=spec.comment,
         configuration=dict(spec.properties) or None,

@@ -40,11 +40,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
+import numpy as np
 import pyarrow as pa
 
 from deltaflow.errors import DeltaflowError, InvalidOptionError
 from deltaflow.spark._options import parse_write_options
-from deltaflow.spark.dml import _changes
+from deltaflow.spark.dml import _changes, _dv
 from deltaflow.spark.read._native import Fallback, NativeScan, plan_native_files
 from deltaflow.spark.write import _replace_where
 from deltaflow.spark.write._writer import WritePlan, plan_write
@@ -66,6 +67,8 @@ FILE_INDEX = "__deltaflow_file_index"
 # auto: target files are read by Spark's Parquet scan when it reads them exactly.
 NATIVE_SCAN_CONF = "deltaflow.dml.nativeScan"
 NATIVE_SCAN_MODES = ("auto", "false")
+# Deleted rows up to this many are broadcast to the DML scan's anti join.
+BROADCAST_DELETED_ROWS = 2_000_000
 # Commit-info key naming the operation: delta-rs writes "operation": "WRITE" for every
 # commit built from actions and does not let callers set it; history() reads this one.
 OPERATION_KEY = "deltaflow.operation"
@@ -87,6 +90,8 @@ class DmlMetrics:
     rewrite_time_ms: int = 0
     execution_time_ms: int = 0
     version: int | None = None  # None: nothing matched, nothing was committed
+    # Deletion vector metrics (delta-spark's names), when rows were marked deleted.
+    dv_metrics: tuple[tuple[str, str], ...] = ()
 
     def operation_metrics(self) -> dict[str, str]:
         """delta-spark's metric names; values are strings, as in delta-spark's log."""
@@ -103,7 +108,7 @@ class DmlMetrics:
             "rewriteTimeMs": self.rewrite_time_ms,
             "executionTimeMs": self.execution_time_ms,
         }
-        return {k: str(v) for k, v in values.items()}
+        return {**{k: str(v) for k, v in values.items()}, **dict(self.dv_metrics)}
 
 
 def delete(spark: SparkSession, uri: str, alias: str | None, condition: Any) -> DmlMetrics:
@@ -152,6 +157,10 @@ def _run(
     files = _candidate_files(snapshot, condition, alias)
     if not files:
         return DmlMetrics(operation)
+    if _dv.enabled(snapshot) and condition is not None:
+        return _run_with_dvs(
+            spark, snapshot, plan, struct, files, alias, operation, condition, resolved, started
+        )
 
     counts = (
         _shortcut_counts(snapshot, files) if operation == "DELETE" and condition is None else None
@@ -187,12 +196,7 @@ def _run(
         expected = copied + (affected if operation == "UPDATE" else 0)
         if written.rows != expected:
             written.delete(uri)
-            raise DeltaflowError(
-                f"{operation} on {uri} wrote {written} rows where {expected} were expected: the"
-                " condition or a set expression is not deterministic. Nothing was committed;"
-                " use deterministic expressions.",
-                table_uri=uri,
-            )
+            raise _not_deterministic(uri, operation, written.rows, expected)
     rewritten = time.perf_counter()
 
     removed = [files[i] for i in touched]
@@ -212,6 +216,92 @@ def _run(
         snapshot, files, _parse_or_none(condition, alias), whole_table=condition is None
     )
     return _commit_changes(snapshot, plan, written, removed, metrics, condition, started, read)
+
+
+def _run_with_dvs(
+    spark: SparkSession,
+    snapshot: Snapshot,
+    plan: WritePlan,
+    struct: StructType,
+    files: list[FileEntry],
+    alias: str | None,
+    operation: Literal["DELETE", "UPDATE"],
+    condition: Any,
+    assignments: Mapping[str, Column],
+    started: float,
+) -> DmlMetrics:
+    """DELETE / UPDATE marking matched rows in deletion vectors (:mod:`._dv`): job 1
+    collects their row indexes per file; UPDATE (and the change data feed) then writes
+    only the matched rows' new versions (change rows); one commit."""
+    deleted = snapshot.deleted_rows()
+    scan = _scan(spark, snapshot, struct, files, alias, row_index=True, deleted=deleted)
+    matched = _condition_column(condition)
+    with balanced_splits(spark):
+        matches = _dv.collect_matches(scan.df, FILE_INDEX, matched, scan.index)
+    scanned = time.perf_counter()
+    touched = [i for i, m in matches.items() if m.matched]
+    if not touched:
+        log.info("%s on %s matched no rows; nothing to commit", operation, snapshot.uri)
+        return DmlMetrics(operation, scan_time_ms=_ms(started, scanned))
+    affected = sum(matches[i].matched for i in touched)
+    changes = _changes.cdf_enabled(snapshot)
+    written = _changes.Written([], [], 0)
+    if operation == "UPDATE" or changes:
+        again = _scan(
+            spark,
+            snapshot,
+            struct,
+            [files[i] for i in touched],
+            alias,
+            row_index=True,
+            deleted=deleted,
+            keyed=False,
+        ).df
+        rows = _rewritten_rows(
+            again.where(matched).drop(_dv.ROW_INDEX),
+            struct,
+            condition,
+            assignments,
+            operation,
+            changes=changes,
+        )
+        with balanced_splits(spark):
+            written = _changes.write(rows, plan, changes=changes)
+        expected = affected if operation == "UPDATE" else 0
+        if written.rows != expected:
+            written.delete(snapshot.uri)
+            raise _not_deterministic(snapshot.uri, operation, written.rows, expected)
+    try:
+        marked = _dv.mark(snapshot, files, matches, deleted)
+    except BaseException:
+        written.delete(snapshot.uri)
+        raise
+    rewritten = time.perf_counter()
+    metrics = DmlMetrics(
+        operation,
+        affected_rows=affected,
+        added_files=len(written.adds),
+        removed_files=marked.removed_whole,
+        added_bytes=sum(a.size for a in written.adds),
+        removed_bytes=sum(files[i].size for i in touched if matches[i].matched >= matches[i].total),
+        change_files=len(written.cdc),
+        scan_time_ms=_ms(started, scanned),
+        rewrite_time_ms=_ms(scanned, rewritten),
+        dv_metrics=tuple(marked.operation_metrics().items()),
+    )
+    read = _changes.read_set(snapshot, files, _parse_or_none(condition, alias), whole_table=False)
+    return _commit_changes(
+        snapshot, plan, written, [], metrics, condition, started, read, marked=marked
+    )
+
+
+def _not_deterministic(uri: str, operation: str, rows: int, expected: int) -> DeltaflowError:
+    return DeltaflowError(
+        f"{operation} on {uri} wrote {rows} rows where {expected} were expected: the"
+        " condition or a set expression is not deterministic. Nothing was committed;"
+        " use deterministic expressions.",
+        table_uri=uri,
+    )
 
 
 def _prepare(uri: str, operation: str, *, rewrites: bool = True) -> tuple[Snapshot, WritePlan]:
@@ -376,6 +466,8 @@ def _scan(
     alias: str | None,
     *,
     keyed: bool = True,
+    row_index: bool = False,
+    deleted: Mapping[str, np.ndarray] | None = None,
 ) -> TargetScan:
     """Exactly ``files`` of ``snapshot`` as a DataFrame, plus each row's file key
     (``keyed=False``: the JVM scan leaves the key out; the Python scan always has it).
@@ -383,8 +475,13 @@ def _scan(
     Spark's Parquet scan reads them when it reads them exactly (``_native_read``'s
     rules: no deletion vectors in these files, no column mapping or type widening,
     Hive-decodable partition directories); the Python ``read_file`` otherwise.
+    ``row_index``: plus each row's index in its Parquet file (``_dv.ROW_INDEX``);
+    files with deletion vectors (``deleted``: the snapshot's deleted rows) are then
+    read by the JVM scan too, their deleted rows dropped by row index.
     """
-    plan = _native_plan(spark, snapshot, struct, files)
+    if row_index and deleted is None:
+        deleted = snapshot.deleted_rows()
+    plan = _native_plan(spark, snapshot, struct, files, deletion_vectors=row_index)
     if isinstance(plan, NativeScan):
         log.info(
             "DML scan of %s v%d: JVM Parquet scan of %d files",
@@ -392,7 +489,10 @@ def _scan(
             snapshot.version,
             len(files),
         )
-        df = _native_scan(spark, plan, keyed)
+        if row_index:
+            df = _with_row_index(spark, plan, files, deleted or {}, keyed)
+        else:
+            df = _native_scan(spark, plan, keyed)
         keys = {_file_name(f): i for i, f in enumerate(files)}
         return TargetScan(df.alias(alias) if alias else df, native=True, keys=keys)
     log.info(
@@ -402,7 +502,9 @@ def _scan(
         len(files),
         plan.reason,
     )
-    return TargetScan(_python_scan(spark, snapshot, struct, files, alias), native=False)
+    return TargetScan(
+        _python_scan(spark, snapshot, struct, files, alias, row_index=row_index), native=False
+    )
 
 
 @contextlib.contextmanager
@@ -443,7 +545,12 @@ def balanced_splits(spark: SparkSession) -> contextlib.AbstractContextManager[No
 
 
 def _native_plan(
-    spark: SparkSession, snapshot: Snapshot, struct: StructType, files: list[FileEntry]
+    spark: SparkSession,
+    snapshot: Snapshot,
+    struct: StructType,
+    files: list[FileEntry],
+    *,
+    deletion_vectors: bool = False,
 ) -> NativeScan | Fallback:
     if dml_scan_mode(spark.conf.get(NATIVE_SCAN_CONF, "auto")) == "false":
         return Fallback(f"{NATIVE_SCAN_CONF}=false")
@@ -453,7 +560,7 @@ def _native_plan(
         return Fallback("a column named _metadata hides Spark's file metadata")
     if len({_file_name(f) for f in files}) != len(files):
         return Fallback("two candidate files share a file name")
-    return plan_native_files(snapshot, files)
+    return plan_native_files(snapshot, files, deletion_vectors=deletion_vectors)
 
 
 def _file_name(entry: FileEntry) -> str:
@@ -476,14 +583,43 @@ def _native_scan(spark: SparkSession, plan: NativeScan, keyed: bool) -> DataFram
     return df.select(*columns)
 
 
+def _with_row_index(
+    spark: SparkSession,
+    plan: NativeScan,
+    files: list[FileEntry],
+    deleted: Mapping[str, np.ndarray],
+    keyed: bool,
+) -> DataFrame:
+    """The JVM scan with each row's Parquet row index, rows that deletion vectors
+    delete dropped (an anti join on file name and row index)."""
+    from pyspark.sql import functions as F
+
+    df = _native_scan(spark, plan, keyed=True).withColumn(
+        _dv.ROW_INDEX, F.col("_metadata.row_index")
+    )
+    gone = [(_file_name(f), deleted[f.path]) for f in files if len(deleted.get(f.path, ()))]
+    if gone:
+        names = np.repeat(np.array([n for n, _ in gone], dtype=object), [len(r) for _, r in gone])
+        rows = np.concatenate([r for _, r in gone]).astype(np.int64)
+        table = pa.table({FILE_INDEX: pa.array(names, pa.string()), _dv.ROW_INDEX: rows})
+        dropped = spark.createDataFrame(table)
+        if table.num_rows <= BROADCAST_DELETED_ROWS:
+            dropped = F.broadcast(dropped)
+        df = df.join(dropped, [FILE_INDEX, _dv.ROW_INDEX], "left_anti")
+    return df if keyed else df.drop(FILE_INDEX)
+
+
 def _python_scan(
     spark: SparkSession,
     snapshot: Snapshot,
     struct: StructType,
     files: list[FileEntry],
     alias: str | None,
+    *,
+    row_index: bool = False,
 ) -> DataFrame:
-    """Exactly ``files`` of ``snapshot`` read by Python tasks, plus each row's file index."""
+    """Exactly ``files`` of ``snapshot`` read by Python tasks, plus each row's file index
+    (and with ``row_index``, its index in the Parquet file)."""
     from pyspark.sql.types import LongType, StructField, StructType
 
     from deltaflow.spark.read._reader import FileTask, ReadLayout, bin_pack, read_file
@@ -499,19 +635,42 @@ def _python_scan(
         [(index_of[t.uri], t) for t in group]
         for group in bin_pack(tasks, spark.sparkContext.defaultParallelism)
     ]
-    out = StructType([*struct.fields, StructField(FILE_INDEX, LongType(), False)])
-    names = [*layout.target.names, FILE_INDEX]
+    extra = [StructField(FILE_INDEX, LongType(), False)]
+    if row_index:
+        extra.append(StructField(_dv.ROW_INDEX, LongType(), False))
+    out = StructType([*struct.fields, *extra])
+    names = [*layout.target.names, *(f.name for f in extra)]
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for group in batch.column(0).to_pylist():
                 for index, task in groups[group]:
+                    positions = _read_positions(task) if row_index else None
+                    offset = 0
                     for data in read_file(task, layout):
-                        marker = pa.array([index] * data.num_rows, pa.int64())
-                        yield pa.RecordBatch.from_arrays([*data.columns, marker], names=names)
+                        marker = [pa.array([index] * data.num_rows, pa.int64())]
+                        if positions is not None:
+                            marker.append(pa.array(positions[offset : offset + data.num_rows]))
+                            offset += data.num_rows
+                        yield pa.RecordBatch.from_arrays([*data.columns, *marker], names=names)
 
     df = spark.range(0, len(groups), 1, numPartitions=max(len(groups), 1)).mapInArrow(read, out)
     return df.alias(alias) if alias else df
+
+
+def _read_positions(task: Any) -> np.ndarray:
+    """The Parquet row indexes ``read_file(task)`` yields, in order (its DV dropped)."""
+    import pyarrow.parquet as pq
+
+    fs, path = _uri.filesystem(task.uri)
+    with fs.open_input_file(path) as handle:
+        num_rows = pq.ParquetFile(handle).metadata.num_rows
+    positions = np.arange(num_rows, dtype=np.int64)
+    if task.deleted_rows is not None and len(task.deleted_rows):
+        keep = np.ones(num_rows, dtype=bool)
+        keep[task.deleted_rows[task.deleted_rows < num_rows]] = False
+        positions = positions[keep]
+    return positions
 
 
 def _condition_column(condition: Any) -> Column:
@@ -591,19 +750,33 @@ def _commit_changes(
     condition: Any,
     started: float,
     read: Any,
+    *,
+    marked: _dv.Marked | None = None,
 ) -> DmlMetrics:
+    """One commit of ``written`` and the removes of ``removed`` (plus, with ``marked``,
+    its removes and re-added files); files written are deleted when it fails."""
+
+    def discard() -> None:
+        written.delete(snapshot.uri)
+        if marked is not None:
+            marked.delete_files()
+
     try:
         removes = _changes.removes(snapshot, removed)
     except BaseException:
-        written.delete(snapshot.uri)
+        discard()
         raise
+    adds: list[_commit.AddedFile] = list(written.adds)
+    if marked is not None:
+        removes.extend(marked.removes)
+        adds.extend(marked.adds)
     metrics = dataclasses.replace(metrics, execution_time_ms=_ms(started, time.perf_counter()))
     predicate = [] if condition is None else [sql_text(condition)]
     request = _commit.CommitRequest(
         table_uri=snapshot.uri,
         schema=plan.schema,
         partition_columns=plan.partition_columns,
-        adds=written.adds,
+        adds=adds,
         removes=removes,
         cdc=written.cdc,
         mode="append",
@@ -621,7 +794,7 @@ def _commit_changes(
     try:
         result = commit(request)
     except BaseException:
-        written.delete(snapshot.uri)
+        discard()
         raise
     log.info("%s on %s: version %s, %s", metrics.operation, snapshot.uri, result.version, metrics)
     return dataclasses.replace(metrics, version=result.version)

@@ -45,9 +45,10 @@ from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError
 from deltaflow.spark._options import parse_write_options
-from deltaflow.spark.dml import _changes, _delete_update, _merge_rows
+from deltaflow.spark.dml import _changes, _delete_update, _dv, _merge_rows
 from deltaflow.spark.dml._merge_builder import (
     BY_SOURCE_KINDS,
+    DELETE_KINDS,
     MATCHED_KINDS,
     NOT_MATCHED_KINDS,
     MergeSpec,
@@ -87,6 +88,7 @@ class MergeMetrics:
     change_files: int = 0
     execution_time_ms: int = 0
     version: int | None = None  # None: nothing changed, nothing was committed
+    dv_metrics: tuple[tuple[str, str], ...] = ()  # deletion vectors, delta-spark's names
 
     def operation_metrics(self) -> dict[str, str]:
         values = {
@@ -110,7 +112,7 @@ class MergeMetrics:
             "numTargetChangeFilesAdded": self.change_files,
             "executionTimeMs": self.execution_time_ms,
         }
-        return {k: str(v) for k, v in values.items()}
+        return {**{k: str(v) for k, v in values.items()}, **dict(self.dv_metrics)}
 
 
 @dataclass
@@ -130,6 +132,13 @@ class _Merge:
     inserts: bool  # any not-matched clause
     marked: DataFrame  # the source, marked (and numbered, with inserts)
     cached: list[DataFrame] = field(default_factory=list)
+    # Deletion vectors: changed target rows are marked deleted, not their files rewritten
+    # (not with not-matched-by-source clauses, whose rows job 1 counts per file only).
+    dv: bool = False
+    deleted: dict[str, Any] = field(default_factory=dict)  # the snapshot's deleted rows
+    # Deletion vectors with an inner job 1: its joined (matched) rows, persisted, and the
+    # target scan they came from; job 2 computes the new rows from them, no second scan.
+    matched: tuple[DataFrame, DataFrame] | None = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +171,7 @@ def execute(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
             by_source_updated=sum(o.updated[1] for o in chosen),
             matched_deleted=sum(o.deleted[0] for o in chosen),
             by_source_deleted=sum(o.deleted[1] for o in chosen),
-            copied=sum(o.unchanged for o in chosen),
+            copied=0 if merge.dv else sum(o.unchanged for o in chosen),
         )
         rows = _job2_rows(merge, found, changes, dedupe=any(o.max_pairs > 1 for o in chosen))
         with _delete_update.balanced_splits(spark):
@@ -180,6 +189,8 @@ def execute(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
             table_uri=spec.uri,
         )
     snapshot, plan, files, touched = merge.snapshot, merge.plan, merge.files, found.touched
+    if merge.dv:
+        return _commit_marked(merge, found, written, metrics, started)
     removed = [files[i] for i in touched]
     metrics = dataclasses.replace(
         metrics,
@@ -216,6 +227,8 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
     condition = F.expr(spec.condition) if isinstance(spec.condition, str) else spec.condition
     inserts = any(c.kind in NOT_MATCHED_KINDS for c in spec.clauses)
     marked = source.withColumn(_merge_rows.SOURCE_MARK, F.lit(True))
+    dv = rewrites and _dv.enabled(snapshot)
+    dv = dv and not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses)
     merge = _Merge(
         spark,
         spec,
@@ -229,6 +242,8 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
         condition,
         inserts,
         marked,
+        dv=dv,
+        deleted=snapshot.deleted_rows() if dv else {},
     )
     if inserts:
         # Inserts are the source rows no target row matched, found by the source row
@@ -245,12 +260,24 @@ def _job1(merge: _Merge) -> _Found:
 
     spec = merge.spec
     scan = _delete_update._scan(
-        merge.spark, merge.snapshot, merge.struct, merge.files, spec.target_alias
+        merge.spark,
+        merge.snapshot,
+        merge.struct,
+        merge.files,
+        spec.target_alias,
+        row_index=merge.dv,
+        deleted=merge.deleted,
     )
     live = _live_rows(merge)
     joined = _merge_rows.joined(
         scan.df, merge.marked, merge.condition, spec.clauses, inner=live is not None
     )
+    if merge.dv and live is not None:
+        # Only matched target rows leave the probe: keep them (all columns) for job 2,
+        # which then writes their new versions without reading the target again.
+        joined = joined.persist(StorageLevel.MEMORY_AND_DISK)
+        merge.cached.append(joined)
+        merge.matched = (joined, scan.df)
     pairs = _merge_rows.per_row(joined, spec.clauses, merge.inserts, inner=live is not None)
     if merge.inserts:
         merge.cached.append(pairs.persist(StorageLevel.MEMORY_AND_DISK))
@@ -296,23 +323,61 @@ def _job2_rows(merge: _Merge, found: _Found, changes: bool, *, dedupe: bool) -> 
     spec = merge.spec
     parts = []
     if found.touched:
-        # Job 2 reads only the touched files again (the JVM scan reads just those).
-        touched_files = [merge.files[i] for i in found.touched]
-        rescan = _delete_update._scan(
-            merge.spark, merge.snapshot, merge.struct, touched_files, spec.target_alias, keyed=False
-        ).df
-        joined = _merge_rows.joined(rescan, merge.marked, merge.condition, spec.clauses)
-        parts.append(
-            _merge_rows.output_rows(
-                joined, spec, merge.output, merge.values, rescan, dedupe, changes
-            )
+        rows = (
+            _changed_rows(merge, found, changes, dedupe)
+            if merge.dv
+            else _rewrite_rows(merge, found, changes, dedupe)
         )
+        parts.append(rows)
     if found.new_rows is not None and found.inserted:
         inserts = found.new_rows.withColumn(_merge_rows.TARGET_MARK, F.lit(None).cast("boolean"))
         parts.append(
             _merge_rows.output_rows(inserts, spec, merge.output, merge.values, None, False, changes)
         )
     return parts[0] if len(parts) == 1 else parts[0].union(parts[1])
+
+
+def _changed_rows(merge: _Merge, found: _Found, changes: bool, dedupe: bool) -> DataFrame:
+    """With deletion vectors: only the new versions of updated rows (and change rows of
+    deleted ones); the old rows are marked deleted, unchanged rows stay where they are."""
+    from pyspark.sql import functions as F
+
+    spec = merge.spec
+    if merge.matched is not None:
+        joined, target = merge.matched
+    else:
+        touched_files = [merge.files[i] for i in found.touched]
+        target = _delete_update._scan(
+            merge.spark,
+            merge.snapshot,
+            merge.struct,
+            touched_files,
+            spec.target_alias,
+            keyed=False,
+            row_index=True,
+            deleted=merge.deleted,
+        ).df
+        joined = _merge_rows.joined(target, merge.marked, merge.condition, spec.clauses, inner=True)
+    kinds = (*_merge_rows.UPDATE_KINDS, *(DELETE_KINDS if changes else ()))
+    chosen = [i for i, c in enumerate(spec.clauses) if c.kind in kinds]
+    joined = joined.where(F.col(_merge_rows.ACTION).isin(chosen))
+    return _merge_rows.output_rows(
+        joined, spec, merge.output, merge.values, target, dedupe, changes
+    )
+
+
+def _rewrite_rows(merge: _Merge, found: _Found, changes: bool, dedupe: bool) -> DataFrame:
+    """Every row of the touched files (copied, updated or dropped): job 2 reads only the
+    touched files again (the JVM scan reads just those)."""
+    spec = merge.spec
+    touched_files = [merge.files[i] for i in found.touched]
+    rescan = _delete_update._scan(
+        merge.spark, merge.snapshot, merge.struct, touched_files, spec.target_alias, keyed=False
+    ).df
+    joined = _merge_rows.joined(rescan, merge.marked, merge.condition, spec.clauses)
+    return _merge_rows.output_rows(
+        joined, spec, merge.output, merge.values, rescan, dedupe, changes
+    )
 
 
 def _evolve(
@@ -463,6 +528,45 @@ def _check_multiple_matches(
         )
 
 
+def _commit_marked(
+    merge: _Merge,
+    found: _Found,
+    written: _changes.Written,
+    metrics: MergeMetrics,
+    started: float,
+) -> MergeMetrics:
+    """The commit of a MERGE with deletion vectors: changed rows marked deleted."""
+    matches = {
+        i: _dv.FileMatches(
+            sum(o.updated) + sum(o.deleted) + o.unchanged, o.changed_rows.astype("int64")
+        )
+        for i, o in found.outcomes.items()
+        if i in set(found.touched)
+    }
+    try:
+        marked = _dv.mark(merge.snapshot, merge.files, matches, merge.deleted)
+    except BaseException:
+        written.delete(merge.spec.uri)
+        raise
+    whole = [merge.files[i] for i, m in matches.items() if m.matched >= m.total]
+    metrics = dataclasses.replace(
+        metrics,
+        added_files=len(written.adds),
+        removed_files=len(whole),
+        added_bytes=sum(a.size for a in written.adds),
+        removed_bytes=sum(f.size for f in whole),
+        change_files=len(written.cdc),
+        dv_metrics=tuple(
+            (k.replace("numDeletionVectors", "numTargetDeletionVectors"), v)
+            for k, v in marked.operation_metrics().items()
+        ),
+    )
+    read = _changes.read_set(merge.snapshot, merge.files, merge.read_node, whole_table=False)
+    return _commit_merge(
+        merge.snapshot, merge.plan, written, [], metrics, merge.spec, started, read, marked
+    )
+
+
 def _commit_merge(
     snapshot: Snapshot,
     plan: WritePlan,
@@ -472,12 +576,22 @@ def _commit_merge(
     spec: MergeSpec,
     started: float,
     read: Any,
+    marked: _dv.Marked | None = None,
 ) -> MergeMetrics:
+    def discard() -> None:
+        written.delete(snapshot.uri)
+        if marked is not None:
+            marked.delete_files()
+
     try:
         removes = _changes.removes(snapshot, removed)
     except BaseException:
-        written.delete(snapshot.uri)
+        discard()
         raise
+    adds: list[_commit.AddedFile] = list(written.adds)
+    if marked is not None:
+        removes.extend(marked.removes)
+        adds.extend(marked.adds)
     metrics = dataclasses.replace(
         metrics, execution_time_ms=_delete_update._ms(started, time.perf_counter())
     )
@@ -504,7 +618,7 @@ def _commit_merge(
         table_uri=snapshot.uri,
         schema=plan.schema,
         partition_columns=plan.partition_columns,
-        adds=written.adds,
+        adds=adds,
         removes=removes,
         cdc=written.cdc,
         mode="append",
@@ -528,7 +642,7 @@ def _commit_merge(
     try:
         result = commit(request)
     except BaseException:
-        written.delete(snapshot.uri)
+        discard()
         raise
     log.info("MERGE into %s: version %s, %s", snapshot.uri, result.version, metrics)
     return dataclasses.replace(metrics, version=result.version)

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING
 
-from deltaflow.spark.dml import _changes, _delete_update
+import numpy as np
+
+from deltaflow.spark.dml import _changes, _delete_update, _dv
 from deltaflow.spark.dml._merge_builder import (
     BY_SOURCE_KINDS,
     DELETE_KINDS,
@@ -48,6 +51,8 @@ class FileOutcome:
     updated: tuple[int, int] = (0, 0)  # matched, by source
     deleted: tuple[int, int] = (0, 0)
     unchanged: int = 0
+    # With deletion vectors: the Parquet row indexes of the rows updated or deleted.
+    changed_rows: np.ndarray = dataclass_field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def touched(self) -> bool:
@@ -133,18 +138,24 @@ def per_row(
     }
     matched = F.col(SOURCE_MARK).isNotNull()
     source_id = F.col(SOURCE_ID) if sources else F.lit(None).cast("long")
+    # With deletion vectors the scan carries row indexes: kept per (matched) target row.
+    indexed = _dv.ROW_INDEX in joined.columns
+    row_index = [F.col(_dv.ROW_INDEX)] if indexed else []
     if inner:
         return joined.select(
             F.col(_delete_update.FILE_INDEX),
             F.col(ROW_ID),
+            *row_index,
             source_id.alias(SOURCE_ID),
             F.lit(1).cast("long").alias("n"),
             *[v.cast("long").alias(k) for k, v in flags.items()],
         )
+    keys = [F.when(matched, F.col(_dv.ROW_INDEX)).alias(_dv.ROW_INDEX)] if indexed else []
     return joined.groupBy(
         F.col(_delete_update.FILE_INDEX),
         F.when(matched, F.col(ROW_ID)).alias(ROW_ID),
         F.when(matched, source_id).alias(SOURCE_ID),
+        *keys,
     ).agg(F.count(F.lit(1)).alias("n"), *[F.sum(v).alias(k) for k, v in flags.items()])
 
 
@@ -159,7 +170,9 @@ def outcomes(
     """
     from pyspark.sql import functions as F
 
+    indexed = _dv.ROW_INDEX in pairs.columns
     per_row = pairs.groupBy(F.col(_delete_update.FILE_INDEX), F.col(ROW_ID)).agg(
+        *([F.first(_dv.ROW_INDEX).alias(_dv.ROW_INDEX)] if indexed else []),
         F.sum("n").alias("n"),
         *[F.sum(k).alias(k) for k in ("applied", "m_upd", "s_upd", "m_del", "s_del", "chg")],
         F.max("chg").alias("max_chg"),
@@ -182,6 +195,15 @@ def outcomes(
                 )
             ).alias("same"),
             F.sum(F.when(single, 1).otherwise(0)).alias("matched_rows"),
+            *(
+                [
+                    F.collect_list(
+                        F.when(single & (F.col("max_chg") > 0), F.col(_dv.ROW_INDEX))
+                    ).alias("changed_rows")
+                ]
+                if indexed
+                else []
+            ),
         )
         .collect()
     )
@@ -195,6 +217,7 @@ def outcomes(
             updated=(int(r["m_upd"] or 0), int(r["s_upd"] or 0)),
             deleted=(int(r["m_del"] or 0), int(r["s_del"] or 0)),
             unchanged=int(r["same"] or 0) + unmatched,
+            changed_rows=np.asarray(r["changed_rows"] if indexed else [], dtype=np.int64),
         )
     return found
 

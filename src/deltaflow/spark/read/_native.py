@@ -81,9 +81,15 @@ def plan_native_scan(
 
 
 def plan_native_files(
-    snapshot: Snapshot, files: list[FileEntry], max_files: int = MAX_NATIVE_FILES
+    snapshot: Snapshot,
+    files: list[FileEntry],
+    max_files: int = MAX_NATIVE_FILES,
+    *,
+    deletion_vectors: bool = False,
 ) -> NativeScan | Fallback:
-    """The native scan of ``files`` (some of ``snapshot``'s), or why the Python path reads them."""
+    """The native scan of ``files`` (some of ``snapshot``'s), or why the Python path reads them.
+
+    ``deletion_vectors``: the caller drops deleted rows itself (DML, by row index)."""
     if snapshot.column_mapping_mode != "none":
         return Fallback(f"column mapping mode {snapshot.column_mapping_mode!r}")
     features = _PYTHON_ONLY_FEATURES.intersection(snapshot.reader_features)
@@ -95,7 +101,7 @@ def plan_native_files(
             return Fallback(f"partition column {column!r} of type {types.get(column)!r}")
     if len(files) > max_files:
         return Fallback(f"{len(files)} files (more than {max_files})")
-    if snapshot.has_deletion_vectors_enabled and files:
+    if snapshot.has_deletion_vectors_enabled and files and not deletion_vectors:
         deleted = snapshot.deleted_rows()
         with_dvs = sum(1 for f in files if len(deleted.get(f.path, ())))
         if with_dvs:

@@ -193,7 +193,8 @@ class DeletedRowsReader(
     fileIndex += 1
     if (fileIndex >= partition.files.files.length) { current = null; return false }
     current = open(partition.files.files(fileIndex))
-    deleted = partition.deleted(fileIndex)
+    // A partition planned without deleted rows (none of its files has any) has none.
+    deleted = if (fileIndex < partition.deleted.length) partition.deleted(fileIndex) else Array.empty
     nextDeleted = 0
     row = -1L
     true

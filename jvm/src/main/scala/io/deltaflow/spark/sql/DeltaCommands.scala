@@ -111,6 +111,16 @@ private[sql] case class OptimizeCommand(
   }
 }
 
+/** `REORG TABLE <table> [WHERE ...] APPLY (PURGE)`: OPTIMIZE's output row. */
+private[sql] case class ReorgPurgeCommand(target: TableRef, where: Option[String])
+  extends BrainCommand {
+  override def statement: String = "REORG"
+  override def op: String = "sql.reorg"
+  override def outputSchema: StructType = Schemas.Optimize
+  override def arguments(session: SparkSession, table: ResolvedTable, args: ObjectNode): Unit =
+    where.foreach(args.put("where", _))
+}
+
 /** `VACUUM <table> [RETAIN n HOURS] [DRY RUN]`. */
 private[sql] case class VacuumCommand(target: TableRef, retentionHours: Option[Double], dryRun: Boolean)
   extends BrainCommand {

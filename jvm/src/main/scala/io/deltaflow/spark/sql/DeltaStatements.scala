@@ -13,6 +13,7 @@ import io.deltaflow.spark.DeltaflowException
  *   (DESC | DESCRIBE) HISTORY table [LIMIT n]
  *   (DESC | DESCRIBE) DETAIL table
  *   OPTIMIZE table [FULL] [WHERE partitionPredicate] [ZORDER BY (col, ...)]
+ *   REORG TABLE table [WHERE partitionPredicate] APPLY (PURGE)
  *   VACUUM table [RETAIN n HOURS] [DRY RUN]
  *   RESTORE [TABLE] table [TO] VERSION AS OF n | TIMESTAMP AS OF timestamp
  *   CONVERT TO DELTA table [NO STATISTICS] [PARTITIONED BY (col type, ...)]
@@ -33,6 +34,7 @@ private[sql] object DeltaStatements {
     tokens.head.value.toUpperCase(java.util.Locale.ROOT) match {
       case "DESC" | "DESCRIBE" => describe(c)
       case "OPTIMIZE" if startsStatement(tokens) => Some(optimize(c))
+      case "REORG" if tokens.length > 1 && tokens(1).isWord("TABLE") => Some(reorg(c))
       case "VACUUM" if startsStatement(tokens) => Some(vacuum(c))
       case "RESTORE" if startsStatement(tokens) => Some(restore(c))
       case "CONVERT" if tokens.length > 2 && tokens(1).isWord("TO") && tokens(2).isWord("DELTA") =>
@@ -85,6 +87,25 @@ private[sql] object DeltaStatements {
     } else Nil
     c.end("FULL, WHERE, ZORDER BY or the end of the statement", OptimizeSyntax)
     OptimizeCommand(table, where, zorder, full)
+  }
+
+  private val ReorgSyntax = "REORG TABLE <table> [WHERE <partition predicate>] APPLY (PURGE)"
+
+  private def reorg(c: Cursor): LogicalPlan = {
+    c.next()
+    c.expect("TABLE", ReorgSyntax)
+    val table = c.table()
+    val where = if (c.accept("WHERE")) {
+      val text = c.textUntil(t => t.isWord("APPLY"))
+      if (text.isEmpty) c.fail("a partition predicate", ReorgSyntax)
+      Some(text)
+    } else None
+    c.expect("APPLY", ReorgSyntax)
+    c.expectSymbol("(", ReorgSyntax)
+    c.expect("PURGE", ReorgSyntax)
+    c.expectSymbol(")", ReorgSyntax)
+    c.end("the end of the statement", ReorgSyntax)
+    ReorgPurgeCommand(table, where)
   }
 
   private val VacuumSyntax = "VACUUM <table> [RETAIN <hours> HOURS] [DRY RUN]"
