@@ -24,8 +24,15 @@ from deltaflow.errors import InvalidOptionError
 from deltaflow.spark.dml._delete_update import OPERATION_KEY
 from deltaflow.spark.errors import RestoreFilesMissingError, RetentionTooShortError
 from deltaflow.spark.write._native import delete_stale_staging
-from deltaflow.table import _cluster_optimize, _clustering, _partitions, _predicates, _uri
-from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES
+from deltaflow.table import (
+    _cluster_optimize,
+    _clustering,
+    _log_write,
+    _partitions,
+    _predicates,
+    _uri,
+)
+from deltaflow.table._protocol import Protocol
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 from deltaflow.table.errors import VersionNotFoundError
 
@@ -151,7 +158,7 @@ def vacuum(
     # delta-rs refuses to log VACUUM START/END on tables it cannot write (clustered ones):
     # there it only lists the files, and deltaflow deletes them (the log entries are
     # optional provenance, delta-spark's vacuum.logging).
-    unwritable = bool(DELTA_RS_UNWRITABLE_FEATURES.intersection(snapshot.writer_features))
+    unwritable = bool(Protocol.of(snapshot).delta_rs_unwritable)
     files = _writable(snapshot.uri).vacuum(
         retention_hours=hours,
         dry_run=dry_run or unwritable,
@@ -203,17 +210,33 @@ def restore(uri: str, *, version: int | None = None, timestamp: str | None = Non
     restored = {p: s for p, s in target.items() if p not in current}
     _check_files_exist(before.uri, version, restored)
     removed = {p: s for p, s in current.items() if p not in target}
-    _writable(before.uri).restore(version)
-    return [
-        (
-            sum(target.values()),
-            len(target),
-            len(removed),
-            len(restored),
-            sum(removed.values()),
-            sum(restored.values()),
-        )
-    ]
+    row = (
+        sum(target.values()),
+        len(target),
+        len(removed),
+        len(restored),
+        sum(removed.values()),
+        sum(restored.values()),
+    )
+    if Protocol.of(before).delta_rs_unwritable:  # delta-rs refuses: deltaflow's log writer
+        parameters = {"version": str(version)} if timestamp is None else {"timestamp": timestamp}
+        metrics = dict(zip(_RESTORE_METRICS, (str(v) for v in row), strict=True))
+        target_snapshot = load_snapshot(uri, version=version)
+        _log_write.restore(before, target_snapshot, parameters, metrics)
+    else:
+        _writable(before.uri).restore(version)
+    return [row]
+
+
+# delta-spark's RESTORE operationMetrics, in the order of the command's output row.
+_RESTORE_METRICS = (
+    "tableSizeAfterRestore",
+    "numOfFilesAfterRestore",
+    "numRemovedFiles",
+    "numRestoredFiles",
+    "removedFilesSize",
+    "restoredFilesSize",
+)
 
 
 def optimize(
