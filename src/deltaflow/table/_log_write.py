@@ -166,7 +166,7 @@ def remove_all(uri: str, snapshot: Snapshot) -> list[dict[str, Any]]:
     out = []
     for entry in files:
         add = adds.get(entry.path, {})
-        out.append(_remove_of(add, entry.path, entry.size))
+        out.append(remove_action(add, entry.path, entry.size))
     return out
 
 
@@ -182,7 +182,7 @@ def restore(
     now_keys = {_file_key(a) for a in now_adds.values()}
     then_keys = {_file_key(a) for a in then_adds.values()}
     removes = [
-        _remove_of(a, path, int(a.get("size", 0)))
+        remove_action(a, path, int(a.get("size", 0)))
         for path, a in now_adds.items()
         if _file_key(a) not in then_keys
     ]
@@ -385,14 +385,20 @@ def _file_key(add: Mapping[str, Any]) -> tuple[str, str]:
     return str(add["path"]), json.dumps(dv, sort_keys=True) if dv else ""
 
 
-def _remove_of(add: Mapping[str, Any], path: str, size: int) -> dict[str, Any]:
+def remove_action(
+    add: Mapping[str, Any], path: str, size: int, *, data_change: bool = True
+) -> dict[str, Any]:
+    """The ``remove`` of a live file, repeating what its ``add`` says that names the
+    logical file (deletion vector) or that readers keep (partition values, tags)."""
     action: dict[str, Any] = {
         "path": path,
-        "dataChange": True,
+        "dataChange": data_change,
         "extendedFileMetadata": True,
         "partitionValues": dict(add.get("partitionValues") or {}),
         "size": size,
     }
     if add.get("deletionVector"):
         action["deletionVector"] = add["deletionVector"]
+    if add.get("tags"):
+        action["tags"] = add["tags"]
     return action
