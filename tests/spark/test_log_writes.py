@@ -11,6 +11,9 @@ from typing import Any
 
 import deltalake
 import polars as pl
+import pytest
+
+import deltaflow
 
 
 def _name() -> str:
@@ -148,3 +151,20 @@ def test_update_and_delete_on_an_identity_table(spark, table_path):
     assert _high_water_mark(path, "id") == mark
     assert _latest(path, "protocol")["minWriterVersion"] == 6
     _interop(path, rows, ["id", "v"])
+
+
+def test_optimize_of_an_identity_table_is_a_typed_refusal(spark, table_path):
+    path = table_path()
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` (id BIGINT GENERATED ALWAYS AS IDENTITY, v INT) USING delta"
+    )
+    spark.sql(f"INSERT INTO delta.`{path}` (v) VALUES (1)")
+    spark.sql(f"INSERT INTO delta.`{path}` (v) VALUES (2)")
+    version = deltalake.DeltaTable(path).version()
+    with pytest.raises(Exception) as info:
+        spark.sql(f"OPTIMIZE delta.`{path}`").collect()
+    error = deltaflow.typed_error(info.value)
+    assert isinstance(error, deltaflow.UnsupportedFeatureError), info.value
+    assert error.feature == "identityColumns"
+    assert not isinstance(error, deltaflow.ConcurrentWriteError)
+    assert deltalake.DeltaTable(path).version() == version  # nothing committed

@@ -54,7 +54,7 @@ def test_delta_rs_refusal_is_a_typed_error_not_a_conflict(table_path):
     error = _log_write.from_delta_rs(refused.value, path, "WRITE")
     assert isinstance(error, UnsupportedFeatureError) and error.feature == "identityColumns"
     assert not isinstance(error, deltaflow.ConcurrentWriteError)
-    assert "local" in str(error)  # says what works instead
+    assert "AS IDENTITY" in str(error)  # says what works instead
     # An object-store table with identity columns is refused before anything is written.
     with pytest.raises(UnsupportedFeatureError) as remote:
         _log_write.commit_write(

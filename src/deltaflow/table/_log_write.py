@@ -133,16 +133,21 @@ def require_local(uri: str, protocol: Protocol, operation: str) -> None:
     if _uri.is_local(uri):
         return
     blocking = sorted(protocol.delta_rs_unwritable) or ["logCommit"]
-    raise unsupported(uri, blocking, operation)
+    why = (
+        "deltaflow's own log writer commits such tables on local (POSIX) paths only (object"
+        " stores need a conditional put it cannot do yet). Use a local table"
+    )
+    raise unsupported(uri, blocking, operation, why)
 
 
-def unsupported(uri: str, features: Sequence[str], operation: str) -> UnsupportedFeatureError:
-    """The typed error for a commit neither delta-rs nor deltaflow's log writer can make."""
-    instead = "; or ".join(dict.fromkeys(_ALTERNATIVES.get(f, "") for f in features if f))
+def unsupported(
+    uri: str, features: Sequence[str], operation: str, why: str
+) -> UnsupportedFeatureError:
+    """The typed error for a commit neither delta-rs nor deltaflow's log writer makes."""
+    instead = "; or ".join(dict.fromkeys(_ALTERNATIVES[f] for f in features if f in _ALTERNATIVES))
     return UnsupportedFeatureError(
         f"{operation} on {uri}: the table uses {', '.join(features)}, which delta-rs 1.6"
-        " cannot commit; deltaflow's own log writer commits it on local (POSIX) paths only"
-        f" (object stores need a conditional put it cannot do yet). Use a local table, or"
+        f" cannot commit, and {why}, or"
         f" {instead or 'create the table without these features'}.",
         table_uri=uri,
         feature=features[0],
@@ -156,7 +161,8 @@ def from_delta_rs(exc: Exception, uri: str, operation: str) -> UnsupportedFeatur
         return None
     names = [n.strip() for n in found.group(1).split(",") if n.strip()]
     features = [_DELTA_RS_NAMES.get(n, n[:1].lower() + n[1:]) for n in names] or ["unknown"]
-    return unsupported(uri, features, operation)
+    why = f"deltaflow's own log writer does not write {operation} commits yet. Run it on a table"
+    return unsupported(uri, features, operation, why + " without them")
 
 
 def remove_all(uri: str, snapshot: Snapshot) -> list[dict[str, Any]]:

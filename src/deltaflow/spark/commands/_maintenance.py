@@ -19,6 +19,7 @@ from urllib.parse import unquote
 
 import pyarrow.fs as pafs
 from deltalake import DeltaTable as _DeltaRsTable
+from deltalake.exceptions import DeltaError
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark.dml._delete_update import OPERATION_KEY
@@ -258,11 +259,17 @@ def optimize(
         )
     filters = partition_filters(snapshot, where) if where else None
     table = _writable(snapshot.uri)
-    if zorder_by:
-        columns = _zorder_columns(snapshot, zorder_by)
-        metrics = table.optimize.z_order(columns, partition_filters=filters)
-    else:
-        metrics = table.optimize.compact(partition_filters=filters)
+    try:
+        if zorder_by:
+            columns = _zorder_columns(snapshot, zorder_by)
+            metrics = table.optimize.z_order(columns, partition_filters=filters)
+        else:
+            metrics = table.optimize.compact(partition_filters=filters)
+    except DeltaError as exc:  # e.g. an identity table: a typed refusal, not delta-rs's
+        unsupported = _log_write.from_delta_rs(exc, snapshot.uri, "OPTIMIZE")
+        if unsupported is not None:
+            raise unsupported from exc
+        raise
 
     def stats(value: Any) -> Row | None:
         data = json.loads(value) if isinstance(value, str) else value
