@@ -150,6 +150,14 @@ def test_update_and_delete_on_an_identity_table(spark, table_path):
     assert rows == [(before[2], 20), (before[3], 30)]  # ids kept, not generated again
     assert _high_water_mark(path, "id") == mark
     assert _latest(path, "protocol")["minWriterVersion"] == 6
+    latest = deltalake.DeltaTable(path).version()
+    for version in (latest - 1, latest):  # DML leaves the metadata alone (no false conflicts)
+        actions = _actions(path, version)
+        assert not any("metaData" in a or "protocol" in a for a in actions)
+        assert next(a["commitInfo"] for a in actions if "commitInfo" in a)["operation"] in (
+            "UPDATE",
+            "DELETE",
+        )
     _interop(path, rows, ["id", "v"])
 
 

@@ -97,7 +97,10 @@ def commit_write(
             version=request.read_version,
             storage_options=request.storage_options,
         )
-        if already_committed(current.delta_table, request.app_id, request.app_version):
+        # Only an app transaction needs the delta-rs table (a second log load otherwise).
+        if request.app_id is not None and already_committed(
+            current.delta_table, request.app_id, request.app_version
+        ):
             return CommitResult(None, True, 0)
     draft = _first_draft(request, current, label or request.table_uri)
     for hook in HOOKS:
@@ -257,7 +260,8 @@ def _first_draft(request: CommitRequest, current: Snapshot | None, label: str) -
 
 def _schema_after(request: CommitRequest, schema: dict[str, Any]) -> dict[str, Any]:
     """The schema a write leaves. ``request.schema`` is Spark's view of the table (without
-    e.g. identity keys), so the table's own fields are kept unless the shape changed."""
+    field metadata: identity keys, column mapping), so the table's own fields are kept
+    where the request has the same column, and only a new shape changes the schema."""
     if request.new_columns:  # mergeSchema: new top-level columns at the end
         return {**schema, "fields": [*schema["fields"], *request.new_columns]}
     if _shape(request.schema) == _shape(schema):
@@ -266,17 +270,26 @@ def _schema_after(request: CommitRequest, schema: dict[str, Any]) -> dict[str, A
     fields = []
     for f in request.schema.get("fields", []):
         before = old.get(f["name"].lower())
-        if before is not None and before["type"] == f["type"]:
-            f = {**f, "metadata": {**(before.get("metadata") or {}), **(f.get("metadata") or {})}}
+        if before is not None and _bare(before["type"]) == _bare(f["type"]):
+            f = {**before, "nullable": f.get("nullable", True)}
         fields.append(f)
     return {**request.schema, "fields": fields}
 
 
-def _shape(schema: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
+def _shape(schema: Mapping[str, Any]) -> list[tuple[str, Any, bool]]:
     return [
-        (f["name"], json.dumps(f["type"], sort_keys=True), bool(f.get("nullable", True)))
+        (f["name"], _bare(f["type"]), bool(f.get("nullable", True)))
         for f in schema.get("fields", [])
     ]
+
+
+def _bare(value: Any) -> Any:
+    """A type's JSON without field metadata (nested fields carry it too)."""
+    if isinstance(value, dict):
+        return {k: _bare(v) for k, v in value.items() if k != "metadata"}
+    if isinstance(value, list):
+        return [_bare(v) for v in value]
+    return value
 
 
 def _write_version_zero(
