@@ -1,17 +1,20 @@
-"""`deltaflow serve` into tables delta-rs 1.6 cannot commit to (clustered tables): the
-group commit goes through deltaflow's log writer, keys and all."""
+"""`deltaflow serve` into tables delta-rs 1.6 cannot commit to: clustered tables through
+deltaflow's log writer, keys and all; identity tables refused (ingest generates no ids)."""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
+import pytest
 
-from deltaflow.ingest.http._commit import COMMIT_INFO_KEY
+from deltaflow.ingest.http._commit import COMMIT_INFO_KEY, TableWriter
 from deltaflow.table import _commit, _log_write
-from tests.serve.conftest import make_config, read_table
+from deltaflow.table.errors import UnsupportedFeatureError
+from tests.serve.conftest import TOKEN, make_config, read_table
 
 
 def _actions(path: Path, version: int) -> list[dict]:
@@ -52,3 +55,26 @@ def test_ingest_into_a_clustered_table(serve, tmp_path: Path):
     assert json.loads(domains[0]["domainMetadata"]["configuration"]) == {
         "clusteringColumns": [["kind"]]
     }
+
+
+def test_identity_tables_are_refused_rather_than_given_null_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("DF_TEST_TOKENS", TOKEN)
+    config = make_config(tmp_path)
+    table = config.tables["events"]
+    assert table.schema is not None
+    fields = [
+        {**f, "metadata": {"delta.identity.start": 1, "delta.identity.step": 1}}
+        if f["name"] == "id"
+        else f
+        for f in table.schema["fields"]
+    ]
+    schema = {**table.schema, "fields": fields}
+    _log_write.commit_write(
+        _commit.CommitRequest(table_uri=table.uri, schema=schema, partition_columns=(), adds=())
+    )
+    with pytest.raises(UnsupportedFeatureError) as refused:
+        TableWriter(replace(table, schema=None), config)
+    assert refused.value.feature == "identityColumns"
+    assert "id" in str(refused.value)

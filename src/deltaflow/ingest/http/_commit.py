@@ -43,7 +43,7 @@ from deltalake import DeltaTable, Schema
 
 from deltaflow.ingest.http._config import ServeConfig, TableConfig
 from deltaflow.ingest.http.errors import IngestCommitError, ServeConfigError
-from deltaflow.table import _commit, _partitions, _stats, _uri
+from deltaflow.table import _commit, _generated, _partitions, _stats, _uri
 from deltaflow.table._snapshot import load_snapshot, table_exists
 from deltaflow.table.errors import UnsupportedFeatureError
 
@@ -86,6 +86,16 @@ class TableWriter:
                 " Serve a table without delta.columnMapping.mode.",
                 table_uri=config.uri,
                 feature="columnMapping",
+            )
+        if _generated.identity_columns(snapshot.schema):
+            # Ingest writes rows as they come: it would commit NULL identity values.
+            raise UnsupportedFeatureError(
+                f"{config.uri} has identity columns"
+                f" ({', '.join(c.name for c in _generated.identity_columns(snapshot.schema))}),"
+                " whose values HTTP ingest does not generate yet. Serve a table without"
+                " GENERATED ... AS IDENTITY columns (send the key in the events instead).",
+                table_uri=config.uri,
+                feature="identityColumns",
             )
         self.partition_by = snapshot.partition_columns
         self.num_indexed = _stats.num_indexed_cols(snapshot.configuration)
