@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.table import _clustered_commit, _clustering, _generated_log, _log_commit, _uri
-from deltaflow.table._protocol import Protocol, features_in_use
+from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES, Protocol, features_in_use
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 from deltaflow.table.errors import UnsupportedFeatureError
 
@@ -80,7 +80,7 @@ HOOKS: tuple[Hook, ...] = (_generated_log.add_high_water_marks, _clustered_commi
 def needs_log_writer(request: CommitRequest) -> bool:
     """Whether creating the table of ``request`` gives it a feature delta-rs cannot write."""
     return request.clustering_columns is not None or bool(
-        features_needed(request.schema, request.configuration) & _unwritable()
+        features_needed(request.schema, request.configuration) & DELTA_RS_UNWRITABLE_FEATURES
     )
 
 
@@ -228,12 +228,6 @@ def restore(
 
 
 # ---- the pieces ------------------------------------------------------------------------------
-
-
-def _unwritable() -> frozenset[str]:
-    from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES
-
-    return DELTA_RS_UNWRITABLE_FEATURES
 
 
 def _first_draft(request: CommitRequest, current: Snapshot | None, label: str) -> Draft:
