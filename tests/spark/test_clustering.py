@@ -272,22 +272,21 @@ def test_hilbert_index_is_a_continuous_curve():
 
 def test_domain_survives_in_a_checkpoint_arrow_roundtrip(table_path):
     """A table created by the table layer reads back with delta-rs (no Spark)."""
-    from deltaflow.table import _clustered_commit
+    from deltaflow.table import _commit, _log_write
 
     path = table_path()
-    _clustered_commit.create_or_replace_table(
-        path,
-        schema={
-            "type": "struct",
-            "fields": [{"name": "a", "type": "long", "nullable": True, "metadata": {}}],
-        },
-        partition_columns=(),
-        configuration={},
-        name=None,
-        description=None,
-        clustering_columns=("a",),
-        label=path,
-        replace=False,
+    _log_write.commit_write(
+        _commit.CommitRequest(
+            table_uri=path,
+            schema={
+                "type": "struct",
+                "fields": [{"name": "a", "type": "long", "nullable": True, "metadata": {}}],
+            },
+            partition_columns=(),
+            adds=(),
+            clustering_columns=("a",),
+            operation="CREATE TABLE",
+        )
     )
     table = deltalake.DeltaTable(path)
     assert table.version() == 0 and table.to_pyarrow_table().equals(

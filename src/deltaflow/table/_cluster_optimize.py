@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from deltaflow.table import _clustering, _log_commit, _stats, _uri
+from deltaflow.table import _clustering, _log_commit, _log_write, _stats, _uri
 from deltaflow.table._snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,10 @@ def cluster(snapshot: Snapshot, *, full: bool = False) -> ClusterResult:
     cube = str(uuid.uuid4())
     tags = {ZCUBE_ID: cube, ZCUBE_CURVE: curve, ZCUBE_BY: by_tag} if physical else {}
     written = _write(snapshot, table, sum(e.size for e in candidates), tags)
-    removes = [_remove(e.path, e.size, adds.get(e.path, {})) for e in candidates]
+    removes = [
+        _log_write.remove_action(adds.get(e.path, {}), e.path, e.size, data_change=False)
+        for e in candidates
+    ]
     try:
         version = _log_commit.commit(
             _log_commit.LogCommitRequest(
@@ -282,21 +285,6 @@ def _write(
         _delete(snapshot.uri, [a["path"] for a in out])
         raise
     return out
-
-
-def _remove(path: str, size: int, add: dict[str, Any]) -> dict[str, Any]:
-    action: dict[str, Any] = {
-        "path": path,
-        "dataChange": False,
-        "extendedFileMetadata": True,
-        "partitionValues": dict(add.get("partitionValues") or {}),
-        "size": size,
-    }
-    if add.get("deletionVector"):
-        action["deletionVector"] = add["deletionVector"]
-    if add.get("tags"):
-        action["tags"] = add["tags"]
-    return action
 
 
 def _delete(uri: str, paths: list[str]) -> None:

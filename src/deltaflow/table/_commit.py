@@ -7,9 +7,11 @@ idempotency (``txnAppId`` / ``txnVersion``), creation with data in one commit,
 schema evolution, and typed errors.
 
 Commits delta-rs's Python API cannot express (``cdc`` actions, removes of files with
-deletion vectors), and every DML commit so that all of them follow one set of
-conflict rules, go through :mod:`deltaflow.table._log_commit` instead: a request
-with ``read`` set (what the transaction read) takes that path.
+deletion vectors), every DML commit (a request with ``read`` set: what the transaction
+read) so that all of them follow one set of conflict rules, and every commit to a table
+with a writer feature delta-rs refuses (``DELTA_RS_UNWRITABLE_FEATURES``: identity
+columns, clustering) go through :mod:`deltaflow.table._log_write` instead. A delta-rs
+refusal that slips through is an :class:`UnsupportedFeatureError`, never a conflict.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from deltaflow.table import _generated_log, _log_commit, _uri
-from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES, protocol_for_new_table
+from deltaflow.table import _log_commit, _uri
+from deltaflow.table._protocol import Protocol, protocol_for_new_table
 from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
 log = logging.getLogger(__name__)
@@ -169,6 +171,9 @@ class CommitRequest:
     identity_generated: tuple[str, ...] = ()
     # CLUSTER BY of a write that creates (or replaces) the table: column names.
     clustering_columns: tuple[str, ...] | None = None
+    # CREATE OR REPLACE TABLE: the request's schema, partitioning, configuration and
+    # comment replace the table's, and every live file is removed.
+    replace_table: bool = False
 
 
 @dataclass(frozen=True)
@@ -188,14 +193,14 @@ def already_committed(table: DeltaTable, app_id: str | None, app_version: int | 
 
 def commit(request: CommitRequest) -> CommitResult:
     """Commit ``request`` as one Delta transaction, or skip it if its app txn is recorded."""
+    from deltaflow.table import _log_write
+
     location = _uri.delta_rs_uri(request.table_uri)
     properties = _commit_properties(request)
     schema = Schema.from_json(json.dumps(request.schema))
     if request.read_version is None:
-        if request.clustering_columns:
-            from deltaflow.table import _clustered_commit
-
-            return _clustered_commit.create_with_files(request)
+        if _log_write.needs_log_writer(request):
+            return _log_write.commit_write(request)
         if _create_with_own_protocol(request):
             return CommitResult(0, False, len(request.adds))
         # delta-rs names a first write CREATE TABLE; delta-spark's WRITE also records the
@@ -225,12 +230,13 @@ def commit(request: CommitRequest) -> CommitResult:
                 " Retry the write: it will append to (or overwrite) the new table.",
                 table_uri=request.table_uri,
             ) from exc
-
-    if request.identity_generated:
-        # delta-rs cannot write identityColumns tables; the high water mark moves here.
-        return _generated_log.commit_write(request)
-    if request.read is not None:
-        return _commit_with_log_writer(request)
+    if (
+        request.read is not None
+        or request.replace_table
+        or request.identity_generated
+        or request.clustering_columns is not None
+    ):
+        return _log_write.commit_write(request)
 
     # Appends are blind and commit on the newest version. Anything that removes files
     # commits against the version it read, so delta-rs checks every commit since then
@@ -243,10 +249,8 @@ def commit(request: CommitRequest) -> CommitResult:
             version=request.read_version if pinned else None,
             storage_options=request.storage_options,
         )
-    if request.clustering_columns is not None or _clustered_commit_needed(table):
-        from deltaflow.table import _clustered_commit
-
-        return _clustered_commit.commit_write(request, table)
+    if Protocol.of(table.protocol()).delta_rs_unwritable:
+        return _log_write.commit_write(request)
     if already_committed(table, request.app_id, request.app_version):
         log.info(
             "skipping commit to %s: app transaction %s/%s is already recorded",
@@ -283,6 +287,9 @@ def commit(request: CommitRequest) -> CommitResult:
             # read every file, so a concurrent DELETE / UPDATE / MERGE fails it
             # (ConcurrentDeleteRead) on each of its retries. A blind append read nothing:
             # it commits on the newest version instead (its app transaction checked again).
+            unsupported = _log_write.from_delta_rs(exc, request.table_uri, request.operation)
+            if unsupported is not None:  # a feature delta-rs cannot write, not a conflict
+                raise unsupported from exc
             if pinned or kind != "ConcurrentDeleteRead" or rebases >= MAX_APPEND_REBASES:
                 raise _conflict(request, kind, exc) from exc
             rebases += 1
@@ -333,64 +340,6 @@ def _conflict(request: CommitRequest, kind: str, exc: Exception) -> ConcurrentWr
         read_version=request.read_version,
         attempts=MAX_COMMIT_RETRIES,
     )
-
-
-def _clustered_commit_needed(table: DeltaTable) -> bool:
-    """Whether delta-rs refuses to commit to ``table`` (e.g. a clustered table)."""
-    features = table.protocol().writer_features or ()
-    return bool(DELTA_RS_UNWRITABLE_FEATURES.intersection(features))
-
-
-def _commit_with_log_writer(request: CommitRequest) -> CommitResult:
-    assert request.read is not None and request.read_version is not None
-    location = _uri.delta_rs_uri(request.table_uri)
-    own: frozenset[int] = frozenset()
-    metadata = None
-    if request.new_columns and _clustered_commit_needed(
-        DeltaTable(location, storage_options=request.storage_options)
-    ):
-        from deltaflow.table import _clustered_commit
-
-        # delta-rs cannot write this table's metadata: the schema change rides the commit.
-        metadata = _clustered_commit.metadata_with_schema(request)
-    elif request.new_columns:
-        from deltalake.schema import Field as DeltaField
-
-        table = DeltaTable(location, storage_options=request.storage_options)
-        fields = [DeltaField.from_json(json.dumps(f)) for f in request.new_columns]
-        # The new columns land one commit earlier (delta-rs writes the metadata); that
-        # commit is this transaction's own, not a conflicting metadata change.
-        table.alter.add_columns(fields)
-        own = frozenset({int(table.version())})
-    config = DeltaTable(location, storage_options=request.storage_options).metadata()
-    info = dict(request.commit_info)
-    parameters = info.pop("operationParameters", {})
-    metrics = info.pop("operationMetrics", {})
-    info.pop("readVersion", None)
-    info.pop("isBlindAppend", None)
-    if request.user_metadata is not None:
-        info["userMetadata"] = request.user_metadata
-    version = _log_commit.commit(
-        _log_commit.LogCommitRequest(
-            table_uri=request.table_uri,
-            read_version=request.read_version,
-            operation=request.operation,
-            operation_parameters=parameters,
-            operation_metrics=metrics,
-            adds=[a.to_log_action() for a in request.adds],
-            removes=[r.to_log_action() for r in request.removes],
-            cdc=[c.to_cdc_action() for c in request.cdc],
-            app_id=request.app_id,
-            app_version=request.app_version,
-            read=request.read,
-            partitioned=bool(request.partition_columns),
-            extra_commit_info=info,
-            own_versions=own,
-            metadata=metadata,
-            checkpoint_interval=_log_commit.checkpoint_interval(dict(config.configuration)),
-        )
-    )
-    return CommitResult(version, False, len(request.adds))
 
 
 def conflict_kind(message: str) -> str:

@@ -49,8 +49,9 @@ ADDABLE_FEATURES = (
     "vacuumProtocolCheck",
 )
 # Writer features delta-rs 1.6 refuses to commit to ("Unsupported table features
-# required"): every commit to such a table goes through deltaflow's log writer.
-DELTA_RS_UNWRITABLE_FEATURES = frozenset({"clustering", "domainMetadata"})
+# required"): every commit to such a table goes through deltaflow's log writer
+# (table/_log_write.py). identityColumns is also implied by a legacy writer version 6.
+DELTA_RS_UNWRITABLE_FEATURES = frozenset({"clustering", "domainMetadata", "identityColumns"})
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,22 @@ class Protocol:
     writer: int
     reader_features: frozenset[str] = frozenset()
     writer_features: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, table: Any) -> Protocol:
+        """The protocol of anything with ``min_reader_version``, ``min_writer_version``,
+        ``reader_features`` and ``writer_features`` (a Snapshot, delta-rs's protocol)."""
+        return cls(
+            table.min_reader_version,
+            table.min_writer_version,
+            frozenset(table.reader_features or ()),
+            frozenset(table.writer_features or ()),
+        )
+
+    @property
+    def delta_rs_unwritable(self) -> frozenset[str]:
+        """The features of this protocol that make delta-rs 1.6 refuse to commit."""
+        return self.features & DELTA_RS_UNWRITABLE_FEATURES
 
     @property
     def features(self) -> frozenset[str]:

@@ -39,11 +39,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Schema
+from deltalake import DeltaTable, Schema
 
 from deltaflow.ingest.http._config import ServeConfig, TableConfig
 from deltaflow.ingest.http.errors import IngestCommitError, ServeConfigError
-from deltaflow.table import _commit, _partitions, _stats, _uri
+from deltaflow.table import _commit, _generated, _partitions, _stats, _uri
 from deltaflow.table._snapshot import load_snapshot, table_exists
 from deltaflow.table.errors import UnsupportedFeatureError
 
@@ -87,9 +87,20 @@ class TableWriter:
                 table_uri=config.uri,
                 feature="columnMapping",
             )
+        if _generated.identity_columns(snapshot.schema):
+            # Ingest writes rows as they come: it would commit NULL identity values.
+            raise UnsupportedFeatureError(
+                f"{config.uri} has identity columns"
+                f" ({', '.join(c.name for c in _generated.identity_columns(snapshot.schema))}),"
+                " whose values HTTP ingest does not generate yet. Serve a table without"
+                " GENERATED ... AS IDENTITY columns (send the key in the events instead).",
+                table_uri=config.uri,
+                feature="identityColumns",
+            )
         self.partition_by = snapshot.partition_columns
         self.num_indexed = _stats.num_indexed_cols(snapshot.configuration)
         self.delta_schema: Schema = self.table.schema()
+        self.schema_json: dict[str, Any] = json.loads(self.delta_schema.to_json())
         self.arrow_schema = pa.schema(self.delta_schema.to_arrow())
         self._check_configured_schema(snapshot.schema)
 
@@ -154,18 +165,19 @@ class TableWriter:
         files = self._write_files(combined, group)
         before = self.table.version()
         marker = json.dumps({"group": group, "keys": keys}, separators=(",", ":"))
-        properties = CommitProperties(
-            custom_metadata={COMMIT_INFO_KEY: marker},
-            max_commit_retries=_commit.MAX_COMMIT_RETRIES,
+        request = _commit.CommitRequest(
+            table_uri=self.config.uri,
+            schema=self.schema_json,
+            partition_columns=self.partition_by,
+            adds=files,
+            read_version=before,
+            commit_info={COMMIT_INFO_KEY: marker},
+            table=self.table,
         )
         try:
-            self.table.create_write_transaction(
-                [f.to_action() for f in files],
-                "append",
-                self.delta_schema,
-                list(self.partition_by) or None,
-                commit_properties=properties,
-            )
+            # delta-rs, or deltaflow's log writer for tables delta-rs cannot write
+            # (identity columns, clustering): _commit routes by the table's features.
+            _commit.commit(request)
         except Exception as exc:
             version = self._find_group(group, before)
             if version is not None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark import _arguments as args
-from deltaflow.table import _generated, _generated_log, _log_commit, _uri
+from deltaflow.table import _generated, _log_commit, _uri
 from deltaflow.table._protocol import protocol_for_new_table
 from deltaflow.table._snapshot import load_snapshot, table_exists
 from deltaflow.table.errors import (
@@ -463,35 +463,30 @@ def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
     from deltalake import DeltaTable as DeltaRsTable
     from deltalake import Schema
 
-    by_lower = {c.name.lower(): c.name for c in spec.columns}
-    if _generated.identity_columns(spec.schema_json()):
-        # delta-rs 1.6 neither sets the identityColumns protocol nor writes such tables.
-        _generated_log.create_identity_table(
-            uri,
-            spec.schema_json(),
-            partition_columns=[by_lower[p.lower()] for p in spec.partition_columns],
-            name=_short_name(spec.name) if spec.name else None,
-            description=spec.comment,
-            configuration=dict(spec.properties),
-            replace=replace,
-        )
-        log.info("%s Delta table at %s", "replaced" if replace else "created", uri)
-        return
-    if spec.clustering_columns is not None or (replace and _delta_rs_cannot_write(uri)):
-        from deltaflow.table import _clustered_commit
+    from deltaflow.table import _commit, _log_write
+    from deltaflow.table._protocol import Protocol
 
-        _clustered_commit.create_or_replace_table(
-            uri,
-            schema=spec.schema_json(),
-            partition_columns=tuple(by_lower[p.lower()] for p in spec.partition_columns),
-            configuration=dict(spec.properties),
-            name=_short_name(spec.name) if spec.name else None,
-            description=spec.comment,
-            clustering_columns=spec.clustering_columns or (),
-            label=spec.name or uri,
-            replace=replace,
-        )
-        log.info("%s clustered Delta table at %s", "replaced" if replace else "created", uri)
+    by_lower = {c.name.lower(): c.name for c in spec.columns}
+    current = load_snapshot(uri) if replace else None
+    request = _commit.CommitRequest(
+        table_uri=uri,
+        schema=spec.schema_json(),
+        partition_columns=tuple(by_lower[p.lower()] for p in spec.partition_columns),
+        adds=(),
+        read_version=None if current is None else current.version,
+        configuration=dict(spec.properties),
+        description=spec.comment,
+        clustering_columns=spec.clustering_columns,
+        replace_table=replace,
+        operation="CREATE TABLE",
+    )
+    if _log_write.needs_log_writer(request) or (
+        current is not None and Protocol.of(current).delta_rs_unwritable
+    ):
+        # Identity columns, CLUSTER BY, or a replace of such a table: delta-rs 1.6 cannot.
+        name = _short_name(spec.name) if spec.name else None
+        _log_write.commit_write(request, name=name, label=spec.name or uri)
+        log.info("%s Delta table at %s (log writer)", "replaced" if replace else "created", uri)
         return
     partitions = [by_lower[p.lower()] for p in spec.partition_columns]
     protocol = protocol_for_new_table(dict(spec.properties), spec.schema_json())
@@ -525,12 +520,6 @@ def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
         raise_if_key_not_exists=False,
     )
     log.info("%s Delta table at %s", "replaced" if replace else "created", uri)
-
-
-def _delta_rs_cannot_write(uri: str) -> bool:
-    from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES
-
-    return bool(DELTA_RS_UNWRITABLE_FEATURES.intersection(load_snapshot(uri).writer_features))
 
 
 def _check_matches(spec: TableSpec, uri: str) -> None:

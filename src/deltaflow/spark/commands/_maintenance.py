@@ -20,13 +20,21 @@ from urllib.parse import unquote
 import pyarrow.fs as pafs
 from deltalake import CommitProperties
 from deltalake import DeltaTable as _DeltaRsTable
+from deltalake.exceptions import DeltaError
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark.dml._delete_update import OPERATION_KEY
 from deltaflow.spark.errors import RestoreFilesMissingError, RetentionTooShortError
 from deltaflow.spark.write._native import delete_stale_staging
-from deltaflow.table import _cluster_optimize, _clustering, _partitions, _predicates, _uri
-from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES
+from deltaflow.table import (
+    _cluster_optimize,
+    _clustering,
+    _log_write,
+    _partitions,
+    _predicates,
+    _uri,
+)
+from deltaflow.table._protocol import Protocol
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 from deltaflow.table.errors import VersionNotFoundError
 
@@ -152,7 +160,7 @@ def vacuum(
     # delta-rs refuses to log VACUUM START/END on tables it cannot write (clustered ones):
     # there it only lists the files, and deltaflow deletes them (the log entries are
     # optional provenance, delta-spark's vacuum.logging).
-    unwritable = bool(DELTA_RS_UNWRITABLE_FEATURES.intersection(snapshot.writer_features))
+    unwritable = bool(Protocol.of(snapshot).delta_rs_unwritable)
     files = _writable(snapshot.uri).vacuum(
         retention_hours=hours,
         dry_run=dry_run or unwritable,
@@ -204,19 +212,34 @@ def restore(uri: str, *, version: int | None = None, timestamp: str | None = Non
     restored = {p: s for p, s in target.items() if p not in current}
     _check_files_exist(before.uri, version, restored)
     removed = {p: s for p, s in current.items() if p not in target}
+    row = (
+        sum(target.values()),
+        len(target),
+        len(removed),
+        len(restored),
+        sum(removed.values()),
+        sum(restored.values()),
+    )
     # delta-spark's RESTORE parameters: version and timestamp (null when by version).
     parameters = {"version": version, "timestamp": timestamp}
-    _writable(before.uri).restore(version, commit_properties=_parameters(parameters))
-    return [
-        (
-            sum(target.values()),
-            len(target),
-            len(removed),
-            len(restored),
-            sum(removed.values()),
-            sum(restored.values()),
-        )
-    ]
+    if Protocol.of(before).delta_rs_unwritable:  # delta-rs refuses: deltaflow's log writer
+        metrics = dict(zip(_RESTORE_METRICS, (str(v) for v in row), strict=True))
+        target_snapshot = load_snapshot(uri, version=version)
+        _log_write.restore(before, target_snapshot, parameters, metrics)
+    else:
+        _writable(before.uri).restore(version, commit_properties=_parameters(parameters))
+    return [row]
+
+
+# delta-spark's RESTORE operationMetrics, in the order of the command's output row.
+_RESTORE_METRICS = (
+    "tableSizeAfterRestore",
+    "numOfFilesAfterRestore",
+    "numRemovedFiles",
+    "numRestoredFiles",
+    "removedFilesSize",
+    "restoredFilesSize",
+)
 
 
 def optimize(
@@ -241,14 +264,20 @@ def optimize(
     # delta-spark's OPTIMIZE parameters next to delta-rs's own (predicate, targetSize).
     columns = _zorder_columns(snapshot, zorder_by) if zorder_by else []
     parameters = {"zOrderBy": json.dumps(columns), "clusterBy": "[]", "auto": False}
-    if zorder_by:
-        metrics = table.optimize.z_order(
-            columns, partition_filters=filters, commit_properties=_parameters(parameters)
-        )
-    else:
-        metrics = table.optimize.compact(
-            partition_filters=filters, commit_properties=_parameters(parameters)
-        )
+    try:
+        if zorder_by:
+            metrics = table.optimize.z_order(
+                columns, partition_filters=filters, commit_properties=_parameters(parameters)
+            )
+        else:
+            metrics = table.optimize.compact(
+                partition_filters=filters, commit_properties=_parameters(parameters)
+            )
+    except DeltaError as exc:  # e.g. an identity table: a typed refusal, not delta-rs's
+        unsupported = _log_write.from_delta_rs(exc, snapshot.uri, "OPTIMIZE")
+        if unsupported is not None:
+            raise unsupported from exc
+        raise
 
     def stats(value: Any) -> Row | None:
         data = json.loads(value) if isinstance(value, str) else value
