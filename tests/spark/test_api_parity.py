@@ -6,8 +6,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import polars as pl
@@ -505,33 +503,12 @@ CONNECT_CLIENT = textwrap.dedent(
 
 @pytest.mark.slow
 def test_delta_table_api_from_a_spark_connect_client(table_path, tmp_path):
-    from tests.spark.test_hosts import free_port, start_server, stop, wait_for_port
+    from tests.spark.test_hosts import run_connect_client
 
     path = table_path()
     write_deltalake(path, pa.table({"id": pa.array([1, 2], pa.int64())}))
     write_deltalake(path, pa.table({"id": pa.array([3], pa.int64())}), mode="append")
-    port = free_port()
-    server = start_server(
-        "org.apache.spark.sql.connect.service.SparkConnectServer",
-        tmp_path,
-        {
-            "spark.connect.grpc.binding.port": str(port),
-            "spark.connect.grpc.binding.address": "127.0.0.1",
-        },
-    )
-    try:
-        wait_for_port(port, server, timeout=180)
-        client = tmp_path / "client.py"
-        client.write_text(CONNECT_CLIENT)
-        result = subprocess.run(
-            [sys.executable, str(client), str(port), path],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-    finally:
-        log = stop(server, tmp_path)
+    result, log = run_connect_client(tmp_path, CONNECT_CLIENT, path)
     assert result.returncode == 0, result.stderr[-3000:] + log
     out = result.stdout
     assert "HISTORY [(1, 'WRITE'), (0, 'WRITE')]" in out, out

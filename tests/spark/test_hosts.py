@@ -128,9 +128,12 @@ CLIENT = textwrap.dedent(
 )
 
 
-def test_spark_connect_client_reads_and_writes_a_delta_table(table_path, tmp_path):
-    path = table_path()
-    seeded(path)
+def run_connect_client(
+    tmp_path: Path, source: str, path: str
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """A Spark Connect server started with only spark_conf(), and the client script
+    ``source`` run against it with ``<port> <path>``; the client's result and the
+    server's log."""
     port = free_port()
     server = start_server(
         "org.apache.spark.sql.connect.service.SparkConnectServer",
@@ -143,7 +146,7 @@ def test_spark_connect_client_reads_and_writes_a_delta_table(table_path, tmp_pat
     try:
         wait_for_port(port, server, timeout=180)
         client = tmp_path / "client.py"
-        client.write_text(CLIENT)
+        client.write_text(source)
         result = subprocess.run(
             [sys.executable, str(client), str(port), path],
             capture_output=True,
@@ -153,6 +156,13 @@ def test_spark_connect_client_reads_and_writes_a_delta_table(table_path, tmp_pat
         )
     finally:
         log = stop(server, tmp_path)
+    return result, log
+
+
+def test_spark_connect_client_reads_and_writes_a_delta_table(table_path, tmp_path):
+    path = table_path()
+    seeded(path)
+    result, log = run_connect_client(tmp_path, CLIENT, path)
     assert result.returncode == 0, result.stderr[-3000:] + log
     assert "ROWS [(1, 'a'), (2, 'b'), (3, 'x'), (4, 'x'), (5, 'x')]" in result.stdout
     assert "COUNT 3" in result.stdout

@@ -19,22 +19,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import typed_error
-from deltaflow.pipelines._analysis import Resolution
-from deltaflow.pipelines._event_log import EventLog
 from deltaflow.pipelines._flows import (
     FlowRun,
     Outcome,
-    RetryPolicy,
     Running,
     Trigger,
-    emit_progress,
+    UpdateDriver,
 )
-from deltaflow.pipelines._storage import Storage
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-    from deltaflow.pipelines._runner import FlowReport, PipelineSettings
+    from deltaflow.pipelines._runner import FlowReport
 
 
 def _seconds(interval: str) -> float:
@@ -57,31 +51,18 @@ class _Stream:
     outcome: Outcome = field(default_factory=Outcome)
 
 
-class Continuous:
+class Continuous(UpdateDriver):
     """One continuous update (see the module docstring)."""
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        resolution: Resolution,
-        settings: PipelineSettings,
-        storage: Storage,
-        log: EventLog,
-        runnable: list[str],
-    ) -> None:
-        self._spark = spark
-        self._resolution = resolution
-        self._settings = settings
-        self._storage = storage
-        self._log = log
+    def _prepare(self) -> None:
+        settings, resolution = self._settings, self._resolution
         self._interval = settings.setting("pipelines.trigger.interval", "5 seconds")
-        self._policy = RetryPolicy.of(settings)
         trigger = Trigger(self._interval)
         self._streams: list[_Stream] = []
         self._batches: list[str] = []
         self._batch_errors: dict[str, BaseException] = {}
-        for name in runnable:
-            run = FlowRun(spark, resolution, resolution.flows[name], storage, trigger)
+        for name in self._runnable:
+            run = FlowRun(self._spark, resolution, resolution.flows[name], self._storage, trigger)
             if run.streaming:
                 self._streams.append(_Stream(name, run))
             else:
@@ -102,8 +83,11 @@ class Continuous:
                 stop.wait(min(every, 1.0))
         finally:
             for stream in self._streams:
-                if stream.running is not None and stream.running.query.isActive:
-                    stream.running.query.stop()
+                if stream.running is not None:
+                    if stream.running.query.isActive:
+                        stream.running.query.stop()
+                    # The batches since the last look count too.
+                    stream.outcome = stream.running.outcome()
             self._log.flush()
         return self._reports()
 
@@ -161,9 +145,6 @@ class Continuous:
                 continue
             self._batch_errors.pop(name, None)
             self._progress(name, "COMPLETED", outcome=outcome)
-
-    def _progress(self, name: str, status: str, **details: Any) -> None:
-        emit_progress(self._log, self._resolution, name, status, **details)
 
     def _reports(self) -> dict[str, FlowReport]:
         from deltaflow.pipelines._runner import FlowReport

@@ -365,3 +365,31 @@ def emit_progress(
         dataset=resolution.flows[name].flow.target,
         error=None if error is None else f"{type(error).__name__}: {error}",
     )
+
+
+class UpdateDriver:
+    """What drives the flows of one update (triggered or continuous) holds."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        resolution: Resolution,
+        settings: PipelineSettings,
+        storage: Storage,
+        log: EventLog,
+        runnable: list[str],
+    ) -> None:
+        self._spark = spark
+        self._resolution = resolution
+        self._settings = settings
+        self._storage = storage
+        self._log = log
+        self._runnable = runnable
+        self._policy = RetryPolicy.of(settings)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """What a driver sets up before it runs (nothing by default)."""
+
+    def _progress(self, name: str, status: str, **details: Any) -> None:
+        emit_progress(self._log, self._resolution, name, status, **details)

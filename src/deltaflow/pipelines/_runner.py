@@ -30,7 +30,7 @@ from deltaflow.pipelines import _expectations
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow, resolve
 from deltaflow.pipelines._declarations import Flow
 from deltaflow.pipelines._event_log import EventLog, Origin
-from deltaflow.pipelines._flows import FlowRun, RetryPolicy, emit_progress
+from deltaflow.pipelines._flows import FlowRun, UpdateDriver
 from deltaflow.pipelines._graph import Graph
 from deltaflow.pipelines._storage import CatalogPublisher, Storage
 from deltaflow.pipelines.errors import (
@@ -347,25 +347,9 @@ def _runnable(resolution: Resolution, selected: set[str] | None) -> list[str]:
     ]
 
 
-class _Scheduler:
+class _Scheduler(UpdateDriver):
     """Runs the selected flows: each once its upstream flows completed, up to
     ``pipelines.maxConcurrentFlows`` at a time; downstream of a failure is skipped."""
-
-    def __init__(
-        self,
-        spark: SparkSession,
-        resolution: Resolution,
-        settings: PipelineSettings,
-        storage: Storage,
-        log: EventLog,
-        runnable: list[str],
-    ) -> None:
-        self._spark = spark
-        self._resolution = resolution
-        self._settings = settings
-        self._storage = storage
-        self._log = log
-        self._runnable = runnable
 
     def run(self) -> dict[str, FlowReport]:
         reports: dict[str, FlowReport] = {}
@@ -374,7 +358,7 @@ class _Scheduler:
             for n in self._runnable
         }
         for name in self._runnable:
-            self._flow_progress(name, "QUEUED")
+            self._progress(name, "QUEUED")
         workers = max(1, int(self._settings.setting("pipelines.maxConcurrentFlows", "2")))
         running: dict[Future[FlowReport], str] = {}
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pipeline-flow") as pool:
@@ -397,30 +381,30 @@ class _Scheduler:
     def _skip(self, name: str, needs: list[str], reports: Mapping[str, FlowReport]) -> FlowReport:
         failed = next(u for u in needs if reports[u].status != "COMPLETED")
         target = self._resolution.flows[name].flow.target
-        self._flow_progress(name, "SKIPPED", message=f"upstream flow {failed!r} did not complete")
+        self._progress(name, "SKIPPED", message=f"upstream flow {failed!r} did not complete")
         return FlowReport(name, target, "SKIPPED", error=f"upstream flow {failed!r} failed")
 
     def _run_with_retries(self, name: str) -> FlowReport:
         resolved = self._resolution.flows[name]
-        policy = RetryPolicy.of(self._settings)
+        policy = self._policy
         attempt = 0
         while True:
             attempt += 1
-            self._flow_progress(name, "RUNNING", attempt=attempt)
+            self._progress(name, "RUNNING", attempt=attempt)
             try:
                 outcome = FlowRun(self._spark, self._resolution, resolved, self._storage).run()
             except Exception as exc:
                 error = typed_error(exc) or exc
                 if policy.gives_up(error, attempt):
-                    self._flow_progress(name, "FAILED", attempt=attempt, error=error)
+                    self._progress(name, "FAILED", attempt=attempt, error=error)
                     self._log.flush()
                     return FlowReport(
                         name, resolved.flow.target, "FAILED", attempt, error=str(error)
                     )
-                self._flow_progress(name, "RETRYING", attempt=attempt, error=error)
+                self._progress(name, "RETRYING", attempt=attempt, error=error)
                 time.sleep(policy.delay(attempt))
                 continue
-            self._flow_progress(name, "COMPLETED", attempt=attempt, outcome=outcome)
+            self._progress(name, "COMPLETED", attempt=attempt, outcome=outcome)
             self._log.flush()
             return FlowReport(
                 name,
@@ -430,6 +414,3 @@ class _Scheduler:
                 rows_written=outcome.rows,
                 expectations=outcome.expectations,
             )
-
-    def _flow_progress(self, name: str, status: str, **details: Any) -> None:
-        emit_progress(self._log, self._resolution, name, status, **details)
