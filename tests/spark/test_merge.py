@@ -467,3 +467,26 @@ def test_multiple_match_error_pickles_and_crosses_the_wire():
     for copy in (pickle.loads(pickle.dumps(error)), from_wire(to_wire(error))):
         assert isinstance(copy, MultipleSourceRowMatchingTargetRowError)
         assert copy.table_uri == "file:///t"
+
+
+def test_small_merge_runs_without_adaptive_execution_and_restores_the_session(
+    spark, table_path, monkeypatch
+):
+    """A MERGE over a few KB turns adaptive execution off for its own jobs only (fewer
+    jobs: each re-planned stage is one), and leaves the session's setting as it was."""
+    path = _make(table_path())
+    seen: list[str] = []
+    original = _delete_update.session_conf
+
+    def recording(session, settings):
+        seen.append(str(settings.get(_delete_update.ADAPTIVE_CONF)))
+        return original(session, settings)
+
+    before = spark.conf.get(_delete_update.ADAPTIVE_CONF)
+    monkeypatch.setattr(_delete_update, "session_conf", recording)
+    DeltaTable.forPath(spark, path).alias("t").merge(
+        _source(spark, [(1, "a", 100, "u")]), "t.id = s.id"
+    ).whenMatchedUpdateAll().execute()
+    assert "false" in seen
+    assert spark.conf.get(_delete_update.ADAPTIVE_CONF) == before
+    assert (1, "a", 100, "u") in _rows(spark, path)

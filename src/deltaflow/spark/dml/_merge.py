@@ -174,7 +174,7 @@ def execute(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
             copied=0 if merge.dv else sum(o.unchanged for o in chosen),
         )
         rows = _job2_rows(merge, found, changes, dedupe=any(o.max_pairs > 1 for o in chosen))
-        with _delete_update.balanced_splits(spark):
+        with _delete_update.balanced_splits(spark, merge.files):
             written = _changes.write(rows, merge.plan, changes=changes)
     finally:
         for df in merge.cached:
@@ -281,17 +281,17 @@ def _job1(merge: _Merge) -> _Found:
     pairs = _merge_rows.per_row(joined, spec.clauses, merge.inserts, inner=live is not None)
     if merge.inserts:
         merge.cached.append(pairs.persist(StorageLevel.MEMORY_AND_DISK))
-    with _delete_update.balanced_splits(merge.spark):
+    with _delete_update.balanced_splits(merge.spark, merge.files):
         outcomes = _merge_rows.outcomes(pairs, scan, live)
-    _check_multiple_matches(spec, outcomes)
-    new_rows = None
-    if merge.inserts:
-        # Not persisted: its inputs (the marked source, the pairs) are, so job 2 sees the
-        # same rows; one job counts both the source and the inserts.
-        new_rows = _merge_rows.unmatched_source(merge.marked, pairs, spec.clauses)
-        source_rows, inserted = _merge_rows.source_counts(merge.marked, new_rows)
-    else:
-        source_rows, inserted = spec.source.count(), 0
+        _check_multiple_matches(spec, outcomes)
+        new_rows = None
+        if merge.inserts:
+            # Not persisted: its inputs (the marked source, the pairs) are, so job 2 sees
+            # the same rows; one job counts both the source and the inserts.
+            new_rows = _merge_rows.unmatched_source(merge.marked, pairs, spec.clauses)
+            source_rows, inserted = _merge_rows.source_counts(merge.marked, new_rows)
+        else:
+            source_rows, inserted = spec.source.count(), 0
     touched = sorted(i for i, o in outcomes.items() if o.touched)
     return _Found(outcomes, touched, new_rows, inserted, source_rows)
 
