@@ -124,7 +124,7 @@ class CdcBatches:
         from pyspark.sql import functions as F
 
         flow = self._flow
-        columns = stored_columns([c for c in batch.columns], flow)
+        columns = stored_columns(list(batch.columns), flow)
         deletes = (
             _expr(flow.apply_as_deletes) if flow.apply_as_deletes is not None else F.lit(False)
         )
@@ -179,7 +179,7 @@ class CdcBatches:
             )
             .execute()
         )
-        self._record_state(latest)
+        self._record_state(latest, exists=state is not None)
 
     def _latest_per_key(self, events: DataFrame) -> DataFrame:
         """One event per key: the newest; with ``ignore_null_updates``, a column that
@@ -204,7 +204,7 @@ class CdcBatches:
             return None
         return self._spark.read.format("delta").load(self._state)
 
-    def _record_state(self, latest: DataFrame) -> None:
+    def _record_state(self, latest: DataFrame, *, exists: bool) -> None:
         from deltaflow.spark.dml._delta_table import DeltaTable
 
         state = latest.select(
@@ -212,7 +212,7 @@ class CdcBatches:
             latest[_SEQ].alias(_STATE_SEQ),
             latest[_DELETE].alias(_STATE_DELETED),
         )
-        if self._state_frame() is None:
+        if not exists:
             state.write.format("delta").mode("append").save(self._state)
             return
         condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self._keys)

@@ -97,14 +97,12 @@ class SnapshotApplier:
             return snapshot, int(version)
         from deltaflow.table._snapshot import load_snapshot
 
-        table = self._spark.read.table(source)
         location = self._spark.sql(f"DESCRIBE DETAIL {source}").collect()[0]["location"]
         version = load_snapshot(location).version
         if last is not None and version <= last:
             return None
-        return self._spark.read.format("delta").option("versionAsOf", version).load(
-            location
-        ).select(*table.columns), version
+        reader = self._spark.read.format("delta").option("versionAsOf", version)
+        return reader.load(location), version
 
     def _apply(self, snapshot: DataFrame, version: int) -> None:
         if self._flow.stored_as_scd_type == 1:
