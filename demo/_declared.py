@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from demo import _scoring
 from demo._checks import check
 from demo._registry import REGISTRY_COLUMNS, registry_rounds
 
@@ -25,7 +26,16 @@ from deltaflow import pipelines as dp
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-SILVER_COLUMNS = ("event_id", "device_id", "state", "event_type", "heart_rate", "battery_pct")
+SILVER_COLUMNS = (
+    "event_id",
+    "device_id",
+    "state",
+    "event_type",
+    "heart_rate",
+    "steps",
+    "battery_pct",
+    "event_time",
+)
 
 
 @dataclass(frozen=True)
@@ -42,13 +52,16 @@ def _full_second_snapshot(first: pa.Table, second: pa.Table) -> pa.Table:
     return pa.Table.from_pylist([rows[d] for d in sorted(rows)], schema=first.schema)
 
 
-def declare(spark: SparkSession, bronze_uri: str, snapshots: list[pa.Table]) -> dp.Graph:
+def declare(
+    spark: SparkSession, bronze_uri: str, snapshots: list[pa.Table], model: _scoring.TrainedModel
+) -> dp.Graph:
     def next_snapshot(last: int | None) -> tuple[Any, int] | None:
         index = 0 if last is None else last
         if index >= len(snapshots):
             return None
         return spark.createDataFrame(snapshots[index].to_pandas()), index + 1
 
+    predict = _scoring.arrow_predictor(spark, model)
     with dp.collect() as declared:
 
         @dp.table(comment="device events worth analysing")
@@ -60,6 +73,15 @@ def declare(spark: SparkSession, bronze_uri: str, snapshots: list[pa.Table]) -> 
         @dp.materialized_view(comment="events per state and type")
         def gold_state_counts() -> Any:
             return spark.read.table("silver_events").groupBy("state", "event_type").count()
+
+        @dp.table(comment="the event-kind model's features, one row per silver event")
+        def event_features() -> Any:
+            return spark.readStream.table("silver_events").select(*_scoring.feature_columns())
+
+        @dp.table(comment="each event's kind as the model predicts it from its readings")
+        def gold_event_kinds() -> Any:
+            features = spark.readStream.table("event_features")
+            return _scoring.predictions(features, predict, model.model_id)
 
         dp.create_streaming_table("device_history", comment="the registry, SCD type 2")
         dp.create_auto_cdc_from_snapshot_flow(
@@ -79,7 +101,9 @@ def run_declared(spark: SparkSession, data_dir: Path, bronze_uri: str) -> Declar
     storage = data_dir / "pipeline"
     settings = dp.PipelineSettings(name="fitness", storage=str(storage), database="fitness")
     print("\nDeclarative pipeline (deltaflow.pipelines; storage pipeline/, database fitness)")
-    report = dp.run_update(spark, declare(spark, bronze_uri, snapshots), settings)
+    model = _scoring.train(events)
+    model_path = _scoring.save(model, data_dir)
+    report = dp.run_update(spark, declare(spark, bronze_uri, snapshots, model), settings)
     for name, flow in report.flows.items():
         rows = "" if flow.rows_written is None else f"{flow.rows_written:>12,} rows"
         print(f"  {name:<22} {flow.status:<10} {rows}")
@@ -126,6 +150,9 @@ def run_declared(spark: SparkSession, data_dir: Path, bronze_uri: str) -> Declar
         f"device_history's columns are {history.column_names}",
     )
     print("  OK: expectations, silver, gold and the SCD 2 history agree with the raw data")
+    _scoring.report(
+        spark, model, report.flows["gold_event_kinds"].rows_written, storage / "tables", model_path
+    )
     return DeclaredResult(off_wrist, silver.num_rows, history.num_rows)
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 import re
 
+import deltalake
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from demo import main_job
 
+from deltaflow import pipelines as dp
 from deltaflow.testing import DeviceEventGenerator
 
 pytestmark = pytest.mark.slow
@@ -77,8 +81,40 @@ def test_demo_answers_correctly(spark, tmp_path, capsys):
         "OK: gold equals silver's counts in every closed minute",
         "OK: the change feed shows exactly the devices the second round changed or added",
         "OK: expectations, silver, gold and the SCD 2 history agree with the raw data",
+        "OK: one prediction per feature row, each the model's own, accuracy and counts agree",
     ):
         assert verdict in out
+    _assert_in_stream_predictions_are_the_models(data_dir, out)
+
+
+def _assert_in_stream_predictions_are_the_models(data_dir, out):
+    """gold_event_kinds: one prediction per feature row, each what the saved model predicts."""
+    tables = data_dir / "pipeline" / "tables"
+    features = deltalake.DeltaTable(str(tables / "event_features")).to_pandas()
+    gold = deltalake.DeltaTable(str(tables / "gold_event_kinds")).to_pandas()
+    assert len(features) > 50_000
+    assert len(gold) == len(features) == gold["event_id"].nunique()
+    assert set(gold["event_id"]) == set(features["event_id"])
+
+    blob = (data_dir / "models" / "event_kind.pkl").read_bytes()
+    assert set(gold["model_id"]) == {hashlib.sha256(blob).hexdigest()[:12]}
+    model = pickle.loads(blob)
+    rows = features.merge(gold[["event_id", "predicted_type"]], on="event_id")
+    expected = model.predict(rows[["heart_rate", "steps", "battery_pct"]].to_numpy())
+    assert (expected == rows["predicted_type"].to_numpy()).all()
+    # A model worth having: most kinds right, and more than one kind predicted.
+    assert (rows["predicted_type"] == rows["event_type"]).mean() > 0.9
+    assert rows["predicted_type"].nunique() > 2
+    assert _printed_number("rows scored in-stream", out) == len(gold)
+
+    completed = [
+        event["details"]["flow_progress"]
+        for event in dp.read_events(str(data_dir / "pipeline" / "system" / "events"))
+        if event["event_type"] == "flow_progress"
+        and event["origin"]["flow_name"] == "gold_event_kinds"
+        and event["details"]["flow_progress"]["status"] == "COMPLETED"
+    ]
+    assert [p["metrics"]["num_output_rows"] for p in completed] == [len(gold)]
 
 
 def test_demo_reruns_in_its_own_data_dir_but_refuses_a_foreign_one(tmp_path, capsys):
