@@ -5,8 +5,11 @@ hand: ``silver_events`` streams the backfilled bronze table with two expectation
 from trackers off the wrist, without a heart rate, are dropped and counted; a low battery
 is only counted), ``gold_state_counts`` is a materialized view over silver, and
 ``device_history`` keeps the registry as an SCD type 2 dimension with AUTO CDC from the
-registry's two snapshots. One triggered update runs them; the event log's data-quality
-summary is printed and every number checked against the raw Arrow data.
+registry's two snapshots. ``event_features`` and ``gold_event_kinds`` are streaming ML
+inference: silver's readings as features, and each event's kind as a scikit-learn model
+trained here predicts it, scored in-stream by an Arrow UDF (``_scoring.py``). One
+triggered update runs them; the event log's data-quality summary and the model's summary
+are printed and every number checked against the raw Arrow data.
 """
 
 from __future__ import annotations
@@ -150,7 +153,7 @@ def run_declared(spark: SparkSession, data_dir: Path, bronze_uri: str) -> Declar
         f"device_history's columns are {history.column_names}",
     )
     print("  OK: expectations, silver, gold and the SCD 2 history agree with the raw data")
-    _scoring.report(
+    _scoring.print_summary(
         spark, model, report.flows["gold_event_kinds"].rows_written, storage / "tables", model_path
     )
     return DeclaredResult(off_wrist, silver.num_rows, history.num_rows)

@@ -67,7 +67,8 @@ def train(events: pa.Table) -> TrainedModel:
             " (or `pip install -e '.[dev]'`, which `make demo` does)"
         ) from err
 
-    on_wrist = events.filter(pc.is_valid(events["heart_rate"]))
+    readings = events.select(["event_id", "event_time", *FEATURES, LABEL])
+    on_wrist = readings.filter(pc.is_valid(readings["heart_rate"]))
     labelled = on_wrist.sort_by("event_time").slice(0, TRAINING_ROWS)
     features = _matrix(labelled)
     labels = labelled[LABEL].to_numpy(zero_copy_only=False)
@@ -152,7 +153,7 @@ def _matrix(table: pa.Table) -> np.ndarray[Any, np.dtype[np.float64]]:
 # ---- the summary and its independent checks ---------------------------------------------
 
 
-def report(
+def print_summary(
     spark: SparkSession,
     model: TrainedModel,
     scored: int | None,

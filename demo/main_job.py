@@ -21,7 +21,10 @@ computation (the demo exits 1 with ``DEMO FAILED`` when one disagrees):
 5. **Declared** (``_declared.py``). The same chain declared as a pipeline
    (``deltaflow.pipelines``): silver with expectations (events off the wrist dropped and
    counted), a gold materialized view, and the registry as an AUTO CDC SCD type 2
-   dimension; one triggered update, and the event log's data-quality summary.
+   dimension; one triggered update, and the event log's data-quality summary. Streaming
+   ML inference (``_scoring.py``): a scikit-learn model, trained on a labelled slice of
+   the backfill to tell an event's kind from its readings, is broadcast once and scored by
+   an Arrow UDF in a streaming table (``gold_event_kinds``) over the features table.
 """
 
 from __future__ import annotations
@@ -220,6 +223,10 @@ def print_banner(config: DemoConfig) -> None:
         "landing files; streams build silver and gold"
     )
     print("  6. device registry: MERGE twice, then read its change data feed")
+    print(
+        "  7. the same chain as a declared pipeline; a scikit-learn model trained on the "
+        "backfill scores every event in-stream"
+    )
     print(f"  data: {config.data_dir}   (Spark's own log: {config.data_dir / 'spark.log'})")
 
 
