@@ -184,6 +184,17 @@ def print_summary(
 
     features = deltalake.DeltaTable(str(tables / "event_features")).to_pyarrow_table()
     gold = deltalake.DeltaTable(str(tables / "gold_event_kinds")).to_pyarrow_table()
+    saved = model_path.read_bytes()
+    check(
+        hashlib.sha256(saved).hexdigest()[:12] == model.model_id and len(saved) == len(model.blob),
+        f"{model_path} holds {len(saved):,} bytes, not the {len(model.blob):,} of model"
+        f" {model.model_id} that was broadcast",
+    )
+    check(
+        model.training_rows + model.held_out.num_rows == min(TRAINING_ROWS, features.num_rows),
+        f"{model.training_rows:,} training and {model.held_out.num_rows:,} held-out rows do"
+        f" not add up to the labelled slice of {min(TRAINING_ROWS, features.num_rows):,}",
+    )
     check(
         scored == features.num_rows == gold.num_rows
         and pc.count_distinct(gold["event_id"]).as_py() == gold.num_rows,
@@ -196,8 +207,9 @@ def print_summary(
         f"gold_event_kinds names models {gold['model_id'].unique()}, not {model.model_id}",
     )
     # The model's own predictions, made here in pandas from the saved bytes, row by row.
-    joined = features.join(gold, "event_id", join_type="inner")
-    estimator = pickle.loads(model_path.read_bytes())
+    scored_rows = gold.select(["event_id", "predicted_type"])
+    joined = features.join(scored_rows, "event_id", join_type="inner")
+    estimator = pickle.loads(saved)
     frame = joined.to_pandas()
     expected = estimator.predict(frame[list(FEATURES)].to_numpy())
     disagree = int((expected != frame["predicted_type"].to_numpy()).sum())
@@ -205,11 +217,11 @@ def print_summary(
         joined.num_rows == gold.num_rows and disagree == 0,
         f"{disagree:,} of {joined.num_rows:,} in-stream predictions differ from the model's",
     )
-    held = model.held_out.join(gold.select(["event_id", "predicted_type"]), "event_id")
+    held = model.held_out.join(scored_rows, "event_id")
     right = pc.sum(pc.equal(held[LABEL], held["predicted_type"]).cast(pa.int64())).as_py()
     check(
         held.num_rows == model.held_out.num_rows
-        and abs(right / held.num_rows - model.accuracy) < 1e-12,
+        and abs(right / max(held.num_rows, 1) - model.accuracy) < 1e-12,
         f"the in-stream predictions of the {held.num_rows:,} held-out rows are"
         f" {right / max(held.num_rows, 1):.4%} right; training measured {model.accuracy:.4%}",
     )
