@@ -103,6 +103,9 @@ def run_declared(spark: SparkSession, data_dir: Path, bronze_uri: str) -> Declar
     snapshots = [rounds.first, _full_second_snapshot(rounds.first, rounds.second)]
     storage = data_dir / "pipeline"
     settings = dp.PipelineSettings(name="fitness", storage=str(storage), database="fitness")
+    # A session reused from an earlier run (main(spark=...), the tests) still has the names
+    # registered at that run's storage, and a pipeline keeps a name that is registered.
+    spark.sql("DROP DATABASE IF EXISTS fitness CASCADE")
     print("\nDeclarative pipeline (deltaflow.pipelines; storage pipeline/, database fitness)")
     model = _scoring.train(events)
     model_path = _scoring.save(model, data_dir)

@@ -95,9 +95,6 @@ def test_declared_stage_scores_the_model_in_stream(spark, tmp_path, capsys):
         to_spark(spark, generator.batch(15_000)).write.format("delta").mode("append").save(
             bronze_uri
         )
-    # The full demo test may have registered the pipeline's tables at its own storage.
-    spark.sql("DROP DATABASE IF EXISTS fitness CASCADE")
-
     _declared.run_declared(spark, tmp_path, bronze_uri)
 
     _assert_in_stream_predictions_are_the_models(tmp_path, capsys.readouterr().out)
