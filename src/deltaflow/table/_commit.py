@@ -29,7 +29,7 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from deltaflow.table import _log_commit, _uri
+from deltaflow.table import _auto_compact, _log_commit, _uri
 from deltaflow.table._protocol import Protocol, protocol_for_new_table
 from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
@@ -174,6 +174,9 @@ class CommitRequest:
     # CREATE OR REPLACE TABLE: the request's schema, partitioning, configuration and
     # comment replace the table's, and every live file is removed.
     replace_table: bool = False
+    # The writer's session settings for auto compaction (the table's property decides
+    # when they leave it open); see :mod:`deltaflow.table._auto_compact`.
+    auto_compact: _auto_compact.AutoCompactSettings = _auto_compact.DEFAULT_SETTINGS
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,41 @@ def already_committed(table: DeltaTable, app_id: str | None, app_version: int | 
 
 
 def commit(request: CommitRequest) -> CommitResult:
-    """Commit ``request`` as one Delta transaction, or skip it if its app txn is recorded."""
+    """Commit ``request`` as one Delta transaction, or skip it if its app txn is recorded.
+
+    Then the post-commit hook: auto compaction of the partitions the commit wrote to, when
+    the table or the session turns it on (:mod:`deltaflow.table._auto_compact`). It never
+    raises: once this commit is in, nothing after it fails the write.
+    """
+    result = _commit_once(request)
+    if not result.skipped:
+        _after_commit(request, result)
+    return result
+
+
+def _after_commit(request: CommitRequest, result: CommitResult) -> None:
+    def configuration() -> dict[str, str | None]:
+        table = request.table
+        if table is None:
+            table = DeltaTable(
+                _uri.delta_rs_uri(request.table_uri), storage_options=request.storage_options
+            )
+        return dict(table.metadata().configuration)
+
+    _auto_compact.after_commit(
+        table_uri=request.table_uri,
+        partition_columns=request.partition_columns,
+        added_partitions=[a.partition_values for a in request.adds if a.data_change],
+        version=result.version,
+        settings=request.auto_compact,
+        # A commit that creates the table carries its properties; others read them.
+        configuration=dict(request.configuration) if request.read_version is None else None,
+        load_configuration=configuration,
+        storage_options=request.storage_options,
+    )
+
+
+def _commit_once(request: CommitRequest) -> CommitResult:
     from deltaflow.table import _log_write
 
     location = _uri.delta_rs_uri(request.table_uri)

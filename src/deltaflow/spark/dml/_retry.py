@@ -1,0 +1,81 @@
+"""DML that lost a race to a compaction runs again, instead of failing.
+
+A compaction (auto compaction after another writer's commit, OPTIMIZE, REORG) rewrites
+files without changing rows (``dataChange=false``). A DELETE / UPDATE / MERGE that read
+such a file before it was replaced cannot commit its removes: the rows now live in the
+compacted file. delta-spark fails the DML then (ConcurrentDeleteReadException); deltaflow
+re-runs it on the new version, a bounded number of times, when every commit it lost to
+was such a rewrite (any data-changing winner still fails it, as delta-spark would). The
+attempt that lost wrote files no commit references; VACUUM removes them.
+
+The DML's session settings for auto compaction ride along to its commit.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, TypeVar
+
+from deltaflow.table import _auto_compact, _commit
+from deltaflow.table.errors import ConcurrentWriteError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Each re-run follows a compaction that landed while the DML ran; auto compaction runs
+# at most once per write, so a few re-runs cover a busy table.
+MAX_RERUNS = 3
+
+_settings: contextvars.ContextVar[_auto_compact.AutoCompactSettings | None] = (
+    contextvars.ContextVar("deltaflow_dml_auto_compact", default=None)
+)
+
+
+def session_settings(spark: SparkSession) -> _auto_compact.AutoCompactSettings:
+    """The session's auto compaction settings (Spark conf)."""
+    conf = {key: spark.conf.get(key, None) for key in _auto_compact.SESSION_CONFS}
+    return _auto_compact.AutoCompactSettings.from_conf(conf)
+
+
+def run_dml(spark: SparkSession, operation: str, uri: str, run: Callable[[], T]) -> T:
+    """``run()`` (one whole DML), again when it lost only to compactions."""
+    token = _settings.set(session_settings(spark))
+    try:
+        for attempt in range(MAX_RERUNS + 1):
+            try:
+                return run()
+            except ConcurrentWriteError as exc:
+                kind = str(getattr(exc, "kind", ""))
+                read_version = getattr(exc, "read_version", None)
+                if attempt == MAX_RERUNS or not _auto_compact.lost_to_compaction(
+                    uri, kind, read_version
+                ):
+                    raise
+                log.warning(
+                    "%s on %s lost to a compaction after version %s (%s); running it again"
+                    " (attempt %d of %d)",
+                    operation,
+                    uri,
+                    read_version,
+                    kind,
+                    attempt + 2,
+                    MAX_RERUNS + 1,
+                )
+        raise AssertionError("unreachable")  # the loop returns or raises
+    finally:
+        _settings.reset(token)
+
+
+def commit(request: _commit.CommitRequest) -> _commit.CommitResult:
+    """A DML's commit, with the session's auto compaction settings when run by run_dml."""
+    settings = _settings.get()
+    if settings is not None:
+        request = replace(request, auto_compact=settings)
+    return _commit.commit(request)
