@@ -50,7 +50,9 @@ def commits(path: str) -> list[list[dict[str, Any]]]:
 
 def optimize_commits(path: str) -> list[list[dict[str, Any]]]:
     return [
-        c for c in commits(path) if any(a.get("commitInfo", {}).get("operation") == "OPTIMIZE" for a in c)
+        c
+        for c in commits(path)
+        if any(a.get("commitInfo", {}).get("operation") == "OPTIMIZE" for a in c)
     ]
 
 
@@ -65,7 +67,9 @@ def source_table(path: str, batches: int, rows: int) -> None:
         ids = list(range(b * rows, (b + 1) * rows))
         write_deltalake(
             path,
-            pa.table({"id": pa.array(ids, pa.int64()), "p": pa.array([i % 2 for i in ids], pa.int64())}),
+            pa.table(
+                {"id": pa.array(ids, pa.int64()), "p": pa.array([i % 2 for i in ids], pa.int64())}
+            ),
             mode="append",
         )
 
@@ -163,7 +167,7 @@ def test_appender_and_dml_while_auto_compaction_runs_never_fail(spark, table_pat
                 spark.range(start, start + 10).selectExpr("id", "0 AS v", "0 AS p").coalesce(
                     1
                 ).write.format("delta").mode("append").save(path)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             failures.append(exc)
 
     with session_conf(spark, spark__databricks__delta__autoCompact__minNumFiles="3"):

@@ -13,8 +13,9 @@ follow-up commit: operation ``OPTIMIZE`` with ``auto: true``, every action
 that loses a conflict (a concurrent DELETE removed one of its files) or fails for any
 other reason gives up, logs why, and the write returns as usual. The partitions stay
 eligible, so the next write tries again. Concurrent blind appends never conflict with
-it; a DML that read files it replaced is re-run by the DML layer
-(``spark/dml/_retry.py``), so it is not failed either.
+it. A running DML holds a lease that keeps auto compaction off the table until it
+commits (:mod:`deltaflow.table._dml_lease`); one that still lost to a compaction started
+before it is re-run by the DML layer (``spark/dml/_retry.py``), so it is not failed either.
 
 Where it runs: synchronously, inside the commit call, as delta-spark does (the write
 returns once the compaction is done or has given up); or, with deltaflow's
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from deltaflow.errors import InvalidOptionError
-from deltaflow.table import _partitions, _uri
+from deltaflow.table import _compaction_lease, _dml_lease, _partitions, _uri
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +243,34 @@ def after_commit(
 
 
 def run(job: CompactionJob) -> CompactionOutcome:
-    """Compact the job's eligible partitions in one ``dataChange=false`` commit; never raises."""
+    """Compact the job's eligible partitions in one ``dataChange=false`` commit, holding
+    the table's compaction lease (:mod:`deltaflow.table._compaction_lease`); never raises."""
+    if not _compaction_lease.supported(job.table_uri):
+        if job.table_uri not in _warned:
+            _warned.add(job.table_uri)
+            log.warning(
+                "auto compaction of %s is off: on object stores deltaflow cannot keep two"
+                " compactions apart (delta-rs would let both commit and duplicate rows). Run"
+                " OPTIMIZE from one writer instead.",
+                job.table_uri,
+            )
+        return _skipped(job, "object store")
+    try:
+        lease = _compaction_lease.try_acquire(job.table_uri)
+    except OSError as exc:
+        return _skipped(job, f"no compaction lease: {exc}")
+    if lease is None:
+        return _skipped(job, "another compaction or commit holds the table's lease")
+    try:
+        return _compact(job)
+    finally:
+        _compaction_lease.release(job.table_uri, lease)
+
+
+_warned: set[str] = set()
+
+
+def _compact(job: CompactionJob) -> CompactionOutcome:
     from deltalake import CommitProperties, DeltaTable
 
     from deltaflow.table._protocol import Protocol
@@ -257,6 +285,8 @@ def run(job: CompactionJob) -> CompactionOutcome:
             # Identity columns / clustering: delta-rs cannot commit an OPTIMIZE there;
             # a clustered table is laid out by OPTIMIZE's clustering instead.
             return _skipped(job, "the table uses features delta-rs cannot compact")
+        if _dml_lease.live_leases(job.table_uri):
+            return _skipped(job, "a DML is running on the table")
         counts = small_files_per_partition(table, job)
         eligible = sorted(
             (key for key, n in counts.items() if n >= max(job.settings.min_num_files, 2)),
@@ -295,9 +325,7 @@ def run(job: CompactionJob) -> CompactionOutcome:
         version,
         (time.perf_counter() - started) * 1000,
     )
-    return CompactionOutcome(
-        version, removed, int(metrics.get("numFilesAdded", 0)), len(eligible)
-    )
+    return CompactionOutcome(version, removed, int(metrics.get("numFilesAdded", 0)), len(eligible))
 
 
 # A compaction that keeps losing the race to a busy table gives up early: the next
@@ -450,23 +478,51 @@ def wait_for_background(timeout: float = 60.0) -> bool:
 _COMPACTION_CONFLICTS = ("ConcurrentDeleteRead", "ConcurrentDeleteDelete")
 
 
+@dataclass(frozen=True)
+class Compacted:
+    """What compactions did since a version: the files they replaced (decoded paths), and
+    whether every commit since then was one (no data changed)."""
+
+    paths: frozenset[str]
+    only_compactions: bool
+
+
+def compacted_since(table_uri: str, read_version: int) -> Compacted:
+    """The compactions (commits whose adds and removes all have ``dataChange=false``:
+    OPTIMIZE, auto compaction, REORG) after ``read_version``."""
+    from urllib.parse import unquote
+
+    from deltaflow.table import _log
+
+    paths: set[str] = set()
+    only = True
+    version = read_version + 1
+    while (actions := _log.read_commit(table_uri, version)) is not None:
+        files = [a.get("add") or a.get("remove") for _, a in actions]
+        rearranged = any("remove" in a for _, a in actions) and not any(
+            f.get("dataChange", True) for f in files if f is not None
+        )
+        changes = any(k in a for _, a in actions for k in ("metaData", "protocol", "cdc"))
+        if rearranged and not changes:
+            paths.update(unquote(a["remove"]["path"]) for _, a in actions if "remove" in a)
+        else:
+            only = False
+        version += 1
+    return Compacted(frozenset(paths), only)
+
+
 def lost_to_compaction(table_uri: str, kind: str, read_version: int | None) -> bool:
     """Whether a transaction that read ``read_version`` and failed with conflict ``kind``
-    lost only to compactions: every commit since then that removed files did so with
-    ``dataChange=false`` only (OPTIMIZE, auto compaction, REORG). Re-running such a
-    transaction on the new version gives the result it would have had."""
+    lost to compactions only: files were removed since then by compactions alone.
+    Re-running such a transaction on the new version gives the result it would have had."""
     if kind not in _COMPACTION_CONFLICTS or read_version is None:
         return False
     from deltaflow.table import _log
 
-    found = False
     version = read_version + 1
     while (actions := _log.read_commit(table_uri, version)) is not None:
-        files = [a.get("add") or a.get("remove") for _, a in actions]
         removes = [a["remove"] for _, a in actions if "remove" in a]
-        if removes:
-            if any(f.get("dataChange", True) for f in files if f is not None):
-                return False
-            found = True
+        if any(r.get("dataChange", True) for r in removes):
+            return False
         version += 1
-    return found
+    return bool(compacted_since(table_uri, read_version).paths)

@@ -29,7 +29,7 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from deltaflow.table import _auto_compact, _log_commit, _uri
+from deltaflow.table import _auto_compact, _compaction_lease, _log_commit, _uri
 from deltaflow.table._protocol import Protocol, protocol_for_new_table
 from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
@@ -203,11 +203,13 @@ def commit(request: CommitRequest) -> CommitResult:
     """
     result = _commit_once(request)
     if not result.skipped:
-        _after_commit(request, result)
+        after_commit(request, result)
     return result
 
 
-def _after_commit(request: CommitRequest, result: CommitResult) -> None:
+def after_commit(request: CommitRequest, result: CommitResult) -> None:
+    """The post-commit hook for ``request``'s commit: auto compaction; never raises."""
+
     def configuration() -> dict[str, str | None]:
         table = request.table
         if table is None:
@@ -307,6 +309,42 @@ def _commit_once(request: CommitRequest) -> CommitResult:
     now_ms = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [a.to_action() for a in request.adds]
     actions.extend(r.to_action(now_ms) for r in request.removes)
+    if pinned:
+        # delta-rs misses a concurrent compaction's removes (see _compaction_lease): the
+        # lease keeps compactions out while this checks for them and commits.
+        with _compaction_lease.holding(request.table_uri, LEASE_WAIT_SECONDS) as held:
+            if not held:
+                raise _busy(request)
+            table = _past_compactions(request, table, location)
+            outcome = _transact(request, table, actions, schema, properties, pinned=True)
+    else:
+        outcome = _transact(request, table, actions, schema, properties, pinned=False)
+    if isinstance(outcome, CommitResult):
+        return outcome
+    table = outcome
+    # delta-rs does not hand back the version it committed; the newest one is ours unless
+    # another writer raced in right after, which only makes the reported number later.
+    return CommitResult(_latest_version(location, request, table), False, len(request.adds))
+
+
+# How long a commit that removes files waits for a running compaction to finish.
+LEASE_WAIT_SECONDS = 120.0
+
+
+def _transact(
+    request: CommitRequest,
+    table: DeltaTable,
+    actions: list[AddAction | RemoveAction],
+    schema: Schema,
+    properties: CommitProperties,
+    *,
+    pinned: bool,
+) -> DeltaTable | CommitResult:
+    """delta-rs's write transaction, blind appends rebased over concurrent deletes; the
+    table it committed on, or the result of a commit found to be a duplicate."""
+    from deltaflow.table import _log_write
+
+    location = _uri.delta_rs_uri(request.table_uri)
     rebases = 0
     while True:
         try:
@@ -317,7 +355,7 @@ def _commit_once(request: CommitRequest) -> CommitResult:
                 list(request.partition_columns) or None,
                 commit_properties=properties,
             )
-            break
+            return table
         except CommitFailedError as exc:
             kind = conflict_kind(str(exc))
             # delta-rs judges a blind append against the version it loaded as if it had
@@ -333,9 +371,44 @@ def _commit_once(request: CommitRequest) -> CommitResult:
             table = DeltaTable(location, storage_options=request.storage_options)
             if already_committed(table, request.app_id, request.app_version):
                 return CommitResult(None, True, 0)
-    # delta-rs does not hand back the version it committed; the newest one is ours unless
-    # another writer raced in right after, which only makes the reported number later.
-    return CommitResult(_latest_version(location, request, table), False, len(request.adds))
+
+
+def _past_compactions(request: CommitRequest, table: DeltaTable, location: str) -> DeltaTable:
+    """The table to commit ``request`` on, given the compactions since its read version.
+
+    A whole-table overwrite that lost only to compactions commits on the newest version
+    (it replaces every row either way); removes of files a compaction replaced are a
+    ``ConcurrentDeleteRead`` (a DML is re-run then, spark/dml/_retry.py)."""
+    if request.read_version is None:
+        return table
+    replaced = _auto_compact.compacted_since(request.table_uri, request.read_version)
+    if replaced is None or not replaced.paths:
+        return table
+    if request.mode == "overwrite" and not request.removes and replaced.only_compactions:
+        return DeltaTable(location, storage_options=request.storage_options)
+    lost = sorted({unquote(r.path) for r in request.removes} & replaced.paths)
+    if lost or request.mode == "overwrite":
+        raise ConcurrentWriteError(
+            f"Commit to {request.table_uri} read files that a compaction since version"
+            f" {request.read_version} replaced (e.g. {(lost or sorted(replaced.paths))[0]})."
+            " Nothing was committed; retry the operation on the current version of the table.",
+            table_uri=request.table_uri,
+            kind="ConcurrentDeleteRead",
+            read_version=request.read_version,
+            attempts=1,
+        )
+    return table
+
+
+def _busy(request: CommitRequest) -> ConcurrentWriteError:
+    return ConcurrentWriteError(
+        f"Commit to {request.table_uri} waited {LEASE_WAIT_SECONDS:.0f} s for a compaction of"
+        " the table to finish. Nothing was committed; retry the operation.",
+        table_uri=request.table_uri,
+        kind="ConcurrentTransaction",
+        read_version=request.read_version,
+        attempts=1,
+    )
 
 
 def _create_with_own_protocol(request: CommitRequest) -> bool:

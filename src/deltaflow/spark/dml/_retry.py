@@ -8,7 +8,9 @@ re-runs it on the new version, a bounded number of times, when every commit it l
 was such a rewrite (any data-changing winner still fails it, as delta-spark would). The
 attempt that lost wrote files no commit references; VACUUM removes them.
 
-The DML's session settings for auto compaction ride along to its commit.
+While it runs, a DML holds a lease that keeps auto compaction off its table
+(:mod:`deltaflow.table._dml_lease`), so only a compaction already under way when it started
+can make it lose. Its session settings for auto compaction ride along to its commit.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
-from deltaflow.table import _auto_compact, _commit
+from deltaflow.table import _auto_compact, _commit, _dml_lease
 from deltaflow.table.errors import ConcurrentWriteError
 
 if TYPE_CHECKING:
@@ -33,9 +35,19 @@ T = TypeVar("T")
 # at most once per write, so a few re-runs cover a busy table.
 MAX_RERUNS = 3
 
-_settings: contextvars.ContextVar[_auto_compact.AutoCompactSettings | None] = (
-    contextvars.ContextVar("deltaflow_dml_auto_compact", default=None)
+
+@dataclass(frozen=True)
+class _Running:
+    settings: _auto_compact.AutoCompactSettings
+    table_uri: str
+    lease: str | None
+
+
+_running: contextvars.ContextVar[_Running | None] = contextvars.ContextVar(
+    "deltaflow_dml_running", default=None
 )
+# The DML's commit runs the post-commit hook itself, after giving up its lease.
+_NO_HOOK = _auto_compact.AutoCompactSettings(enabled=False)
 
 
 def session_settings(spark: SparkSession) -> _auto_compact.AutoCompactSettings:
@@ -45,10 +57,12 @@ def session_settings(spark: SparkSession) -> _auto_compact.AutoCompactSettings:
 
 
 def run_dml(spark: SparkSession, operation: str, uri: str, run: Callable[[], T]) -> T:
-    """``run()`` (one whole DML), again when it lost only to compactions."""
-    token = _settings.set(session_settings(spark))
-    try:
-        for attempt in range(MAX_RERUNS + 1):
+    """``run()`` (one whole DML) under a lease that keeps auto compaction off the table;
+    again when it lost only to compactions."""
+    settings = session_settings(spark)
+    for attempt in range(MAX_RERUNS + 1):
+        with _dml_lease.holding(uri) as lease:
+            token = _running.set(_Running(settings, uri, lease))
             try:
                 return run()
             except ConcurrentWriteError as exc:
@@ -68,14 +82,19 @@ def run_dml(spark: SparkSession, operation: str, uri: str, run: Callable[[], T])
                     attempt + 2,
                     MAX_RERUNS + 1,
                 )
-        raise AssertionError("unreachable")  # the loop returns or raises
-    finally:
-        _settings.reset(token)
+            finally:
+                _running.reset(token)
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def commit(request: _commit.CommitRequest) -> _commit.CommitResult:
-    """A DML's commit, with the session's auto compaction settings when run by run_dml."""
-    settings = _settings.get()
-    if settings is not None:
-        request = replace(request, auto_compact=settings)
-    return _commit.commit(request)
+    """A DML's commit. Under :func:`run_dml`: the lease goes once the commit is in, then
+    the post-commit hook runs with the session's auto compaction settings."""
+    running = _running.get()
+    if running is None:
+        return _commit.commit(request)
+    result = _commit.commit(replace(request, auto_compact=_NO_HOOK))
+    _dml_lease.release(running.table_uri, running.lease)
+    if not result.skipped:
+        _commit.after_commit(replace(request, auto_compact=running.settings), result)
+    return result
