@@ -37,21 +37,27 @@ LEASE_SECONDS = 3600.0
 def holding(table_uri: str) -> Iterator[str | None]:
     """Hold a lease on ``table_uri`` for the block; yields its name (None if it could not
     be written, e.g. a read-only store: the DML then just runs without one)."""
-    name = f"{_PREFIX}{uuid.uuid4().hex}{_SUFFIX}"
-    fs, root = _uri.filesystem(_uri.join(table_uri, STAGING_DIR))
-    path = f"{root.rstrip('/')}/{name}"
-    try:
-        fs.create_dir(root, recursive=True)
-        with fs.open_output_stream(path) as out:
-            out.write(b"")
-    except OSError:
-        log.warning("could not write a DML lease under %s; running without one", table_uri)
-        yield None
-        return
+    name = _write_lease(table_uri)
     try:
         yield name
     finally:
         release(table_uri, name)
+
+
+def _write_lease(table_uri: str) -> str | None:
+    name = f"{_PREFIX}{uuid.uuid4().hex}{_SUFFIX}"
+    fs, root = _uri.filesystem(_uri.join(table_uri, STAGING_DIR))
+    try:
+        log_dir = _uri.filesystem(_uri.join(table_uri, "_delta_log"))[1]
+        if fs.get_file_info(log_dir).type != pafs.FileType.Directory:
+            return None  # no table there (the DML will say so): leave the location alone
+        fs.create_dir(root, recursive=True)
+        with fs.open_output_stream(f"{root.rstrip('/')}/{name}") as out:
+            out.write(b"")
+    except OSError:
+        log.warning("could not write a DML lease under %s; running without one", table_uri)
+        return None
+    return name
 
 
 def release(table_uri: str, name: str | None) -> None:
