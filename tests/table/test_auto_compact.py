@@ -75,7 +75,7 @@ def test_hook_compacts_only_partitions_with_enough_small_files(tmp_path: Path) -
         version=8,
         settings=AutoCompactSettings(min_num_files=5),
         configuration=None,
-        load_configuration=lambda: dict(DeltaTable(path).metadata().configuration),
+        load_table=lambda: DeltaTable(path),
     )
     assert outcome is not None and outcome.files_removed == 5 and outcome.partitions == 1
     counts = DeltaTable(path).get_add_actions(flatten=True).column("partition.p").to_pylist()

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -209,16 +209,17 @@ def after_commit(
     version: int | None,
     settings: AutoCompactSettings,
     configuration: Mapping[str, str | None] | None,
-    load_configuration: Any = None,
+    load_table: Callable[[], Any] | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> CompactionOutcome | None:
     """Run (or schedule) auto compaction after the commit of ``version``; never raises.
 
     ``added_partitions``: the partition values of the files the commit added with
     ``dataChange=true`` (a commit that added none triggers nothing, as in delta-spark).
-    ``configuration``: the table's properties, or None to call ``load_configuration()``
-    (only when the session setting leaves the decision to the table). Returns the outcome
-    of a synchronous run, None when scheduled or not triggered.
+    ``configuration``: the table's properties, or None to read them from ``load_table()``
+    (a delta-rs table at or after the commit, e.g. the one the commit used), which also
+    counts the small files before any lease is taken or log loaded again. Returns the
+    outcome of a synchronous run, None when scheduled or not triggered.
     """
     try:
         if settings.enabled is False or version is None:
@@ -227,15 +228,21 @@ def after_commit(
         touched = frozenset(tuple(p.get(c) for c in columns) for p in added_partitions)
         if not touched:
             return None
+        table = None
         if settings.enabled is None:
-            if configuration is None and load_configuration is not None:
-                configuration = load_configuration()
+            if configuration is None and load_table is not None:
+                table = load_table()
+                configuration = dict(table.metadata().configuration)
             if not enabled_for(settings, configuration or {}):
                 return None
         job = CompactionJob(table_uri, columns, touched, settings, storage_options, version)
         if settings.background:
             _WORKER.submit(job)
             return None
+        if table is None and load_table is not None:
+            table = load_table()
+        if table is not None and not eligible_partitions(table, job):
+            return _skipped(job, "no partition it wrote holds enough small files")
         return run(job)
     except Exception:  # the writer's commit is in: nothing here may fail it
         log.warning("auto compaction of %s was not started", table_uri, exc_info=True)
@@ -287,11 +294,7 @@ def _compact(job: CompactionJob) -> CompactionOutcome:
             return _skipped(job, "the table uses features delta-rs cannot compact")
         if _dml_lease.live_leases(job.table_uri):
             return _skipped(job, "a DML is running on the table")
-        counts = small_files_per_partition(table, job)
-        eligible = sorted(
-            (key for key, n in counts.items() if n >= max(job.settings.min_num_files, 2)),
-            key=lambda key: -counts[key],
-        )[: job.settings.max_partitions]
+        eligible = eligible_partitions(table, job)
         if not eligible:
             return _skipped(job, "no partition it wrote holds enough small files")
         # delta-spark's Optimize parameters; delta-rs adds its own (predicate, targetSize).
@@ -336,6 +339,16 @@ _COMPACTION_COMMIT_RETRIES = 3
 def _skipped(job: CompactionJob, why: str) -> CompactionOutcome:
     log.debug("auto compaction of %s skipped: %s", job.table_uri, why)
     return CompactionOutcome(None, skipped=why)
+
+
+def eligible_partitions(table: Any, job: CompactionJob) -> list[PartitionKey]:
+    """The job's partitions with at least minNumFiles small files, most first, at most
+    maxNumModifiedPartitions of them."""
+    counts = small_files_per_partition(table, job)
+    return sorted(
+        (key for key, n in counts.items() if n >= max(job.settings.min_num_files, 2)),
+        key=lambda key: -counts[key],
+    )[: job.settings.max_partitions]
 
 
 def small_files_per_partition(table: Any, job: CompactionJob) -> dict[PartitionKey, int]:

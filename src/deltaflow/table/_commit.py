@@ -210,13 +210,13 @@ def commit(request: CommitRequest) -> CommitResult:
 def after_commit(request: CommitRequest, result: CommitResult) -> None:
     """The post-commit hook for ``request``'s commit: auto compaction; never raises."""
 
-    def configuration() -> dict[str, str | None]:
-        table = request.table
-        if table is None:
-            table = DeltaTable(
-                _uri.delta_rs_uri(request.table_uri), storage_options=request.storage_options
-            )
-        return dict(table.metadata().configuration)
+    def table() -> DeltaTable:
+        # The commit's own table is at (or just after) the new version: no log load.
+        if request.table is not None:
+            return request.table
+        return DeltaTable(
+            _uri.delta_rs_uri(request.table_uri), storage_options=request.storage_options
+        )
 
     _auto_compact.after_commit(
         table_uri=request.table_uri,
@@ -226,7 +226,7 @@ def after_commit(request: CommitRequest, result: CommitResult) -> None:
         settings=request.auto_compact,
         # A commit that creates the table carries its properties; others read them.
         configuration=dict(request.configuration) if request.read_version is None else None,
-        load_configuration=configuration,
+        load_table=table,
         storage_options=request.storage_options,
     )
 
