@@ -15,7 +15,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from deltaflow.errors import InvalidOptionError
-from deltaflow.table import _auto_compact, _commit, _compaction_lease, _dml_lease
+from deltaflow.table import _auto_compact, _commit, _compaction_lease, _compaction_log, _dml_lease
 from deltaflow.table._auto_compact import AutoCompactSettings
 from deltaflow.table.errors import ConcurrentWriteError
 
@@ -135,7 +135,7 @@ def test_removes_of_files_a_compaction_replaced_conflict(tmp_path: Path) -> None
     with pytest.raises(ConcurrentWriteError) as caught:
         _commit.commit(request)
     assert caught.value.kind == "ConcurrentDeleteRead"
-    assert _auto_compact.lost_to_compaction(path, "ConcurrentDeleteRead", read_version)
+    assert _compaction_log.lost_to_compaction(path, "ConcurrentDeleteRead", read_version)
     assert ids(path) == [0, 1, 2, 3]
 
 

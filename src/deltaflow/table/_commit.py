@@ -29,7 +29,13 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from deltaflow.table import _auto_compact, _compaction_lease, _log_commit, _uri
+from deltaflow.table import (
+    _auto_compact,
+    _compaction_lease,
+    _compaction_log,
+    _log_commit,
+    _uri,
+)
 from deltaflow.table._protocol import Protocol, protocol_for_new_table
 from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
@@ -381,8 +387,8 @@ def _past_compactions(request: CommitRequest, table: DeltaTable, location: str) 
     ``ConcurrentDeleteRead`` (a DML is re-run then, spark/dml/_retry.py)."""
     if request.read_version is None:
         return table
-    replaced = _auto_compact.compacted_since(request.table_uri, request.read_version)
-    if replaced is None or not replaced.paths:
+    replaced = _compaction_log.compacted_since(request.table_uri, request.read_version)
+    if not replaced.paths:
         return table
     if request.mode == "overwrite" and not request.removes and replaced.only_compactions:
         return DeltaTable(location, storage_options=request.storage_options)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
-from deltaflow.table import _auto_compact, _commit, _dml_lease
+from deltaflow.table import _auto_compact, _commit, _compaction_log, _dml_lease
 from deltaflow.table.errors import ConcurrentWriteError
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def run_dml(spark: SparkSession, operation: str, uri: str, run: Callable[[], T])
             except ConcurrentWriteError as exc:
                 kind = str(getattr(exc, "kind", ""))
                 read_version = getattr(exc, "read_version", None)
-                if attempt == MAX_RERUNS or not _auto_compact.lost_to_compaction(
+                if attempt == MAX_RERUNS or not _compaction_log.lost_to_compaction(
                     uri, kind, read_version
                 ):
                     raise
