@@ -242,3 +242,18 @@ def test_bad_session_settings_fail_the_write_before_it_runs(spark, table_path, v
     finally:
         spark.conf.unset(key)
     assert caught.value.option == key
+
+
+def test_vacuum_leaves_held_leases_alone(tmp_path) -> None:
+    from deltaflow.spark.write._native import delete_stale_staging
+    from deltaflow.table import _compaction_lease
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64())}))
+    held = _compaction_lease.try_acquire(path)
+    assert held is not None
+    stale_job = Path(path) / "_delta_staging" / "job-1"
+    stale_job.mkdir()
+    assert [p.rsplit("/", 1)[-1] for p in delete_stale_staging(path, 0)] == ["job-1"]
+    assert _compaction_lease.try_acquire(path) is None  # still held
+    _compaction_lease.release(path, held)
