@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from deltaflow.errors import InvalidOptionError
+from deltaflow.table._auto_compact import DEFAULT_SETTINGS, AutoCompactSettings
 
 _COMMON = ("path",)
 # delta-spark's streaming source options (readStream); batch reads accept and ignore them.
@@ -47,6 +48,7 @@ WRITE_OPTIONS = (
     "userMetadata",
     "maxRecordsPerFile",
     "compression",
+    "optimizeWrite",
 )
 # Delta table properties that writer options may set at creation. Spark lowercases
 # option keys on their way to a data source, and Delta's property names are
@@ -100,6 +102,10 @@ _FEATURES = (
 _CANONICAL = {name.lower(): name for name in TABLE_PROPERTIES} | {
     f"delta.feature.{name}".lower(): f"delta.feature.{name}" for name in _FEATURES
 }
+OPTIMIZE_WRITE_PROPERTY = "delta.autoOptimize.optimizeWrite"
+OPTIMIZE_WRITE_CONF = "spark.databricks.delta.optimizeWrite.enabled"
+OPTIMIZE_WRITE_BIN_SIZE_CONF = "spark.databricks.delta.optimizeWrite.binSize"
+DEFAULT_OPTIMIZE_WRITE_BIN_SIZE = 512 * 1024 * 1024  # delta-spark's default, 512 MiB
 # Keys Spark itself may add to a source's options (SQL tables, DataFrameWriter).
 # CREATE TABLE passes location, owner, provider and each OPTIONS key a second time
 # with an "option." prefix.
@@ -166,6 +172,14 @@ class WriteOptions:
     checked_constraints: str | None = None
     # The identity columns the connector generated values for (not the user's values).
     identity_generated: tuple[str, ...] = ()
+    # The writer's optimizeWrite option, else its session's
+    # spark.databricks.delta.optimizeWrite.enabled; None: the table property decides.
+    optimize_write: bool | None = None
+    # spark.databricks.delta.optimizeWrite.binSize, in bytes.
+    optimize_write_bin_size: int = DEFAULT_OPTIMIZE_WRITE_BIN_SIZE
+    # The writer's session settings for auto compaction (spark.databricks.delta.autoCompact.*,
+    # handed over as write options by the connector).
+    auto_compact: AutoCompactSettings = DEFAULT_SETTINGS
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -375,4 +389,32 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             c for c in (lowered.get(IDENTITY_GENERATED_OPTION) or "").split(",") if c
         ),
         partition_overwrite_mode=overwrite_mode,
+        optimize_write=_optional_bool(lowered, "optimizeWrite", OPTIMIZE_WRITE_CONF),
+        optimize_write_bin_size=_bin_size(lowered.get(OPTIMIZE_WRITE_BIN_SIZE_CONF.lower())),
+        auto_compact=AutoCompactSettings.from_conf(lowered),
     )
+
+
+def _optional_bool(options: dict[str, str], *keys: str) -> bool | None:
+    """The first of ``keys`` that is set, as a boolean (None when none is)."""
+    for key in keys:
+        if options.get(key.lower()) is not None:
+            return _bool(options, key)
+    return None
+
+
+def _bin_size(raw: str | None) -> int:
+    """delta-spark's binSize: mebibytes, or a size with a unit suffix (k, m, g)."""
+    if raw is None:
+        return DEFAULT_OPTIMIZE_WRITE_BIN_SIZE
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = raw.strip().lower().removesuffix("b").removesuffix("i")
+    unit = units.get(text[-1:], 0)
+    number = text[:-1] if unit else text
+    if not number.isdigit() or int(number) <= 0:
+        raise InvalidOptionError(
+            f"{OPTIMIZE_WRITE_BIN_SIZE_CONF} must be a size above 0 (mebibytes, or with a unit"
+            f" such as 512m or 1g), got {raw!r}.",
+            option=OPTIMIZE_WRITE_BIN_SIZE_CONF,
+        )
+    return int(number) * (unit or units["m"])

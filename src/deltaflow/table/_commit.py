@@ -29,7 +29,13 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-from deltaflow.table import _log_commit, _uri
+from deltaflow.table import (
+    _auto_compact,
+    _compaction_lease,
+    _compaction_log,
+    _log_commit,
+    _uri,
+)
 from deltaflow.table._protocol import Protocol, protocol_for_new_table
 from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
@@ -174,6 +180,9 @@ class CommitRequest:
     # CREATE OR REPLACE TABLE: the request's schema, partitioning, configuration and
     # comment replace the table's, and every live file is removed.
     replace_table: bool = False
+    # The writer's session settings for auto compaction (the table's property decides
+    # when they leave it open); see :mod:`deltaflow.table._auto_compact`.
+    auto_compact: _auto_compact.AutoCompactSettings = _auto_compact.DEFAULT_SETTINGS
 
 
 @dataclass(frozen=True)
@@ -192,7 +201,43 @@ def already_committed(table: DeltaTable, app_id: str | None, app_version: int | 
 
 
 def commit(request: CommitRequest) -> CommitResult:
-    """Commit ``request`` as one Delta transaction, or skip it if its app txn is recorded."""
+    """Commit ``request`` as one Delta transaction, or skip it if its app txn is recorded.
+
+    Then the post-commit hook: auto compaction of the partitions the commit wrote to, when
+    the table or the session turns it on (:mod:`deltaflow.table._auto_compact`). It never
+    raises: once this commit is in, nothing after it fails the write.
+    """
+    result = _commit_once(request)
+    if not result.skipped:
+        after_commit(request, result)
+    return result
+
+
+def after_commit(request: CommitRequest, result: CommitResult) -> None:
+    """The post-commit hook for ``request``'s commit: auto compaction; never raises."""
+
+    def table() -> DeltaTable:
+        # The commit's own table is at (or just after) the new version: no log load.
+        if request.table is not None:
+            return request.table
+        return DeltaTable(
+            _uri.delta_rs_uri(request.table_uri), storage_options=request.storage_options
+        )
+
+    _auto_compact.after_commit(
+        table_uri=request.table_uri,
+        partition_columns=request.partition_columns,
+        added_partitions=[a.partition_values for a in request.adds if a.data_change],
+        version=result.version,
+        settings=request.auto_compact,
+        # A commit that creates the table carries its properties; others read them.
+        configuration=dict(request.configuration) if request.read_version is None else None,
+        load_table=table,
+        storage_options=request.storage_options,
+    )
+
+
+def _commit_once(request: CommitRequest) -> CommitResult:
     from deltaflow.table import _log_write
 
     location = _uri.delta_rs_uri(request.table_uri)
@@ -270,6 +315,42 @@ def commit(request: CommitRequest) -> CommitResult:
     now_ms = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [a.to_action() for a in request.adds]
     actions.extend(r.to_action(now_ms) for r in request.removes)
+    if pinned:
+        # delta-rs misses a concurrent compaction's removes (see _compaction_lease): the
+        # lease keeps compactions out while this checks for them and commits.
+        with _compaction_lease.holding(request.table_uri, LEASE_WAIT_SECONDS) as held:
+            if not held:
+                raise _busy(request)
+            table = _past_compactions(request, table, location)
+            outcome = _transact(request, table, actions, schema, properties, pinned=True)
+    else:
+        outcome = _transact(request, table, actions, schema, properties, pinned=False)
+    if isinstance(outcome, CommitResult):
+        return outcome
+    table = outcome
+    # delta-rs does not hand back the version it committed; the newest one is ours unless
+    # another writer raced in right after, which only makes the reported number later.
+    return CommitResult(_latest_version(location, request, table), False, len(request.adds))
+
+
+# How long a commit that removes files waits for a running compaction to finish.
+LEASE_WAIT_SECONDS = 120.0
+
+
+def _transact(
+    request: CommitRequest,
+    table: DeltaTable,
+    actions: list[AddAction | RemoveAction],
+    schema: Schema,
+    properties: CommitProperties,
+    *,
+    pinned: bool,
+) -> DeltaTable | CommitResult:
+    """delta-rs's write transaction, blind appends rebased over concurrent deletes; the
+    table it committed on, or the result of a commit found to be a duplicate."""
+    from deltaflow.table import _log_write
+
+    location = _uri.delta_rs_uri(request.table_uri)
     rebases = 0
     while True:
         try:
@@ -280,7 +361,7 @@ def commit(request: CommitRequest) -> CommitResult:
                 list(request.partition_columns) or None,
                 commit_properties=properties,
             )
-            break
+            return table
         except CommitFailedError as exc:
             kind = conflict_kind(str(exc))
             # delta-rs judges a blind append against the version it loaded as if it had
@@ -296,9 +377,44 @@ def commit(request: CommitRequest) -> CommitResult:
             table = DeltaTable(location, storage_options=request.storage_options)
             if already_committed(table, request.app_id, request.app_version):
                 return CommitResult(None, True, 0)
-    # delta-rs does not hand back the version it committed; the newest one is ours unless
-    # another writer raced in right after, which only makes the reported number later.
-    return CommitResult(_latest_version(location, request, table), False, len(request.adds))
+
+
+def _past_compactions(request: CommitRequest, table: DeltaTable, location: str) -> DeltaTable:
+    """The table to commit ``request`` on, given the compactions since its read version.
+
+    A whole-table overwrite that lost only to compactions commits on the newest version
+    (it replaces every row either way); removes of files a compaction replaced are a
+    ``ConcurrentDeleteRead`` (a DML is re-run then, spark/dml/_retry.py)."""
+    if request.read_version is None:
+        return table
+    replaced = _compaction_log.compacted_since(request.table_uri, request.read_version)
+    if not replaced.paths:
+        return table
+    if request.mode == "overwrite" and not request.removes and replaced.only_compactions:
+        return DeltaTable(location, storage_options=request.storage_options)
+    lost = sorted({unquote(r.path) for r in request.removes} & replaced.paths)
+    if lost or request.mode == "overwrite":
+        raise ConcurrentWriteError(
+            f"Commit to {request.table_uri} read files that a compaction since version"
+            f" {request.read_version} replaced (e.g. {(lost or sorted(replaced.paths))[0]})."
+            " Nothing was committed; retry the operation on the current version of the table.",
+            table_uri=request.table_uri,
+            kind="ConcurrentDeleteRead",
+            read_version=request.read_version,
+            attempts=1,
+        )
+    return table
+
+
+def _busy(request: CommitRequest) -> ConcurrentWriteError:
+    return ConcurrentWriteError(
+        f"Commit to {request.table_uri} waited {LEASE_WAIT_SECONDS:.0f} s for a compaction of"
+        " the table to finish. Nothing was committed; retry the operation.",
+        table_uri=request.table_uri,
+        kind="ConcurrentTransaction",
+        read_version=request.read_version,
+        attempts=1,
+    )
 
 
 def _create_with_own_protocol(request: CommitRequest) -> bool:

@@ -43,11 +43,13 @@ from deltalake import DeltaTable, Schema
 
 from deltaflow.ingest.http._config import ServeConfig, TableConfig
 from deltaflow.ingest.http.errors import IngestCommitError, ServeConfigError
-from deltaflow.table import _commit, _generated, _partitions, _stats, _uri
+from deltaflow.table import _auto_compact, _commit, _generated, _partitions, _stats, _uri
 from deltaflow.table._snapshot import load_snapshot, table_exists
 from deltaflow.table.errors import UnsupportedFeatureError
 
 log = logging.getLogger("deltaflow.serve")
+
+_AUTO_COMPACT = _auto_compact.AutoCompactSettings(background=True)
 
 COMMIT_INFO_KEY = "deltaflow.ingest"
 
@@ -173,6 +175,9 @@ class TableWriter:
             read_version=before,
             commit_info={COMMIT_INFO_KEY: marker},
             table=self.table,
+            # Acknowledgements wait for the commit: a compaction the table asks for
+            # (delta.autoOptimize.autoCompact) runs on a background thread instead.
+            auto_compact=_AUTO_COMPACT,
         )
         try:
             # delta-rs, or deltaflow's log writer for tables delta-rs cannot write

@@ -356,6 +356,8 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
     checked: dict[str, Any] = {"checks": row_guard(plan, incoming)} if plan.checks else {}
     if generate:
         checked["generate"] = generate
+    if plan.optimize_write:
+        checked["optimizeWrite"] = optimized_write(plan, incoming)
     if urlparse(uri).scheme not in JVM_SCHEMES or not isinstance(native, NativeWrite):
         delegate = {k: v for k, v in options.items() if k != "__partition_columns"}
         if write_options.partition_by:
@@ -389,6 +391,14 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
         "maxRecordsPerFile": plan.options.max_records_per_file or _files.DEFAULT_MAX_ROWS_PER_FILE,
         **checked,
     }
+
+
+def optimized_write(plan: WritePlan, incoming: dict[str, Any]) -> dict[str, Any]:
+    """How the connector shuffles an optimized write: by the table's partition columns
+    (as the data names them), into tasks of about ``binSize`` bytes."""
+    names = {f["name"].lower(): f["name"] for f in incoming["fields"]}
+    columns = [names[c.lower()] for c in plan.partition_columns if c.lower() in names]
+    return {"columns": columns, "binSize": plan.options.optimize_write_bin_size}
 
 
 _VALUES_SLOT = "\u0000values\u0000"

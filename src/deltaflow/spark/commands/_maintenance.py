@@ -29,6 +29,7 @@ from deltaflow.spark.write._native import delete_stale_staging
 from deltaflow.table import (
     _cluster_optimize,
     _clustering,
+    _compaction_lease,
     _log_write,
     _partitions,
     _predicates,
@@ -36,7 +37,7 @@ from deltaflow.table import (
 )
 from deltaflow.table._protocol import Protocol
 from deltaflow.table._snapshot import Snapshot, load_snapshot
-from deltaflow.table.errors import VersionNotFoundError
+from deltaflow.table.errors import ConcurrentWriteError, VersionNotFoundError
 
 Row = tuple[Any, ...]
 
@@ -44,6 +45,9 @@ Row = tuple[Any, ...]
 # retention; the check protects readers and lagging streams that still need them.
 RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
 DEFAULT_RETENTION_HOURS = 168.0  # delta.deletedFileRetentionDuration default: 7 days
+# OPTIMIZE waits this long for a running compaction of the table (auto compaction's are
+# bounded and short) before it gives up with a retryable conflict.
+OPTIMIZE_LEASE_WAIT_SECONDS = 600.0
 
 # The output schemas of delta-spark's commands (the JVM commands declare the same ones;
 # tests/spark/test_sql_commands.py checks that they agree).
@@ -260,24 +264,20 @@ def optimize(
             option="full",
         )
     filters = partition_filters(snapshot, where) if where else None
-    table = _writable(snapshot.uri)
     # delta-spark's OPTIMIZE parameters next to delta-rs's own (predicate, targetSize).
     columns = _zorder_columns(snapshot, zorder_by) if zorder_by else []
     parameters = {"zOrderBy": json.dumps(columns), "clusterBy": "[]", "auto": False}
-    try:
-        if zorder_by:
-            metrics = table.optimize.z_order(
-                columns, partition_filters=filters, commit_properties=_parameters(parameters)
+    with _compaction_lease.holding(snapshot.uri, OPTIMIZE_LEASE_WAIT_SECONDS) as held:
+        if not held:
+            raise ConcurrentWriteError(
+                f"OPTIMIZE {snapshot.uri} waited for another compaction of the table to"
+                " finish, in vain. Nothing was changed; run OPTIMIZE again.",
+                table_uri=snapshot.uri,
+                kind="ConcurrentTransaction",
+                read_version=snapshot.version,
+                attempts=1,
             )
-        else:
-            metrics = table.optimize.compact(
-                partition_filters=filters, commit_properties=_parameters(parameters)
-            )
-    except DeltaError as exc:  # e.g. an identity table: a typed refusal, not delta-rs's
-        unsupported = _log_write.from_delta_rs(exc, snapshot.uri, "OPTIMIZE")
-        if unsupported is not None:
-            raise unsupported from exc
-        raise
+        metrics = _compact(snapshot.uri, filters, columns, parameters)
 
     def stats(value: Any) -> Row | None:
         data = json.loads(value) if isinstance(value, str) else value
@@ -304,6 +304,26 @@ def optimize(
             ),
         )
     ]
+
+
+def _compact(
+    uri: str, filters: Any, columns: list[str], parameters: dict[str, Any]
+) -> dict[str, Any]:
+    """delta-rs's bin-packing (or Z-order when ``columns``), on the newest version."""
+    table = _writable(uri)
+    try:
+        if columns:
+            return table.optimize.z_order(
+                columns, partition_filters=filters, commit_properties=_parameters(parameters)
+            )
+        return table.optimize.compact(
+            partition_filters=filters, commit_properties=_parameters(parameters)
+        )
+    except DeltaError as exc:  # e.g. an identity table: a typed refusal, not delta-rs's
+        unsupported = _log_write.from_delta_rs(exc, uri, "OPTIMIZE")
+        if unsupported is not None:
+            raise unsupported from exc
+        raise
 
 
 def _optimize_clustered(

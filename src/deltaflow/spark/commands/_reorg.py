@@ -24,8 +24,9 @@ from deltaflow.spark._options import parse_write_options
 from deltaflow.spark.dml import _changes
 from deltaflow.spark.write import _replace_where
 from deltaflow.spark.write._writer import plan_write
-from deltaflow.table import _commit, _log_commit, _predicates, _schema, _uri
+from deltaflow.table import _commit, _compaction_lease, _log_commit, _predicates, _schema, _uri
 from deltaflow.table._snapshot import FileEntry, Snapshot, load_snapshot
+from deltaflow.table.errors import ConcurrentWriteError
 
 log = logging.getLogger("deltaflow.reorg")
 
@@ -72,29 +73,19 @@ def reorg_purge(uri: str, *, where: str | None = None) -> list[Row]:
         removes = [
             dataclasses.replace(r, data_change=False) for r in _changes.removes(snapshot, files)
         ]
-        version = _commit.commit(
-            _commit.CommitRequest(
-                table_uri=snapshot.uri,
-                schema=plan.schema,
-                partition_columns=plan.partition_columns,
-                adds=adds,
-                removes=removes,
-                read_version=snapshot.version,
-                read=_log_commit.ReadSet(files=frozenset(f.path for f in files)),
-                operation="REORG",
-                commit_info={
-                    "operationParameters": {
-                        "predicate": json.dumps([where] if where else []),
-                        "applyPurge": "true",
-                    },
-                    "operationMetrics": {
-                        "numAddedFiles": str(len(adds)),
-                        "numRemovedFiles": str(len(removes)),
-                        "numDeletionVectorsRemoved": str(len(removes)),
-                    },
-                },
-            )
-        ).version
+        # A delta-rs compaction that read these files would not see this commit's
+        # dataChange=false removes: commit while no compaction runs (_compaction_lease).
+        with _compaction_lease.holding(snapshot.uri, _REORG_LEASE_WAIT_SECONDS) as held:
+            if not held:
+                raise ConcurrentWriteError(
+                    f"REORG TABLE {snapshot.uri} waited for a compaction of the table to"
+                    " finish, in vain. Nothing was changed; run it again.",
+                    table_uri=snapshot.uri,
+                    kind="ConcurrentTransaction",
+                    read_version=snapshot.version,
+                    attempts=1,
+                )
+            version = _commit_reorg(snapshot, plan, adds, removes, files, where)
     except BaseException:
         _changes.Written(list(written), [], 0).delete(snapshot.uri)
         raise
@@ -153,3 +144,41 @@ def _row(uri: str, removed: int, files: list[FileEntry], adds: list[Any]) -> Row
             True,
         ),
     )
+
+
+# REORG waits this long for a running compaction of the table to finish.
+_REORG_LEASE_WAIT_SECONDS = 600.0
+
+
+def _commit_reorg(
+    snapshot: Snapshot,
+    plan: Any,
+    adds: list[Any],
+    removes: list[Any],
+    files: list[FileEntry],
+    where: str | None,
+) -> int | None:
+    """REORG's one dataChange=false commit."""
+    return _commit.commit(
+        _commit.CommitRequest(
+            table_uri=snapshot.uri,
+            schema=plan.schema,
+            partition_columns=plan.partition_columns,
+            adds=adds,
+            removes=removes,
+            read_version=snapshot.version,
+            read=_log_commit.ReadSet(files=frozenset(f.path for f in files)),
+            operation="REORG",
+            commit_info={
+                "operationParameters": {
+                    "predicate": json.dumps([where] if where else []),
+                    "applyPurge": "true",
+                },
+                "operationMetrics": {
+                    "numAddedFiles": str(len(adds)),
+                    "numRemovedFiles": str(len(removes)),
+                    "numDeletionVectorsRemoved": str(len(removes)),
+                },
+            },
+        )
+    ).version

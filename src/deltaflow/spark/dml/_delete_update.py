@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from deltaflow.errors import DeltaflowError, InvalidOptionError
 from deltaflow.spark._options import parse_write_options
-from deltaflow.spark.dml import _changes, _dv
+from deltaflow.spark.dml import _changes, _dv, _retry
 from deltaflow.spark.read._native import Fallback, NativeScan, plan_native_files
 from deltaflow.spark.write import _replace_where
 from deltaflow.spark.write._writer import WritePlan, plan_write
@@ -113,7 +113,9 @@ class DmlMetrics:
 
 def delete(spark: SparkSession, uri: str, alias: str | None, condition: Any) -> DmlMetrics:
     """Delete the rows of ``uri`` where ``condition`` is true (every row when None)."""
-    return _run(spark, uri, alias, "DELETE", condition, {})
+    return _retry.run_dml(
+        spark, "DELETE", uri, lambda: _run(spark, uri, alias, "DELETE", condition, {})
+    )
 
 
 def update(
@@ -130,7 +132,9 @@ def update(
             table_uri=uri,
             columns=(),
         )
-    return _run(spark, uri, alias, "UPDATE", condition, assignments)
+    return _retry.run_dml(
+        spark, "UPDATE", uri, lambda: _run(spark, uri, alias, "UPDATE", condition, assignments)
+    )
 
 
 @dataclass(frozen=True)
@@ -817,7 +821,7 @@ def _commit_changes(
 
 def commit(request: _commit.CommitRequest) -> _commit.CommitResult:
     """The commit step, a seam for tests that interleave a concurrent writer."""
-    return _commit.commit(request)
+    return _retry.commit(request)
 
 
 def sql_text(condition: Any) -> str:

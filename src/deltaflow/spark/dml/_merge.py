@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError
 from deltaflow.spark._options import parse_write_options
-from deltaflow.spark.dml import _changes, _delete_update, _dv, _merge_rows
+from deltaflow.spark.dml import _changes, _delete_update, _dv, _merge_rows, _retry
 from deltaflow.spark.dml._merge_builder import (
     BY_SOURCE_KINDS,
     DELETE_KINDS,
@@ -153,7 +153,12 @@ class _Found:
 
 
 def execute(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
-    """Run ``spec``: at most one commit; nothing is committed when nothing changes."""
+    """Run ``spec``: at most one commit; nothing is committed when nothing changes. Run
+    again when the commit lost only to a compaction (``_retry.run_dml``)."""
+    return _retry.run_dml(spark, "MERGE", spec.uri, lambda: _execute_once(spark, spec))
+
+
+def _execute_once(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
     started = time.perf_counter()
     merge = _start(spark, spec)
     try:
@@ -650,4 +655,4 @@ def _commit_merge(
 
 def commit(request: _commit.CommitRequest) -> _commit.CommitResult:
     """The commit step, a seam for tests that interleave a concurrent writer."""
-    return _commit.commit(request)
+    return _retry.commit(request)

@@ -298,6 +298,10 @@ def delete_stale_staging(table_uri: str, retention_hours: float) -> list[str]:
     top = pafs.FileSelector(root, allow_not_found=True, recursive=False)
     deleted = []
     for entry in fs.get_file_info(top):
+        if entry.base_name.startswith("_"):
+            # Lease files (table/_compaction_lease.py, _dml_lease.py) look after themselves;
+            # deleting a held one could let two compactions run at once.
+            continue
         if _newest_mtime_ns(fs, entry) < cutoff_ns:
             if entry.type == pafs.FileType.Directory:
                 _delete_dir(fs, entry.path)

@@ -13,7 +13,7 @@ import copy
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from deltaflow.errors import DeltaflowError, InvalidOptionError, RemoteDeltaflowError
-from deltaflow.spark._options import WriteOptions
+from deltaflow.spark._options import OPTIMIZE_WRITE_PROPERTY, WriteOptions
 from deltaflow.spark.write import _files, _generated, _replace_where
 from deltaflow.table import _commit, _constraints, _schema, _stats
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
@@ -93,6 +93,8 @@ class WritePlan:
     identity_generated: tuple[str, ...] = ()
     # The table's schema as the log has it (identity metadata included), when it exists.
     log_schema: dict[str, Any] | None = None
+    # Shuffle the rows by partition before writing (delta.autoOptimize.optimizeWrite).
+    optimize_write: bool = False
 
 
 def commit_request(
@@ -115,11 +117,24 @@ def commit_request(
         description=plan.options.table_comment,
         identity_generated=plan.identity_generated,
         clustering_columns=plan.options.clustering_columns,
+        auto_compact=plan.options.auto_compact,
     )
     if plan.dynamic_overwrite and plan.read_version is not None:
         # Explicit removes of the touched partitions' files; delta-rs derives none.
         request = replace(request, removes=partition_removes(plan, adds), mode="append")
     return replace(request, **overrides) if overrides else request
+
+
+def should_optimize_write(options: WriteOptions, configuration: Mapping[str, str | None]) -> bool:
+    """delta-spark's precedence: the ``optimizeWrite`` write option, then the session's
+    ``spark.databricks.delta.optimizeWrite.enabled`` (both in ``options``), then the table's
+    ``delta.autoOptimize.optimizeWrite``."""
+    if options.optimize_write is not None:
+        return options.optimize_write
+    value = next(
+        (v for k, v in configuration.items() if k.lower() == OPTIMIZE_WRITE_PROPERTY.lower()), None
+    )
+    return (value or "").strip().lower() == "true"
 
 
 def partition_removes(
@@ -242,6 +257,7 @@ def plan_write(
         configuration={},
         num_indexed_cols=_stats.num_indexed_cols(snapshot.configuration),
         options=options,
+        optimize_write=should_optimize_write(options, snapshot.configuration),
         column_mapping=column_mapping,
         skip=mode == "ignore",
         partition_physical={p: physical_names.get(p, p) for p in partitions},
@@ -366,6 +382,7 @@ def _plan_new_table(
         num_indexed_cols=_stats.num_indexed_cols(dict(options.table_properties)),
         options=options,
         replace_where=replace_where,
+        optimize_write=should_optimize_write(options, options.table_properties),
     )
 
 

@@ -10,7 +10,7 @@ import com.fasterxml.jackson.databind.JsonNode
 import com.fasterxml.jackson.databind.node.ObjectNode
 
 import org.apache.spark.internal.Logging
-import org.apache.spark.sql.{Column, DataFrame, SaveMode}
+import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
 import org.apache.spark.sql.functions.{col, concat, expr, lit, when}
 import org.apache.spark.sql.types.DataType
 
@@ -40,6 +40,9 @@ object DeltaBatchWrite extends Logging {
   private val TimestampConf = "spark.sql.parquet.outputTimestampType"
   // Settings the brain's plan depends on, read from the session.
   private val PlanConfs = Seq("deltaflow.write.nativeWrite", "spark.sql.parquet.writeLegacyFormat")
+  private val SessionWriteConfs = Seq("spark.databricks.delta.autoCompact.",
+    "spark.databricks.delta.optimizeWrite.", "spark.deltaflow.autoCompact.")
+  private val AdvisorySizeConf = "spark.sql.adaptive.advisoryPartitionSizeInBytes"
 
   /** Write `data`; the route the brain chose (`jvm`, `python`, `skip`). `stream`: the
    *  micro-batch this write is (query id, batch id), recorded in the commit's info. */
@@ -56,6 +59,11 @@ object DeltaBatchWrite extends Logging {
     val opts = args.putObject("options")
     // Table properties a new table gets from the session (they only apply at creation).
     TableDefaults.applyTo(parameters, data.sparkSession).foreach { case (k, v) => opts.put(k, v) }
+    // The session's auto compaction / optimized write settings travel as write options, so
+    // the commit sees them on either route (the Python data source has no session).
+    data.sparkSession.conf.getAll.foreach { case (k, v) =>
+      if (SessionWriteConfs.exists(k.startsWith) && !opts.has(k)) opts.put(k, v)
+    }
     val conf = args.putObject("conf")
     PlanConfs.foreach(k => data.sparkSession.conf.getOption(k).foreach(conf.put(k, _)))
     val plan = Brain.call("write.plan", args)
@@ -63,8 +71,10 @@ object DeltaBatchWrite extends Logging {
     val guard = Option(plan.get("checks")).filterNot(_.isNull)
     val generated = Option(plan.get("generate")).filterNot(_.isNull)
       .map(GeneratedValues.added(data, _)).getOrElse(data)
-    val rows = guard.map(RowChecks.guarded(generated, _)).getOrElse(generated)
-    val committed = try {
+    val checked = guard.map(RowChecks.guarded(generated, _)).getOrElse(generated)
+    val optimized = Option(plan.get("optimizeWrite")).filterNot(_.isNull)
+    val rows = optimized.map(optimizedWrite(checked, _)).getOrElse(checked)
+    val committed = try withBinSize(data.sparkSession, optimized) {
       route match {
         case "skip" => None
         case "python" => writeThroughPython(rows, plan); None
@@ -83,6 +93,30 @@ object DeltaBatchWrite extends Logging {
     WriteReports.add(report)
     route
   }
+
+  /** delta-spark's optimized write: the rows shuffled by the table's partition columns
+   *  before the write, so each partition's rows reach one task (one file), with Spark's
+   *  `REBALANCE` (adaptive execution splits a skewed partition and merges small ones
+   *  toward the bin size; without it, a plain hash shuffle by those columns). */
+  private def optimizedWrite(data: DataFrame, spec: JsonNode): DataFrame = {
+    val columns = spec.get("columns").elements().asScala
+      .map(c => col("`" + c.asText().replace("`", "``") + "`")).toSeq
+    data.hint("rebalance", columns: _*)
+  }
+
+  /** `body` with adaptive execution's target shuffle partition size at the optimized
+   *  write's bin size (`spark.databricks.delta.optimizeWrite.binSize`), then restored. */
+  private def withBinSize[T](session: SparkSession, spec: Option[JsonNode])(body: => T): T =
+    spec match {
+      case None => body
+      case Some(s) =>
+        val previous = session.conf.getOption(AdvisorySizeConf)
+        session.conf.set(AdvisorySizeConf, s.get("binSize").asLong().toString)
+        try body finally previous match {
+          case Some(v) => session.conf.set(AdvisorySizeConf, v)
+          case None => session.conf.unset(AdvisorySizeConf)
+        }
+    }
 
   private def modeName(mode: SaveMode): String = mode match {
     case SaveMode.Append => "append"
