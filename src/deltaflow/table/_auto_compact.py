@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from deltaflow.errors import InvalidOptionError
-from deltaflow.table import _compaction_lease, _dml_lease, _partitions, _uri
+from deltaflow.table import _compaction_lease, _dml_lease, _log_upkeep, _partitions, _uri
 
 log = logging.getLogger(__name__)
 
@@ -306,6 +306,7 @@ def _compact(job: CompactionJob) -> CompactionOutcome:
                 custom_metadata={"operationParameters": parameters},
                 max_commit_retries=_COMPACTION_COMMIT_RETRIES,
             ),
+            post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
         )
     except Exception as exc:  # a lost conflict, or anything else: give up, quietly
         log.warning(
@@ -317,6 +318,13 @@ def _compact(job: CompactionJob) -> CompactionOutcome:
         return CompactionOutcome(None, skipped="failed", errors=(str(exc),))
     removed = int(metrics.get("numFilesRemoved", 0))
     version = int(table.version()) if removed else None
+    if version is not None:  # the compaction's own commit gets the same log upkeep
+        _log_upkeep.after_commit(
+            job.table_uri,
+            version,
+            configuration=table.metadata().configuration,
+            storage_options=dict(job.storage_options) if job.storage_options else None,
+        )
     log.info(
         "auto compaction of %s (after version %s): %d partitions, %d files -> %d, version %s,"
         " %.0f ms",

@@ -34,6 +34,7 @@ from deltaflow.table import (
     _compaction_lease,
     _compaction_log,
     _log_commit,
+    _log_upkeep,
     _uri,
 )
 from deltaflow.table._protocol import Protocol, protocol_for_new_table
@@ -203,9 +204,11 @@ def already_committed(table: DeltaTable, app_id: str | None, app_version: int | 
 def commit(request: CommitRequest) -> CommitResult:
     """Commit ``request`` as one Delta transaction, or skip it if its app txn is recorded.
 
-    Then the post-commit hook: auto compaction of the partitions the commit wrote to, when
-    the table or the session turns it on (:mod:`deltaflow.table._auto_compact`). It never
-    raises: once this commit is in, nothing after it fails the write.
+    Then the post-commit hooks: a checkpoint every ``delta.checkpointInterval`` versions and
+    expired log cleanup (:mod:`deltaflow.table._log_upkeep`), and auto compaction of the
+    partitions the commit wrote to, when the table or the session turns it on
+    (:mod:`deltaflow.table._auto_compact`). They never raise: once this commit is in,
+    nothing after it fails the write.
     """
     result = _commit_once(request)
     if not result.skipped:
@@ -214,7 +217,9 @@ def commit(request: CommitRequest) -> CommitResult:
 
 
 def after_commit(request: CommitRequest, result: CommitResult) -> None:
-    """The post-commit hook for ``request``'s commit: auto compaction; never raises."""
+    """The post-commit hooks for ``request``'s commit: log upkeep, then auto compaction
+    (delta-spark's order: the checkpoint is part of the commit, compaction a hook after
+    it); never raises."""
 
     def table() -> DeltaTable:
         # The commit's own table is at (or just after) the new version: no log load.
@@ -224,6 +229,12 @@ def after_commit(request: CommitRequest, result: CommitResult) -> None:
             _uri.delta_rs_uri(request.table_uri), storage_options=request.storage_options
         )
 
+    _log_upkeep.after_commit(
+        request.table_uri,
+        result.version,
+        configuration=_known_configuration(request),
+        storage_options=request.storage_options,
+    )
     _auto_compact.after_commit(
         table_uri=request.table_uri,
         partition_columns=request.partition_columns,
@@ -235,6 +246,19 @@ def after_commit(request: CommitRequest, result: CommitResult) -> None:
         load_table=table,
         storage_options=request.storage_options,
     )
+
+
+def _known_configuration(request: CommitRequest) -> dict[str, str | None] | None:
+    """The table's properties when the request already has them (else the upkeep reads
+    them from the log): a creating commit carries them; a caller's table is up to date."""
+    if request.read_version is None:
+        return dict(request.configuration)
+    if request.table is not None:
+        try:
+            return dict(request.table.metadata().configuration)
+        except Exception:  # a table object in a bad state: let the upkeep load its own
+            return None
+    return None
 
 
 def _commit_once(request: CommitRequest) -> CommitResult:
@@ -265,6 +289,7 @@ def _commit_once(request: CommitRequest) -> CommitResult:
                 description=request.description,
                 storage_options=request.storage_options,
                 commit_properties=properties,
+                post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
             )
             return CommitResult(0, False, len(request.adds))
         except DeltaError as exc:
@@ -310,8 +335,14 @@ def _commit_once(request: CommitRequest) -> CommitResult:
         fields = [DeltaField.from_json(json.dumps(f)) for f in request.new_columns]
         # delta-rs cannot change the schema inside a write transaction, so the new
         # columns land one commit earlier; readers of that version see them empty.
-        table.alter.add_columns(fields)
+        table.alter.add_columns(fields, post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF)
         table = DeltaTable(location, storage_options=request.storage_options)
+        _log_upkeep.after_commit(
+            request.table_uri,
+            table.version(),
+            configuration=table.metadata().configuration,
+            storage_options=request.storage_options,
+        )
     now_ms = int(time.time() * 1000)
     actions: list[AddAction | RemoveAction] = [a.to_action() for a in request.adds]
     actions.extend(r.to_action(now_ms) for r in request.removes)
@@ -360,6 +391,8 @@ def _transact(
                 schema,
                 list(request.partition_columns) or None,
                 commit_properties=properties,
+                # Checkpoints and log cleanup run in after_commit, at delta-spark's versions.
+                post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
             )
             return table
         except CommitFailedError as exc:

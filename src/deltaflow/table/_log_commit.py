@@ -12,9 +12,9 @@ itself, on local (POSIX) tables:
   commit since the read version is checked against what this transaction read and
   removed (:func:`check_conflict`); a lost race re-checks the winner and retries at
   the next version, at most :data:`MAX_ATTEMPTS` times.
-* **Checkpoints** through delta-rs when the new version is a multiple of
-  ``delta.checkpointInterval`` (default 100, delta-rs's default, so that a table gets
-  the same checkpoints whichever of the two commit paths wrote it).
+* **Checkpoints and expired log cleanup** through :mod:`deltaflow.table._log_upkeep`
+  when the new version is a multiple of ``delta.checkpointInterval`` (default 10,
+  delta-spark's), the same versions whichever commit path wrote the table.
 
 Object stores need a conditional put that pyarrow does not offer; commits that need
 this writer fail there with :class:`~deltaflow.table.errors.UnsupportedFeatureError`.
@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from deltaflow._atomic import put_if_absent
-from deltaflow.table import _log, _uri
+from deltaflow.table import _log, _log_upkeep, _uri
 from deltaflow.table.errors import (
     ConcurrentWriteError,
     CorruptTableError,
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 # concurrent writers without hiding a livelock (same bound as the delta-rs path).
 MAX_ATTEMPTS = 15
 # delta-rs's default; delta-spark's is 10. Chosen so both commit paths agree.
-DEFAULT_CHECKPOINT_INTERVAL = 100
+DEFAULT_CHECKPOINT_INTERVAL = _log_upkeep.DEFAULT_CHECKPOINT_INTERVAL
 ISOLATION_LEVEL = "WriteSerializable"
 
 _COMMIT_NAME = re.compile(r"^(\d{20})\.json$")
@@ -141,7 +141,11 @@ def commit(request: LogCommitRequest) -> int:
                 request.read_version,
                 attempt,
             )
-            _maybe_checkpoint(request, target)
+            _log_upkeep.after_commit(
+                request.table_uri,
+                target,
+                checkpoint_interval=request.checkpoint_interval,
+            )
             return target
         log.info(
             "version %d of %s was taken by another writer; checking it and retrying",
@@ -373,26 +377,8 @@ def _put_if_absent(log_dir: str, version: int, payload: bytes) -> bool:
     return put_if_absent(os.path.join(log_dir, f"{version:020d}.json"), payload)
 
 
-def _maybe_checkpoint(request: LogCommitRequest, version: int) -> None:
-    interval = max(request.checkpoint_interval, 1)
-    if version % interval:
-        return
-    try:
-        from deltalake import DeltaTable
-
-        DeltaTable(_uri.delta_rs_uri(request.table_uri), version=version).create_checkpoint()
-    except Exception:  # the commit is in: a missing checkpoint only slows readers down
-        log.warning("could not write a checkpoint at version %d of %s", version, request.table_uri)
-
-
 def checkpoint_interval(configuration: Mapping[str, str | None]) -> int:
-    for key, value in configuration.items():
-        if key.lower() == "delta.checkpointinterval" and value:
-            try:
-                return max(int(value), 1)
-            except ValueError:
-                break
-    return DEFAULT_CHECKPOINT_INTERVAL
+    return _log_upkeep.checkpoint_interval(configuration)
 
 
 def require_local(table_uri: str, why: str) -> None:

@@ -30,6 +30,7 @@ from deltaflow.table import (
     _cluster_optimize,
     _clustering,
     _compaction_lease,
+    _log_upkeep,
     _log_write,
     _partitions,
     _predicates,
@@ -165,11 +166,15 @@ def vacuum(
     # there it only lists the files, and deltaflow deletes them (the log entries are
     # optional provenance, delta-spark's vacuum.logging).
     unwritable = bool(Protocol.of(snapshot).delta_rs_unwritable)
-    files = _writable(snapshot.uri).vacuum(
+    table = _writable(snapshot.uri)
+    files = table.vacuum(
         retention_hours=hours,
         dry_run=dry_run or unwritable,
         enforce_retention_duration=check_retention,
+        post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
     )
+    if not dry_run and not unwritable:
+        _upkeep(snapshot.uri, table)
     if unwritable and not dry_run:
         _delete_files(snapshot.uri, files)
     if dry_run:
@@ -231,7 +236,13 @@ def restore(uri: str, *, version: int | None = None, timestamp: str | None = Non
         target_snapshot = load_snapshot(uri, version=version)
         _log_write.restore(before, target_snapshot, parameters, metrics)
     else:
-        _writable(before.uri).restore(version, commit_properties=_parameters(parameters))
+        table = _writable(before.uri)
+        table.restore(
+            version,
+            commit_properties=_parameters(parameters),
+            post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
+        )
+        _upkeep(before.uri, table)
     return [row]
 
 
@@ -313,17 +324,31 @@ def _compact(
     table = _writable(uri)
     try:
         if columns:
-            return table.optimize.z_order(
-                columns, partition_filters=filters, commit_properties=_parameters(parameters)
+            metrics = table.optimize.z_order(
+                columns,
+                partition_filters=filters,
+                commit_properties=_parameters(parameters),
+                post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
             )
-        return table.optimize.compact(
-            partition_filters=filters, commit_properties=_parameters(parameters)
-        )
+        else:
+            metrics = table.optimize.compact(
+                partition_filters=filters,
+                commit_properties=_parameters(parameters),
+                post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
+            )
     except DeltaError as exc:  # e.g. an identity table: a typed refusal, not delta-rs's
         unsupported = _log_write.from_delta_rs(exc, uri, "OPTIMIZE")
         if unsupported is not None:
             raise unsupported from exc
         raise
+    _upkeep(uri, table)
+    return metrics
+
+
+def _upkeep(uri: str, table: _DeltaRsTable) -> None:
+    """Checkpoint / expired log cleanup after a delta-rs maintenance commit (their own
+    hook is off so that checkpoints land on delta-spark's versions)."""
+    _log_upkeep.after_commit(uri, table.version(), configuration=table.metadata().configuration)
 
 
 def _optimize_clustered(
