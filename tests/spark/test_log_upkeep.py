@@ -1,0 +1,40 @@
+"""Log upkeep through the Spark stream sink (issue 14): one commit per micro-batch, a
+checkpoint every ``delta.checkpointInterval`` of them, as delta-spark writes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+
+def test_stream_sink_checkpoints_at_the_tables_interval(spark, table_path, tmp_path) -> None:
+    source, target = table_path("source"), table_path("target")
+    for b in range(11):
+        write_deltalake(source, pa.table({"id": pa.array([b], pa.int64())}), mode="append")
+    spark.createDataFrame([], "id bigint").write.format("delta").option(
+        "delta.checkpointInterval", "5"
+    ).save(target)  # version 0
+    query = (
+        spark.readStream.format("delta")
+        .option("maxFilesPerTrigger", "1")
+        .load(source)
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(target)
+    )
+    assert query.awaitTermination(600)
+    assert query.exception() is None
+
+    log = os.path.join(target, "_delta_log")
+    table = DeltaTable(target)
+    assert table.version() == 11  # one commit per micro-batch
+    checkpoints = sorted(int(n[:20]) for n in os.listdir(log) if n.endswith(".checkpoint.parquet"))
+    assert checkpoints == [5, 10]
+    with open(os.path.join(log, "_last_checkpoint")) as f:
+        assert json.load(f)["version"] == 10
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == list(range(11))
+    assert spark.read.format("delta").load(target).count() == 11
