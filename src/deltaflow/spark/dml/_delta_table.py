@@ -20,7 +20,7 @@ from deltaflow.spark import _arguments as args
 from deltaflow.spark.catalog import _create
 from deltaflow.spark.commands import _convert, _maintenance
 from deltaflow.spark.dml import _delete_update, _merge_builder
-from deltaflow.table import _uri
+from deltaflow.table import _log_upkeep, _uri
 from deltaflow.table._snapshot import load_snapshot, table_exists
 from deltaflow.table.errors import TableNotFoundError
 
@@ -354,7 +354,15 @@ class DeltaTable:
 
         canonical = {p.lower(): p for p in TABLE_PROPERTIES}
         values = {canonical.get(k.lower(), k): str(v) for k, v in properties.items()}
-        self._writable().alter.set_table_properties(values, raise_if_not_exists=False)
+        table = self._writable()
+        table.alter.set_table_properties(
+            values,
+            raise_if_not_exists=False,
+            post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
+        )
+        _log_upkeep.after_commit(
+            self._uri, table.version(), configuration=table.metadata().configuration
+        )
 
     # ---- internals ------------------------------------------------------------------
 
