@@ -191,6 +191,9 @@ class CommitResult:
     version: int | None  # None when the commit was skipped as a duplicate
     skipped: bool
     num_files: int
+    # The table's properties as the commit saw them, when known (the post-commit log
+    # upkeep then reads no log to find delta.checkpointInterval).
+    configuration: dict[str, str | None] | None = field(default=None, compare=False)
 
 
 def already_committed(table: DeltaTable, app_id: str | None, app_version: int | None) -> bool:
@@ -232,7 +235,7 @@ def after_commit(request: CommitRequest, result: CommitResult) -> None:
     _log_upkeep.after_commit(
         request.table_uri,
         result.version,
-        configuration=_known_configuration(request),
+        configuration=_known_configuration(request, result),
         storage_options=request.storage_options,
     )
     _auto_compact.after_commit(
@@ -248,9 +251,14 @@ def after_commit(request: CommitRequest, result: CommitResult) -> None:
     )
 
 
-def _known_configuration(request: CommitRequest) -> dict[str, str | None] | None:
-    """The table's properties when the request already has them (else the upkeep reads
-    them from the log): a creating commit carries them; a caller's table is up to date."""
+def _known_configuration(
+    request: CommitRequest, result: CommitResult
+) -> dict[str, str | None] | None:
+    """The table's properties when the commit or the request already has them (else the
+    upkeep reads them from the log): a creating commit carries them; a caller's table is
+    up to date."""
+    if result.configuration is not None:
+        return result.configuration
     if request.read_version is None:
         return dict(request.configuration)
     if request.table is not None:
@@ -361,7 +369,9 @@ def _commit_once(request: CommitRequest) -> CommitResult:
     table = outcome
     # delta-rs does not hand back the version it committed; the newest one is ours unless
     # another writer raced in right after, which only makes the reported number later.
-    return CommitResult(_latest_version(location, request, table), False, len(request.adds))
+    version = _latest_version(location, request, table)
+    configuration = dict(table.metadata().configuration)
+    return CommitResult(version, False, len(request.adds), configuration)
 
 
 # How long a commit that removes files waits for a running compaction to finish.

@@ -109,8 +109,9 @@ def commit_write(
     require_local(draft.uri, protocol, request.operation)
     if current is None:
         version = _write_version_zero(request, draft, protocol, name)
-        return CommitResult(version, False, len(request.adds))
-    return CommitResult(_commit_change(request, draft, protocol, name), False, len(request.adds))
+    else:
+        version = _commit_change(request, draft, protocol, name)
+    return CommitResult(version, False, len(request.adds), dict(draft.configuration))
 
 
 def protocol_of(draft: Draft) -> Protocol:
