@@ -242,3 +242,16 @@ def test_partitioned_table(serve, tmp_path: Path):
         DeltaTable(str(tmp_path / "events")).get_add_actions(flatten=True)
     ).to_pydict()
     assert len(actions["path"]) == 3 and all(n is not None for n in actions["num_records"])
+
+
+def test_ingest_commits_get_checkpoints_at_the_default_interval(serve, tmp_path: Path):
+    """Log upkeep (issue 14): every ingest commit runs it; a checkpoint every 10 versions."""
+    server = serve()
+    for i in range(1, 11):
+        reply = server.client.post("events", ndjson({"id": i, "kind": "a"}))
+        assert reply.status == 200 and reply.body["version"] == i, reply.body
+    log = tmp_path / "events" / "_delta_log"
+    checkpoints = sorted(p.name for p in log.glob("*.checkpoint.parquet"))
+    assert checkpoints == [f"{10:020d}.checkpoint.parquet"]
+    assert json.loads((log / "_last_checkpoint").read_text())["version"] == 10
+    assert [r["id"] for r in read_table(tmp_path / "events")] == list(range(1, 11))
