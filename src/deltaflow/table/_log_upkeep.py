@@ -98,8 +98,7 @@ def _upkeep(
         configuration = table.metadata().configuration
     if version % checkpoint_interval(configuration):
         return False
-    newest = _log.last_checkpoint(table_uri)
-    if newest is not None and newest >= version:
+    if _already_checkpointed(table_uri, version):
         return False  # another route (or writer) already did this version's upkeep
     table = table or _load(table_uri, version, storage_options)
     table.create_checkpoint()
@@ -107,6 +106,14 @@ def _upkeep(
     if expired_log_cleanup_enabled(configuration):
         table.cleanup_metadata()
     return True
+
+
+def _already_checkpointed(table_uri: str, version: int) -> bool:
+    try:
+        newest = _log.last_checkpoint(table_uri)
+    except Exception:  # e.g. a store pyarrow cannot open without options: just checkpoint
+        return False
+    return newest is not None and newest >= version
 
 
 def _load(table_uri: str, version: int, storage_options: dict[str, str] | None) -> DeltaTable:
