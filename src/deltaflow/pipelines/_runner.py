@@ -30,7 +30,7 @@ from deltaflow.pipelines import _expectations
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow, resolve
 from deltaflow.pipelines._declarations import Flow
 from deltaflow.pipelines._event_log import EventLog, Origin
-from deltaflow.pipelines._flows import FlowRun, UpdateDriver
+from deltaflow.pipelines._flows import FlowRun, UpdateDriver, event_log_flush_interval
 from deltaflow.pipelines._graph import Graph
 from deltaflow.pipelines._storage import CatalogPublisher, Storage
 from deltaflow.pipelines.errors import (
@@ -181,7 +181,6 @@ def run_update(
             for resolved in resolution.flows.values():
                 _flow_definition(log, resolution, resolved)
             _progress(log, "RUNNING")
-            log.flush()
             runnable = _runnable(resolution, selected)
             if continuous:
                 from deltaflow.pipelines._continuous import Continuous
@@ -360,6 +359,7 @@ class _Scheduler(UpdateDriver):
         for name in self._runnable:
             self._progress(name, "QUEUED")
         workers = max(1, int(self._settings.setting("pipelines.maxConcurrentFlows", "2")))
+        flush_every = event_log_flush_interval(self._settings)
         running: dict[Future[FlowReport], str] = {}
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pipeline-flow") as pool:
             while len(reports) < len(self._runnable):
@@ -373,7 +373,9 @@ class _Scheduler(UpdateDriver):
                         running[pool.submit(self._run_with_retries, name)] = name
                 if not running:
                     continue
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                # The flows' events are committed from here, off their critical path.
+                self._log.flush_every(flush_every)
+                done, _ = wait(running, timeout=flush_every, return_when=FIRST_COMPLETED)
                 for future in done:
                     reports[running.pop(future)] = future.result()
         return reports
@@ -397,7 +399,6 @@ class _Scheduler(UpdateDriver):
                 error = typed_error(exc) or exc
                 if policy.gives_up(error, attempt):
                     self._progress(name, "FAILED", attempt=attempt, error=error)
-                    self._log.flush()
                     return FlowReport(
                         name, resolved.flow.target, "FAILED", attempt, error=str(error)
                     )
@@ -405,7 +406,6 @@ class _Scheduler(UpdateDriver):
                 time.sleep(policy.delay(attempt))
                 continue
             self._progress(name, "COMPLETED", attempt=attempt, outcome=outcome)
-            self._log.flush()
             return FlowReport(
                 name,
                 resolved.flow.target,
