@@ -408,8 +408,31 @@ def create_auto_cdc_flow(
 ) -> None:
     """AUTO CDC: apply the change rows of ``source`` to the streaming table ``target``
     (Lakeflow's ``create_auto_cdc_flow`` / ``apply_changes``)."""
-    where = _caller(2)
-    decl = "create_auto_cdc_flow"
+    options = dict(locals())
+    declare_auto_cdc_flow(_caller(2), "create_auto_cdc_flow", **options)
+
+
+def declare_auto_cdc_flow(
+    where: SourceLocation,
+    decl: str,
+    *,
+    target: str,
+    source: str,
+    keys: Any,
+    sequence_by: Any,
+    ignore_null_updates: bool = False,
+    apply_as_deletes: Any = None,
+    apply_as_truncates: Any = None,
+    column_list: Any = None,
+    except_column_list: Any = None,
+    stored_as_scd_type: int | str = 1,
+    track_history_column_list: Any = None,
+    track_history_except_column_list: Any = None,
+    name: str | None = None,
+    once: bool = False,
+    spark_conf: dict[str, str] | None = None,
+) -> None:
+    """:func:`create_auto_cdc_flow` declared at ``where`` (Python or a SQL file)."""
     _text(target, "target", decl, where, optional=False)
     _text(source, "source", decl, where, optional=False)
     scd = _scd_type(stored_as_scd_type, decl, where)

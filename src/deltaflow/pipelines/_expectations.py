@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from deltaflow.pipelines._declarations import Expectation

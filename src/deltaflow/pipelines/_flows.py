@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError, typed_error
-from deltaflow.pipelines import _cdc, _cdc_snapshot, _expectations
+from deltaflow.pipelines import _cdc, _cdc_snapshot, _expectations, _flow_session
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow
 from deltaflow.pipelines._declarations import AutoCdcFlow, AutoCdcSnapshotFlow, Flow
 from deltaflow.pipelines._event_log import EventLog
@@ -83,6 +83,11 @@ class FlowRun:
         self._resolved = resolved
         self._storage = storage
         self._rules = flow_expectations(resolution, resolved)
+        target = resolution.datasets.get(resolved.flow.target)
+        confs = _flow_session.flow_confs(resolved.flow, target.dataset if target else None)
+        # The session the flow's queries run in: the update's, or its own clone when the
+        # flow has spark_conf (see _flow_session).
+        self._flow_spark = _flow_session.session_for(spark, confs)
 
     @property
     def streaming(self) -> bool:
@@ -129,7 +134,8 @@ class FlowRun:
         # The rules analysed against this query when the update resolved the graph.
         reader = _TableReader(self._spark)
         with reading_with(reader):
-            return flow.func()
+            df = flow.func()
+        return _flow_session.rebind(df, self._flow_spark)
 
     def _path(self, flow: Flow) -> str:
         return self._storage.table_path(self._resolution.datasets[flow.target].dataset)
@@ -151,10 +157,10 @@ class FlowRun:
         return Running(query, lambda: Outcome(rows=_input_rows(query)))
 
     def _auto_cdc(self, flow: AutoCdcFlow) -> Running:
-        source = self._spark.readStream.table(flow.source)
+        source = self._flow_spark.readStream.table(flow.source)
         dataset = self._resolution.datasets[flow.target].dataset
         batches = _cdc.CdcBatches(
-            self._spark,
+            self._flow_spark,
             flow,
             self._storage.table_path(dataset),
             self._storage.cdc_state(flow.name),
