@@ -90,7 +90,7 @@ def _tables(spark: Any, root: Path, graph: dp.Graph) -> dict[str, list[tuple[Any
     out = {}
     for table in ("dim1", "dim2"):
         rows = DeltaRsTable(str(root / "storage/tables" / table)).to_pyarrow_table().to_pylist()
-        out[table] = sorted(tuple(sorted(r.items())) for r in rows)
+        out[table] = sorted((tuple(sorted(r.items())) for r in rows), key=repr)
     return out
 
 

@@ -175,20 +175,25 @@ def run_update(
                 for flow in graph.flows_into(name):
                     storage.reset_checkpoint(flow.name)
             _progress(log, "SETTING_UP_TABLES")
-            resolution = resolve(spark, graph, CatalogPublisher(spark, storage))
-            _check_flow_shapes(resolution)
-            _truncate(spark, resolution, storage, reset)
-            for resolved in resolution.flows.values():
-                _flow_definition(log, resolution, resolved)
-            _progress(log, "RUNNING")
-            runnable = _runnable(resolution, selected)
-            if continuous:
-                from deltaflow.pipelines._continuous import Continuous
+            publisher = CatalogPublisher(spark, storage)
+            try:
+                resolution = resolve(spark, graph, publisher)
+                _check_flow_shapes(resolution)
+                _truncate(spark, resolution, storage, reset)
+                for resolved in resolution.flows.values():
+                    _flow_definition(log, resolution, resolved)
+                _progress(log, "RUNNING")
+                runnable = _runnable(resolution, selected)
+                if continuous:
+                    from deltaflow.pipelines._continuous import Continuous
 
-                assert stop is not None
-                reports = Continuous(spark, resolution, settings, storage, log, runnable).run(stop)
-            else:
-                reports = _Scheduler(spark, resolution, settings, storage, log, runnable).run()
+                    assert stop is not None
+                    driver = Continuous(spark, resolution, settings, storage, log, runnable)
+                    reports = driver.run(stop)
+                else:
+                    reports = _Scheduler(spark, resolution, settings, storage, log, runnable).run()
+            finally:
+                publisher.unpublish_private(graph.datasets.values())
     except Exception as exc:
         error = typed_error(exc) or exc
         _progress(log, "FAILED", error=str(error))
