@@ -12,7 +12,8 @@ from deltalake import DeltaTable as DeltaRsTable
 from deltaflow import pipelines as dp
 from deltaflow.pipelines import dlt
 
-TOKYO = {"spark.sql.session.timeZone": "Asia/Tokyo"}
+# A key Spark does not know is taken, as spark.conf.set takes it.
+TOKYO = {"spark.sql.session.timeZone": "Asia/Tokyo", "shop.custom.setting": "x"}
 # One instant, rendered in the session's time zone when cast to a string.
 AS_TEXT = "SELECT CAST(TIMESTAMP '2024-01-01 00:00:00 UTC' AS STRING) AS shown"
 
@@ -75,3 +76,4 @@ def test_static_spark_conf_is_refused_by_the_dry_run(spark: Any, tmp_path: Path)
         dp.dry_run(spark, declared.graph(), _settings(tmp_path))
     assert caught.value.problem == "bad_spark_conf"
     assert caught.value.flow == "fixed"
+    assert "spark.sql.extensions" in str(caught.value)

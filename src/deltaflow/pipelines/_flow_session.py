@@ -11,8 +11,8 @@ writes of a ``foreachBatch`` function, see the flow's settings; nothing else doe
 
 Settings are the dataset's (``@dp.table(spark_conf=...)``, ``create_streaming_table``)
 then the flow's own (``append_flow(spark_conf=...)``), the flow's winning on a clash.
-A setting Spark cannot change at runtime (a static or core conf) is a
-:class:`GraphValidationError` when the graph resolves, dry run included.
+A setting Spark cannot change at runtime (a static or core conf), or a value it
+rejects, is a :class:`GraphValidationError` when the graph resolves, dry run included.
 """
 
 from __future__ import annotations
@@ -35,13 +35,26 @@ def flow_confs(flow: AnyFlow, target: Dataset | None) -> dict[str, str]:
 
 
 def check_confs(spark: SparkSession, flow: str, confs: Mapping[str, str]) -> None:
-    """Every setting must be one a session can change at runtime."""
-    fixed = sorted(k for k in confs if not spark.conf.isModifiable(k))
-    if fixed:
+    """Every setting must be one a session takes at runtime, with a value it accepts:
+    each is tried on a scratch clone of ``spark``, so the answer is Spark's own (a
+    static or core conf is refused; a key Spark does not know is fine, as with
+    ``spark.conf.set``)."""
+    if not confs:
+        return
+    scratch = spark._jsparkSession.cloneSession().conf()
+    refused = []
+    for key, value in confs.items():
+        try:
+            scratch.set(key, value)
+        except Exception as exc:
+            java = getattr(exc, "java_exception", None)  # py4j: Spark's own message
+            reason = str(java.getMessage() if java is not None else exc).strip()
+            refused.append(f"{key}={value!r} ({reason.splitlines()[0][:200] if reason else exc})")
+    if refused:
         raise GraphValidationError(
-            f"flow {flow!r}: spark_conf sets {', '.join(fixed)}, which Spark fixes when the"
-            " application starts, so it cannot differ per flow. Set it for the whole"
-            " application (spark-submit --conf / deltaflow.session(conf=...)) instead.",
+            f"flow {flow!r}: spark_conf sets what a session cannot take at runtime:"
+            f" {'; '.join(refused)}. Set startup confs for the whole application"
+            " (spark-submit --conf / deltaflow.session(conf=...)), or fix the value.",
             flow=flow,
             problem="bad_spark_conf",
         )
