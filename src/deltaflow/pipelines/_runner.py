@@ -170,30 +170,28 @@ def run_update(
     _progress(log, "INITIALIZING")
     spark.sql(f"CREATE DATABASE IF NOT EXISTS `{settings.database}`")
     try:
-        with _session_for(spark, settings, settings.database):
+        with (
+            _session_for(spark, settings, settings.database),
+            _publishing(spark, storage, graph) as publisher,
+        ):
             for name in reset:
                 for flow in graph.flows_into(name):
                     storage.reset_checkpoint(flow.name)
             _progress(log, "SETTING_UP_TABLES")
-            publisher = CatalogPublisher(spark, storage)
-            try:
-                resolution = resolve(spark, graph, publisher)
-                _check_flow_shapes(resolution)
-                _truncate(spark, resolution, storage, reset)
-                for resolved in resolution.flows.values():
-                    _flow_definition(log, resolution, resolved)
-                _progress(log, "RUNNING")
-                runnable = _runnable(resolution, selected)
-                if continuous:
-                    from deltaflow.pipelines._continuous import Continuous
+            resolution = resolve(spark, graph, publisher)
+            _check_flow_shapes(resolution)
+            _truncate(spark, resolution, storage, reset)
+            for resolved in resolution.flows.values():
+                _flow_definition(log, resolution, resolved)
+            _progress(log, "RUNNING")
+            runnable = _runnable(resolution, selected)
+            if continuous:
+                from deltaflow.pipelines._continuous import Continuous
 
-                    assert stop is not None
-                    driver = Continuous(spark, resolution, settings, storage, log, runnable)
-                    reports = driver.run(stop)
-                else:
-                    reports = _Scheduler(spark, resolution, settings, storage, log, runnable).run()
-            finally:
-                publisher.unpublish_private(graph.datasets.values())
+                assert stop is not None
+                reports = Continuous(spark, resolution, settings, storage, log, runnable).run(stop)
+            else:
+                reports = _Scheduler(spark, resolution, settings, storage, log, runnable).run()
     except Exception as exc:
         error = typed_error(exc) or exc
         _progress(log, "FAILED", error=str(error))
@@ -254,6 +252,17 @@ def _session_for(spark: SparkSession, settings: PipelineSettings, database: str)
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
+
+
+@contextlib.contextmanager
+def _publishing(spark: SparkSession, storage: Storage, graph: Graph) -> Iterator[CatalogPublisher]:
+    """The update's publisher; private datasets leave the catalog when the update ends,
+    however it ends."""
+    publisher = CatalogPublisher(spark, storage)
+    try:
+        yield publisher
+    finally:
+        publisher.unpublish_private(graph.datasets.values())
 
 
 def _check_flow_shapes(resolution: Resolution) -> None:
