@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -95,3 +95,10 @@ class CatalogPublisher:
         if dataset.comment:
             builder = builder.comment(dataset.comment)
         builder.execute()
+
+    def unpublish_private(self, datasets: Iterable[Dataset]) -> None:
+        """Private datasets leave the catalog when an update ends; their Delta tables
+        stay (the entries are external: dropping one deletes no file)."""
+        for dataset in datasets:
+            if dataset.temporary and dataset.kind != "temporary_view":
+                self._spark.sql(f"DROP TABLE IF EXISTS {self._storage.qualified(dataset.name)}")
