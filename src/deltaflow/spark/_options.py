@@ -166,6 +166,11 @@ class WriteOptions:
     checked_constraints: str | None = None
     # The identity columns the connector generated values for (not the user's values).
     identity_generated: tuple[str, ...] = ()
+    # Set by the catalog's CREATE / REPLACE / CREATE OR REPLACE TABLE ... AS SELECT
+    # (saveAsTable, writeTo): "create" | "replace" | "createOrReplace", and whether the
+    # table is managed; they name the commit as delta-spark does.
+    create_mode: str | None = None
+    create_managed: bool = False
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -350,8 +355,12 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         )
     comment = None
     clustering = None
+    create_mode = None
+    create_managed = False
     if CREATE_SPEC_OPTION in lowered:
         create = json.loads(lowered[CREATE_SPEC_OPTION])
+        create_mode = create.get("mode")
+        create_managed = bool(create.get("managed"))
         properties.update(create.get("properties") or {})
         comment = create.get("comment")
         if create.get("clusteringColumns") is not None:
@@ -375,4 +384,6 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             c for c in (lowered.get(IDENTITY_GENERATED_OPTION) or "").split(",") if c
         ),
         partition_overwrite_mode=overwrite_mode,
+        create_mode=create_mode,
+        create_managed=create_managed,
     )

@@ -289,15 +289,31 @@ def _bare(value: Any) -> Any:
 def _write_version_zero(
     request: CommitRequest, draft: Draft, protocol: Protocol, name: str | None
 ) -> int:
-    operation = "CREATE TABLE AS SELECT" if request.adds else "CREATE TABLE"
-    if request.operation not in ("WRITE", operation):
-        operation = request.operation
+    from deltaflow.table._commit import WRITE_OPERATIONS, write_metrics
+
+    info = dict(request.commit_info)
+    given = info.pop("operationParameters", None)
     parameters = {
-        "partitionBy": json.dumps(list(draft.partition_columns)),
-        "description": request.description,
-        "properties": json.dumps(draft.configuration),
+        **(
+            given
+            or {
+                "partitionBy": json.dumps(list(draft.partition_columns)),
+                "description": request.description,
+                "properties": json.dumps(draft.configuration),
+            }
+        ),
         **draft.parameters,
     }
+    metrics = info.pop("operationMetrics", None)
+    if metrics is None and request.operation in WRITE_OPERATIONS:
+        metrics = write_metrics(request)
+    for kept in ("readVersion", "isBlindAppend"):
+        info.pop(kept, None)
+    if request.user_metadata is not None:
+        info["userMetadata"] = request.user_metadata
+    transaction = None
+    if request.app_id is not None and request.app_version is not None:
+        transaction = (request.app_id, request.app_version)
     return _clustering.write_version_zero(
         draft.uri,
         metadata=_clustering.metadata_action(
@@ -310,8 +326,11 @@ def _write_version_zero(
         protocol=protocol,
         domains=draft.domains,
         adds=[a.to_log_action() for a in request.adds],
-        operation=operation,
+        operation=request.operation,
         parameters=parameters,
+        metrics=metrics,
+        extra_info=info,
+        app_transaction=transaction,
     )
 
 
@@ -339,7 +358,11 @@ def _commit_change(
         "partitionBy": json.dumps(list(draft.partition_columns)),
     }
     parameters = {**parameters, **draft.parameters}
-    metrics = info.pop("operationMetrics", {})
+    metrics = info.pop("operationMetrics", None)
+    if metrics is None:
+        from deltaflow.table._commit import WRITE_OPERATIONS, write_metrics
+
+        metrics = write_metrics(request) if request.operation in WRITE_OPERATIONS else {}
     info.pop("readVersion", None)
     info.pop("isBlindAppend", None)
     if request.user_metadata is not None:
@@ -352,7 +375,11 @@ def _commit_change(
         _log_commit.LogCommitRequest(
             table_uri=draft.uri,
             read_version=request.read_version,
-            operation="CREATE OR REPLACE TABLE" if request.replace_table else request.operation,
+            operation=(
+                "CREATE OR REPLACE TABLE"
+                if request.replace_table and "REPLACE" not in request.operation
+                else request.operation
+            ),
             operation_parameters=parameters,
             operation_metrics=metrics,
             adds=[a.to_log_action() for a in request.adds],

@@ -10,6 +10,7 @@ commit. Files of a failed or aborted job are never referenced by the log;
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import time
 import uuid
@@ -100,11 +101,14 @@ def commit_request(
 ) -> _commit.CommitRequest:
     """The commit of ``adds`` under ``plan``: the plan's schema, partitioning, mode, read
     version and app transaction; ``overrides`` replace any field (commitInfo, ...)."""
+    operation, parameters = _operation(plan)
     request = _commit.CommitRequest(
         table_uri=plan.table_uri,
         schema=plan.schema,
         partition_columns=plan.partition_columns,
         adds=adds,
+        operation=operation,
+        commit_info={"operationParameters": parameters} if parameters else {},
         mode="overwrite" if plan.mode == "overwrite" else "append",
         read_version=plan.read_version,
         new_columns=plan.new_columns,
@@ -120,6 +124,41 @@ def commit_request(
         # Explicit removes of the touched partitions' files; delta-rs derives none.
         request = replace(request, removes=partition_removes(plan, adds), mode="append")
     return replace(request, **overrides) if overrides else request
+
+
+# Spark's SaveMode names, which delta-spark records as a WRITE's "mode".
+_SAVE_MODES = {
+    "append": "Append",
+    "overwrite": "Overwrite",
+    "error": "ErrorIfExists",
+    "ignore": "Ignore",
+}
+# delta-spark's operation names of the catalog's statements that write a query's rows.
+_CREATE_OPERATIONS = {
+    "create": "CREATE TABLE AS SELECT",
+    "replace": "REPLACE TABLE AS SELECT",
+    "createOrReplace": "CREATE OR REPLACE TABLE AS SELECT",
+}
+
+
+def _operation(plan: WritePlan) -> tuple[str, dict[str, Any] | None]:
+    """delta-spark's operation name and parameters for a write under ``plan``
+    (parameters None: the ones delta-rs records for a WRITE to an existing table, which
+    are delta-spark's: mode and partitionBy)."""
+    options = plan.options
+    partition_by = json.dumps(list(plan.partition_columns))
+    operation = _CREATE_OPERATIONS.get(options.create_mode or "")
+    if operation is not None:
+        return operation, {
+            "isManaged": "true" if options.create_managed else "false",
+            "description": options.table_comment,
+            "partitionBy": partition_by,
+            "clusterBy": json.dumps(list(options.clustering_columns or ())),
+            "properties": json.dumps(dict(options.table_properties)),
+        }
+    if plan.read_version is not None:
+        return "WRITE", None
+    return "WRITE", {"mode": _SAVE_MODES.get(plan.mode, "Append"), "partitionBy": partition_by}
 
 
 def partition_removes(
