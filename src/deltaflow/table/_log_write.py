@@ -27,6 +27,7 @@ refused with :class:`UnsupportedFeatureError` naming the feature and what to do 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltaflow.table import _clustered_commit, _clustering, _generated_log, _log_commit, _uri
 from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES, Protocol, features_in_use
-from deltaflow.table._snapshot import Snapshot, load_snapshot
+from deltaflow.table._snapshot import Snapshot, load_snapshot, snapshot_of_table
 from deltaflow.table.errors import UnsupportedFeatureError
 
 if TYPE_CHECKING:
@@ -91,7 +92,15 @@ def commit_write(
     from deltaflow.table._commit import CommitResult, already_committed
 
     current = None
-    if request.read_version is not None:
+    kept = request.table
+    if (
+        kept is not None
+        and request.read_version is not None
+        and kept.version() == request.read_version
+    ):
+        # A caller's open table at the read version (a stream sink's): no log load.
+        current = snapshot_of_table(kept, request.table_uri)
+    elif request.read_version is not None:
         current = load_snapshot(
             request.table_uri,
             version=request.read_version,
@@ -110,7 +119,12 @@ def commit_write(
     if current is None:
         version = _write_version_zero(request, draft, protocol, name)
         return CommitResult(version, False, len(request.adds))
-    return CommitResult(_commit_change(request, draft, protocol, name), False, len(request.adds))
+    version = _commit_change(request, draft, protocol, name)
+    if kept is not None:
+        # The caller's table moves on past this commit, as after a delta-rs commit.
+        with contextlib.suppress(Exception):
+            kept.update_incremental()
+    return CommitResult(version, False, len(request.adds))
 
 
 def protocol_of(draft: Draft) -> Protocol:

@@ -94,6 +94,8 @@ class WritePlan:
     identity_generated: tuple[str, ...] = ()
     # The table's schema as the log has it (identity metadata included), when it exists.
     log_schema: dict[str, Any] | None = None
+    # The save mode the caller asked for, when ``mode`` differs (a new table's "error").
+    save_mode: str | None = None
 
 
 def commit_request(
@@ -158,7 +160,8 @@ def _operation(plan: WritePlan) -> tuple[str, dict[str, Any] | None]:
         }
     if plan.read_version is not None:
         return "WRITE", None
-    return "WRITE", {"mode": _SAVE_MODES.get(plan.mode, "Append"), "partitionBy": partition_by}
+    mode = _SAVE_MODES.get(plan.save_mode or plan.mode, "Append")
+    return "WRITE", {"mode": mode, "partitionBy": partition_by}
 
 
 def partition_removes(
@@ -396,6 +399,7 @@ def _plan_new_table(
     return WritePlan(
         table_uri=uri,
         mode="append" if mode in ("error", "ignore") else mode,
+        save_mode=mode,
         schema=schema,
         physical_schema=schema,
         partition_columns=partitions,
