@@ -257,6 +257,7 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
     else:
         assert spec.name is not None
         uri = managed_location(spark, spec.name)
+        spec = dataclasses.replace(spec, managed=True)
     if spec.mode == "create" and in_catalog:
         raise TableAlreadyExistsError(
             f"Table {spec.name} already exists in the catalog. Use"
