@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError
 from deltaflow.spark._options import parse_write_options
-from deltaflow.spark.dml import _changes, _delete_update, _dv, _merge_rows, _retry
+from deltaflow.spark.dml import _changes, _delete_update, _dv, _generated, _merge_rows, _retry
 from deltaflow.spark.dml._merge_builder import (
     BY_SOURCE_KINDS,
     DELETE_KINDS,
@@ -139,6 +139,8 @@ class _Merge:
     # Deletion vectors with an inner job 1: its joined (matched) rows, persisted, and the
     # target scan they came from; job 2 computes the new rows from them, no second scan.
     matched: tuple[DataFrame, DataFrame] | None = None
+    # The table's generated and identity columns (computed where clauses leave them out).
+    generation: _generated.Generation | None = None
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,11 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
     source = spec.source
     plan, output = _evolve(spec, snapshot, plan, struct, source)
     # Resolved before any job, so a bad assignment fails fast.
-    values = [_merge_rows.clause_values(spec, clause, output, source) for clause in spec.clauses]
+    generation = _generated.Generation.of(spec.uri, snapshot.schema)
+    values = [
+        _merge_rows.clause_values(spec, clause, output, source, generation)
+        for clause in spec.clauses
+    ]
     _check_resolves(spark, spec, struct)
     files = snapshot.files()
     read_node: Any = None
@@ -249,6 +255,7 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
         marked,
         dv=dv,
         deleted=snapshot.deleted_rows() if dv else {},
+        generation=generation,
     )
     if inserts:
         # Inserts are the source rows no target row matched, found by the source row
@@ -336,8 +343,12 @@ def _job2_rows(merge: _Merge, found: _Found, changes: bool, *, dedupe: bool) -> 
         parts.append(rows)
     if found.new_rows is not None and found.inserted:
         inserts = found.new_rows.withColumn(_merge_rows.TARGET_MARK, F.lit(None).cast("boolean"))
+        if merge.generation is not None:
+            inserts = merge.generation.with_identity_values(inserts)
         parts.append(
-            _merge_rows.output_rows(inserts, spec, merge.output, merge.values, None, False, changes)
+            _merge_rows.output_rows(
+                inserts, spec, merge.output, merge.values, None, False, changes, merge.generation
+            )
         )
     return parts[0] if len(parts) == 1 else parts[0].union(parts[1])
 
@@ -367,7 +378,7 @@ def _changed_rows(merge: _Merge, found: _Found, changes: bool, dedupe: bool) -> 
     chosen = [i for i, c in enumerate(spec.clauses) if c.kind in kinds]
     joined = joined.where(F.col(_merge_rows.ACTION).isin(chosen))
     return _merge_rows.output_rows(
-        joined, spec, merge.output, merge.values, target, dedupe, changes
+        joined, spec, merge.output, merge.values, target, dedupe, changes, merge.generation
     )
 
 
@@ -381,7 +392,7 @@ def _rewrite_rows(merge: _Merge, found: _Found, changes: bool, dedupe: bool) -> 
     ).df
     joined = _merge_rows.joined(rescan, merge.marked, merge.condition, spec.clauses)
     return _merge_rows.output_rows(
-        joined, spec, merge.output, merge.values, rescan, dedupe, changes
+        joined, spec, merge.output, merge.values, rescan, dedupe, changes, merge.generation
     )
 
 
@@ -631,6 +642,8 @@ def _commit_merge(
         read=read if _changes.uses_log_writer(snapshot.uri) else None,
         operation="MERGE",
         new_columns=plan.new_columns,
+        # Inserts may hand out identity values: the commit moves the high water marks.
+        identity_generated=plan.identity_generated,
         commit_info={
             _delete_update.OPERATION_KEY: "MERGE",
             "operationParameters": {

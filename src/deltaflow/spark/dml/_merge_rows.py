@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deltaflow.spark.dml import _changes, _delete_update, _dv
+from deltaflow.spark.dml import _changes, _delete_update, _dv, _generated
 from deltaflow.spark.dml._merge_builder import (
     BY_SOURCE_KINDS,
     DELETE_KINDS,
@@ -254,10 +254,12 @@ def output_rows(
     target: DataFrame | None,
     dedupe: bool,
     changes: bool = False,
+    generation: _generated.Generation | None = None,
 ) -> DataFrame:
     """Job 2's rows: with ``target``, every row of the touched files ``rows`` holds
     (copied / updated / deleted); without, the inserts. With ``changes``, plus change
-    rows (``_change_type`` not NULL)."""
+    rows (``_change_type`` not NULL). Generated columns a clause does not set are
+    computed from the row's new values (:mod:`._generated`)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -310,17 +312,71 @@ def output_rows(
         columns.append(value.cast(field.dataType).alias(field.name))
     if changes:
         columns.append(F.col(cw.CHANGE_TYPE))
-    return rows.select(*columns)
+    markers = _regenerate_markers(spec, values, clauses, generation, keeps_old)
+    if not markers:
+        return rows.select(*columns)
+    assert generation is not None
+    columns.extend(flag.alias(name) for name, flag in markers.values())
+    named = {column: name for column, (name, _) in markers.items()}
+    return _generated.recomputed(rows.select(*columns), generation, named)
+
+
+def _regenerate_markers(
+    spec: MergeSpec,
+    values: list[dict[str, Column]],
+    clauses: list[int],
+    generation: _generated.Generation | None,
+    keeps_old: Column,
+) -> dict[str, tuple[str, Column]]:
+    """Generated column -> (marker name, marker): true on rows an update or insert
+    clause writes without setting the column (pre-images and deleted rows keep theirs)."""
+    from pyspark.sql import functions as F
+
+    out: dict[str, tuple[str, Column]] = {}
+    for index, column in enumerate(generation.generated if generation else ()):
+        writers = [
+            i
+            for i in clauses
+            if spec.clauses[i].kind not in DELETE_KINDS
+            and column.name.lower() not in {k.lower() for k in values[i]}
+        ]
+        if writers:
+            flag = F.col(ACTION).isin(writers) & ~F.coalesce(keeps_old, F.lit(False))
+            out[column.name] = (_generated.marker(index), F.coalesce(flag, F.lit(False)))
+    return out
 
 
 def clause_values(
-    spec: MergeSpec, clause: MergeClause, output: StructType, source: DataFrame
+    spec: MergeSpec,
+    clause: MergeClause,
+    output: StructType,
+    source: DataFrame,
+    generation: _generated.Generation | None = None,
 ) -> dict[str, Column]:
-    """Output column -> the value ``clause`` gives it (missing: unchanged / NULL)."""
-    from pyspark.sql import functions as F
-
+    """Output column -> the value ``clause`` gives it (missing: unchanged / NULL; a
+    generated column: computed, an identity column an insert leaves out: generated)."""
     if clause.kind in DELETE_KINDS:
         return {}
+    values = _given_values(spec, clause, output, source, generation)
+    if generation is None:
+        return values
+    if clause.kind == "notMatchedInsert":
+        generation.refuse_explicit_inserts(values)
+        return {**values, **generation.identity_values(values)}
+    generation.refuse_identity_update(values, "MERGE")
+    return values
+
+
+def _given_values(
+    spec: MergeSpec,
+    clause: MergeClause,
+    output: StructType,
+    source: DataFrame,
+    generation: _generated.Generation | None,
+) -> dict[str, Column]:
+    from pyspark.sql import functions as F
+
+    implicit = generation.implicit() if generation else frozenset()
     insert = clause.kind == "notMatchedInsert"
     if clause.assignments is None:
         values: dict[str, Column] = {}
@@ -330,7 +386,7 @@ def clause_values(
             name = by_name.get(field.name.lower())
             if name is not None:
                 values[field.name] = source[f"`{name}`"]
-            elif not spec.schema_evolution:
+            elif not spec.schema_evolution and field.name.lower() not in implicit:
                 missing.append(field.name)
         if missing:
             what = "insertAll" if insert else "updateAll"
@@ -347,6 +403,10 @@ def clause_values(
         spec.uri, output, spec.target_alias, dict(clause.assignments)
     )
     if insert:
-        unknown = [f.name for f in output.fields if f.name not in resolved]
+        unknown = [
+            f.name
+            for f in output.fields
+            if f.name not in resolved and f.name.lower() not in implicit
+        ]
         return {**{n: F.lit(None) for n in unknown}, **resolved}
     return resolved
