@@ -72,10 +72,10 @@ class Plan:
         return self.technique in (ROW_BASED, GROUP_AGGREGATE)
 
     def message(self) -> str:
-        text = f"Flow {self.flow!r} has been planned to be executed as {self.technique}."
+        text = f"Flow {self.flow!r} has been planned to be executed as {self.technique}"
         if self.issues:
-            text += " " + "; ".join(i.message for i in self.issues) + "."
-        return text
+            text += ": " + "; ".join(i.message for i in self.issues)
+        return text + "."
 
     def details(self, target: str) -> dict[str, Any]:
         options = [self.technique]
