@@ -104,9 +104,7 @@ def _plans(settings: dp.PipelineSettings, update_id: str) -> dict[str, dict[str,
             continue
         info = event["details"]["planning_information"]["technique_information"]
         chosen = next(t["maintenance_type"] for t in info if t.get("is_chosen"))
-        issues = [
-            i["issue_type"] for t in info for i in t.get("incrementalization_issues", [])
-        ]
+        issues = [i["issue_type"] for t in info for i in t.get("incrementalization_issues", [])]
         found[event["origin"]["flow_name"]] = {
             "technique": chosen.removeprefix("MAINTENANCE_TYPE_"),
             "issues": issues,
@@ -164,9 +162,11 @@ def test_fallbacks_recompute_and_say_why(spark: Any, tmp_path: Path) -> None:
     plain = _source(spark, tmp_path, cdf=False)
     queries = {
         "no_feed": _queries(spark, plain)["by_kind"],
-        "joined": lambda: spark.read.format("delta")
-        .load(source)
-        .join(spark.read.format("delta").load(plain).select("id"), "id"),
+        "joined": lambda: (
+            spark.read.format("delta")
+            .load(source)
+            .join(spark.read.format("delta").load(plain).select("id"), "id")
+        ),
         "global": lambda: spark.read.format("delta").load(source).agg(F.sum("amount")),
         **_queries(spark, source),
     }

@@ -51,6 +51,11 @@ TECHNIQUES = (COMPLETE_RECOMPUTE, NO_OP, ROW_BASED, GROUP_AGGREGATE)
 MAX_CHANGE_FRACTION_KEY = "pipelines.incrementalRefresh.maxChangeFraction"
 MAX_CHANGE_FRACTION = "0.25"
 
+# A view up to this size is rewritten whole by an incremental refresh (one overwrite,
+# two Spark jobs); a larger one is MERGEd, whose fixed cost (several jobs) is then paid
+# back by leaving the files without touched rows alone.
+REWRITE_LIMIT_BYTES = 256 * 1024 * 1024
+
 STATE_FILE = "materialized_view.json"
 _OP = "__deltaflow_mv_op"  # in the MERGE source: 'delete' a key's rows, 'insert' a row
 _COUNT = "__deltaflow_mv_count"
@@ -202,8 +207,8 @@ class ViewRefresh:
     # ---- applying --------------------------------------------------------------------
 
     def apply(self) -> int:
-        """Run an incremental plan: one MERGE into the view (none when nothing in the
-        view changes), then the record. The rows inserted into the view."""
+        """Run an incremental plan: one commit replacing the touched rows of the view
+        (none when nothing in the view changes), then the record. The rows written."""
         plan = self._plan
         assert plan is not None and plan.incremental and plan.shape is not None
         shape, source = plan.shape, plan.shape.source
@@ -216,12 +221,12 @@ class ViewRefresh:
             .load(source.uri)
         )
         if plan.technique == GROUP_AGGREGATE:
-            merge_source = self._group_rows(shape, changes)
+            touched, rows = self._group_rows(shape, changes)
         else:
-            merge_source = self._row_rows(shape, changes)
-        inserted = self._merge(shape.keys, merge_source)
+            touched, rows = self._row_rows(shape, changes)
+        written = self._replace(shape.keys, touched, rows)
         self._save_state(shape)
-        return inserted
+        return written
 
     def recomputed(self) -> None:
         """After the caller's complete recompute: record it when the next refresh can
@@ -233,23 +238,30 @@ class ViewRefresh:
         elif os.path.exists(self._state_path):
             os.remove(self._state_path)
 
-    def _group_rows(self, shape: QueryShape, changes: DataFrame) -> DataFrame:
-        """The MERGE source: one 'delete' row per touched group, then the groups' rows
-        recomputed from the source (a semi join Spark pushes below the aggregate)."""
+    def _group_rows(self, shape: QueryShape, changes: DataFrame) -> tuple[DataFrame, DataFrame]:
+        """The keys of the groups the changes touch, and those groups' rows recomputed
+        from the source (a semi join Spark pushes below the aggregate, so only their
+        source rows are aggregated)."""
         from pyspark.sql import functions as F
 
         touched = _mv_plan.substitute(self._spark, shape, changes).select(*shape.keys).distinct()
         touched = touched.localCheckpoint()  # read the change feed once
         view = self._df.alias("v")
-        keys = touched.alias("k")
+        # Broadcast: the touched keys are few next to the source, and a broadcast semi
+        # join below the aggregate filters the scan without shuffling the source.
+        keys = F.broadcast(touched).alias("k")
         on = [F.col(f"v.`{c}`").eqNullSafe(F.col(f"k.`{c}`")) for c in shape.keys]
-        rows = view.join(keys, on, "left_semi").select(*[F.col(f"v.`{c}`") for c in view.columns])
-        return _deletes(touched, self._df).unionByName(rows.withColumn(_OP, F.lit("insert")))
+        rows = (
+            view.where(_key_ranges(touched, shape.keys))
+            .join(keys, on, "left_semi")
+            .select(*[F.col(f"v.`{c}`") for c in view.columns])
+        )
+        return touched, rows
 
-    def _row_rows(self, shape: QueryShape, changes: DataFrame) -> DataFrame:
-        """The MERGE source: one 'delete' row per distinct view row the changes touch,
-        then that row as many times as the view will hold it (its copies now plus the
-        changes' inserts less their deletes)."""
+    def _row_rows(self, shape: QueryShape, changes: DataFrame) -> tuple[DataFrame, DataFrame]:
+        """The distinct view rows the changes touch, and each of them as many times as
+        the view will hold it (its copies now plus the changes' inserts less their
+        deletes)."""
         from pyspark.sql import functions as F
 
         cols = list(shape.keys)
@@ -286,15 +298,35 @@ class ViewRefresh:
         copies = counts.where(F.col(_COUNT) > 0).select(
             *cols, F.explode(F.sequence(F.lit(1), F.col(_COUNT).cast("int"))).alias(_COUNT)
         )
-        rows = copies.select(*cols).withColumn(_OP, F.lit("insert"))
-        return _deletes(delta.select(*cols), self._df).unionByName(rows)
+        return delta.select(*cols), copies.select(*cols)
 
-    def _merge(self, keys: tuple[str, ...], source: DataFrame) -> int:
+    def _replace(self, keys: tuple[str, ...], touched: DataFrame, rows: DataFrame) -> int:
+        """The view's rows whose ``keys`` are in ``touched`` replaced by ``rows``, in one
+        commit: a small view is rewritten whole (one overwrite), a large one MERGEd
+        (only its files holding touched rows rewritten, at a MERGE's fixed cost)."""
+        from pyspark.sql import functions as F
+
+        rows = rows.localCheckpoint()  # computed once, counted cheaply
+        written = rows.count()
+        if _table_bytes(self._target) > REWRITE_LIMIT_BYTES:
+            source = _deletes(touched, self._df).unionByName(rows.withColumn(_OP, F.lit("insert")))
+            self._merge(keys, source)
+            return written
+        view = self._spark.read.format("delta").load(self._target)
+        kept = view.alias("v").join(
+            F.broadcast(touched).alias("k"), _null_safe("v", "k", list(keys)), "left_anti"
+        )
+        # Materialized before the overwrite: the new view is read from the old one.
+        new = kept.unionByName(rows.select(*view.columns)).localCheckpoint()
+        new.write.format("delta").mode("overwrite").save(self._target)
+        return written
+
+    def _merge(self, keys: tuple[str, ...], source: DataFrame) -> None:
         from deltaflow.tables import DeltaTable
 
         condition = " AND ".join(f"t.`{c}` <=> s.`{c}`" for c in keys)
         values = {f"`{c}`": f"s.`{c}`" for c in self._df.columns}
-        result = (
+        (
             DeltaTable.forPath(self._spark, self._target)
             .alias("t")
             .merge(source.alias("s"), f"{condition} AND s.`{_OP}` = 'delete'")
@@ -302,7 +334,6 @@ class ViewRefresh:
             .whenNotMatchedInsert(condition=f"s.`{_OP}` = 'insert'", values=values)
             .run()
         )
-        return int(result[3])
 
     # ---- the record ------------------------------------------------------------------
 
@@ -336,11 +367,54 @@ def _deletes(keys: DataFrame, view: DataFrame) -> DataFrame:
     present = set(keys.columns)
     return keys.select(
         *[
-            F.col(f"`{f.name}`") if f.name in present else F.lit(None).cast(f.dataType).alias(f.name)
+            F.col(f"`{f.name}`")
+            if f.name in present
+            else F.lit(None).cast(f.dataType).alias(f.name)
             for f in view.schema.fields
         ],
         F.lit("delete").alias(_OP),
     )
+
+
+def _key_ranges(touched: DataFrame, keys: tuple[str, ...]) -> Any:
+    """A predicate true for every touched key: each orderable key column between the
+    touched keys' smallest and largest value (or NULL). Spark pushes it below the
+    aggregate into the source's scan, whose file statistics then skip the files that
+    cannot hold a touched group (the semi join keeps the result exact)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import (
+        BooleanType,
+        DateType,
+        NumericType,
+        StringType,
+        TimestampNTZType,
+        TimestampType,
+    )
+
+    orderable = (NumericType, StringType, DateType, TimestampType, TimestampNTZType, BooleanType)
+    columns = [f.name for f in touched.schema.fields if isinstance(f.dataType, orderable)]
+    predicate = F.lit(True)
+    if not columns:
+        return predicate
+    bounds = touched.agg(
+        *[F.min(c).alias(f"lo{i}") for i, c in enumerate(columns)],
+        *[F.max(c).alias(f"hi{i}") for i, c in enumerate(columns)],
+    ).first()
+    assert bounds is not None
+    for i, name in enumerate(columns):
+        low, high = bounds[f"lo{i}"], bounds[f"hi{i}"]
+        column = F.col(f"`{name}`")
+        if low is None:  # only NULL keys were touched in this column
+            predicate = predicate & column.isNull()
+        else:
+            predicate = predicate & (column.between(low, high) | column.isNull())
+    return predicate
+
+
+def _table_bytes(uri: str) -> int:
+    from deltaflow.table._snapshot import load_snapshot
+
+    return sum(f.size for f in load_snapshot(uri).files(stats=False))
 
 
 def _null_safe(left: str, right: str, cols: list[str]) -> Any:
@@ -377,16 +451,17 @@ def _change_feed_issue(uri: str, start: int, end: int) -> Issue | tuple[int, int
     try:
         files = _cdf.plan_changes(snapshot, _cdf.ChangeRange(start, end))
         _cdf.check_files_exist(uri, files)
-    except ChangeDataNotRecordedError as error:
+    except ChangeDataNotRecordedError:
         return Issue(
             "CDF_NOT_ENABLED",
-            f"the source's change data feed was not enabled at version {error.version}"
-            " (set delta.enableChangeDataFeed = true on it)",
+            f"the source's change data feed was not enabled for all of versions {start} to"
+            f" {end} (set delta.enableChangeDataFeed = true on it)",
         )
     except (ChangeDataFilesMissingError, VersionNotFoundError) as error:
         return Issue(
             "CHANGE_DATA_UNAVAILABLE",
-            f"the source's changes since the last refresh are gone (VACUUM or log cleanup): {error}",
+            "the source's changes since the last refresh are gone (VACUUM or log"
+            f" cleanup): {error}",
         )
     source_bytes = sum(f.size for f in snapshot.files(stats=False))
     return sum(f.size for f in files), source_bytes

@@ -175,7 +175,7 @@ def run_update(
                 for flow in graph.flows_into(name):
                     storage.reset_checkpoint(flow.name)
             _progress(log, "SETTING_UP_TABLES")
-            resolution = resolve(spark, graph, CatalogPublisher(spark, storage))
+            resolution = resolve(spark, graph, CatalogPublisher(spark, storage, graph))
             _check_flow_shapes(resolution)
             _truncate(spark, resolution, storage, reset)
             for resolved in resolution.flows.values():
