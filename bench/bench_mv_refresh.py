@@ -21,8 +21,15 @@ import shutil
 import uuid
 from pathlib import Path
 
-from _common import DATA_DIR, fresh_dir, loadavg, parse_args, run_side_by_side, save_result
-from _common import spark_session
+from _common import (
+    DATA_DIR,
+    fresh_dir,
+    loadavg,
+    parse_args,
+    run_side_by_side,
+    save_result,
+    spark_session,
+)
 
 
 def main() -> dict[str, object]:
@@ -91,7 +98,7 @@ def main() -> dict[str, object]:
         work = {"incremental": root / "work_incremental", "complete": root / "work_complete"}
         chosen: dict[str, str] = {}
 
-        def refresh(variant: str) -> None:
+        def refresh(variant: str, prepared: Path, work: dict[str, Path], chosen: dict[str, str]):
             storage = work[variant]
             shutil.rmtree(storage, ignore_errors=True)
             shutil.copytree(prepared, storage)
@@ -100,11 +107,13 @@ def main() -> dict[str, object]:
 
         print(f"== {name} 1% change, {rows:,} rows (load {loadavg()})", flush=True)
         timings = run_side_by_side(
-            {v: (lambda v=v: refresh(v)) for v in ("incremental", "complete")}, args.reps
+            {
+                v: (lambda v=v, p=prepared, w=work, c=chosen: refresh(v, p, w, c))
+                for v in ("incremental", "complete")
+            },
+            args.reps,
         )
-        views = {
-            v: spark.read.format("delta").load(str(work[v] / "tables/per_key")) for v in work
-        }
+        views = {v: spark.read.format("delta").load(str(work[v] / "tables/per_key")) for v in work}
         same = (
             views["incremental"].exceptAll(views["complete"]).count() == 0
             and views["complete"].exceptAll(views["incremental"]).count() == 0

@@ -144,9 +144,9 @@ def test_incremental_refresh_equals_recompute_and_is_recorded(spark: Any, tmp_pa
     assert plans["by_kind"]["issues"] == []
     for name, query in queries.items():
         assert _rows(spark, tables[name]) == _expected(query), name
-    # The refresh was a MERGE, not a rewrite of the view.
+    # One commit per refresh: created, recomputed, refreshed.
     history = spark.sql(f"DESCRIBE HISTORY delta.`{tables['by_kind']}`").collect()
-    assert history[0]["operation"] == "MERGE"
+    assert len(history) == 3
 
     third = dp.run_update(spark, graph, settings)
     plans = _plans(settings, third.update_id)
@@ -197,32 +197,78 @@ def test_fallbacks_recompute_and_say_why(spark: Any, tmp_path: Path) -> None:
     assert _plans(settings, again.update_id)["by_kind"]["issues"] == ["NO_PREVIOUS_REFRESH"]
 
 
-def test_refresh_killed_after_its_commit_recomputes_next_time(
+def test_merge_refresh_and_a_refresh_killed_after_its_commit(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Views above this size are MERGEd rather than rewritten: every view here.
+    monkeypatch.setattr(_incremental, "REWRITE_LIMIT_BYTES", 0)
     source = _source(spark, tmp_path)
-    queries = {"by_kind": _queries(spark, source)["by_kind"]}
+    queries = _queries(spark, source)
     graph, settings = _graph(queries), _settings(tmp_path)
-    view = f"{settings.storage}/tables/by_kind"
+    views = {n: f"{settings.storage}/tables/{n}" for n in queries}
     dp.run_update(spark, graph, settings).raise_for_failure()
     _change(spark, source)
+    merged = dp.run_update(spark, graph, settings)
+    merged.raise_for_failure()
+    assert {p["technique"] for p in _plans(settings, merged.update_id).values()} == {
+        "ROW_BASED",
+        "GROUP_AGGREGATE",
+    }
+    for name, query in queries.items():
+        assert spark.sql(f"DESCRIBE HISTORY delta.`{views[name]}`").first()["operation"] == "MERGE"
+        assert _rows(spark, views[name]) == _expected(query), name
+
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE kind = 'a'")
 
     def crash(self: Any, shape: Any) -> None:
-        raise KeyboardInterrupt("killed between the MERGE commit and the record")
+        raise KeyboardInterrupt("killed between the view's commit and the record")
 
     with monkeypatch.context() as patch:
         patch.setattr(_incremental.ViewRefresh, "_save_state", crash)
         with pytest.raises(KeyboardInterrupt):
-            dp.run_update(spark, graph, settings)
+            dp.run_update(spark, _graph({"by_kind": queries["by_kind"]}), settings)
     # The MERGE landed; the record still names the view's previous version.
-    assert spark.sql(f"DESCRIBE HISTORY delta.`{view}`").first()["operation"] == "MERGE"
+    assert spark.sql(f"DESCRIBE HISTORY delta.`{views['by_kind']}`").count() == 4
 
     report = dp.run_update(spark, graph, settings)
     report.raise_for_failure()
-    plan = _plans(settings, report.update_id)["by_kind"]
-    assert plan["technique"] == "COMPLETE_RECOMPUTE" and plan["issues"] == ["TARGET_CHANGED"]
-    assert _rows(spark, view) == _expected(queries["by_kind"])
-
+    plans = _plans(settings, report.update_id)
+    assert plans["by_kind"]["technique"] == "COMPLETE_RECOMPUTE"
+    assert plans["by_kind"]["issues"] == ["TARGET_CHANGED"]
+    assert plans["filtered"]["technique"] == "ROW_BASED"
     repeat = dp.run_update(spark, graph, settings)
-    assert _plans(settings, repeat.update_id)["by_kind"]["technique"] == "NO_OP"
-    assert _rows(spark, view) == _expected(queries["by_kind"])
+    assert {p["technique"] for p in _plans(settings, repeat.update_id).values()} == {"NO_OP"}
+    for name, query in queries.items():
+        assert _rows(spark, views[name]) == _expected(query), name
+
+
+def test_streaming_table_gets_a_change_feed_and_its_view_refreshes_incrementally(
+    spark: Any, tmp_path: Path
+) -> None:
+    landing = tmp_path / "landing"
+    schema = "id BIGINT, kind STRING, amount DOUBLE"
+    spark.createDataFrame(ROWS[:3], schema).write.json(str(landing), mode="append")
+    with dp.collect() as declared:
+
+        @dp.table
+        def orders() -> Any:
+            return spark.readStream.schema(schema).json(str(landing))
+
+        @dp.materialized_view
+        def totals() -> Any:
+            return spark.read.table("orders").groupBy("kind").sum("amount")
+
+    graph, settings = declared.graph(), _settings(tmp_path)
+    dp.run_update(spark, graph, settings).raise_for_failure()
+    orders = f"{settings.storage}/tables/orders"
+    properties = spark.sql(f"SHOW TBLPROPERTIES delta.`{orders}`").collect()
+    assert {r["key"]: r["value"] for r in properties}["delta.enableChangeDataFeed"] == "true"
+
+    spark.createDataFrame(ROWS[3:], schema).write.json(str(landing), mode="append")
+    report = dp.run_update(spark, graph, settings)
+    report.raise_for_failure()
+    assert _plans(settings, report.update_id)["totals"]["technique"] == "GROUP_AGGREGATE"
+    expected = _expected(
+        lambda: spark.read.format("delta").load(orders).groupBy("kind").sum("amount")
+    )
+    assert _rows(spark, f"{settings.storage}/tables/totals") == expected

@@ -138,6 +138,7 @@ class ViewRefresh:
         self._state_path = os.path.join(state_dir, STATE_FILE)
         self._has_expectations = has_expectations
         self._plan: Plan | None = None
+        self._plain_changes = False
 
     # ---- planning --------------------------------------------------------------------
 
@@ -187,8 +188,9 @@ class ViewRefresh:
         if isinstance(problem, Issue):
             plan.technique, plan.issues = COMPLETE_RECOMPUTE, [problem]
             return plan
-        change_bytes, source_bytes = problem
+        change_bytes, source_bytes, plain = problem
         plan.change_bytes = change_bytes
+        self._plain_changes = plain
         limit = float(self._spark.conf.get(MAX_CHANGE_FRACTION_KEY, MAX_CHANGE_FRACTION) or 0)
         if change_bytes > limit * max(source_bytes, 1):
             plan.technique = COMPLETE_RECOMPUTE
@@ -213,13 +215,18 @@ class ViewRefresh:
         assert plan is not None and plan.incremental and plan.shape is not None
         shape, source = plan.shape, plan.shape.source
         assert source is not None and plan.previous_version is not None
-        changes = (
-            self._spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", plan.previous_version + 1)
-            .option("endingVersion", source.version)
-            .load(source.uri)
-        )
+        if self._plain_changes:
+            changes = _plain_change_rows(
+                self._spark, source.uri, plan.previous_version + 1, source.version
+            )
+        else:
+            changes = (
+                self._spark.read.format("delta")
+                .option("readChangeFeed", "true")
+                .option("startingVersion", plan.previous_version + 1)
+                .option("endingVersion", source.version)
+                .load(source.uri)
+            )
         if plan.technique == GROUP_AGGREGATE:
             touched, rows = self._group_rows(shape, changes)
         else:
@@ -427,9 +434,10 @@ def _null_safe(left: str, right: str, cols: list[str]) -> Any:
     return condition
 
 
-def _change_feed_issue(uri: str, start: int, end: int) -> Issue | tuple[int, int]:
+def _change_feed_issue(uri: str, start: int, end: int) -> Issue | tuple[int, int, bool]:
     """Why the source's change feed cannot give versions ``start``..``end``, or the
-    bytes of its change files and of the source."""
+    bytes of its change files and of the source, and whether Spark's Parquet reader can
+    read those files as they are (:func:`_plain_change_rows`)."""
     from deltaflow.table import _cdf
     from deltaflow.table._log import read_commit
     from deltaflow.table._snapshot import load_snapshot
@@ -464,7 +472,45 @@ def _change_feed_issue(uri: str, start: int, end: int) -> Issue | tuple[int, int
             f" cleanup): {error}",
         )
     source_bytes = sum(f.size for f in snapshot.files(stats=False))
-    return sum(f.size for f in files), source_bytes
+    plain = (
+        uri.startswith("file:")
+        and not snapshot.partition_columns
+        and snapshot.column_mapping_mode == "none"
+        and all(f.selection == _cdf.RowSelection() for f in files)
+    )
+    return sum(f.size for f in files), source_bytes, plain
+
+
+def _plain_change_rows(spark: SparkSession, uri: str, start: int, end: int) -> DataFrame:
+    """The change rows of versions ``start`` to ``end``, read by Spark's
+    Parquet reader straight from the files the table layer plans (change files as they
+    are, added / removed data files as inserts / deletes). Only for what needs no more:
+    local files, no partition columns, no column mapping, no deletion vectors (checked
+    while planning); the change feed reader does the rest, row by row in Python."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from deltaflow.table import _cdf, _schema
+    from deltaflow.table._snapshot import load_snapshot
+
+    snapshot = load_snapshot(uri, version=end)
+    files = _cdf.plan_changes(snapshot, _cdf.ChangeRange(start, end))
+    schema = StructType.fromJson(_schema.logical_schema(snapshot.schema))
+    columns = [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in schema.fields]
+    parts: list[DataFrame] = []
+    for kind, change_type in (("cdc", None), ("add", "insert"), ("remove", "delete")):
+        paths = [_cdf.file_uri(uri, f.path) for f in files if f.kind == kind]
+        if not paths:
+            continue
+        df = spark.read.parquet(*paths)
+        kind_column = F.col(_cdf.CHANGE_TYPE) if change_type is None else F.lit(change_type)
+        parts.append(df.select(*columns, kind_column.alias(_cdf.CHANGE_TYPE)))
+    if not parts:
+        return spark.createDataFrame([], schema.add(_cdf.CHANGE_TYPE, "string"))
+    rows = parts[0]
+    for part in parts[1:]:
+        rows = rows.unionByName(part)
+    return rows
 
 
 def _data_changed_since(uri: str, version: int) -> int | None:
