@@ -252,7 +252,9 @@ class ViewRefresh:
         from pyspark.sql import functions as F
 
         touched = _mv_plan.substitute(self._spark, shape, changes).select(*shape.keys).distinct()
-        touched = touched.localCheckpoint()  # read the change feed once
+        # Read the change feed once; new attribute ids, or the semi join below would
+        # see one column on both sides (the substituted plan keeps the source's ids).
+        touched = touched.select(*[F.col(f"`{c}`").alias(c) for c in shape.keys]).localCheckpoint()
         view = self._df.alias("v")
         # Broadcast: the touched keys are few next to the source, and a broadcast semi
         # join below the aggregate filters the scan without shuffling the source.
