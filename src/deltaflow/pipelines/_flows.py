@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError, typed_error
-from deltaflow.pipelines import _cdc, _cdc_snapshot, _expectations, _flow_session
+from deltaflow.pipelines import _cdc, _cdc_snapshot, _expectations, _flow_session, _incremental
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow
 from deltaflow.pipelines._declarations import AutoCdcFlow, AutoCdcSnapshotFlow, Flow
 from deltaflow.pipelines._event_log import EventLog
@@ -40,6 +40,7 @@ def flow_expectations(resolution: Resolution, resolved: ResolvedFlow) -> tuple[A
 class Outcome:
     rows: int | None = None
     expectations: tuple[_expectations.ExpectationCounts, ...] = ()
+    planning: _incremental.Plan | None = None  # a materialized view's refresh
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class FlowRun:
         df = self._query(flow)
         target = self._resolution.datasets[flow.target]
         if target.kind == "materialized_view":
-            return self._recompute(flow, df)
+            return self._refresh(flow, df)
         return self._once(flow, df)
 
     def start(self) -> Running:
@@ -171,8 +172,27 @@ class FlowRun:
         query = self._trigger.apply(writer).foreachBatch(batches).start()
         return Running(query, lambda: Outcome(rows=batches.rows))
 
-    def _recompute(self, flow: Flow, df: DataFrame) -> Outcome:
-        return self._write_batch(flow, df, mode="overwrite", app=None)
+    def _refresh(self, flow: Flow, df: DataFrame) -> Outcome:
+        """A materialized view: incrementally from its source's change feed when it can
+        be, recomputed otherwise (:mod:`._incremental`)."""
+        refresh = _incremental.ViewRefresh(
+            self._spark,
+            flow.name,
+            df,
+            self._path(flow),
+            self._storage.checkpoint(flow.name),
+            has_expectations=bool(self._rules),
+        )
+        plan = refresh.plan()
+        if plan.technique == _incremental.NO_OP:
+            outcome = Outcome(rows=0)
+        elif plan.incremental:
+            outcome = Outcome(rows=refresh.apply())
+        else:
+            outcome = self._write_batch(flow, df, mode="overwrite", app=None)
+            refresh.recomputed()
+        outcome.planning = plan
+        return outcome
 
     def _once(self, flow: Flow, df: DataFrame) -> Outcome:
         """A ``once`` flow: appended a single time; the marker in its checkpoint (gone
@@ -342,6 +362,15 @@ def emit_progress(
     message: str | None = None,
 ) -> None:
     """One ``flow_progress`` event: status, attempt, micro-batch, metrics, data quality."""
+    if outcome is not None and outcome.planning is not None:
+        plan = outcome.planning
+        log.emit(
+            "planning_information",
+            plan.message(),
+            plan.details(resolution.flows[name].flow.target),
+            flow=name,
+            dataset=resolution.flows[name].flow.target,
+        )
     details: dict[str, Any] = {"status": status}
     if attempt is not None:
         details["attempt"] = attempt

@@ -258,7 +258,7 @@ def _session_for(spark: SparkSession, settings: PipelineSettings, database: str)
 def _publishing(spark: SparkSession, storage: Storage, graph: Graph) -> Iterator[CatalogPublisher]:
     """The update's publisher; private datasets leave the catalog when the update ends,
     however it ends."""
-    publisher = CatalogPublisher(spark, storage)
+    publisher = CatalogPublisher(spark, storage, graph)
     try:
         yield publisher
     finally:
