@@ -39,13 +39,13 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError
 from deltaflow.spark._options import parse_write_options
-from deltaflow.spark.dml import _changes, _delete_update, _dv, _merge_rows
+from deltaflow.spark.dml import _changes, _delete_update, _dv, _merge_keys, _merge_rows
 from deltaflow.spark.dml._merge_builder import (
     BY_SOURCE_KINDS,
     DELETE_KINDS,
@@ -68,6 +68,11 @@ log = logging.getLogger("deltaflow.merge")
 # Distinct source values of a partition-equality key collected to the driver for file
 # pruning; above this the condition alone decides (every file is read).
 MAX_PRUNING_VALUES = 1000
+# A source of at most this many rows (known while pruning by its keys) has job 1's
+# matched pairs collected to the driver, at most MAX_COLLECTED_PAIRS of them (more:
+# Spark aggregates them as for a large source).
+SMALL_SOURCE_ROWS = 10_000
+MAX_COLLECTED_PAIRS = 20_000
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,7 @@ class _Merge:
     # Deletion vectors with an inner job 1: its joined (matched) rows, persisted, and the
     # target scan they came from; job 2 computes the new rows from them, no second scan.
     matched: tuple[DataFrame, DataFrame] | None = None
+    source_rows: int | None = None  # counted while pruning by the source's keys
 
 
 @dataclass(frozen=True)
@@ -219,14 +225,27 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
     values = [_merge_rows.clause_values(spec, clause, output, source) for clause in spec.clauses]
     _check_resolves(spark, spec, struct)
     files = snapshot.files()
-    read_node: Any = None
-    if not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses):
-        # Rows the condition cannot match are "not matched by source": pruning files by
-        # the condition is only sound when no such clause exists.
-        files, read_node = _candidate_files(snapshot, files, spec, source)
     condition = F.expr(spec.condition) if isinstance(spec.condition, str) else spec.condition
     inserts = any(c.kind in NOT_MATCHED_KINDS for c in spec.clauses)
     marked = source.withColumn(_merge_rows.SOURCE_MARK, F.lit(True))
+    if inserts:
+        # Inserts are the source rows no target row matched, found by the source row
+        # ids job 1 saw matched: the source is materialized once (as delta-spark's
+        # merge.materializeSource does), so its rows and ids are the same in each job.
+        marked = marked.withColumn(_merge_rows.SOURCE_ID, F.monotonically_increasing_id())
+        marked.persist(StorageLevel.MEMORY_AND_DISK)
+    read_node: Any = None
+    keys: _merge_keys.SourceKeys | None = None
+    try:
+        if not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses):
+            # Rows the condition cannot match are "not matched by source": pruning files
+            # by the condition is only sound when no such clause exists.
+            files, read_node, keys = _candidate_files(
+                snapshot, files, spec, source, struct, marked if inserts else None
+            )
+    except BaseException:
+        marked.unpersist()
+        raise
     dv = rewrites and _dv.enabled(snapshot)
     dv = dv and not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses)
     merge = _Merge(
@@ -244,13 +263,10 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
         marked,
         dv=dv,
         deleted=snapshot.deleted_rows() if dv else {},
+        source_rows=None if keys is None else keys.rows,
     )
     if inserts:
-        # Inserts are the source rows no target row matched, found by the source row
-        # ids job 1 saw matched: the source is materialized once (as delta-spark's
-        # merge.materializeSource does), so its rows and ids are the same in each job.
-        merge.marked = marked.withColumn(_merge_rows.SOURCE_ID, F.monotonically_increasing_id())
-        merge.cached.append(merge.marked.persist(StorageLevel.MEMORY_AND_DISK))
+        merge.cached.append(marked)
     return merge
 
 
@@ -259,6 +275,10 @@ def _job1(merge: _Merge) -> _Found:
     from pyspark import StorageLevel
 
     spec = merge.spec
+    live = _live_rows(merge)
+    if not merge.files and live is not None and merge.source_rows is not None:
+        # The source's keys are in no file: nothing to read, every source row unmatched.
+        return _found_on_driver(merge, [], int, live)
     scan = _delete_update._scan(
         merge.spark,
         merge.snapshot,
@@ -268,7 +288,6 @@ def _job1(merge: _Merge) -> _Found:
         row_index=merge.dv,
         deleted=merge.deleted,
     )
-    live = _live_rows(merge)
     joined = _merge_rows.joined(
         scan.df, merge.marked, merge.condition, spec.clauses, inner=live is not None
     )
@@ -279,9 +298,14 @@ def _job1(merge: _Merge) -> _Found:
         merge.cached.append(joined)
         merge.matched = (joined, scan.df)
     pairs = _merge_rows.per_row(joined, spec.clauses, merge.inserts, inner=live is not None)
-    if merge.inserts:
-        merge.cached.append(pairs.persist(StorageLevel.MEMORY_AND_DISK))
     with _delete_update.balanced_splits(merge.spark, merge.files):
+        small = live is not None and merge.source_rows is not None
+        small = small and (merge.source_rows or 0) <= SMALL_SOURCE_ROWS
+        collected = _merge_rows.collect_pairs(pairs, MAX_COLLECTED_PAIRS) if small else None
+        if collected is not None and live is not None:
+            return _found_on_driver(merge, collected, scan.index, live)
+        if merge.inserts:
+            merge.cached.append(pairs.persist(StorageLevel.MEMORY_AND_DISK))
         outcomes = _merge_rows.outcomes(pairs, scan, live)
         _check_multiple_matches(spec, outcomes)
         new_rows = None
@@ -290,8 +314,39 @@ def _job1(merge: _Merge) -> _Found:
             # the same rows; one job counts both the source and the inserts.
             new_rows = _merge_rows.unmatched_source(merge.marked, pairs, spec.clauses)
             source_rows, inserted = _merge_rows.source_counts(merge.marked, new_rows)
+        elif merge.source_rows is not None:
+            source_rows, inserted = merge.source_rows, 0
         else:
             source_rows, inserted = spec.source.count(), 0
+    touched = sorted(i for i, o in outcomes.items() if o.touched)
+    return _Found(outcomes, touched, new_rows, inserted, source_rows)
+
+
+def _found_on_driver(
+    merge: _Merge, collected: list[Any], index_of: Callable[[Any], int], live: Mapping[int, int]
+) -> _Found:
+    """Job 1's answer from its matched pairs collected to the driver (a small source):
+    no aggregate stages, and the inserts known without a job of their own when every
+    not-matched clause inserts unconditionally."""
+    from pyspark.sql import functions as F
+
+    spec = merge.spec
+    outcomes, matched = _merge_rows.outcomes_of_pairs(collected, index_of, live)
+    _check_multiple_matches(spec, outcomes)
+    source_rows = merge.source_rows or 0
+    new_rows = None
+    inserted = 0
+    if merge.inserts:
+        ids = F.col(_merge_rows.SOURCE_ID)
+        unmatched = merge.marked.where(~ids.isin(sorted(matched))) if matched else merge.marked
+        new_rows = unmatched.withColumn(
+            _merge_rows.ACTION,
+            _merge_rows.first_clause(spec.clauses, NOT_MATCHED_KINDS, F.lit(None)),
+        ).where(F.col(_merge_rows.ACTION).isNotNull())
+        first = next(c for c in spec.clauses if c.kind in NOT_MATCHED_KINDS)
+        # An unconditional first insert clause inserts every unmatched source row.
+        unconditional = first.condition is None
+        inserted = source_rows - len(matched) if unconditional else new_rows.count()
     touched = sorted(i for i, o in outcomes.items() if o.touched)
     return _Found(outcomes, touched, new_rows, inserted, source_rows)
 
@@ -399,33 +454,51 @@ def _evolve(
 
 
 def _candidate_files(
-    snapshot: Snapshot, files: list[FileEntry], spec: MergeSpec, source: DataFrame
-) -> tuple[list[FileEntry], Any]:
+    snapshot: Snapshot,
+    files: list[FileEntry],
+    spec: MergeSpec,
+    source: DataFrame,
+    struct: StructType,
+    materialized: DataFrame | None,
+) -> tuple[list[FileEntry], Any, _merge_keys.SourceKeys | None]:
     """Files that may hold matching rows, pruned by the condition's conjuncts that name
-    only the target (``t.kind = 'a'``) and by equalities of a target partition column
-    with a source column (``t.kind = s.kind``: the source's distinct values); and that
-    pruning predicate (None: none), the MERGE's read predicate for conflict checks."""
+    only the target (``t.kind = 'a'``) and by its equalities of a target column with a
+    source column (``t.id = s.id``: the source's values, :mod:`._merge_keys`); that
+    pruning predicate (None: none), the MERGE's read predicate for conflict checks; and
+    what the source's keys hold (None: no key equality)."""
     alias = spec.target_alias
     if not isinstance(spec.condition, str) or alias is None:
-        return files, None
+        return files, None, None
     try:
         node = _predicates.parse(spec.condition, option="condition")
     except DeltaflowError:
-        return files, None
+        return files, None, None
     partitions = {c.lower(): c for c in snapshot.partition_columns}
-    pruning = [c for c in _conjuncts(node) if _columns_under(c, alias) is True]
-    for conjunct in _conjuncts(node):
-        in_list = _source_values(conjunct, alias, partitions, source)
+    keys = _merge_keys.equality_keys(node, alias, struct, source)
+    found = _merge_keys.collect(source, keys, materialized=materialized) if keys else None
+    conjuncts = _merge_keys.conjuncts(node)
+    pruning = [c for c in conjuncts if _merge_keys.columns_under(c, alias) is True]
+    exact: dict[str, _merge_keys.KeyDomain] = {}
+    if found is not None and found.exact:
+        exact = {k.lower(): d for k, d in found.domains.items() if k.lower() in partitions}
+        # Exact partition values belong in the read predicate (conflict checks).
+        pruning += [_merge_keys.in_list(k, alias, d) for k, d in exact.items()]
+    for conjunct in conjuncts:
+        in_list = _source_values(conjunct, alias, partitions, source, exact)
         if in_list is not None:
             pruning.append(in_list)
-    if not pruning:
-        return files, None
-    combined: Any = pruning[0]
-    for c in pruning[1:]:
-        combined = _predicates.And(combined, c)
-    combined = _delete_update._strip_alias(combined, alias)
+    combined: Any = None
+    if pruning:
+        combined = pruning[0]
+        for c in pruning[1:]:
+            combined = _predicates.And(combined, c)
+        combined = _delete_update._strip_alias(combined, alias)
 
     def may_match(entry: FileEntry) -> bool:
+        if found is not None and not _merge_keys.file_may_match(entry, found.domains, partitions):
+            return False
+        if combined is None:
+            return True
         try:
             return _predicates.may_match(combined, _replace_where._stats_lookup(entry, partitions))
         except (TypeError, ValueError, DeltaflowError):
@@ -433,13 +506,18 @@ def _candidate_files(
 
     kept = [f for f in files if may_match(f)]
     log.info("MERGE into %s: %d of %d files may match", snapshot.uri, len(kept), len(files))
-    return kept, combined
+    return kept, combined, found
 
 
 def _source_values(
-    conjunct: Any, alias: str, partitions: dict[str, str], source: DataFrame
+    conjunct: Any,
+    alias: str,
+    partitions: dict[str, str],
+    source: DataFrame,
+    known: Mapping[str, Any],
 ) -> Any | None:
-    """``t.p IN (<distinct source values>)`` for ``t.p = s.c`` on a partition column."""
+    """``t.p IN (<distinct source values>)`` for ``t.p = s.c`` on a partition column
+    (one job), unless ``known`` has the column's values already."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
@@ -448,11 +526,11 @@ def _source_values(
     sides = [s for s in (conjunct.left, conjunct.right) if isinstance(s, _predicates.Column)]
     if len(sides) != 2:
         return None
-    target = [s for s in sides if _columns_under(s, alias) is True]
-    other = [s for s in sides if _columns_under(s, alias) is not True]
+    target = [s for s in sides if _merge_keys.columns_under(s, alias) is True]
+    other = [s for s in sides if _merge_keys.columns_under(s, alias) is not True]
     if len(target) != 1 or len(other) != 1 or len(target[0].path) != 2:
         return None
-    if target[0].path[1].lower() not in partitions:
+    if target[0].path[1].lower() not in partitions or target[0].path[1].lower() in known:
         return None
     name = ".".join(f"`{part}`" for part in other[0].path)
     try:
@@ -467,31 +545,6 @@ def _source_values(
     if not literals:
         return _predicates.And(_predicates.IsNull(column), _predicates.IsNull(column, True))
     return _predicates.InList(column, literals)
-
-
-def _conjuncts(node: Any) -> list[Any]:
-    if isinstance(node, _predicates.And):
-        return [*_conjuncts(node.left), *_conjuncts(node.right)]
-    return [node]
-
-
-def _columns_under(node: Any, alias: str) -> bool | None:
-    """True when every column of ``node`` is qualified by ``alias`` (None: no columns)."""
-    if isinstance(node, _predicates.Column):
-        return len(node.path) > 1 and node.path[0].lower() == alias.lower()
-    children: list[Any] = []
-    if isinstance(node, tuple):
-        children = list(node)
-    elif dataclasses.is_dataclass(node) and not isinstance(node, _predicates.Literal):
-        children = [getattr(node, f.name) for f in dataclasses.fields(node)]
-    found: bool | None = None
-    for child in children:
-        result = _columns_under(child, alias)
-        if result is False:
-            return False
-        if result is True:
-            found = True
-    return found
 
 
 def _check_resolves(spark: SparkSession, spec: MergeSpec, struct: StructType) -> None:
