@@ -8,10 +8,11 @@ matched row. With no ``WHEN NOT MATCHED BY SOURCE`` clause (the caller checks: s
 clauses change unmatched rows too) those files are left out of both jobs and of the
 commit, exactly as if they had been read: their rows would all have been copied.
 
-The source's values: a source Spark computes from a local relation (``createDataFrame``
-of Python rows, SQL ``VALUES``) is collected without a Spark job, exactly (sorted
-distinct values per key). Any other source is summarized in one job: its row count and
-each key's min and max (a range; the files outside it cannot match).
+The source's values: a source of at most ``MAX_EXACT_ROWS`` rows has its key values
+collected exactly (sorted distinct values per key), without a Spark job when Spark
+computes it on the driver (a local relation: SQL ``VALUES``, ``createDataFrame`` of
+pandas), else in one job; a larger source costs one more job, which summarizes it by its
+row count and each key's min and max (a range; the files outside it cannot match).
 
 Only equalities Spark evaluates as Python compares the values are used: both sides
 integral or decimal numbers, both dates, or both strings of the default (binary)
@@ -36,8 +37,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType, StructType
 
-# A local source with more rows than this is summarized by min/max like any other.
-MAX_LOCAL_ROWS = 10_000
+# A source of at most this many rows has its key values collected exactly; a larger one
+# is summarized by each key's min and max.
+MAX_EXACT_ROWS = 10_000
+LIMIT_PARTITIONS_CONF = "spark.sql.limit.initialNumPartitions"
 
 
 @dataclass(frozen=True)
@@ -126,15 +129,21 @@ def collect(
     selected = keys_of(source)
     if _is_local(selected):
         rows = selected.collect()  # a local relation: no Spark job
-        if len(rows) <= MAX_LOCAL_ROWS:
-            domains = {}
-            for i, key in enumerate(keys):
-                values = sorted({r[i] for r in rows if r[i] is not None})
-                low, high = (values[0], values[-1]) if values else (None, None)
-                domains[key.target] = KeyDomain(low, high, tuple(values))
-            return SourceKeys(domains, len(rows), exact=True)
-    if materialized is not None:
-        selected = keys_of(materialized)
+    else:
+        if materialized is not None:
+            selected = keys_of(materialized)
+        # Spark's limit collects scan a few partitions per job and then more in
+        # further jobs; all of them at once is one job.
+        settings = {LIMIT_PARTITIONS_CONF: str(2**30)}
+        with _delete_update.session_conf(spark, settings):
+            rows = selected.limit(MAX_EXACT_ROWS + 1).collect()
+    if len(rows) <= MAX_EXACT_ROWS:
+        domains = {}
+        for i, key in enumerate(keys):
+            values = sorted({r[i] for r in rows if r[i] is not None})
+            low, high = (values[0], values[-1]) if values else (None, None)
+            domains[key.target] = KeyDomain(low, high, tuple(values))
+        return SourceKeys(domains, len(rows), exact=True)
     summary = [F.count(F.lit(1))]
     for i in range(len(keys)):
         summary += [F.min(f"k{i}"), F.max(f"k{i}")]

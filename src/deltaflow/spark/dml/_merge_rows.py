@@ -231,7 +231,7 @@ def collect_pairs(pairs: DataFrame, limit: int) -> list[Any] | None:
     """
     # Spark's limit collects scan a few partitions per job and then more in further
     # jobs; all of them at once is one job.
-    settings = {"spark.sql.limit.initialNumPartitions": str(2**30)}
+    settings = {"spark.sql.limit.initialNumPartitions": str(2**30)}  # as _merge_keys
     with _delete_update.session_conf(pairs.sparkSession, settings):
         rows = pairs.limit(limit + 1).collect()
     return rows if len(rows) <= limit else None
