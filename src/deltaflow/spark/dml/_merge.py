@@ -1,14 +1,17 @@
 """MERGE as Spark jobs over the files it touches, committed once (delta-spark semantics).
 
-1. The driver pins a snapshot. Candidate target files are pruned by the conjuncts of
-   the merge condition that name only the target (``t.kind = 'a'``), when the
+1. The driver pins a snapshot. The source is materialized once (persisted; with
+   insert clauses, with a row id per source row), as delta-spark's
+   ``merge.materializeSource`` does. Candidate target files are pruned by the conjuncts
+   of the merge condition that name only the target (``t.kind = 'a'``) and by its
+   equalities of a target column with a source column (``t.id = s.id``: the source's
+   key values against each file's min/max stats, :mod:`._merge_keys`), when the
    condition is SQL text the predicate parser reads; otherwise every file.
 2. The candidates are read (``_delete_update._scan``: Spark's Parquet scan when it reads them
    exactly, else the Python ``mapInArrow`` scan), each row carrying its file key and a
    row id, and joined with the source: target LEFT OUTER source, so that Spark can
    broadcast a small source and stream the target through a hash join without a
-   shuffle. With insert clauses the source is materialized once (persisted, with a
-   row id per source row), as delta-spark's ``merge.materializeSource`` does.
+   shuffle.
 3. Every joined row gets the index of the first clause that applies (clauses in
    order, NULL conditions do not match): matched or not-matched-by-source (target
    only). Job 1 aggregates the joined rows into one row per matched pair plus one per
@@ -16,7 +19,10 @@
    and source rows per target row (a target row that more than one source row would
    modify fails with :class:`MultipleSourceRowMatchingTargetRowError`, nothing
    committed). The inserts are the source rows whose id no pair has (an anti join
-   against job 1's small aggregate, not the target), kept for job 2.
+   against job 1's small aggregate, not the target), kept for job 2. A source of at
+   most ``SMALL_SOURCE_ROWS`` rows (counted while pruning) skips the aggregate: job 1
+   collects its matched pairs and the driver sums them, and the inserts are the source
+   rows whose id is not among the pairs' (no job of their own to count them).
 4. Job 2 reads only the touched files again and computes the output rows with one
    ``CASE`` per column: every row of a touched file (copied, updated, or dropped when
    deleted), unioned with the inserts. Files with no updated or deleted row are left as
@@ -54,9 +60,8 @@ from deltaflow.spark.dml._merge_builder import (
     MergeSpec,
 )
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
-from deltaflow.spark.write import _replace_where
 from deltaflow.spark.write._writer import WritePlan, plan_write
-from deltaflow.table import _commit, _predicates, _schema
+from deltaflow.table import _commit, _schema
 from deltaflow.table._snapshot import FileEntry, Snapshot
 
 if TYPE_CHECKING:
@@ -65,9 +70,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("deltaflow.merge")
 
-# Distinct source values of a partition-equality key collected to the driver for file
-# pruning; above this the condition alone decides (every file is read).
-MAX_PRUNING_VALUES = 1000
 # A source of at most this many rows (known while pruning by its keys) has job 1's
 # matched pairs collected to the driver, at most MAX_COLLECTED_PAIRS of them (more:
 # Spark aggregates them as for a large source).
@@ -230,18 +232,19 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
     marked = source.withColumn(_merge_rows.SOURCE_MARK, F.lit(True))
     if inserts:
         # Inserts are the source rows no target row matched, found by the source row
-        # ids job 1 saw matched: the source is materialized once (as delta-spark's
-        # merge.materializeSource does), so its rows and ids are the same in each job.
+        # ids job 1 saw matched.
         marked = marked.withColumn(_merge_rows.SOURCE_ID, F.monotonically_increasing_id())
-        marked.persist(StorageLevel.MEMORY_AND_DISK)
+    # The source is materialized once (as delta-spark's merge.materializeSource does),
+    # so the key values files are pruned by, its rows and its ids are the same in each job.
+    marked.persist(StorageLevel.MEMORY_AND_DISK)
     read_node: Any = None
     keys: _merge_keys.SourceKeys | None = None
     try:
         if not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses):
             # Rows the condition cannot match are "not matched by source": pruning files
             # by the condition is only sound when no such clause exists.
-            files, read_node, keys = _candidate_files(
-                snapshot, files, spec, source, struct, marked if inserts else None
+            files, read_node, keys = _merge_keys.candidate_files(
+                snapshot, files, spec, struct, marked
             )
     except BaseException:
         marked.unpersist()
@@ -265,8 +268,7 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
         deleted=snapshot.deleted_rows() if dv else {},
         source_rows=None if keys is None else keys.rows,
     )
-    if inserts:
-        merge.cached.append(marked)
+    merge.cached.append(marked)
     return merge
 
 
@@ -451,100 +453,6 @@ def _evolve(
     options = parse_write_options({"path": spec.uri, "mergeSchema": "true"})
     evolved = plan_write(spec.uri, output.jsonValue(), "append", options)
     return dataclasses.replace(evolved, read_version=snapshot.version), output
-
-
-def _candidate_files(
-    snapshot: Snapshot,
-    files: list[FileEntry],
-    spec: MergeSpec,
-    source: DataFrame,
-    struct: StructType,
-    materialized: DataFrame | None,
-) -> tuple[list[FileEntry], Any, _merge_keys.SourceKeys | None]:
-    """Files that may hold matching rows, pruned by the condition's conjuncts that name
-    only the target (``t.kind = 'a'``) and by its equalities of a target column with a
-    source column (``t.id = s.id``: the source's values, :mod:`._merge_keys`); that
-    pruning predicate (None: none), the MERGE's read predicate for conflict checks; and
-    what the source's keys hold (None: no key equality)."""
-    alias = spec.target_alias
-    if not isinstance(spec.condition, str) or alias is None:
-        return files, None, None
-    try:
-        node = _predicates.parse(spec.condition, option="condition")
-    except DeltaflowError:
-        return files, None, None
-    partitions = {c.lower(): c for c in snapshot.partition_columns}
-    keys = _merge_keys.equality_keys(node, alias, struct, source)
-    found = _merge_keys.collect(source, keys, materialized=materialized) if keys else None
-    conjuncts = _merge_keys.conjuncts(node)
-    pruning = [c for c in conjuncts if _merge_keys.columns_under(c, alias) is True]
-    exact: dict[str, _merge_keys.KeyDomain] = {}
-    if found is not None and found.exact:
-        exact = {k.lower(): d for k, d in found.domains.items() if k.lower() in partitions}
-        # Exact partition values belong in the read predicate (conflict checks).
-        pruning += [_merge_keys.in_list(k, alias, d) for k, d in exact.items()]
-    for conjunct in conjuncts:
-        in_list = _source_values(conjunct, alias, partitions, source, exact)
-        if in_list is not None:
-            pruning.append(in_list)
-    combined: Any = None
-    if pruning:
-        combined = pruning[0]
-        for c in pruning[1:]:
-            combined = _predicates.And(combined, c)
-        combined = _delete_update._strip_alias(combined, alias)
-
-    def may_match(entry: FileEntry) -> bool:
-        if found is not None and not _merge_keys.file_may_match(entry, found.domains, partitions):
-            return False
-        if combined is None:
-            return True
-        try:
-            return _predicates.may_match(combined, _replace_where._stats_lookup(entry, partitions))
-        except (TypeError, ValueError, DeltaflowError):
-            return True  # values of another type than the column's: read the file
-
-    kept = [f for f in files if may_match(f)]
-    log.info("MERGE into %s: %d of %d files may match", snapshot.uri, len(kept), len(files))
-    return kept, combined, found
-
-
-def _source_values(
-    conjunct: Any,
-    alias: str,
-    partitions: dict[str, str],
-    source: DataFrame,
-    known: Mapping[str, Any],
-) -> Any | None:
-    """``t.p IN (<distinct source values>)`` for ``t.p = s.c`` on a partition column
-    (one job), unless ``known`` has the column's values already."""
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import functions as F
-
-    if not isinstance(conjunct, _predicates.Compare) or conjunct.op != "=":
-        return None
-    sides = [s for s in (conjunct.left, conjunct.right) if isinstance(s, _predicates.Column)]
-    if len(sides) != 2:
-        return None
-    target = [s for s in sides if _merge_keys.columns_under(s, alias) is True]
-    other = [s for s in sides if _merge_keys.columns_under(s, alias) is not True]
-    if len(target) != 1 or len(other) != 1 or len(target[0].path) != 2:
-        return None
-    if target[0].path[1].lower() not in partitions or target[0].path[1].lower() in known:
-        return None
-    name = ".".join(f"`{part}`" for part in other[0].path)
-    try:
-        values = source.select(F.col(name)).distinct().limit(MAX_PRUNING_VALUES + 1).collect()
-    except AnalysisException:
-        return None  # not a source column: no pruning; the join reports real errors
-    if len(values) > MAX_PRUNING_VALUES:
-        return None
-    # NULL never equals anything; no values at all: no target row can match.
-    literals = tuple(_predicates.Literal(r[0]) for r in values if r[0] is not None)
-    column = target[0]
-    if not literals:
-        return _predicates.And(_predicates.IsNull(column), _predicates.IsNull(column, True))
-    return _predicates.InList(column, literals)
 
 
 def _check_resolves(spark: SparkSession, spec: MergeSpec, struct: StructType) -> None:

@@ -25,18 +25,27 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from deltaflow.errors import DeltaflowError
 from deltaflow.spark.dml import _delete_update
+from deltaflow.spark.dml._merge_builder import MergeSpec
+from deltaflow.spark.write import _replace_where
 from deltaflow.table import _predicates
-from deltaflow.table._snapshot import FileEntry
+from deltaflow.table._snapshot import FileEntry, Snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import DataType, StructType
 
+log = logging.getLogger("deltaflow.merge")
+
+# Distinct source values of a partition-equality key collected to the driver for file
+# pruning, for partition columns of types equality_keys leaves out (timestamps...).
+MAX_PARTITION_VALUES = 1000
 # A source of at most this many rows has its key values collected exactly; a larger one
 # is summarized by each key's min and max.
 MAX_EXACT_ROWS = 10_000
@@ -81,6 +90,88 @@ class SourceKeys:
     domains: Mapping[str, KeyDomain]
     rows: int
     exact: bool  # values known exactly (a local source)
+
+
+def candidate_files(
+    snapshot: Snapshot,
+    files: list[FileEntry],
+    spec: MergeSpec,
+    struct: StructType,
+    materialized: DataFrame,
+) -> tuple[list[FileEntry], Any, SourceKeys | None]:
+    """Files that may hold matching rows, pruned by the condition's conjuncts that name
+    only the target (``t.kind = 'a'``) and by its equalities of a target column with a
+    source column (``t.id = s.id``); that pruning predicate (None: none), the MERGE's
+    read predicate for conflict checks; and what the source's keys hold (None: no key
+    equality). ``materialized``: the source persisted (key values are read from it)."""
+    alias = spec.target_alias
+    if not isinstance(spec.condition, str) or alias is None:
+        return files, None, None
+    try:
+        node = _predicates.parse(spec.condition, option="condition")
+    except DeltaflowError:
+        return files, None, None
+    source = spec.source
+    partitions = {c.lower(): c for c in snapshot.partition_columns}
+    keys = equality_keys(node, alias, struct, source)
+    found = collect(source, keys, materialized=materialized) if keys else None
+    parts = conjuncts(node)
+    pruning = [c for c in parts if columns_under(c, alias) is True]
+    exact: dict[str, KeyDomain] = {}
+    if found is not None and found.exact:
+        exact = {k.lower(): d for k, d in found.domains.items() if k.lower() in partitions}
+        # Exact partition values belong in the read predicate (conflict checks).
+        pruning += [in_list(k, alias, d) for k, d in exact.items()]
+    for conjunct in parts:
+        values = _partition_values(conjunct, alias, partitions, source, exact)
+        if values is not None:
+            pruning.append(values)
+    combined: Any = None
+    if pruning:
+        combined = pruning[0]
+        for c in pruning[1:]:
+            combined = _predicates.And(combined, c)
+        combined = _delete_update._strip_alias(combined, alias)
+
+    def may_match(entry: FileEntry) -> bool:
+        if found is not None and not file_may_match(entry, found.domains, partitions):
+            return False
+        if combined is None:
+            return True
+        try:
+            return _predicates.may_match(combined, _replace_where._stats_lookup(entry, partitions))
+        except (TypeError, ValueError, DeltaflowError):
+            return True  # values of another type than the column's: read the file
+
+    kept = [f for f in files if may_match(f)]
+    log.info("MERGE into %s: %d of %d files may match", snapshot.uri, len(kept), len(files))
+    return kept, combined, found
+
+
+def _partition_values(
+    conjunct: Any,
+    alias: str,
+    partitions: Mapping[str, str],
+    source: DataFrame,
+    known: Mapping[str, Any],
+) -> Any | None:
+    """``t.p IN (<distinct source values>)`` for ``t.p = s.c`` on a partition column of a
+    type :func:`equality_keys` leaves out (one job), unless ``known`` has its values."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    key = _target_and_source(conjunct, alias)
+    if key is None or key.target.lower() not in partitions or key.target.lower() in known:
+        return None
+    try:
+        values = source.select(F.col(key.source)).distinct().limit(MAX_PARTITION_VALUES + 1)
+        rows = values.collect()
+    except AnalysisException:
+        return None  # not a source column: no pruning; the join reports real errors
+    if len(rows) > MAX_PARTITION_VALUES:
+        return None
+    domain = KeyDomain(None, None, tuple(r[0] for r in rows if r[0] is not None))
+    return in_list(key.target, alias, domain)
 
 
 def equality_keys(
