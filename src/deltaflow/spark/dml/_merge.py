@@ -246,11 +246,12 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
             files, read_node, keys = _merge_keys.candidate_files(
                 snapshot, files, spec, struct, marked
             )
+        dv = rewrites and _dv.enabled(snapshot)
+        dv = dv and not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses)
+        deleted = snapshot.deleted_rows() if dv else {}
     except BaseException:
         marked.unpersist()
         raise
-    dv = rewrites and _dv.enabled(snapshot)
-    dv = dv and not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses)
     merge = _Merge(
         spark,
         spec,
@@ -265,7 +266,7 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
         inserts,
         marked,
         dv=dv,
-        deleted=snapshot.deleted_rows() if dv else {},
+        deleted=deleted,
         source_rows=None if keys is None else keys.rows,
     )
     merge.cached.append(marked)
