@@ -11,10 +11,10 @@ columns (and ``_change_type``) only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -220,6 +220,64 @@ def outcomes(
             changed_rows=np.asarray(r["changed_rows"] if indexed else [], dtype=np.int64),
         )
     return found
+
+
+def collect_pairs(pairs: DataFrame, limit: int) -> list[Any] | None:
+    """The matched pairs of an inner job 1 (:func:`per_row` with ``inner``), collected
+    in one job when at most ``limit``; None when there are more.
+
+    For a small source this replaces :func:`outcomes`' two aggregate stages (and the
+    separate count of inserts): :func:`outcomes_of_pairs` sums the pairs on the driver.
+    """
+    # Spark's limit collects scan a few partitions per job and then more in further
+    # jobs; all of them at once is one job.
+    settings = {"spark.sql.limit.initialNumPartitions": str(2**30)}  # as _merge_keys
+    with _delete_update.session_conf(pairs.sparkSession, settings):
+        rows = pairs.limit(limit + 1).collect()
+    return rows if len(rows) <= limit else None
+
+
+def outcomes_of_pairs(
+    rows: list[Any], index_of: Callable[[Any], int], live: Mapping[int, int]
+) -> tuple[dict[int, FileOutcome], set[int]]:
+    """:func:`outcomes` computed on the driver from :func:`collect_pairs`' rows (each a
+    matched pair, so every target row here is matched), and the matched source ids."""
+    per_row: dict[tuple[Any, Any], list[int]] = {}
+    indexes: dict[tuple[Any, Any], Any] = {}
+    sources: set[int] = set()
+    indexed = bool(rows) and _dv.ROW_INDEX in rows[0].asDict()
+    flags = ("applied", "m_upd", "s_upd", "m_del", "s_del", "chg")
+    for r in rows:
+        key = (r[_delete_update.FILE_INDEX], r[ROW_ID])
+        sums = per_row.setdefault(key, [0] * (len(flags) + 2))
+        sums[0] += int(r["n"])
+        for i, name in enumerate(flags, start=1):
+            sums[i] += int(r[name])
+        sums[-1] = max(sums[-1], int(r["chg"]))  # max_chg
+        if indexed:
+            indexes[key] = r[_dv.ROW_INDEX]
+        if r[SOURCE_ID] is not None:
+            sources.add(int(r[SOURCE_ID]))
+    by_file: dict[Any, list[tuple[tuple[Any, Any], list[int]]]] = {}
+    for key, sums in per_row.items():
+        by_file.setdefault(key[0], []).append((key, sums))
+    found = {}
+    for file_key, members in by_file.items():
+        index = index_of(file_key)
+
+        def total(i: int, members: list[tuple[tuple[Any, Any], list[int]]] = members) -> int:
+            return sum(min(sums[i], 1) for _, sums in members)
+
+        changed = [indexes[key] for key, sums in members if indexed and sums[-1] > 0]
+        found[index] = FileOutcome(
+            max_pairs=max(sums[0] for _, sums in members),
+            max_applied=max(sums[1] for _, sums in members),
+            updated=(total(2), total(3)),
+            deleted=(total(4), total(5)),
+            unchanged=sum(1 - min(sums[-1], 1) for _, sums in members) + live[index] - len(members),
+            changed_rows=np.asarray(sorted(changed), dtype=np.int64),
+        )
+    return found, sources
 
 
 def unmatched_source(
