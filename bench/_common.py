@@ -32,6 +32,10 @@ def parse_args(description: str) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=None, help="warm repetitions per variant")
     parser.add_argument("--rows", type=int, default=None, help="data size, where a bench has one")
     parser.add_argument(
+        "--keys", type=int, default=None, help="dimension size (keys), where a bench has one"
+    )
+    parser.add_argument("--only", default=None, help="run only this part, where a bench has parts")
+    parser.add_argument(
         "--sources-only",
         action="store_true",
         help="streaming throughput: the sources alone, into Spark's noop sink",

@@ -197,6 +197,10 @@ def p95(values: list[float]) -> float:
 
 
 def main() -> dict[str, object]:
+    # --statements-only: skip the session-start processes (minutes on a loaded machine).
+    statements_only = "--statements-only" in sys.argv
+    if statements_only:
+        sys.argv.remove("--statements-only")
     args = parse_args(__doc__ or "")
     reps = args.reps if args.reps != 5 or args.quick else 15
     session_reps = 2 if args.quick else 5
@@ -223,8 +227,10 @@ def main() -> dict[str, object]:
         print(f"  rep {rep} done, load {loadavg()}", flush=True)
     spark.stop()
 
-    print(f"session start: {session_reps} warm reps per variant, fresh process each", flush=True)
-    sessions = measure_session_start(session_reps, Path(delta), Path(parquet))
+    sessions: dict[str, dict[str, list[float]]] = {}
+    if not statements_only:
+        print(f"session start: {session_reps} warm reps per variant, fresh process each")
+        sessions = measure_session_start(session_reps, Path(delta), Path(parquet))
     rows = []
     for variant, figures in sessions.items():
         for key, label in (("session", "session start"), ("first_statement", "first INSERT")):

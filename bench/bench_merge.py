@@ -15,8 +15,13 @@ copy of it, in its own process so peak memory is that variant's alone:
 The source holds 100k rows: 100k ids spread at random over the whole target (1% of its
 rows, so every file is touched; the worst case for file pruning) with changed values.
 Peak memory is the peak resident set of the variant's whole process tree (driver
-Python, JVM and Python workers), sampled every 50 ms. A variant that fails (e.g. runs out
-of memory) is reported as failed with its error, not retried.
+Python, JVM, the brain and Python workers), sampled every 50 ms, and each kind's own
+peak; the tree's resident set right after session start is recorded too, so memory can be
+given as the peak's delta over it (the issue's "session start excluded"). A variant that
+fails (e.g. runs out of memory) is reported as failed with its error, not retried.
+
+``--keys range``: the source's ids are one contiguous run of the target's ids instead of
+spread over it (so key-range file pruning can skip most of the target's files).
 """
 
 from __future__ import annotations
@@ -29,12 +34,12 @@ import sys
 import time
 from pathlib import Path
 
-from _common import DATA_DIR, fresh_dir, machine, parse_args, save_result
+from _common import DATA_DIR, fresh_dir, loadavg, machine, parse_args, save_result
 
 TARGET_FILES = 40
 
 
-def make_data(target_rows: int, source_rows: int) -> tuple[Path, Path]:
+def make_data(target_rows: int, source_rows: int, *, range_keys: bool) -> tuple[Path, Path]:
     """The target table and the source (a parquet file), both written by pyarrow."""
     import numpy as np
     import pyarrow.parquet as pq
@@ -48,6 +53,9 @@ def make_data(target_rows: int, source_rows: int) -> tuple[Path, Path]:
         ids = np.arange(part * per_file, (part + 1) * per_file, dtype=np.int64)
         write_deltalake(str(target), _rows(ids, rng, 0), mode="append")
     matched = rng.choice(target_rows, size=source_rows, replace=False).astype(np.int64)
+    if range_keys:
+        start = target_rows // 3
+        matched = np.arange(start, start + source_rows, dtype=np.int64)
     source = base / "source.parquet"
     pq.write_table(_rows(np.sort(matched), rng, 1), source)
     return target, source
@@ -87,7 +95,7 @@ def run_variant(variant: str, target: str, source: str) -> None:
                 " ('delta.enableDeletionVectors' = 'true')"
             )
         session_ready = time.perf_counter()
-        session_rss = tree_rss(os.getpid())
+        session_rss = rss_by_kind(os.getpid())
         src = spark.read.parquet(source)
         (
             deltaflow.DeltaTable.forPath(spark, target)
@@ -106,7 +114,7 @@ def run_variant(variant: str, target: str, source: str) -> None:
         from deltalake import DeltaTable
 
         session_ready = time.perf_counter()
-        session_rss = tree_rss(os.getpid())
+        session_rss = rss_by_kind(os.getpid())
         src_table = pq.read_table(source)
         metrics = (
             DeltaTable(target)
@@ -120,7 +128,8 @@ def run_variant(variant: str, target: str, source: str) -> None:
         "seconds": end - start,
         "session_seconds": session_ready - start,
         "merge_seconds": end - session_ready,
-        "session_rss_mib": round(session_rss / 2**20),
+        "session_rss_mib": round(sum(session_rss.values()) / 2**20),
+        "session_rss_by_kind_mib": {k: round(v / 2**20) for k, v in session_rss.items()},
         "metrics": metrics,
     }
     print("RESULT " + json.dumps(figures))
@@ -138,12 +147,22 @@ def measure(variant: str, target: Path, source: Path, work: Path) -> dict[str, o
         text=True,
     )
     peak = 0
+    peaks = dict.fromkeys(KINDS, 0)
+    load_start = loadavg()
     while proc.poll() is None:
-        peak = max(peak, tree_rss(proc.pid))
+        sample = rss_by_kind(proc.pid)
+        peak = max(peak, sum(sample.values()))
+        peaks = {k: max(peaks[k], sample[k]) for k in KINDS}
         time.sleep(0.05)
     out, err = proc.communicate()
     lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-    result: dict[str, object] = {"variant": variant, "peak_rss_mib": round(peak / 2**20)}
+    result: dict[str, object] = {
+        "variant": variant,
+        "peak_rss_mib": round(peak / 2**20),
+        "peak_rss_by_kind_mib": {k: round(v / 2**20) for k, v in peaks.items()},
+        "load_start": load_start,
+        "load_end": loadavg(),
+    }
     if proc.returncode != 0 or not lines:
         result["failed"] = f"exit {proc.returncode}: {err.strip().splitlines()[-1:]}"
         return result
@@ -152,8 +171,18 @@ def measure(variant: str, target: Path, source: Path, work: Path) -> dict[str, o
     return result
 
 
+KINDS = ("driver python", "driver jvm", "brain", "python workers")
+
+
 def tree_rss(pid: int) -> int:
     """Resident bytes of ``pid`` and all its descendants (Linux /proc)."""
+    return sum(rss_by_kind(pid).values())
+
+
+def rss_by_kind(pid: int) -> dict[str, int]:
+    """Resident bytes of ``pid``'s process tree, per kind of process (:data:`KINDS`):
+    ``pid`` itself is the driver's Python, a ``java`` child the driver JVM, the
+    ``deltaflow.spark.bridge._server`` process the brain, the rest Spark's Python workers."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
@@ -166,22 +195,41 @@ def tree_rss(pid: int) -> int:
             continue
         children.setdefault(ppid, []).append(int(entry.name))
         rss[int(entry.name)] = pages * 4096
-    total, stack = 0, [pid]
+    totals = dict.fromkeys(KINDS, 0)
+    stack = [pid]
     while stack:
         current = stack.pop()
-        total += rss.get(current, 0)
+        totals[_kind(current, pid)] += rss.get(current, 0)
         stack.extend(children.get(current, []))
-    return total
+    return totals
+
+
+def _kind(pid: int, root: int) -> str:
+    if pid == root:
+        return "driver python"
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return "python workers"
+    if "deltaflow.spark.bridge._server" in command:
+        return "brain"
+    if command.split(" ", 1)[0].endswith("java"):
+        return "driver jvm"
+    return "python workers"
 
 
 def main() -> dict[str, object]:
+    range_keys = "--range-keys" in sys.argv
+    if range_keys:
+        sys.argv.remove("--range-keys")
     args = parse_args(__doc__ or "")
     target_rows = 1_000_000 if args.quick else 10_000_000
     source_rows = target_rows // 100
     started = time.perf_counter()
-    target, source = make_data(target_rows, source_rows)
+    target, source = make_data(target_rows, source_rows, range_keys=range_keys)
     print(
-        f"data: {target_rows} target rows, {source_rows} source rows,"
+        f"data: {target_rows} target rows, {source_rows} source rows"
+        f" ({'one range of ids' if range_keys else 'ids spread over the target'}),"
         f" {time.perf_counter() - started:.0f}s to generate"
     )
     work = fresh_dir(DATA_DIR / "merge_runs")
@@ -189,9 +237,10 @@ def main() -> dict[str, object]:
     print(f"\n### MERGE {source_rows} source rows into {target_rows} target rows (1% matched)\n")
     print(
         "| variant | seconds | session start s | MERGE s | peak RSS (MiB) | RSS after session"
-        " start (MiB) | rows updated | rows inserted | note |"
+        " start (MiB) | peak - session (MiB) | peak per kind (MiB) | rows updated |"
+        " rows inserted | load start / end | note |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |")
     for r in results:
         m = r.get("metrics") or {}
         assert isinstance(m, dict)
@@ -201,18 +250,26 @@ def main() -> dict[str, object]:
             f"{r[k]:.1f}" if isinstance(r.get(k), float) else "-"
             for k in ("seconds", "session_seconds", "merge_seconds")
         ]
+        base = r.get("session_rss_mib")
+        delta = r["peak_rss_mib"] - base if isinstance(base, int) else "-"  # type: ignore[operator]
+        kinds = r.get("peak_rss_by_kind_mib") or {}
+        assert isinstance(kinds, dict)
+        per_kind = ", ".join(f"{k} {v}" for k, v in kinds.items() if v)
         print(
             f"| {r['variant']} | {' | '.join(shown)} | {r['peak_rss_mib']}"
-            f" | {r.get('session_rss_mib', '-')} | {updated} | {inserted}"
+            f" | {base if base is not None else '-'} | {delta} | {per_kind} | {updated}"
+            f" | {inserted} | {r.get('load_start', '')} / {r.get('load_end', '')}"
             f" | {r.get('failed', '')} |"
         )
     result = {
         "target_rows": target_rows,
         "source_rows": source_rows,
+        "range_keys": range_keys,
         "results": results,
         "machine": machine(),
     }
-    save_result("merge_quick" if args.quick else "merge", result)
+    name = "merge_quick" if args.quick else "merge"
+    save_result(name + ("_range" if range_keys else ""), result)
     return result
 
 

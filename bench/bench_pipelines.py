@@ -7,9 +7,12 @@
    (``availableNow``) and a batch overwrite, each repetition from empty storage. The
    pipeline also counts the rule's passed / failed rows and writes its event log; the
    issue's target is <= 1.1x the hand-written flows.
-2. **AUTO CDC.** A dimension of ``--rows`` / 5 keys loaded by AUTO CDC, then a change batch
-   updating 10% of the keys (out of order within the batch) applied as SCD type 1 and as
-   SCD type 2: changes per second of the second update (the first is the load).
+2. **AUTO CDC.** A dimension of ``--keys`` (default ``--rows`` / 5) keys loaded by AUTO
+   CDC, then a change batch updating 10% of the keys (out of order within the batch)
+   applied as SCD type 1 and as SCD type 2: changes per second of the second update (the
+   first is the load).
+
+``--only overhead`` / ``--only cdc`` runs one part.
 """
 
 from __future__ import annotations
@@ -33,14 +36,12 @@ def main() -> dict[str, object]:
     args = parse_args(__doc__ or "")
     rows = args.rows or (100_000 if args.quick else 1_000_000)
     spark = spark_session()
-    from pyspark.sql import functions as F
-
     from deltaflow import pipelines as dp
 
     root = fresh_dir(DATA_DIR / "pipelines")
     bronze = str(root / "bronze")
     per = rows // 10
-    for i in range(10):
+    for i in range(10 if args.only in (None, "overhead") else 0):
         spark.range(i * per, (i + 1) * per, numPartitions=2).selectExpr(
             "id", "id % 1000 AS key", "CASE WHEN id % 100 = 0 THEN -1 ELSE id % 97 END AS amount"
         ).write.format("delta").mode("append").save(bronze)
@@ -91,12 +92,31 @@ def main() -> dict[str, object]:
             .save(str(out / "gold"))
         )
 
-    print(f"== runner overhead, {rows:,} rows (load {loadavg()})", flush=True)
-    timings = run_side_by_side({"pipeline update": pipeline, "hand-written": by_hand}, args.reps)
-    overhead = timings.median("pipeline update") / timings.median("hand-written")
-    print(f"  pipeline / hand-written = {overhead:.2f}x", flush=True)
+    result: dict[str, object] = {"rows": rows, "reps": args.reps}
+    if args.only in (None, "overhead"):
+        print(f"== runner overhead, {rows:,} rows (load {loadavg()})", flush=True)
+        timings = run_side_by_side(
+            {"pipeline update": pipeline, "hand-written": by_hand}, args.reps
+        )
+        overhead = timings.median("pipeline update") / timings.median("hand-written")
+        print(f"  pipeline / hand-written = {overhead:.2f}x (load {loadavg()})", flush=True)
+        result["pipeline_s"] = timings.median("pipeline update")
+        result["hand_written_s"] = timings.median("hand-written")
+        result["overhead"] = round(overhead, 3)
+    if args.only in (None, "cdc"):
+        result["cdc_keys"], result["cdc"] = _auto_cdc(
+            spark, root, args.keys or max(rows // 5, 1000)
+        )
+    result["load_after"] = loadavg()
+    save_result("pipelines", result)
+    return result
 
-    keys = max(rows // 5, 1000)
+
+def _auto_cdc(spark, root, keys: int) -> tuple[int, dict[str, dict[str, float]]]:
+    from pyspark.sql import functions as F
+
+    from deltaflow import pipelines as dp
+
     changes_per_update = keys // 10
     cdc: dict[str, dict[str, float]] = {}
     for scd in (1, 2):
@@ -150,18 +170,7 @@ def main() -> dict[str, object]:
             flush=True,
         )
 
-    result = {
-        "rows": rows,
-        "reps": args.reps,
-        "pipeline_s": timings.median("pipeline update"),
-        "hand_written_s": timings.median("hand-written"),
-        "overhead": round(overhead, 3),
-        "cdc_keys": keys,
-        "cdc": cdc,
-        "load_after": loadavg(),
-    }
-    save_result("pipelines", result)
-    return result
+    return keys, cdc
 
 
 if __name__ == "__main__":

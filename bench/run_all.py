@@ -16,6 +16,7 @@ BENCHMARKS = (
     "bench_delete_dv.py",
     "bench_interactive.py",
     "bench_pipelines.py",
+    "bench_mv_refresh.py",
     "bench_cloudfiles.py",
     "bench_discovery.py",
     "bench_stream_throughput.py",

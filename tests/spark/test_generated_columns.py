@@ -298,20 +298,3 @@ def test_stream_into_table_with_generated_and_identity_columns(spark, table_path
     assert rows == [(1, 2), (2, 4), (3, 6)]
     ids = [r["id"] for r in spark.read.format("delta").load(path).collect()]
     assert len(set(ids)) == 3
-
-
-def test_update_of_a_base_column_is_checked_against_the_generated_column(spark, table_path):
-    path = table_path("upd")
-    _generated_table(spark, path)
-    spark.createDataFrame([(1,), (2,)], "a INT").write.format("delta").mode("append").save(path)
-    versions = len(_log_entries(path))
-    # UPDATE does not recompute generated columns yet: the row check refuses the change.
-    error = _raises_typed(
-        ConstraintViolationError,
-        lambda: spark.sql(f"UPDATE delta.`{path}` SET a = a + 10 WHERE a = 1"),
-    )
-    assert error.kind == "generated"
-    assert len(_log_entries(path)) == versions
-    spark.sql(f"UPDATE delta.`{path}` SET a = 7, b = 14 WHERE a = 1")
-    rows = sorted((r["a"], r["b"]) for r in spark.read.format("delta").load(path).collect())
-    assert rows == [(2, 4), (7, 14)]

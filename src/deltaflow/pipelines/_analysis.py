@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from deltaflow.pipelines import _cdc, _cdc_snapshot
+from deltaflow.pipelines import _cdc, _cdc_snapshot, _flow_session
 from deltaflow.pipelines._declarations import (
     AnyFlow,
     AutoCdcFlow,
@@ -152,6 +152,9 @@ def resolve(spark: SparkSession, graph: Graph, publisher: Publisher) -> Resoluti
 
 
 def _analyse(spark: SparkSession, graph: Graph, flow: AnyFlow, published: set[str]) -> ResolvedFlow:
+    _flow_session.check_confs(
+        spark, flow.name, _flow_session.flow_confs(flow, graph.dataset(flow.target))
+    )
     reader = _RecordingReader(spark, graph, published)
     if isinstance(flow, AutoCdcFlow):
         df = _cdc.target_frame(reader.read(flow.source, streaming=True), flow)

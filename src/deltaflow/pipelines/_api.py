@@ -171,9 +171,10 @@ def _declare_query_dataset(
         schema=_schema(options.get("schema"), decl, where),
         path=_text(options.get("path"), "path", decl, where),
         format=_text(options.get("format"), "format", decl, where),
-        temporary=bool(options.get("temporary", False)),
+        temporary=bool(options.get("private") or options.get("temporary")),
         expectations=_take_expectations(query),
     )
+    _refuse_row_filter(options.get("row_filter"), decl, name, where)
     if dataset.partition_cols and dataset.cluster_by:
         raise _fail(
             f"{decl} {name!r}: partition_cols and cluster_by cannot both be set (Delta"
@@ -196,6 +197,19 @@ def _declare_query_dataset(
     )
     _mark(query, name)
     return query
+
+
+def _refuse_row_filter(row_filter: Any, decl: str, name: str, where: SourceLocation) -> None:
+    if row_filter is None:
+        return
+    raise _fail(
+        f"{decl} {name!r}: row_filter is a Unity Catalog feature (a SQL function deciding,"
+        " per reader, which rows they see) that deltaflow's tables do not have. Filter in"
+        " the query itself (.filter(...) / WHERE), or publish a view over the table that"
+        " filters for its readers.",
+        name,
+        where,
+    )
 
 
 def _dataset_decorator(
@@ -222,8 +236,12 @@ def table(
     schema: Any = None,
     format: str | None = None,
     path: str | None = None,
+    private: bool = False,
+    row_filter: str | None = None,
 ) -> Any:
-    """A streaming table whose flow is the decorated query (a streaming DataFrame)."""
+    """A streaming table whose flow is the decorated query (a streaming DataFrame).
+    ``private``: materialized, but not left in the catalog (see docs/pipelines.md);
+    ``row_filter`` (a Unity Catalog feature) is refused."""
     options = dict(locals())
     del options["query_function"]
     return _dataset_decorator(query_function, "streaming_table", "table", options)
@@ -241,6 +259,8 @@ def materialized_view(
     schema: Any = None,
     format: str | None = None,
     path: str | None = None,
+    private: bool = False,
+    row_filter: str | None = None,
 ) -> Any:
     """A table holding the result of the decorated batch query, recomputed (or refreshed
     incrementally where the query allows) on every update."""
@@ -276,12 +296,15 @@ def create_streaming_table(
     expect_all: dict[str, str] | None = None,
     expect_all_or_drop: dict[str, str] | None = None,
     expect_all_or_fail: dict[str, str] | None = None,
+    private: bool = False,
+    row_filter: str | None = None,
 ) -> None:
     """A streaming table without a query of its own: append flows or AUTO CDC flows
     write it. ``expect_all*`` apply to every row any flow writes."""
     where = _caller(2)
     decl = "create_streaming_table"
     _text(name, "name", decl, where, optional=False)
+    _refuse_row_filter(row_filter, decl, name, where)
     rules = (
         _expectations(expect_all, "warn", decl, where)
         + _expectations(expect_all_or_drop, "drop", decl, where)
@@ -302,6 +325,7 @@ def create_streaming_table(
             schema=_schema(schema, decl, where),
             path=_text(path, "path", decl, where),
             format=_text(format, "format", decl, where),
+            temporary=bool(private),
             expectations=rules,
         )
     )
@@ -408,8 +432,31 @@ def create_auto_cdc_flow(
 ) -> None:
     """AUTO CDC: apply the change rows of ``source`` to the streaming table ``target``
     (Lakeflow's ``create_auto_cdc_flow`` / ``apply_changes``)."""
-    where = _caller(2)
-    decl = "create_auto_cdc_flow"
+    options = dict(locals())
+    declare_auto_cdc_flow(_caller(2), "create_auto_cdc_flow", **options)
+
+
+def declare_auto_cdc_flow(
+    where: SourceLocation,
+    decl: str,
+    *,
+    target: str,
+    source: str,
+    keys: Any,
+    sequence_by: Any,
+    ignore_null_updates: bool = False,
+    apply_as_deletes: Any = None,
+    apply_as_truncates: Any = None,
+    column_list: Any = None,
+    except_column_list: Any = None,
+    stored_as_scd_type: int | str = 1,
+    track_history_column_list: Any = None,
+    track_history_except_column_list: Any = None,
+    name: str | None = None,
+    once: bool = False,
+    spark_conf: dict[str, str] | None = None,
+) -> None:
+    """:func:`create_auto_cdc_flow` declared at ``where`` (Python or a SQL file)."""
     _text(target, "target", decl, where, optional=False)
     _text(source, "source", decl, where, optional=False)
     scd = _scd_type(stored_as_scd_type, decl, where)

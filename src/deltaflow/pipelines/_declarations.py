@@ -58,7 +58,8 @@ class Dataset:
 
     ``path`` is where its Delta table lives (default: under the pipeline's storage);
     ``schema`` a DDL string or a ``StructType``; ``expectations`` apply to every row
-    any flow writes into it.
+    any flow writes into it. ``temporary``: private (Lakeflow's ``private=``, formerly
+    ``temporary=``): materialized, but in the catalog only while an update runs.
     """
 
     name: str

@@ -7,8 +7,13 @@
 ``maturity_level``. Query it like Lakeflow's:
 ``details:flow_progress.data_quality.expectations`` with ``from_json`` / ``get_json_object``.
 
-Events are buffered and appended by delta-rs (no Spark job) at each flow's end and at
-the update's end; a crash loses at most the unflushed events, never the tables.
+Events are buffered and appended by delta-rs (no Spark job); the update's driver
+flushes them from its own loop (at most one commit per ``pipelines.eventLog.flushInterval``
+while flows run, never on a flow's critical path) and at the update's end. A crash loses
+at most the unflushed events, never the tables.
+
+``control_plane_seq_no`` increases within an update and from one update to the next,
+without reading the events already logged (:func:`_sequence_base`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,7 +77,8 @@ class EventLog:
         self._origin = origin
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._seq = _last_sequence(path)
+        self._seq = _sequence_base(path)
+        self._last_flush = time.monotonic()
 
     def emit(
         self,
@@ -110,19 +117,32 @@ class EventLog:
             self._listener(event)
 
     def flush(self) -> None:
+        """Commit the pending events (one append), now."""
         from deltalake import write_deltalake
 
         from deltaflow.table import _uri
 
         with self._lock:
+            self._last_flush = time.monotonic()
             if not self._pending:
                 return
             batch = pa.Table.from_pylist(self._pending, schema=SCHEMA)
             write_deltalake(_uri.delta_rs_uri(_uri.normalize_uri(self._path)), batch, mode="append")
             self._pending.clear()
 
+    def flush_every(self, seconds: float) -> None:
+        """Commit the pending events if the last commit is ``seconds`` old: many events,
+        few commits (each is a log entry every reader of the log replays)."""
+        if time.monotonic() - self._last_flush >= seconds:
+            self.flush()
 
-def _last_sequence(path: str) -> int:
+
+def _sequence_base(path: str) -> int:
+    """Where an update's numbering starts: ``(v + 1) << 32``, ``v`` the log's version now
+    (-1 for no log: a first update numbers from 1). An earlier update that logged
+    anything committed at a version in ``(its v, v]``, so its numbers, below ``(its v +
+    2) << 32``, are below ours; an update's events are fewer than 2**32. Reading the
+    version needs no data file, unlike a maximum over the events."""
     from deltalake import DeltaTable
 
     from deltaflow.table import _uri
@@ -131,9 +151,8 @@ def _last_sequence(path: str) -> int:
     uri = _uri.normalize_uri(path)
     if not table_exists(uri):
         return 0
-    sequences = DeltaTable(_uri.delta_rs_uri(uri)).to_pyarrow_table(columns=["sequence"])
-    values = [json.loads(s)["control_plane_seq_no"] for s in sequences.column(0).to_pylist() if s]
-    return max(values, default=0)
+    version = DeltaTable(_uri.delta_rs_uri(uri), without_files=True).version()
+    return (version + 1) << 32
 
 
 def read_events(path: str) -> list[dict[str, Any]]:

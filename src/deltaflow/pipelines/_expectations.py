@@ -1,18 +1,23 @@
 """Expectations applied to the rows a flow writes: counted, kept, dropped or failed.
 
-All of a flow's expectations are evaluated on the same input rows in one Spark job
-(one aggregate: the rows, and per expectation the rows that broke it), as Lakeflow
-counts them: a row breaking a ``drop`` rule is dropped after every rule counted it. A
-constraint that is NULL for a row counts as broken. A ``fail`` rule that any row
-breaks fails the flow before anything is written, with one offending row in the error.
+All of a flow's expectations are evaluated on the same input rows (one aggregate: the
+rows, and per expectation the rows that broke it), as Lakeflow counts them: a row
+breaking a ``drop`` rule is dropped after every rule counted it. A constraint that is
+NULL for a row counts as broken. A ``fail`` rule that any row breaks fails the flow
+before anything is written, with one offending row in the error.
+
+Without ``fail`` rules the aggregate rides along the write (:func:`observe`: Spark's
+observed metrics, no job of its own); with one, the rows are counted first
+(:func:`apply`, a job over the persisted input) so nothing is written when they fail.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from deltaflow.pipelines._declarations import Expectation
 from deltaflow.pipelines.errors import ExpectationViolationError, GraphValidationError
@@ -63,6 +68,40 @@ def check_constraints(df: DataFrame, expectations: tuple[Expectation, ...], flow
             ) from None
 
 
+def _counting(
+    expectations: tuple[Expectation, ...],
+) -> tuple[list[Column], Column | None, list[Column]]:
+    """The rules' flags, the keep condition (None: no ``drop`` rule) and the aggregate
+    that counts rows, kept rows and each rule's failures."""
+    from pyspark.sql import functions as F
+
+    flags = [_flag(e) for e in expectations]
+    drops = [flag for e, flag in zip(expectations, flags, strict=True) if e.action == "drop"]
+    keep = functools.reduce(lambda a, b: a & b, drops) if drops else None
+    aggregate = [
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.when(F.lit(True) if keep is None else keep, 1).otherwise(0)).alias("kept"),
+        *[F.sum(F.when(flag, 0).otherwise(1)).alias(f"failed_{i}") for i, flag in enumerate(flags)],
+    ]
+    return flags, keep, aggregate
+
+
+def _counts_of(
+    counted: Any, expectations: tuple[Expectation, ...], dataset: str
+) -> tuple[int, int, tuple[ExpectationCounts, ...]]:
+    rows = int(counted["rows"] or 0)
+    failed = [int(counted[f"failed_{i}"] or 0) for i in range(len(expectations))]
+    counts = tuple(
+        ExpectationCounts(e.name, dataset, rows - f, f)
+        for e, f in zip(expectations, failed, strict=True)
+    )
+    return rows, int(counted["kept"] or 0), counts
+
+
+def has_fail_rule(expectations: tuple[Expectation, ...]) -> bool:
+    return any(e.action == "fail" for e in expectations)
+
+
 @dataclass(frozen=True)
 class Checked:
     """What :func:`apply` found: the rows to write, the counts, rows in and kept."""
@@ -73,27 +112,65 @@ class Checked:
     kept_rows: int
 
 
+class Observed:
+    """Rows to write with the rules' counts taken as they are written (Spark's observed
+    metrics: the write's own job counts them, no job of its own). Write :attr:`kept`
+    once, then read :meth:`checked`. Only for rules without ``fail``: those must be
+    counted before anything is written (:func:`apply`)."""
+
+    def __init__(
+        self, df: DataFrame, expectations: tuple[Expectation, ...], *, dataset: str
+    ) -> None:
+        from pyspark.sql import Observation
+
+        assert not has_fail_rule(expectations), "fail rules are checked before the write"
+        self._expectations = expectations
+        self._dataset = dataset
+        self._observation = Observation()
+        _, keep, aggregate = _counting(expectations)
+        observed = df.observe(self._observation, *aggregate)
+        self.kept = observed if keep is None else observed.filter(keep)
+
+    def checked(self) -> Checked:
+        """The counts, once :attr:`kept` was written. A write skipped as a replay (its app
+        transaction already in the log) ran nothing and counted nothing: zeros then."""
+        counted = _observed(self._observation)
+        if counted is None:
+            return Checked(
+                self.kept,
+                tuple(ExpectationCounts(e.name, self._dataset, 0, 0) for e in self._expectations),
+                0,
+                0,
+            )
+        rows, kept, counts = _counts_of(counted, self._expectations, self._dataset)
+        return Checked(self.kept, counts, rows, kept)
+
+
+# Spark completes an observation as the query that ran it finishes (seen synchronous in
+# 4.3); the grace covers a slower delivery without hanging on a write that never ran.
+_OBSERVATION_GRACE_S = 2.0
+
+
+def _observed(observation: Any) -> Mapping[str, Any] | None:
+    """The observation's metrics, or None when the write it rode on did not run."""
+    import time
+
+    future = observation._jo.future()
+    deadline = time.monotonic() + _OBSERVATION_GRACE_S
+    while not future.isCompleted():
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+    return cast("Mapping[str, Any]", observation.get)
+
+
 def apply(
     df: DataFrame, expectations: tuple[Expectation, ...], *, flow: str, dataset: str
 ) -> Checked:
     """The rows to write (``drop`` rules applied) and each expectation's counts, from one
     aggregate. Call on a persisted DataFrame: it is read again to be written."""
-    from pyspark.sql import functions as F
-
-    flags = [_flag(e) for e in expectations]
-    drops = [flag for e, flag in zip(expectations, flags, strict=True) if e.action == "drop"]
-    keep = functools.reduce(lambda a, b: a & b, drops) if drops else F.lit(True)
-    counted = df.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(F.when(keep, 1).otherwise(0)).alias("kept"),
-        *[F.sum(F.when(flag, 0).otherwise(1)).alias(f"failed_{i}") for i, flag in enumerate(flags)],
-    ).collect()[0]
-    rows = int(counted["rows"])
-    failed = [int(counted[f"failed_{i}"] or 0) for i in range(len(flags))]
-    counts = tuple(
-        ExpectationCounts(e.name, dataset, rows - f, f)
-        for e, f in zip(expectations, failed, strict=True)
-    )
+    flags, keep, aggregate = _counting(expectations)
+    rows, kept_rows, counts = _counts_of(df.agg(*aggregate).collect()[0], expectations, dataset)
     for expectation, flag, count in zip(expectations, flags, counts, strict=True):
         if expectation.action == "fail" and count.failed_records:
             offending = df.filter(~flag).limit(1).collect()[0].asDict(recursive=True)
@@ -110,5 +187,5 @@ def apply(
                 record=record,
                 failed_records=count.failed_records,
             )
-    kept = df.filter(keep) if drops else df
-    return Checked(kept, counts, rows, int(counted["kept"] or 0))
+    kept = df if keep is None else df.filter(keep)
+    return Checked(kept, counts, rows, kept_rows)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError, typed_error
-from deltaflow.pipelines import _cdc, _cdc_snapshot, _expectations
+from deltaflow.pipelines import _cdc, _cdc_snapshot, _expectations, _flow_session, _incremental
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow
 from deltaflow.pipelines._declarations import AutoCdcFlow, AutoCdcSnapshotFlow, Flow
 from deltaflow.pipelines._event_log import EventLog
@@ -40,6 +40,7 @@ def flow_expectations(resolution: Resolution, resolved: ResolvedFlow) -> tuple[A
 class Outcome:
     rows: int | None = None
     expectations: tuple[_expectations.ExpectationCounts, ...] = ()
+    planning: _incremental.Plan | None = None  # a materialized view's refresh
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,11 @@ class FlowRun:
         self._resolved = resolved
         self._storage = storage
         self._rules = flow_expectations(resolution, resolved)
+        target = resolution.datasets.get(resolved.flow.target)
+        confs = _flow_session.flow_confs(resolved.flow, target.dataset if target else None)
+        # The session the flow's queries run in: the update's, or its own clone when the
+        # flow has spark_conf (see _flow_session).
+        self._flow_spark = _flow_session.session_for(spark, confs)
 
     @property
     def streaming(self) -> bool:
@@ -114,7 +120,7 @@ class FlowRun:
         df = self._query(flow)
         target = self._resolution.datasets[flow.target]
         if target.kind == "materialized_view":
-            return self._recompute(flow, df)
+            return self._refresh(flow, df)
         return self._once(flow, df)
 
     def start(self) -> Running:
@@ -126,11 +132,11 @@ class FlowRun:
         return self._stream(flow, self._query(flow), flow.target not in self._resolution.datasets)
 
     def _query(self, flow: Flow) -> DataFrame:
+        # The rules analysed against this query when the update resolved the graph.
         reader = _TableReader(self._spark)
         with reading_with(reader):
             df = flow.func()
-        _expectations.check_constraints(df, self._rules, flow.name)
-        return df
+        return _flow_session.rebind(df, self._flow_spark)
 
     def _path(self, flow: Flow) -> str:
         return self._storage.table_path(self._resolution.datasets[flow.target].dataset)
@@ -152,10 +158,10 @@ class FlowRun:
         return Running(query, lambda: Outcome(rows=_input_rows(query)))
 
     def _auto_cdc(self, flow: AutoCdcFlow) -> Running:
-        source = self._spark.readStream.table(flow.source)
+        source = self._flow_spark.readStream.table(flow.source)
         dataset = self._resolution.datasets[flow.target].dataset
         batches = _cdc.CdcBatches(
-            self._spark,
+            self._flow_spark,
             flow,
             self._storage.table_path(dataset),
             self._storage.cdc_state(flow.name),
@@ -166,8 +172,27 @@ class FlowRun:
         query = self._trigger.apply(writer).foreachBatch(batches).start()
         return Running(query, lambda: Outcome(rows=batches.rows))
 
-    def _recompute(self, flow: Flow, df: DataFrame) -> Outcome:
-        return self._write_batch(flow, df, mode="overwrite", app=None)
+    def _refresh(self, flow: Flow, df: DataFrame) -> Outcome:
+        """A materialized view: incrementally from its source's change feed when it can
+        be, recomputed otherwise (:mod:`._incremental`)."""
+        refresh = _incremental.ViewRefresh(
+            self._spark,
+            flow.name,
+            df,
+            self._path(flow),
+            self._storage.checkpoint(flow.name),
+            has_expectations=bool(self._rules),
+        )
+        plan = refresh.plan()
+        if plan.technique == _incremental.NO_OP:
+            outcome = Outcome(rows=0)
+        elif plan.incremental:
+            outcome = Outcome(rows=refresh.apply())
+        else:
+            outcome = self._write_batch(flow, df, mode="overwrite", app=None)
+            refresh.recomputed()
+        outcome.planning = plan
+        return outcome
 
     def _once(self, flow: Flow, df: DataFrame) -> Outcome:
         """A ``once`` flow: appended a single time; the marker in its checkpoint (gone
@@ -185,14 +210,17 @@ class FlowRun:
     def _write_batch(
         self, flow: Flow, df: DataFrame, *, mode: str, app: tuple[str, int] | None
     ) -> Outcome:
-        """Expectations applied to ``df`` (persisted meanwhile: it is read twice), then
-        one write: ``overwrite`` (a materialized view, schema replaced) or ``append``
-        (idempotent under ``app`` = (txnAppId, txnVersion))."""
+        """Expectations applied to ``df``, then one write: ``overwrite`` (a materialized
+        view, schema replaced) or ``append`` (idempotent under ``app`` = (txnAppId,
+        txnVersion)). Rows and rules are counted by the write's own job; a ``fail`` rule
+        needs the rows counted first (``df`` persisted meanwhile: it is read twice)."""
         from pyspark import StorageLevel
 
-        if not self._rules:
-            self._write(flow, df, mode, app)
-            return Outcome(rows=_last_output_rows(self._path(flow)))
+        if not _expectations.has_fail_rule(self._rules):
+            observed = _expectations.Observed(df, self._rules, dataset=flow.target)
+            self._write(flow, observed.kept, mode, app)
+            checked = observed.checked()
+            return Outcome(rows=checked.kept_rows, expectations=checked.counts)
         df.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             checked = _expectations.apply(df, self._rules, flow=flow.name, dataset=flow.target)
@@ -288,15 +316,11 @@ def _input_rows(query: Any) -> int:
     return total
 
 
-def _last_output_rows(path: str) -> int | None:
-    from deltalake import DeltaTable
-
-    from deltaflow.table import _uri
-
-    entry = DeltaTable(_uri.delta_rs_uri(_uri.normalize_uri(path))).history(1)[0]
-    metrics = entry.get("operationMetrics") or {}
-    value = metrics.get("numOutputRows")
-    return None if value is None else int(value)
+def event_log_flush_interval(settings: PipelineSettings) -> float:
+    """Seconds between event-log commits while flows run
+    (``pipelines.eventLog.flushInterval``, default 1): events reach the log that late at
+    most, and a long update makes one commit a second, not one per event."""
+    return float(settings.setting("pipelines.eventLog.flushInterval", "1"))
 
 
 @dataclass(frozen=True)
@@ -338,6 +362,15 @@ def emit_progress(
     message: str | None = None,
 ) -> None:
     """One ``flow_progress`` event: status, attempt, micro-batch, metrics, data quality."""
+    if outcome is not None and outcome.planning is not None:
+        plan = outcome.planning
+        log.emit(
+            "planning_information",
+            plan.message(),
+            plan.details(resolution.flows[name].flow.target),
+            flow=name,
+            dataset=resolution.flows[name].flow.target,
+        )
     details: dict[str, Any] = {"status": status}
     if attempt is not None:
         details["attempt"] = attempt

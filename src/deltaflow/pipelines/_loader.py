@@ -6,11 +6,14 @@ datasets with Lakeflow's statements:
 
     CREATE [OR REFRESH] MATERIALIZED VIEW name [(CONSTRAINT c EXPECT (cond) [ON VIOLATION
         {DROP ROW | FAIL UPDATE}], ...)] [COMMENT '...'] AS query
-    CREATE [OR REFRESH] STREAMING TABLE name [(...)] [COMMENT '...'] AS query
+    CREATE [OR REFRESH] STREAMING TABLE name [(...)] [COMMENT '...'] [AS query]
     CREATE [TEMPORARY] VIEW name AS query
+    CREATE FLOW name AS AUTO CDC INTO target FROM STREAM(source) KEYS (...) ...
+    APPLY CHANGES INTO LIVE.target FROM STREAM(LIVE.source) KEYS (...) ...
 
 A streaming table's query reads streams with ``STREAM(t)`` / ``STREAM t``, which Spark's
-SQL understands.
+SQL understands; one without a query is the target of AUTO CDC flows (:mod:`._sql_cdc`),
+its column list may hold column definitions besides constraints.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deltaflow.pipelines import _sql_cdc
 from deltaflow.pipelines._declarations import (
     Dataset,
     DatasetKind,
@@ -106,11 +110,15 @@ def _load_sql(spark: SparkSession, file: Path, builder: GraphBuilder) -> None:
 def _declare_sql(
     spark: SparkSession, statement: str, where: SourceLocation, builder: GraphBuilder
 ) -> None:
+    if _sql_cdc.is_auto_cdc(statement):
+        _sql_cdc.declare(statement, where)
+        return
     head = _CREATE.match(statement)
     if head is None:
         raise DefinitionError(
             f"{where}: a pipeline SQL file holds CREATE MATERIALIZED VIEW / STREAMING TABLE /"
-            f" VIEW ... AS statements; got: {statement.strip()[:80]!r}",
+            " VIEW ... AS and CREATE FLOW ... AS AUTO CDC INTO / APPLY CHANGES INTO"
+            f" statements; got: {statement.strip()[:80]!r}",
             dataset=None,
             location=str(where),
         )
@@ -125,22 +133,32 @@ def _declare_sql(
     name = head.group("name").strip("`")
     rest = statement[head.end() :]
     expectations: tuple[Expectation, ...] = ()
+    columns: str | None = None
     if rest.startswith("("):
         inner, rest = _parenthesised(rest, where)
-        expectations = _constraints(inner, where)
+        expectations, columns = _constraints(inner, where)
     comment = None
     found = _COMMENT.match(rest)
     if found:
         comment, rest = found.group(1).replace("\\'", "'"), rest[found.end() :]
+    dataset = Dataset(
+        name=name,
+        kind=kind,
+        location=where,
+        comment=comment,
+        expectations=expectations,
+        schema=columns,
+    )
     as_kw = _AS.match(rest)
+    if as_kw is None and kind == "streaming_table" and not rest.strip():
+        builder.add_dataset(dataset)  # a target for AUTO CDC / append flows
+        return
     if as_kw is None:
         raise DefinitionError(
             f"{where}: expected AS <query> after {name!r}", dataset=name, location=str(where)
         )
     query = rest[as_kw.end() :].strip()
-    builder.add_dataset(
-        Dataset(name=name, kind=kind, location=where, comment=comment, expectations=expectations)
-    )
+    builder.add_dataset(dataset)
     builder.add_flow(Flow(name=name, target=name, func=_sql_query(spark, query), location=where))
 
 
@@ -160,14 +178,20 @@ def _parenthesised(text: str, where: SourceLocation) -> tuple[str, str]:
     raise DefinitionError(f"{where}: unbalanced parentheses", dataset=None, location=str(where))
 
 
-def _constraints(inner: str, where: SourceLocation) -> tuple[Expectation, ...]:
-    out = []
+def _constraints(inner: str, where: SourceLocation) -> tuple[tuple[Expectation, ...], str | None]:
+    """The column list's ``CONSTRAINT ... EXPECT`` rules, and its column definitions as a
+    DDL schema (None when there are none)."""
+    out, columns = [], []
     for part in _split_top_level(inner):
-        found = _CONSTRAINT.match(part.strip())
+        text = part.strip()
+        if not re.match(r"CONSTRAINT\s", text, re.IGNORECASE):
+            columns.append(text)
+            continue
+        found = _CONSTRAINT.match(text)
         if found is None:
             raise DefinitionError(
                 f"{where}: only CONSTRAINT name EXPECT (condition) [ON VIOLATION DROP ROW |"
-                f" FAIL UPDATE] is supported in the column list; got {part.strip()!r}",
+                f" FAIL UPDATE] is supported in the column list; got {text!r}",
                 dataset=None,
                 location=str(where),
             )
@@ -176,7 +200,7 @@ def _constraints(inner: str, where: SourceLocation) -> tuple[Expectation, ...]:
             "drop" if action_text.startswith("DROP") else "fail" if action_text else "warn"
         )
         out.append(Expectation(found.group("name").strip("`"), found.group("cond"), action))
-    return tuple(out)
+    return tuple(out), (", ".join(columns) if columns else None)
 
 
 def _split_top_level(text: str) -> list[str]:

@@ -30,7 +30,7 @@ from deltaflow.pipelines import _expectations
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow, resolve
 from deltaflow.pipelines._declarations import Flow
 from deltaflow.pipelines._event_log import EventLog, Origin
-from deltaflow.pipelines._flows import FlowRun, UpdateDriver
+from deltaflow.pipelines._flows import FlowRun, UpdateDriver, event_log_flush_interval
 from deltaflow.pipelines._graph import Graph
 from deltaflow.pipelines._storage import CatalogPublisher, Storage
 from deltaflow.pipelines.errors import (
@@ -170,18 +170,20 @@ def run_update(
     _progress(log, "INITIALIZING")
     spark.sql(f"CREATE DATABASE IF NOT EXISTS `{settings.database}`")
     try:
-        with _session_for(spark, settings, settings.database):
+        with (
+            _session_for(spark, settings, settings.database),
+            _publishing(spark, storage, graph) as publisher,
+        ):
             for name in reset:
                 for flow in graph.flows_into(name):
                     storage.reset_checkpoint(flow.name)
             _progress(log, "SETTING_UP_TABLES")
-            resolution = resolve(spark, graph, CatalogPublisher(spark, storage))
+            resolution = resolve(spark, graph, publisher)
             _check_flow_shapes(resolution)
             _truncate(spark, resolution, storage, reset)
             for resolved in resolution.flows.values():
                 _flow_definition(log, resolution, resolved)
             _progress(log, "RUNNING")
-            log.flush()
             runnable = _runnable(resolution, selected)
             if continuous:
                 from deltaflow.pipelines._continuous import Continuous
@@ -250,6 +252,17 @@ def _session_for(spark: SparkSession, settings: PipelineSettings, database: str)
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
+
+
+@contextlib.contextmanager
+def _publishing(spark: SparkSession, storage: Storage, graph: Graph) -> Iterator[CatalogPublisher]:
+    """The update's publisher; private datasets leave the catalog when the update ends,
+    however it ends."""
+    publisher = CatalogPublisher(spark, storage, graph)
+    try:
+        yield publisher
+    finally:
+        publisher.unpublish_private(graph.datasets.values())
 
 
 def _check_flow_shapes(resolution: Resolution) -> None:
@@ -360,6 +373,7 @@ class _Scheduler(UpdateDriver):
         for name in self._runnable:
             self._progress(name, "QUEUED")
         workers = max(1, int(self._settings.setting("pipelines.maxConcurrentFlows", "2")))
+        flush_every = event_log_flush_interval(self._settings)
         running: dict[Future[FlowReport], str] = {}
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pipeline-flow") as pool:
             while len(reports) < len(self._runnable):
@@ -373,7 +387,9 @@ class _Scheduler(UpdateDriver):
                         running[pool.submit(self._run_with_retries, name)] = name
                 if not running:
                     continue
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                # The flows' events are committed from here, off their critical path.
+                self._log.flush_every(flush_every)
+                done, _ = wait(running, timeout=flush_every, return_when=FIRST_COMPLETED)
                 for future in done:
                     reports[running.pop(future)] = future.result()
         return reports
@@ -397,7 +413,6 @@ class _Scheduler(UpdateDriver):
                 error = typed_error(exc) or exc
                 if policy.gives_up(error, attempt):
                     self._progress(name, "FAILED", attempt=attempt, error=error)
-                    self._log.flush()
                     return FlowReport(
                         name, resolved.flow.target, "FAILED", attempt, error=str(error)
                     )
@@ -405,7 +420,6 @@ class _Scheduler(UpdateDriver):
                 time.sleep(policy.delay(attempt))
                 continue
             self._progress(name, "COMPLETED", attempt=attempt, outcome=outcome)
-            self._log.flush()
             return FlowReport(
                 name,
                 resolved.flow.target,

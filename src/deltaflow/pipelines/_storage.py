@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from deltaflow.pipelines._analysis import ResolvedDataset
-from deltaflow.pipelines._declarations import Dataset
+from deltaflow.pipelines._declarations import Dataset, Flow
+from deltaflow.pipelines._graph import Graph
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -54,11 +55,19 @@ class Storage:
 class CatalogPublisher:
     """Publishes resolved datasets: a table's Delta table is created (empty, with the
     resolved schema, partitioning, properties and comment) when it does not exist yet
-    and registered in the catalog; a temporary view becomes a Spark temporary view."""
+    and registered in the catalog; a temporary view becomes a Spark temporary view.
 
-    def __init__(self, spark: SparkSession, storage: Storage) -> None:
+    With ``graph``: a streaming table fed only by append flows is created with its change
+    data feed on (unless its properties say otherwise), so materialized views reading it
+    can refresh incrementally. Appends cost nothing more (their change rows are the added
+    files); tables written by MERGE (AUTO CDC targets, materialized views) would write
+    change files on every commit, so they keep the feed off unless asked.
+    """
+
+    def __init__(self, spark: SparkSession, storage: Storage, graph: Graph | None = None) -> None:
         self._spark = spark
         self._storage = storage
+        self._graph = graph
 
     def publish(self, resolved: ResolvedDataset, views: Mapping[str, DataFrame]) -> None:
         dataset = resolved.dataset
@@ -90,8 +99,29 @@ class CatalogPublisher:
             builder = builder.partitionedBy(*dataset.partition_cols)
         if dataset.cluster_by:
             builder = builder.clusterBy(*dataset.cluster_by)
-        for key, value in dataset.table_properties.items():
+        for key, value in self._properties(resolved).items():
             builder = builder.property(key, value)
         if dataset.comment:
             builder = builder.comment(dataset.comment)
         builder.execute()
+
+    def unpublish_private(self, datasets: Iterable[Dataset]) -> None:
+        """Private datasets leave the catalog when an update ends; their Delta tables
+        stay (the entries are external: dropping one deletes no file)."""
+        for dataset in datasets:
+            if dataset.temporary and dataset.kind != "temporary_view":
+                self._spark.sql(f"DROP TABLE IF EXISTS {self._storage.qualified(dataset.name)}")
+
+    def _properties(self, resolved: ResolvedDataset) -> dict[str, str]:
+        properties = dict(resolved.dataset.table_properties)
+        if self._graph is None or resolved.kind != "streaming_table":
+            return properties
+        if any(k.lower() == CHANGE_DATA_FEED.lower() for k in properties):
+            return properties
+        into = self._graph.flows_into(resolved.dataset.name)
+        if into and all(isinstance(f, Flow) for f in into):
+            properties[CHANGE_DATA_FEED] = "true"
+        return properties
+
+
+CHANGE_DATA_FEED = "delta.enableChangeDataFeed"

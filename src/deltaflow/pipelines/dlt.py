@@ -41,10 +41,13 @@ def table(
     cluster_by: list[str] | None = None,
     schema: Any = None,
     temporary: bool = False,
+    private: bool = False,
+    row_filter: str | None = None,
 ) -> Any:
     """A table holding the decorated query's result: a streaming table for a streaming
-    query, a materialized view for a batch one. ``temporary``: not published to the
-    catalog (still stored under the pipeline's storage)."""
+    query, a materialized view for a batch one. ``private`` (``temporary``, its older
+    name): materialized under the pipeline's storage and readable by the pipeline's
+    flows, but not left in the catalog. ``row_filter`` (Unity Catalog) is refused."""
     options = dict(locals())
     del options["query_function"]
     return _dataset_decorator(query_function, "table", "dlt.table", options)

@@ -30,8 +30,9 @@ class NoActivePipelineError(PipelineError, RuntimeError):
 class GraphValidationError(PipelineError, ValueError):
     """The graph cannot run: ``problem`` is ``cycle`` (flows read each other),
     ``missing_input`` (a flow reads a table that does not exist), ``schema_conflict``
-    (two flows write one column with different types), ``no_schema`` or
-    ``not_a_dataframe``; ``flow`` names the flow. Found by the dry run before anything
+    (two flows write one column with different types), ``no_schema``,
+    ``not_a_dataframe`` or ``bad_spark_conf`` (a flow's ``spark_conf`` sets a conf Spark
+    fixes at startup); ``flow`` names the flow. Found by the dry run before anything
     ran; fix the declarations."""
 
     def __init__(self, message: str, *, flow: str, problem: str) -> None:

@@ -180,6 +180,11 @@ class WriteOptions:
     # The writer's session settings for auto compaction (spark.databricks.delta.autoCompact.*,
     # handed over as write options by the connector).
     auto_compact: AutoCompactSettings = DEFAULT_SETTINGS
+    # Set by the catalog's CREATE / REPLACE / CREATE OR REPLACE TABLE ... AS SELECT
+    # (saveAsTable, writeTo): "create" | "replace" | "createOrReplace", and whether the
+    # table is managed; they name the commit as delta-spark does.
+    create_mode: str | None = None
+    create_managed: bool = False
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -364,8 +369,12 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         )
     comment = None
     clustering = None
+    create_mode = None
+    create_managed = False
     if CREATE_SPEC_OPTION in lowered:
         create = json.loads(lowered[CREATE_SPEC_OPTION])
+        create_mode = create.get("mode")
+        create_managed = bool(create.get("managed"))
         properties.update(create.get("properties") or {})
         comment = create.get("comment")
         if create.get("clusteringColumns") is not None:
@@ -392,6 +401,8 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         optimize_write=_optional_bool(lowered, "optimizeWrite", OPTIMIZE_WRITE_CONF),
         optimize_write_bin_size=_bin_size(lowered.get(OPTIMIZE_WRITE_BIN_SIZE_CONF.lower())),
         auto_compact=AutoCompactSettings.from_conf(lowered),
+        create_mode=create_mode,
+        create_managed=create_managed,
     )
 
 

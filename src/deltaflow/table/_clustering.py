@@ -305,8 +305,12 @@ def write_version_zero(
     adds: Sequence[Mapping[str, Any]] = (),
     operation: str = "CREATE TABLE",
     parameters: Mapping[str, Any] | None = None,
+    metrics: Mapping[str, str] | None = None,
+    extra_info: Mapping[str, Any] | None = None,
+    app_transaction: tuple[str, int] | None = None,
 ) -> int:
-    """Create the table at ``uri`` as version 0 (protocol, metadata, domains, files).
+    """Create the table at ``uri`` as version 0 (protocol, metadata, domains, files, and
+    the writer's app transaction ``(appId, version)`` when it has one).
     :class:`TableAlreadyExistsError` if another writer created it first."""
     _log_commit.require_local(uri, "Creating a clustered table")
     log_dir = os.path.join(_uri.local_path(uri), "_delta_log")
@@ -318,14 +322,21 @@ def write_version_zero(
         "operationParameters": dict(parameters or {}),
         "isolationLevel": _log_commit.ISOLATION_LEVEL,
         "isBlindAppend": True,
-        "operationMetrics": {"numFiles": str(len(adds))},
+        "operationMetrics": dict(metrics or {"numFiles": str(len(adds))}),
         "engineInfo": _log_commit.engine_info(),
         "txnId": str(uuid.uuid4()),
+        **dict(extra_info or {}),
     }
+    transaction = (
+        [{"txn": {"appId": app_transaction[0], "version": app_transaction[1], "lastUpdated": now}}]
+        if app_transaction is not None
+        else []
+    )
     actions: list[dict[str, Any]] = [
         {"commitInfo": info},
         {"protocol": protocol.to_action()},
         {"metaData": dict(metadata)},
+        *transaction,
         *({"domainMetadata": dict(d)} for d in domains),
         *({"add": dict(a)} for a in adds),
     ]

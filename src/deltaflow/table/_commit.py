@@ -42,6 +42,10 @@ from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
 log = logging.getLogger(__name__)
 
+# Commit-info key naming the operation where delta-rs wrote its own name ("WRITE",
+# "CREATE TABLE"; it refuses to be told another): history() reads this one first.
+OPERATION_KEY = "deltaflow.operation"
+
 # delta-rs retries a commit whose version was taken after re-checking conflicts;
 # 15 attempts cover bursts of concurrent appenders without hiding a livelock.
 MAX_COMMIT_RETRIES = 15
@@ -273,6 +277,11 @@ def _commit_once(request: CommitRequest) -> CommitResult:
     from deltaflow.table import _log_write
 
     location = _uri.delta_rs_uri(request.table_uri)
+    if request.operation != delta_rs_operation(request) and _uri.is_local(request.table_uri):
+        # delta-rs names every commit it writes itself (WRITE, CREATE TABLE); delta-spark's
+        # names (STREAMING UPDATE, CREATE TABLE AS SELECT, a first write's WRITE, ...) need
+        # deltaflow's log writer. Elsewhere history() reads OPERATION_KEY instead.
+        return _log_write.commit_write(request)
     properties = _commit_properties(request)
     schema = Schema.from_json(json.dumps(request.schema))
     if request.read_version is None:
@@ -460,6 +469,11 @@ def _busy(request: CommitRequest) -> ConcurrentWriteError:
     )
 
 
+def delta_rs_operation(request: CommitRequest) -> str:
+    """The operation name delta-rs records for ``request`` (it takes no other)."""
+    return "CREATE TABLE" if request.read_version is None else "WRITE"
+
+
 def _create_with_own_protocol(request: CommitRequest) -> bool:
     """Version 0 by deltaflow's log writer when delta-rs would list unused features."""
     protocol = protocol_for_new_table(request.configuration, request.schema)
@@ -527,7 +541,18 @@ def _latest_version(
         return None
 
 
-def _write_metrics(request: CommitRequest) -> dict[str, str]:
+# Operations that write data as a WRITE does, recording its metrics.
+WRITE_OPERATIONS = frozenset(
+    {
+        "WRITE",
+        "CREATE TABLE AS SELECT",
+        "REPLACE TABLE AS SELECT",
+        "CREATE OR REPLACE TABLE AS SELECT",
+    }
+)
+
+
+def write_metrics(request: CommitRequest) -> dict[str, str]:
     """delta-spark's WRITE metrics, from the files' stats (delta-rs records none)."""
     rows = 0
     for add in request.adds:
@@ -547,12 +572,14 @@ def _commit_properties(
     if request.app_id is not None and request.app_version is not None:
         transactions = [Transaction(request.app_id, request.app_version)]
     custom: dict[str, Any] = dict(request.commit_info)
+    if request.operation != delta_rs_operation(request):
+        custom.setdefault(OPERATION_KEY, request.operation)
     if parameters:
         custom["operationParameters"] = {**parameters, **custom.get("operationParameters", {})}
     if request.user_metadata is not None:
         custom["userMetadata"] = request.user_metadata
-    if "operationMetrics" not in custom and request.operation == "WRITE":
-        custom["operationMetrics"] = _write_metrics(request)
+    if "operationMetrics" not in custom and request.operation in WRITE_OPERATIONS:
+        custom["operationMetrics"] = write_metrics(request)
     return CommitProperties(
         custom_metadata=custom or None,
         max_commit_retries=MAX_COMMIT_RETRIES,

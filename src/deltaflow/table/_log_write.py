@@ -27,6 +27,7 @@ refused with :class:`UnsupportedFeatureError` naming the feature and what to do 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -35,8 +36,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.table import _clustered_commit, _clustering, _generated_log, _log_commit, _uri
-from deltaflow.table._protocol import DELTA_RS_UNWRITABLE_FEATURES, Protocol, features_in_use
-from deltaflow.table._snapshot import Snapshot, load_snapshot
+from deltaflow.table._protocol import (
+    DELTA_RS_UNWRITABLE_FEATURES,
+    Protocol,
+    features_in_use,
+    protocol_for_new_table,
+)
+from deltaflow.table._snapshot import Snapshot, load_snapshot, snapshot_of_table
 from deltaflow.table.errors import UnsupportedFeatureError
 
 if TYPE_CHECKING:
@@ -91,7 +97,15 @@ def commit_write(
     from deltaflow.table._commit import CommitResult, already_committed
 
     current = None
-    if request.read_version is not None:
+    kept = request.table
+    if (
+        kept is not None
+        and request.read_version is not None
+        and kept.version() == request.read_version
+    ):
+        # A caller's open table at the read version (a stream sink's): no log load.
+        current = snapshot_of_table(kept, request.table_uri)
+    elif request.read_version is not None:
         current = load_snapshot(
             request.table_uri,
             version=request.read_version,
@@ -109,15 +123,23 @@ def commit_write(
     require_local(draft.uri, protocol, request.operation)
     if current is None:
         version = _write_version_zero(request, draft, protocol, name)
-    else:
-        version = _commit_change(request, draft, protocol, name)
+        return CommitResult(version, False, len(request.adds), dict(draft.configuration))
+    version = _commit_change(request, draft, protocol, name)
+    if kept is not None:
+        # The caller's table moves on past this commit, as after a delta-rs commit.
+        with contextlib.suppress(Exception):
+            kept.update_incremental()
     return CommitResult(version, False, len(request.adds), dict(draft.configuration))
 
 
 def protocol_of(draft: Draft) -> Protocol:
     """The lowest protocol for the draft's metadata and the features its hooks asked for."""
     used = features_needed(draft.schema, draft.configuration)
-    base = Protocol(1, 2) if draft.current is None else Protocol.of(draft.current)
+    base = Protocol.of(draft.current) if draft.current is not None else Protocol(1, 2)
+    if draft.current is None and protocol_for_new_table(draft.configuration, draft.schema):
+        # A table-features protocol from the start (deletion vectors): exactly the features
+        # in use, without the legacy ones writer version 2 implies.
+        base = Protocol(1, 1)
     return base.with_features(used | draft.features, used)
 
 
@@ -290,15 +312,31 @@ def _bare(value: Any) -> Any:
 def _write_version_zero(
     request: CommitRequest, draft: Draft, protocol: Protocol, name: str | None
 ) -> int:
-    operation = "CREATE TABLE AS SELECT" if request.adds else "CREATE TABLE"
-    if request.operation not in ("WRITE", operation):
-        operation = request.operation
+    from deltaflow.table._commit import WRITE_OPERATIONS, write_metrics
+
+    info = dict(request.commit_info)
+    given = info.pop("operationParameters", None)
     parameters = {
-        "partitionBy": json.dumps(list(draft.partition_columns)),
-        "description": request.description,
-        "properties": json.dumps(draft.configuration),
+        **(
+            given
+            or {
+                "partitionBy": json.dumps(list(draft.partition_columns)),
+                "description": request.description,
+                "properties": json.dumps(draft.configuration),
+            }
+        ),
         **draft.parameters,
     }
+    metrics = info.pop("operationMetrics", None)
+    if metrics is None and request.operation in WRITE_OPERATIONS:
+        metrics = write_metrics(request)
+    for kept in ("readVersion", "isBlindAppend"):
+        info.pop(kept, None)
+    if request.user_metadata is not None:
+        info["userMetadata"] = request.user_metadata
+    transaction = None
+    if request.app_id is not None and request.app_version is not None:
+        transaction = (request.app_id, request.app_version)
     return _clustering.write_version_zero(
         draft.uri,
         metadata=_clustering.metadata_action(
@@ -311,8 +349,11 @@ def _write_version_zero(
         protocol=protocol,
         domains=draft.domains,
         adds=[a.to_log_action() for a in request.adds],
-        operation=operation,
+        operation=request.operation,
         parameters=parameters,
+        metrics=metrics,
+        extra_info=info,
+        app_transaction=transaction,
     )
 
 
@@ -340,7 +381,11 @@ def _commit_change(
         "partitionBy": json.dumps(list(draft.partition_columns)),
     }
     parameters = {**parameters, **draft.parameters}
-    metrics = info.pop("operationMetrics", {})
+    metrics = info.pop("operationMetrics", None)
+    if metrics is None:
+        from deltaflow.table._commit import WRITE_OPERATIONS, write_metrics
+
+        metrics = write_metrics(request) if request.operation in WRITE_OPERATIONS else {}
     info.pop("readVersion", None)
     info.pop("isBlindAppend", None)
     if request.user_metadata is not None:
@@ -353,7 +398,11 @@ def _commit_change(
         _log_commit.LogCommitRequest(
             table_uri=draft.uri,
             read_version=request.read_version,
-            operation="CREATE OR REPLACE TABLE" if request.replace_table else request.operation,
+            operation=(
+                "CREATE OR REPLACE TABLE"
+                if request.replace_table and "REPLACE" not in request.operation
+                else request.operation
+            ),
             operation_parameters=parameters,
             operation_metrics=metrics,
             adds=[a.to_log_action() for a in request.adds],

@@ -239,7 +239,20 @@ class GeneratedColumnError(TableError, ValueError):
     """A generated or identity column declared or used against Delta's rules: an invalid
     generation expression, an identity column of the wrong type, an explicit value for a
     ``GENERATED ALWAYS AS IDENTITY`` column, an UPDATE of an identity column. ``column``
-    names it, ``table_uri`` the table. Nothing was written. Terminal: fix the statement."""
+    names it, ``table_uri`` the table; ``error_class`` is delta-spark's error class for
+    the same refusal when it has one (``DELTA_IDENTITY_COLUMNS_UPDATE_NOT_SUPPORTED``,
+    ``DELTA_IDENTITY_COLUMNS_EXPLICIT_INSERT_NOT_SUPPORTED``). Nothing was written.
+    Terminal: fix the statement."""
 
-    def __init__(self, message: str, *, table_uri: str, column: str, reason: str) -> None:
-        super().__init__(message, table_uri=table_uri, column=column, reason=reason)
+    def __init__(
+        self,
+        message: str,
+        *,
+        table_uri: str,
+        column: str,
+        reason: str,
+        error_class: str | None = None,
+    ) -> None:
+        super().__init__(
+            message, table_uri=table_uri, column=column, reason=reason, error_class=error_class
+        )

@@ -45,7 +45,15 @@ from deltaflow.spark.write._native import (
 )
 from deltaflow.spark.write._writer import WritePlan, commit_request
 from deltaflow.spark.write._writer import plan_write as plan_table_write
-from deltaflow.table import _commit, _constraints, _partitions, _pruning, _schema, _uri
+from deltaflow.table import (
+    _commit,
+    _constraints,
+    _generated_pruning,
+    _partitions,
+    _pruning,
+    _schema,
+    _uri,
+)
 from deltaflow.table._snapshot import Snapshot, load_snapshot, snapshot_of_table, table_exists
 from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
 
@@ -191,6 +199,9 @@ def plan_scan(args: dict[str, Any]) -> dict[str, Any]:
     snapshot = load_snapshot(str(args["uri"]), version=None if version is None else int(version))
     _check_columns(snapshot, args.get("columns") or [])
     predicates = [p for p in (to_predicate(f) for f in args.get("filters") or []) if p]
+    predicates += _generated_pruning.derived_predicates(
+        snapshot.schema, snapshot.partition_columns, predicates
+    )
     pruned = _pruning.prune_files(snapshot.files(), predicates, snapshot.partition_columns)
     deleted = snapshot.deleted_rows() if pruned.files else {}
     files = [

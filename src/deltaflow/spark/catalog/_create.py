@@ -79,6 +79,7 @@ class TableSpec:
     properties: tuple[tuple[str, str], ...] = ()
     comment: str | None = None
     clustering_columns: tuple[str, ...] | None = None  # CLUSTER BY (liquid clustering)
+    managed: bool = False  # a catalog table whose location the catalog chose
 
     def schema_json(self) -> dict[str, Any]:
         return {"type": "struct", "fields": [c.field_json() for c in self.columns]}
@@ -256,6 +257,7 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
     else:
         assert spec.name is not None
         uri = managed_location(spark, spec.name)
+        spec = dataclasses.replace(spec, managed=True)
     if spec.mode == "create" and in_catalog:
         raise TableAlreadyExistsError(
             f"Table {spec.name} already exists in the catalog. Use"
@@ -365,6 +367,7 @@ def create_from_catalog(args: dict[str, Any]) -> dict[str, Any]:
         clustering_columns=(
             tuple(args["clusteringColumns"]) if args.get("clusteringColumns") is not None else None
         ),
+        managed=bool(args.get("managed")),
     )
     create_log(spec, uri, path_only=bool(args.get("pathOnly")))
     return {"uri": uri}
@@ -478,12 +481,16 @@ def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
         description=spec.comment,
         clustering_columns=spec.clustering_columns,
         replace_table=replace,
-        operation="CREATE TABLE",
+        operation=_operation(spec, replace),
+        commit_info={"operationParameters": create_parameters(spec, by_lower)},
     )
-    if _log_write.needs_log_writer(request) or (
-        current is not None and Protocol.of(current).delta_rs_unwritable
+    if (
+        _uri.is_local(uri)
+        or _log_write.needs_log_writer(request)
+        or (current is not None and Protocol.of(current).delta_rs_unwritable)
     ):
-        # Identity columns, CLUSTER BY, or a replace of such a table: delta-rs 1.6 cannot.
+        # Identity columns, CLUSTER BY, or a replace of such a table: delta-rs 1.6 cannot;
+        # and delta-rs records its own operation parameters, not delta-spark's.
         name = _short_name(spec.name) if spec.name else None
         _log_write.commit_write(request, name=name, label=spec.name or uri)
         log.info("%s Delta table at %s (log writer)", "replaced" if replace else "created", uri)
@@ -520,6 +527,24 @@ def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
         raise_if_key_not_exists=False,
     )
     log.info("%s Delta table at %s", "replaced" if replace else "created", uri)
+
+
+def _operation(spec: TableSpec, replace: bool) -> str:
+    """delta-spark's name for the commit: CREATE TABLE, REPLACE TABLE or CREATE OR REPLACE."""
+    if not replace:
+        return "CREATE TABLE"
+    return "REPLACE TABLE" if spec.mode == "replace" else "CREATE OR REPLACE TABLE"
+
+
+def create_parameters(spec: TableSpec, by_lower: dict[str, str]) -> dict[str, Any]:
+    """delta-spark's operationParameters of CREATE / REPLACE TABLE."""
+    return {
+        "isManaged": "true" if spec.managed else "false",
+        "description": spec.comment,
+        "partitionBy": json.dumps([by_lower.get(p.lower(), p) for p in spec.partition_columns]),
+        "clusterBy": json.dumps(list(spec.clustering_columns or ())),
+        "properties": json.dumps(dict(spec.properties)),
+    }
 
 
 def _check_matches(spec: TableSpec, uri: str) -> None:

@@ -45,7 +45,7 @@ import pyarrow as pa
 
 from deltaflow.errors import DeltaflowError, InvalidOptionError
 from deltaflow.spark._options import parse_write_options
-from deltaflow.spark.dml import _changes, _dv, _retry
+from deltaflow.spark.dml import _changes, _dv, _generated, _retry
 from deltaflow.spark.read._native import Fallback, NativeScan, plan_native_files
 from deltaflow.spark.write import _replace_where
 from deltaflow.spark.write._writer import WritePlan, plan_write
@@ -157,13 +157,25 @@ def _run(
     snapshot, plan = _prepare(uri, operation)
     struct = StructType.fromJson(_schema.logical_schema(snapshot.schema))
     resolved = _resolve_assignments(uri, struct, alias, assignments)
+    generation = _generated.Generation.of(uri, snapshot.schema)
+    generation.refuse_identity_update(resolved, operation)
     check_resolves(table_frame(spark, struct, alias), condition, assignments.values())
     files = _candidate_files(snapshot, condition, alias)
     if not files:
         return DmlMetrics(operation)
     if _dv.enabled(snapshot) and condition is not None:
         return _run_with_dvs(
-            spark, snapshot, plan, struct, files, alias, operation, condition, resolved, started
+            spark,
+            snapshot,
+            plan,
+            struct,
+            files,
+            alias,
+            operation,
+            condition,
+            resolved,
+            started,
+            generation,
         )
 
     counts = (
@@ -194,7 +206,9 @@ def _run(
     written = _changes.Written([], [], 0)
     if rewrite:
         scan = _scan(spark, snapshot, struct, [files[i] for i in rewrite], alias, keyed=False).df
-        rows = _rewritten_rows(scan, struct, condition, resolved, operation, changes=changes)
+        rows = _rewritten_rows(
+            scan, struct, condition, resolved, operation, changes=changes, generation=generation
+        )
         with balanced_splits(spark, [files[i] for i in rewrite]):
             written = _changes.write(rows, plan, changes=changes)
         expected = copied + (affected if operation == "UPDATE" else 0)
@@ -233,6 +247,7 @@ def _run_with_dvs(
     condition: Any,
     assignments: Mapping[str, Column],
     started: float,
+    generation: _generated.Generation,
 ) -> DmlMetrics:
     """DELETE / UPDATE marking matched rows in deletion vectors (:mod:`._dv`): job 1
     collects their row indexes per file; UPDATE (and the change data feed) then writes
@@ -268,6 +283,7 @@ def _run_with_dvs(
             assignments,
             operation,
             changes=changes,
+            generation=generation,
         )
         with balanced_splits(spark, [files[i] for i in touched]):
             written = _changes.write(rows, plan, changes=changes)
@@ -724,8 +740,10 @@ def _rewritten_rows(
     operation: str,
     *,
     changes: bool = False,
+    generation: _generated.Generation | None = None,
 ) -> DataFrame:
-    """Job 2's rows; with ``changes``, plus change rows (``_change_type`` not NULL)."""
+    """Job 2's rows; with ``changes``, plus change rows (``_change_type`` not NULL).
+    An UPDATE computes the generated columns it does not set from the new values."""
     from pyspark.sql import functions as F
 
     cw = _changes
@@ -757,7 +775,19 @@ def _rewritten_rows(
         columns.append(chosen.alias(field.name))
     if changes:
         columns.append(F.col(cw.CHANGE_TYPE))
-    return scan.select(*columns)
+    regenerate = [
+        c.name for c in (generation.generated if generation else ()) if c.name not in assignments
+    ]
+    if not regenerate:
+        return scan.select(*columns)
+    # A row's new generated values: where the condition holds, not for pre-images.
+    updated = F.lit(True) if condition is None else matched
+    if changes:
+        updated = updated & ~F.coalesce(is_preimage, F.lit(False))
+    markers = {name: _generated.marker(i) for i, name in enumerate(regenerate)}
+    columns.extend(updated.alias(m) for m in markers.values())
+    assert generation is not None
+    return _generated.recomputed(scan.select(*columns), generation, markers)
 
 
 def _commit_changes(

@@ -1,14 +1,17 @@
 """MERGE as Spark jobs over the files it touches, committed once (delta-spark semantics).
 
-1. The driver pins a snapshot. Candidate target files are pruned by the conjuncts of
-   the merge condition that name only the target (``t.kind = 'a'``), when the
+1. The driver pins a snapshot. The source is materialized once (persisted; with
+   insert clauses, with a row id per source row), as delta-spark's
+   ``merge.materializeSource`` does. Candidate target files are pruned by the conjuncts
+   of the merge condition that name only the target (``t.kind = 'a'``) and by its
+   equalities of a target column with a source column (``t.id = s.id``: the source's
+   key values against each file's min/max stats, :mod:`._merge_keys`), when the
    condition is SQL text the predicate parser reads; otherwise every file.
 2. The candidates are read (``_delete_update._scan``: Spark's Parquet scan when it reads them
    exactly, else the Python ``mapInArrow`` scan), each row carrying its file key and a
    row id, and joined with the source: target LEFT OUTER source, so that Spark can
    broadcast a small source and stream the target through a hash join without a
-   shuffle. With insert clauses the source is materialized once (persisted, with a
-   row id per source row), as delta-spark's ``merge.materializeSource`` does.
+   shuffle.
 3. Every joined row gets the index of the first clause that applies (clauses in
    order, NULL conditions do not match): matched or not-matched-by-source (target
    only). Job 1 aggregates the joined rows into one row per matched pair plus one per
@@ -16,7 +19,10 @@
    and source rows per target row (a target row that more than one source row would
    modify fails with :class:`MultipleSourceRowMatchingTargetRowError`, nothing
    committed). The inserts are the source rows whose id no pair has (an anti join
-   against job 1's small aggregate, not the target), kept for job 2.
+   against job 1's small aggregate, not the target), kept for job 2. A source of at
+   most ``SMALL_SOURCE_ROWS`` rows (counted while pruning) skips the aggregate: job 1
+   collects its matched pairs and the driver sums them, and the inserts are the source
+   rows whose id is not among the pairs' (no job of their own to count them).
 4. Job 2 reads only the touched files again and computes the output rows with one
    ``CASE`` per column: every row of a touched file (copied, updated, or dropped when
    deleted), unioned with the inserts. Files with no updated or deleted row are left as
@@ -39,13 +45,21 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError
 from deltaflow.spark._options import parse_write_options
-from deltaflow.spark.dml import _changes, _delete_update, _dv, _merge_rows, _retry
+from deltaflow.spark.dml import (
+    _changes,
+    _delete_update,
+    _dv,
+    _generated,
+    _merge_keys,
+    _merge_rows,
+    _retry,
+)
 from deltaflow.spark.dml._merge_builder import (
     BY_SOURCE_KINDS,
     DELETE_KINDS,
@@ -54,9 +68,8 @@ from deltaflow.spark.dml._merge_builder import (
     MergeSpec,
 )
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
-from deltaflow.spark.write import _replace_where
 from deltaflow.spark.write._writer import WritePlan, plan_write
-from deltaflow.table import _commit, _predicates, _schema
+from deltaflow.table import _commit, _schema
 from deltaflow.table._snapshot import FileEntry, Snapshot
 
 if TYPE_CHECKING:
@@ -65,9 +78,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("deltaflow.merge")
 
-# Distinct source values of a partition-equality key collected to the driver for file
-# pruning; above this the condition alone decides (every file is read).
-MAX_PRUNING_VALUES = 1000
+# A source of at most this many rows (known while pruning by its keys) has job 1's
+# matched pairs collected to the driver, at most MAX_COLLECTED_PAIRS of them (more:
+# Spark aggregates them as for a large source).
+SMALL_SOURCE_ROWS = 10_000
+MAX_COLLECTED_PAIRS = 20_000
 
 
 @dataclass(frozen=True)
@@ -139,6 +154,9 @@ class _Merge:
     # Deletion vectors with an inner job 1: its joined (matched) rows, persisted, and the
     # target scan they came from; job 2 computes the new rows from them, no second scan.
     matched: tuple[DataFrame, DataFrame] | None = None
+    # The table's generated and identity columns (computed where clauses leave them out).
+    generation: _generated.Generation | None = None
+    source_rows: int | None = None  # counted while pruning by the source's keys
 
 
 @dataclass(frozen=True)
@@ -221,19 +239,38 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
     source = spec.source
     plan, output = _evolve(spec, snapshot, plan, struct, source)
     # Resolved before any job, so a bad assignment fails fast.
-    values = [_merge_rows.clause_values(spec, clause, output, source) for clause in spec.clauses]
+    generation = _generated.Generation.of(spec.uri, snapshot.schema)
+    values = [
+        _merge_rows.clause_values(spec, clause, output, source, generation)
+        for clause in spec.clauses
+    ]
     _check_resolves(spark, spec, struct)
     files = snapshot.files()
-    read_node: Any = None
-    if not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses):
-        # Rows the condition cannot match are "not matched by source": pruning files by
-        # the condition is only sound when no such clause exists.
-        files, read_node = _candidate_files(snapshot, files, spec, source)
     condition = F.expr(spec.condition) if isinstance(spec.condition, str) else spec.condition
     inserts = any(c.kind in NOT_MATCHED_KINDS for c in spec.clauses)
     marked = source.withColumn(_merge_rows.SOURCE_MARK, F.lit(True))
-    dv = rewrites and _dv.enabled(snapshot)
-    dv = dv and not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses)
+    if inserts:
+        # Inserts are the source rows no target row matched, found by the source row
+        # ids job 1 saw matched.
+        marked = marked.withColumn(_merge_rows.SOURCE_ID, F.monotonically_increasing_id())
+    # The source is materialized once (as delta-spark's merge.materializeSource does),
+    # so the key values files are pruned by, its rows and its ids are the same in each job.
+    marked.persist(StorageLevel.MEMORY_AND_DISK)
+    read_node: Any = None
+    keys: _merge_keys.SourceKeys | None = None
+    try:
+        if not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses):
+            # Rows the condition cannot match are "not matched by source": pruning files
+            # by the condition is only sound when no such clause exists.
+            files, read_node, keys = _merge_keys.candidate_files(
+                snapshot, files, spec, struct, marked
+            )
+        dv = rewrites and _dv.enabled(snapshot)
+        dv = dv and not any(c.kind in BY_SOURCE_KINDS for c in spec.clauses)
+        deleted = snapshot.deleted_rows() if dv else {}
+    except BaseException:
+        marked.unpersist()
+        raise
     merge = _Merge(
         spark,
         spec,
@@ -248,14 +285,11 @@ def _start(spark: SparkSession, spec: MergeSpec) -> _Merge:
         inserts,
         marked,
         dv=dv,
-        deleted=snapshot.deleted_rows() if dv else {},
+        deleted=deleted,
+        generation=generation,
+        source_rows=None if keys is None else keys.rows,
     )
-    if inserts:
-        # Inserts are the source rows no target row matched, found by the source row
-        # ids job 1 saw matched: the source is materialized once (as delta-spark's
-        # merge.materializeSource does), so its rows and ids are the same in each job.
-        merge.marked = marked.withColumn(_merge_rows.SOURCE_ID, F.monotonically_increasing_id())
-        merge.cached.append(merge.marked.persist(StorageLevel.MEMORY_AND_DISK))
+    merge.cached.append(marked)
     return merge
 
 
@@ -264,6 +298,10 @@ def _job1(merge: _Merge) -> _Found:
     from pyspark import StorageLevel
 
     spec = merge.spec
+    live = _live_rows(merge)
+    if not merge.files and live is not None and merge.source_rows is not None:
+        # The source's keys are in no file: nothing to read, every source row unmatched.
+        return _found_on_driver(merge, [], int, live)
     scan = _delete_update._scan(
         merge.spark,
         merge.snapshot,
@@ -273,7 +311,6 @@ def _job1(merge: _Merge) -> _Found:
         row_index=merge.dv,
         deleted=merge.deleted,
     )
-    live = _live_rows(merge)
     joined = _merge_rows.joined(
         scan.df, merge.marked, merge.condition, spec.clauses, inner=live is not None
     )
@@ -284,9 +321,14 @@ def _job1(merge: _Merge) -> _Found:
         merge.cached.append(joined)
         merge.matched = (joined, scan.df)
     pairs = _merge_rows.per_row(joined, spec.clauses, merge.inserts, inner=live is not None)
-    if merge.inserts:
-        merge.cached.append(pairs.persist(StorageLevel.MEMORY_AND_DISK))
     with _delete_update.balanced_splits(merge.spark, merge.files):
+        small = live is not None and merge.source_rows is not None
+        small = small and (merge.source_rows or 0) <= SMALL_SOURCE_ROWS
+        collected = _merge_rows.collect_pairs(pairs, MAX_COLLECTED_PAIRS) if small else None
+        if collected is not None and live is not None:
+            return _found_on_driver(merge, collected, scan.index, live)
+        if merge.inserts:
+            merge.cached.append(pairs.persist(StorageLevel.MEMORY_AND_DISK))
         outcomes = _merge_rows.outcomes(pairs, scan, live)
         _check_multiple_matches(spec, outcomes)
         new_rows = None
@@ -295,8 +337,39 @@ def _job1(merge: _Merge) -> _Found:
             # the same rows; one job counts both the source and the inserts.
             new_rows = _merge_rows.unmatched_source(merge.marked, pairs, spec.clauses)
             source_rows, inserted = _merge_rows.source_counts(merge.marked, new_rows)
+        elif merge.source_rows is not None:
+            source_rows, inserted = merge.source_rows, 0
         else:
             source_rows, inserted = spec.source.count(), 0
+    touched = sorted(i for i, o in outcomes.items() if o.touched)
+    return _Found(outcomes, touched, new_rows, inserted, source_rows)
+
+
+def _found_on_driver(
+    merge: _Merge, collected: list[Any], index_of: Callable[[Any], int], live: Mapping[int, int]
+) -> _Found:
+    """Job 1's answer from its matched pairs collected to the driver (a small source):
+    no aggregate stages, and the inserts known without a job of their own when every
+    not-matched clause inserts unconditionally."""
+    from pyspark.sql import functions as F
+
+    spec = merge.spec
+    outcomes, matched = _merge_rows.outcomes_of_pairs(collected, index_of, live)
+    _check_multiple_matches(spec, outcomes)
+    source_rows = merge.source_rows or 0
+    new_rows = None
+    inserted = 0
+    if merge.inserts:
+        ids = F.col(_merge_rows.SOURCE_ID)
+        unmatched = merge.marked.where(~ids.isin(sorted(matched))) if matched else merge.marked
+        new_rows = unmatched.withColumn(
+            _merge_rows.ACTION,
+            _merge_rows.first_clause(spec.clauses, NOT_MATCHED_KINDS, F.lit(None)),
+        ).where(F.col(_merge_rows.ACTION).isNotNull())
+        first = next(c for c in spec.clauses if c.kind in NOT_MATCHED_KINDS)
+        # An unconditional first insert clause inserts every unmatched source row.
+        unconditional = first.condition is None
+        inserted = source_rows - len(matched) if unconditional else new_rows.count()
     touched = sorted(i for i, o in outcomes.items() if o.touched)
     return _Found(outcomes, touched, new_rows, inserted, source_rows)
 
@@ -336,8 +409,12 @@ def _job2_rows(merge: _Merge, found: _Found, changes: bool, *, dedupe: bool) -> 
         parts.append(rows)
     if found.new_rows is not None and found.inserted:
         inserts = found.new_rows.withColumn(_merge_rows.TARGET_MARK, F.lit(None).cast("boolean"))
+        if merge.generation is not None:
+            inserts = merge.generation.with_identity_values(inserts)
         parts.append(
-            _merge_rows.output_rows(inserts, spec, merge.output, merge.values, None, False, changes)
+            _merge_rows.output_rows(
+                inserts, spec, merge.output, merge.values, None, False, changes, merge.generation
+            )
         )
     return parts[0] if len(parts) == 1 else parts[0].union(parts[1])
 
@@ -367,7 +444,7 @@ def _changed_rows(merge: _Merge, found: _Found, changes: bool, dedupe: bool) -> 
     chosen = [i for i, c in enumerate(spec.clauses) if c.kind in kinds]
     joined = joined.where(F.col(_merge_rows.ACTION).isin(chosen))
     return _merge_rows.output_rows(
-        joined, spec, merge.output, merge.values, target, dedupe, changes
+        joined, spec, merge.output, merge.values, target, dedupe, changes, merge.generation
     )
 
 
@@ -381,7 +458,7 @@ def _rewrite_rows(merge: _Merge, found: _Found, changes: bool, dedupe: bool) -> 
     ).df
     joined = _merge_rows.joined(rescan, merge.marked, merge.condition, spec.clauses)
     return _merge_rows.output_rows(
-        joined, spec, merge.output, merge.values, rescan, dedupe, changes
+        joined, spec, merge.output, merge.values, rescan, dedupe, changes, merge.generation
     )
 
 
@@ -401,102 +478,6 @@ def _evolve(
     options = parse_write_options({"path": spec.uri, "mergeSchema": "true"})
     evolved = plan_write(spec.uri, output.jsonValue(), "append", options)
     return dataclasses.replace(evolved, read_version=snapshot.version), output
-
-
-def _candidate_files(
-    snapshot: Snapshot, files: list[FileEntry], spec: MergeSpec, source: DataFrame
-) -> tuple[list[FileEntry], Any]:
-    """Files that may hold matching rows, pruned by the condition's conjuncts that name
-    only the target (``t.kind = 'a'``) and by equalities of a target partition column
-    with a source column (``t.kind = s.kind``: the source's distinct values); and that
-    pruning predicate (None: none), the MERGE's read predicate for conflict checks."""
-    alias = spec.target_alias
-    if not isinstance(spec.condition, str) or alias is None:
-        return files, None
-    try:
-        node = _predicates.parse(spec.condition, option="condition")
-    except DeltaflowError:
-        return files, None
-    partitions = {c.lower(): c for c in snapshot.partition_columns}
-    pruning = [c for c in _conjuncts(node) if _columns_under(c, alias) is True]
-    for conjunct in _conjuncts(node):
-        in_list = _source_values(conjunct, alias, partitions, source)
-        if in_list is not None:
-            pruning.append(in_list)
-    if not pruning:
-        return files, None
-    combined: Any = pruning[0]
-    for c in pruning[1:]:
-        combined = _predicates.And(combined, c)
-    combined = _delete_update._strip_alias(combined, alias)
-
-    def may_match(entry: FileEntry) -> bool:
-        try:
-            return _predicates.may_match(combined, _replace_where._stats_lookup(entry, partitions))
-        except (TypeError, ValueError, DeltaflowError):
-            return True  # values of another type than the column's: read the file
-
-    kept = [f for f in files if may_match(f)]
-    log.info("MERGE into %s: %d of %d files may match", snapshot.uri, len(kept), len(files))
-    return kept, combined
-
-
-def _source_values(
-    conjunct: Any, alias: str, partitions: dict[str, str], source: DataFrame
-) -> Any | None:
-    """``t.p IN (<distinct source values>)`` for ``t.p = s.c`` on a partition column."""
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import functions as F
-
-    if not isinstance(conjunct, _predicates.Compare) or conjunct.op != "=":
-        return None
-    sides = [s for s in (conjunct.left, conjunct.right) if isinstance(s, _predicates.Column)]
-    if len(sides) != 2:
-        return None
-    target = [s for s in sides if _columns_under(s, alias) is True]
-    other = [s for s in sides if _columns_under(s, alias) is not True]
-    if len(target) != 1 or len(other) != 1 or len(target[0].path) != 2:
-        return None
-    if target[0].path[1].lower() not in partitions:
-        return None
-    name = ".".join(f"`{part}`" for part in other[0].path)
-    try:
-        values = source.select(F.col(name)).distinct().limit(MAX_PRUNING_VALUES + 1).collect()
-    except AnalysisException:
-        return None  # not a source column: no pruning; the join reports real errors
-    if len(values) > MAX_PRUNING_VALUES:
-        return None
-    # NULL never equals anything; no values at all: no target row can match.
-    literals = tuple(_predicates.Literal(r[0]) for r in values if r[0] is not None)
-    column = target[0]
-    if not literals:
-        return _predicates.And(_predicates.IsNull(column), _predicates.IsNull(column, True))
-    return _predicates.InList(column, literals)
-
-
-def _conjuncts(node: Any) -> list[Any]:
-    if isinstance(node, _predicates.And):
-        return [*_conjuncts(node.left), *_conjuncts(node.right)]
-    return [node]
-
-
-def _columns_under(node: Any, alias: str) -> bool | None:
-    """True when every column of ``node`` is qualified by ``alias`` (None: no columns)."""
-    if isinstance(node, _predicates.Column):
-        return len(node.path) > 1 and node.path[0].lower() == alias.lower()
-    children: list[Any] = []
-    if isinstance(node, tuple):
-        children = list(node)
-    elif dataclasses.is_dataclass(node) and not isinstance(node, _predicates.Literal):
-        children = [getattr(node, f.name) for f in dataclasses.fields(node)]
-    found: bool | None = None
-    for child in children:
-        result = _columns_under(child, alias)
-        if result is False:
-            return False
-        if result is True:
-            found = True
-    return found
 
 
 def _check_resolves(spark: SparkSession, spec: MergeSpec, struct: StructType) -> None:
@@ -631,6 +612,8 @@ def _commit_merge(
         read=read if _changes.uses_log_writer(snapshot.uri) else None,
         operation="MERGE",
         new_columns=plan.new_columns,
+        # Inserts may hand out identity values: the commit moves the high water marks.
+        identity_generated=plan.identity_generated,
         commit_info={
             _delete_update.OPERATION_KEY: "MERGE",
             "operationParameters": {

@@ -11,14 +11,14 @@ columns (and ``_change_type``) only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deltaflow.spark.dml import _changes, _delete_update, _dv
+from deltaflow.spark.dml import _changes, _delete_update, _dv, _generated
 from deltaflow.spark.dml._merge_builder import (
     BY_SOURCE_KINDS,
     DELETE_KINDS,
@@ -222,6 +222,64 @@ def outcomes(
     return found
 
 
+def collect_pairs(pairs: DataFrame, limit: int) -> list[Any] | None:
+    """The matched pairs of an inner job 1 (:func:`per_row` with ``inner``), collected
+    in one job when at most ``limit``; None when there are more.
+
+    For a small source this replaces :func:`outcomes`' two aggregate stages (and the
+    separate count of inserts): :func:`outcomes_of_pairs` sums the pairs on the driver.
+    """
+    # Spark's limit collects scan a few partitions per job and then more in further
+    # jobs; all of them at once is one job.
+    settings = {"spark.sql.limit.initialNumPartitions": str(2**30)}  # as _merge_keys
+    with _delete_update.session_conf(pairs.sparkSession, settings):
+        rows = pairs.limit(limit + 1).collect()
+    return rows if len(rows) <= limit else None
+
+
+def outcomes_of_pairs(
+    rows: list[Any], index_of: Callable[[Any], int], live: Mapping[int, int]
+) -> tuple[dict[int, FileOutcome], set[int]]:
+    """:func:`outcomes` computed on the driver from :func:`collect_pairs`' rows (each a
+    matched pair, so every target row here is matched), and the matched source ids."""
+    per_row: dict[tuple[Any, Any], list[int]] = {}
+    indexes: dict[tuple[Any, Any], Any] = {}
+    sources: set[int] = set()
+    indexed = bool(rows) and _dv.ROW_INDEX in rows[0].asDict()
+    flags = ("applied", "m_upd", "s_upd", "m_del", "s_del", "chg")
+    for r in rows:
+        key = (r[_delete_update.FILE_INDEX], r[ROW_ID])
+        sums = per_row.setdefault(key, [0] * (len(flags) + 2))
+        sums[0] += int(r["n"])
+        for i, name in enumerate(flags, start=1):
+            sums[i] += int(r[name])
+        sums[-1] = max(sums[-1], int(r["chg"]))  # max_chg
+        if indexed:
+            indexes[key] = r[_dv.ROW_INDEX]
+        if r[SOURCE_ID] is not None:
+            sources.add(int(r[SOURCE_ID]))
+    by_file: dict[Any, list[tuple[tuple[Any, Any], list[int]]]] = {}
+    for key, sums in per_row.items():
+        by_file.setdefault(key[0], []).append((key, sums))
+    found = {}
+    for file_key, members in by_file.items():
+        index = index_of(file_key)
+
+        def total(i: int, members: list[tuple[tuple[Any, Any], list[int]]] = members) -> int:
+            return sum(min(sums[i], 1) for _, sums in members)
+
+        changed = [indexes[key] for key, sums in members if indexed and sums[-1] > 0]
+        found[index] = FileOutcome(
+            max_pairs=max(sums[0] for _, sums in members),
+            max_applied=max(sums[1] for _, sums in members),
+            updated=(total(2), total(3)),
+            deleted=(total(4), total(5)),
+            unchanged=sum(1 - min(sums[-1], 1) for _, sums in members) + live[index] - len(members),
+            changed_rows=np.asarray(sorted(changed), dtype=np.int64),
+        )
+    return found, sources
+
+
 def unmatched_source(
     marked: DataFrame, per_row: DataFrame, clauses: tuple[MergeClause, ...]
 ) -> DataFrame:
@@ -254,10 +312,12 @@ def output_rows(
     target: DataFrame | None,
     dedupe: bool,
     changes: bool = False,
+    generation: _generated.Generation | None = None,
 ) -> DataFrame:
     """Job 2's rows: with ``target``, every row of the touched files ``rows`` holds
     (copied / updated / deleted); without, the inserts. With ``changes``, plus change
-    rows (``_change_type`` not NULL)."""
+    rows (``_change_type`` not NULL). Generated columns a clause does not set are
+    computed from the row's new values (:mod:`._generated`)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -310,17 +370,71 @@ def output_rows(
         columns.append(value.cast(field.dataType).alias(field.name))
     if changes:
         columns.append(F.col(cw.CHANGE_TYPE))
-    return rows.select(*columns)
+    markers = _regenerate_markers(spec, values, clauses, generation, keeps_old)
+    if not markers:
+        return rows.select(*columns)
+    assert generation is not None
+    columns.extend(flag.alias(name) for name, flag in markers.values())
+    named = {column: name for column, (name, _) in markers.items()}
+    return _generated.recomputed(rows.select(*columns), generation, named)
+
+
+def _regenerate_markers(
+    spec: MergeSpec,
+    values: list[dict[str, Column]],
+    clauses: list[int],
+    generation: _generated.Generation | None,
+    keeps_old: Column,
+) -> dict[str, tuple[str, Column]]:
+    """Generated column -> (marker name, marker): true on rows an update or insert
+    clause writes without setting the column (pre-images and deleted rows keep theirs)."""
+    from pyspark.sql import functions as F
+
+    out: dict[str, tuple[str, Column]] = {}
+    for index, column in enumerate(generation.generated if generation else ()):
+        writers = [
+            i
+            for i in clauses
+            if spec.clauses[i].kind not in DELETE_KINDS
+            and column.name.lower() not in {k.lower() for k in values[i]}
+        ]
+        if writers:
+            flag = F.col(ACTION).isin(writers) & ~F.coalesce(keeps_old, F.lit(False))
+            out[column.name] = (_generated.marker(index), F.coalesce(flag, F.lit(False)))
+    return out
 
 
 def clause_values(
-    spec: MergeSpec, clause: MergeClause, output: StructType, source: DataFrame
+    spec: MergeSpec,
+    clause: MergeClause,
+    output: StructType,
+    source: DataFrame,
+    generation: _generated.Generation | None = None,
 ) -> dict[str, Column]:
-    """Output column -> the value ``clause`` gives it (missing: unchanged / NULL)."""
-    from pyspark.sql import functions as F
-
+    """Output column -> the value ``clause`` gives it (missing: unchanged / NULL; a
+    generated column: computed, an identity column an insert leaves out: generated)."""
     if clause.kind in DELETE_KINDS:
         return {}
+    values = _given_values(spec, clause, output, source, generation)
+    if generation is None:
+        return values
+    if clause.kind == "notMatchedInsert":
+        generation.refuse_explicit_inserts(values)
+        return {**values, **generation.identity_values(values)}
+    generation.refuse_identity_update(values, "MERGE")
+    return values
+
+
+def _given_values(
+    spec: MergeSpec,
+    clause: MergeClause,
+    output: StructType,
+    source: DataFrame,
+    generation: _generated.Generation | None,
+) -> dict[str, Column]:
+    from pyspark.sql import functions as F
+
+    implicit = generation.implicit() if generation else frozenset()
     insert = clause.kind == "notMatchedInsert"
     if clause.assignments is None:
         values: dict[str, Column] = {}
@@ -330,7 +444,7 @@ def clause_values(
             name = by_name.get(field.name.lower())
             if name is not None:
                 values[field.name] = source[f"`{name}`"]
-            elif not spec.schema_evolution:
+            elif not spec.schema_evolution and field.name.lower() not in implicit:
                 missing.append(field.name)
         if missing:
             what = "insertAll" if insert else "updateAll"
@@ -347,6 +461,10 @@ def clause_values(
         spec.uri, output, spec.target_alias, dict(clause.assignments)
     )
     if insert:
-        unknown = [f.name for f in output.fields if f.name not in resolved]
+        unknown = [
+            f.name
+            for f in output.fields
+            if f.name not in resolved and f.name.lower() not in implicit
+        ]
         return {**{n: F.lit(None) for n in unknown}, **resolved}
     return resolved

@@ -36,7 +36,7 @@ from pyspark.sql.types import StructType
 
 from deltaflow.spark.read import _scan_report
 from deltaflow.spark.read._scan_report import ScanReport
-from deltaflow.table import _arrow, _pruning, _schema, _uri
+from deltaflow.table import _arrow, _generated_pruning, _pruning, _schema, _uri
 from deltaflow.table._snapshot import Snapshot
 
 # Spark's own defaults for file scans (spark.sql.files.maxPartitionBytes / openCostInBytes):
@@ -136,7 +136,12 @@ def plan_scan(
     snapshot: Snapshot, predicates: Sequence[_pruning.Predicate]
 ) -> tuple[list[FileTask], ScanReport]:
     """The files a scan must read, with each file's deleted rows, and a report."""
-    pruned = _pruning.prune_files(snapshot.files(), predicates, snapshot.partition_columns)
+    derived = _generated_pruning.derived_predicates(
+        snapshot.schema, snapshot.partition_columns, predicates
+    )
+    pruned = _pruning.prune_files(
+        snapshot.files(), [*predicates, *derived], snapshot.partition_columns
+    )
     deleted = snapshot.deleted_rows() if pruned.files else {}
     tasks = [
         FileTask(

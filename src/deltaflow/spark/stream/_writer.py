@@ -165,6 +165,7 @@ def commit_batch(
             app_id=query_id,
             app_version=batch_id,
             commit_info=batch_commit_info(query_id, batch_id, plan.mode, adds, num_rows),
+            operation="STREAMING UPDATE",
             **({"table": table} if table is not None else {}),
         )
         try:

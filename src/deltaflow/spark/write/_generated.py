@@ -77,6 +77,7 @@ def connector_projection(
                     table_uri=uri,
                     column=identity.name,
                     reason="explicitIdentity",
+                    error_class="DELTA_IDENTITY_COLUMNS_EXPLICIT_INSERT_NOT_SUPPORTED",
                 )
             )
             added.append(

@@ -10,6 +10,7 @@ commit. Files of a failed or aborted job are never referenced by the log;
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import time
 import uuid
@@ -95,6 +96,8 @@ class WritePlan:
     log_schema: dict[str, Any] | None = None
     # Shuffle the rows by partition before writing (delta.autoOptimize.optimizeWrite).
     optimize_write: bool = False
+    # The save mode the caller asked for, when ``mode`` differs (a new table's "error").
+    save_mode: str | None = None
 
 
 def commit_request(
@@ -102,11 +105,14 @@ def commit_request(
 ) -> _commit.CommitRequest:
     """The commit of ``adds`` under ``plan``: the plan's schema, partitioning, mode, read
     version and app transaction; ``overrides`` replace any field (commitInfo, ...)."""
+    operation, parameters = _operation(plan)
     request = _commit.CommitRequest(
         table_uri=plan.table_uri,
         schema=plan.schema,
         partition_columns=plan.partition_columns,
         adds=adds,
+        operation=operation,
+        commit_info={"operationParameters": parameters} if parameters else {},
         mode="overwrite" if plan.mode == "overwrite" else "append",
         read_version=plan.read_version,
         new_columns=plan.new_columns,
@@ -135,6 +141,40 @@ def should_optimize_write(options: WriteOptions, configuration: Mapping[str, str
         (v for k, v in configuration.items() if k.lower() == OPTIMIZE_WRITE_PROPERTY.lower()), None
     )
     return (value or "").strip().lower() == "true"
+# Spark's SaveMode names, which delta-spark records as a WRITE's "mode".
+_SAVE_MODES = {
+    "append": "Append",
+    "overwrite": "Overwrite",
+    "error": "ErrorIfExists",
+    "ignore": "Ignore",
+}
+# delta-spark's operation names of the catalog's statements that write a query's rows.
+_CREATE_OPERATIONS = {
+    "create": "CREATE TABLE AS SELECT",
+    "replace": "REPLACE TABLE AS SELECT",
+    "createOrReplace": "CREATE OR REPLACE TABLE AS SELECT",
+}
+
+
+def _operation(plan: WritePlan) -> tuple[str, dict[str, Any] | None]:
+    """delta-spark's operation name and parameters for a write under ``plan``
+    (parameters None: the ones delta-rs records for a WRITE to an existing table, which
+    are delta-spark's: mode and partitionBy)."""
+    options = plan.options
+    partition_by = json.dumps(list(plan.partition_columns))
+    operation = _CREATE_OPERATIONS.get(options.create_mode or "")
+    if operation is not None:
+        return operation, {
+            "isManaged": "true" if options.create_managed else "false",
+            "description": options.table_comment,
+            "partitionBy": partition_by,
+            "clusterBy": json.dumps(list(options.clustering_columns or ())),
+            "properties": json.dumps(dict(options.table_properties)),
+        }
+    if plan.read_version is not None:
+        return "WRITE", None
+    mode = _SAVE_MODES.get(plan.save_mode or plan.mode, "Append")
+    return "WRITE", {"mode": mode, "partitionBy": partition_by}
 
 
 def partition_removes(
@@ -373,6 +413,7 @@ def _plan_new_table(
     return WritePlan(
         table_uri=uri,
         mode="append" if mode in ("error", "ignore") else mode,
+        save_mode=mode,
         schema=schema,
         physical_schema=schema,
         partition_columns=partitions,

@@ -298,6 +298,7 @@ private[spark] case class CreateRequest(
     args.put("location", location)
     args.put("name", describe)
     args.put("pathOnly", pathOnly)
+    args.put("managed", managed && !pathOnly)
     if (schema.nonEmpty) args.put("schema", schema.json)
     val parts = args.putArray("partitionColumns")
     partitionColumns.foreach(parts.add)
@@ -319,6 +320,10 @@ private[spark] case class CreateRequest(
     } else Map.empty[String, String]
     val json = Brain.json
     val spec = Brain.newArgs()
+    // The statement (create | replace | createOrReplace) names the commit, as delta-spark's
+    // CREATE [OR REPLACE] / REPLACE TABLE AS SELECT.
+    spec.put("mode", mode)
+    spec.put("managed", managed && !pathOnly)
     val props = spec.putObject("properties")
     tableProperties.foreach { case (k, v) => props.put(k, v) }
     comment.foreach(spec.put("comment", _))

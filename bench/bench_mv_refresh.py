@@ -1,0 +1,140 @@
+"""Materialized view refresh: incremental (from the change data feed) vs a complete recompute.
+
+A source Delta table of ``--rows`` rows (10M by default; ``--quick``: 1M) with its change
+data feed on: ``id``, ``key = id // 100`` (groups of 100 rows), ``amount``. The view is
+a grouped aggregate over it (count, sum, avg, min, max per key). The view is refreshed
+once (complete), then 1% of the source's rows are updated, and the next refresh is
+timed two ways on copies of the same pipeline storage, in one process, alternated:
+
+- ``incremental``: the pipeline's choice, GROUP_AGGREGATE (checked in the event log);
+- ``complete``: the same update with ``pipelines.incrementalRefresh.maxChangeFraction = 0``,
+  so the cost model picks COMPLETE_RECOMPUTE (the behaviour before incremental refresh).
+
+Two kinds of 1% change: **recent** (the last 1% of ids: corrections to recent data, 1% of
+the groups touched) and **spread** (``id % 100 = 7``: one row in every group, so every
+group is recomputed). Both refreshes' views are compared row for row.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+from _common import (
+    DATA_DIR,
+    fresh_dir,
+    loadavg,
+    parse_args,
+    run_side_by_side,
+    save_result,
+    spark_session,
+)
+
+
+def main() -> dict[str, object]:
+    args = parse_args(__doc__ or "")
+    rows = args.rows or (1_000_000 if args.quick else 10_000_000)
+    spark = spark_session()
+    from pyspark.sql import functions as F
+
+    from deltaflow import pipelines as dp
+
+    root = fresh_dir(DATA_DIR / "mv_refresh")
+    source = str(root / "source")
+    spark.range(rows, numPartitions=40).selectExpr(
+        "id", "id DIV 100 AS key", "CAST(id % 997 AS DOUBLE) AS amount"
+    ).write.format("delta").option("delta.enableChangeDataFeed", "true").save(source)
+
+    with dp.collect() as declared:
+
+        @dp.materialized_view
+        def per_key():
+            return (
+                spark.read.format("delta")
+                .load(source)
+                .groupBy("key")
+                .agg(
+                    F.count("*").alias("n"),
+                    F.sum("amount").alias("total"),
+                    F.avg("amount").alias("mean"),
+                    F.min("amount").alias("low"),
+                    F.max("amount").alias("high"),
+                )
+            )
+
+    graph = declared.graph()
+
+    def update(storage: Path, complete: bool) -> dp.UpdateReport:
+        fraction = "0" if complete else "0.25"  # 0: recompute (the default); 0.25: opt in
+        configuration = {"pipelines.incrementalRefresh.maxChangeFraction": fraction}
+        settings = dp.PipelineSettings(
+            name="mv",
+            storage=str(storage),
+            database=f"mv_{uuid.uuid4().hex[:8]}",
+            configuration=configuration,
+        )
+        report = dp.run_update(spark, graph, settings)
+        report.raise_for_failure()
+        return report
+
+    def technique(storage: Path, update_id: str) -> str:
+        for event in dp.read_events(str(storage / "system/events")):
+            if event["event_type"] == "planning_information" and (
+                event["origin"]["update_id"] == update_id
+            ):
+                info = event["details"]["planning_information"]["technique_information"]
+                return next(t["maintenance_type"] for t in info if t.get("is_chosen"))
+        raise AssertionError("no planning_information event")
+
+    results: dict[str, dict[str, object]] = {}
+    scenarios = {
+        "recent": f"id >= {rows - rows // 100}",
+        "spread": "id % 100 = 7",
+    }
+    for name, where in scenarios.items():
+        prepared = fresh_dir(root / f"prepared_{name}")
+        update(prepared, complete=True)  # the view reflects the source before the change
+        spark.sql(f"UPDATE delta.`{source}` SET amount = amount + 1 WHERE {where}")
+        work = {"incremental": root / "work_incremental", "complete": root / "work_complete"}
+        chosen: dict[str, str] = {}
+
+        def refresh(variant: str, prepared: Path, work: dict[str, Path], chosen: dict[str, str]):
+            storage = work[variant]
+            shutil.rmtree(storage, ignore_errors=True)
+            shutil.copytree(prepared, storage)
+            report = update(storage, complete=variant == "complete")
+            chosen[variant] = technique(storage, report.update_id)
+
+        print(f"== {name} 1% change, {rows:,} rows (load {loadavg()})", flush=True)
+        timings = run_side_by_side(
+            {
+                v: (lambda v=v, p=prepared, w=work, c=chosen: refresh(v, p, w, c))
+                for v in ("incremental", "complete")
+            },
+            args.reps,
+        )
+        views = {v: spark.read.format("delta").load(str(work[v] / "tables/per_key")) for v in work}
+        same = (
+            views["incremental"].exceptAll(views["complete"]).count() == 0
+            and views["complete"].exceptAll(views["incremental"]).count() == 0
+        )
+        ratio = timings.median("complete") / timings.median("incremental")
+        results[name] = {
+            "incremental_s": round(timings.median("incremental"), 2),
+            "complete_s": round(timings.median("complete"), 2),
+            "speedup": round(ratio, 2),
+            "techniques": chosen,
+            "same_result": same,
+            "load": loadavg(),
+        }
+        print(f"  {results[name]}", flush=True)
+        assert same, "the incremental refresh disagrees with the recompute"
+
+    result = {"rows": rows, "reps": args.reps, "scenarios": results}
+    save_result("mv_refresh", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,551 @@
+"""Refreshing a materialized view from its source's change data feed, when it can be.
+
+Each refresh is planned (:meth:`ViewRefresh.plan`) and the plan recorded in the event
+log as a ``planning_information`` event, as Lakeflow does:
+
+- ``NO_OP``: the source has not changed since the view's last refresh; nothing is written.
+- ``ROW_BASED`` (projections and filters): the changed source rows (inserts, deletes,
+  update pre- and post-images) are put through the view's query; the view's rows equal
+  to any of them are replaced by their new number of copies.
+- ``GROUP_AGGREGATE`` (one GROUP BY on top): the groups the changed rows fall in (before
+  and after the change) are recomputed from the source, and replace those groups' rows;
+  a group left with no rows disappears. Any deterministic aggregate works (count, sum,
+  avg, min, max, count distinct...), since whole groups are recomputed.
+- ``COMPLETE_RECOMPUTE``: the query again over the whole source, one overwrite, as before.
+  Chosen when the shape does not allow anything else (:mod:`._mv_plan`), the view has
+  expectations, there is no record of a previous refresh (first run, full refresh), the
+  definition changed, the view was written by something else since, the source's
+  change feed does not cover the versions since (not enabled, VACUUMed, log cleaned up),
+  its schema changed, or the changes are large enough that recomputing is cheaper.
+
+An incremental refresh is one MERGE commit into the view. The record of what the view
+reflects (``<checkpoints>/<flow>/materialized_view.json``: the definition's fingerprint,
+the source version, the view's version written) is replaced after that commit. It names
+the view version it belongs to, so a refresh killed between the commit and the record
+is noticed (the view moved past the recorded version) and the next refresh recomputes
+in full: never a change applied twice, never one missed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from deltaflow.pipelines import _mv_plan
+from deltaflow.pipelines._mv_plan import GROUP_AGGREGATE, ROW_BASED, Issue, QueryShape
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+NO_OP = "NO_OP"
+COMPLETE_RECOMPUTE = "COMPLETE_RECOMPUTE"
+TECHNIQUES = (COMPLETE_RECOMPUTE, NO_OP, ROW_BASED, GROUP_AGGREGATE)
+
+# Above this share of the source's bytes in change files, a recompute is cheaper: the
+# incremental refresh reads the changes and still scans the source for the touched
+# groups, then rewrites the view's files holding them (Lakeflow's cost model rejects
+# such plans as CHANGESET_SIZE_THRESHOLD_EXCEEDED too). The pipeline's configuration
+# can move it (it is set on the session for the update). The default is 0, so a changed
+# source is recomputed: measured side by side (docs/benchmarks.md, bench_mv_refresh.py),
+# the incremental techniques were 2.5-4.5x slower than a recompute even at a 1% change,
+# since recomputing the touched groups still scans the source. An unchanged source is
+# still a NO_OP (checked before this limit). Raise it to opt in.
+MAX_CHANGE_FRACTION_KEY = "pipelines.incrementalRefresh.maxChangeFraction"
+MAX_CHANGE_FRACTION = "0"
+
+# A view up to this size is rewritten whole by an incremental refresh (one overwrite,
+# two Spark jobs); a larger one is MERGEd, whose fixed cost (several jobs) is then paid
+# back by leaving the files without touched rows alone.
+REWRITE_LIMIT_BYTES = 256 * 1024 * 1024
+
+STATE_FILE = "materialized_view.json"
+_OP = "__deltaflow_mv_op"  # in the MERGE source: 'delete' a key's rows, 'insert' a row
+_COUNT = "__deltaflow_mv_count"
+
+
+@dataclass
+class Plan:
+    """How one refresh runs, and why (the ``planning_information`` event's details)."""
+
+    flow: str
+    technique: str
+    issues: list[Issue] = field(default_factory=list)
+    shape: QueryShape | None = None
+    previous_version: int | None = None  # of the source, as the view reflects it
+    change_bytes: int | None = None
+
+    @property
+    def incremental(self) -> bool:
+        return self.technique in (ROW_BASED, GROUP_AGGREGATE)
+
+    def message(self) -> str:
+        text = f"Flow {self.flow!r} has been planned to be executed as {self.technique}"
+        if self.issues:
+            text += ": " + "; ".join(i.message for i in self.issues)
+        return text + "."
+
+    def details(self, target: str) -> dict[str, Any]:
+        options = [self.technique]
+        if self.shape is not None and self.shape.technique not in (None, self.technique):
+            options.append(self.shape.technique)
+        # Only the cost model leaves the incremental technique applicable but not chosen.
+        costed = [i.issue_type for i in self.issues] == ["INCREMENTAL_PLAN_REJECTED_BY_COST_MODEL"]
+        techniques: list[dict[str, Any]] = []
+        if self.issues:
+            techniques.append({"incrementalization_issues": [i.to_json() for i in self.issues]})
+        for name in options:
+            techniques.append(
+                {
+                    "maintenance_type": f"MAINTENANCE_TYPE_{name}",
+                    "is_chosen": name == self.technique,
+                    "is_applicable": name == self.technique or costed,
+                }
+            )
+        details: dict[str, Any] = {
+            "technique_information": techniques,
+            "target_table_information": {"table_name": target},
+        }
+        source = self.shape.source if self.shape is not None else None
+        if source is not None:
+            details["source_table_information"] = [
+                {
+                    "table_name": source.name,
+                    "table_path": source.uri,
+                    "table_version": source.version,
+                    "previous_version": self.previous_version,
+                    "change_size": self.change_bytes,
+                }
+            ]
+        return details
+
+
+class ViewRefresh:
+    """One refresh of one materialized view: :meth:`plan`, then :meth:`apply` (an
+    incremental plan) or the caller's recompute followed by :meth:`recomputed`."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        flow: str,
+        df: DataFrame,
+        target_path: str,
+        state_dir: str,
+        *,
+        has_expectations: bool,
+    ) -> None:
+        self._spark = spark
+        self._flow = flow
+        self._df = df
+        self._target = _uri(target_path)
+        self._state_path = os.path.join(state_dir, STATE_FILE)
+        self._has_expectations = has_expectations
+        self._plan: Plan | None = None
+        self._plain_changes = False
+
+    # ---- planning --------------------------------------------------------------------
+
+    def plan(self) -> Plan:
+        self._plan = self._choose()
+        return self._plan
+
+    def _choose(self) -> Plan:
+        shape = _mv_plan.analyse(self._df)
+
+        def complete(issue_type: str, message: str) -> Plan:
+            return Plan(self._flow, COMPLETE_RECOMPUTE, [Issue(issue_type, message)], shape)
+
+        if shape.issue is not None:
+            return Plan(self._flow, COMPLETE_RECOMPUTE, [shape.issue], shape)
+        assert shape.source is not None
+        if self._has_expectations:
+            return complete(
+                "EXPECTATIONS_ON_TARGET",
+                "the view has expectations, which are checked over the whole result",
+            )
+        state = self._load_state()
+        if state is None:
+            return complete(
+                "NO_PREVIOUS_REFRESH",
+                "no previous refresh is recorded (the first refresh, or after a full refresh)",
+            )
+        if state.get("fingerprint") != shape.fingerprint:
+            return complete("DEFINITION_CHANGED", "the view's definition changed")
+        moved = _data_changed_since(self._target, int(state["target_version"]))
+        if moved is not None:
+            return complete(
+                "TARGET_CHANGED",
+                f"the view's table changed at version {moved}, after its last recorded refresh",
+            )
+        source, previous = shape.source, int(state["source_version"])
+        plan = Plan(self._flow, NO_OP, [], shape, previous_version=previous)
+        if source.version == previous:
+            return plan
+        if source.version < previous:
+            return complete(
+                "SOURCE_REPLACED",
+                f"the source {source.name} is at version {source.version}, before version"
+                f" {previous} that the view reflects",
+            )
+        problem = _change_feed_issue(source.uri, previous + 1, source.version)
+        if isinstance(problem, Issue):
+            plan.technique, plan.issues = COMPLETE_RECOMPUTE, [problem]
+            return plan
+        change_bytes, source_bytes, plain = problem
+        plan.change_bytes = change_bytes
+        self._plain_changes = plain
+        limit = float(self._spark.conf.get(MAX_CHANGE_FRACTION_KEY, MAX_CHANGE_FRACTION) or 0)
+        if change_bytes > limit * max(source_bytes, 1):
+            plan.technique = COMPLETE_RECOMPUTE
+            reason = (
+                f"the changes ({change_bytes} bytes) are over {limit:.0%}"
+                f" of the source ({source_bytes} bytes): CHANGESET_SIZE_THRESHOLD_EXCEEDED"
+                if limit > 0
+                else f"incremental refresh is off ({MAX_CHANGE_FRACTION_KEY} is 0, the"
+                " default: a recompute was faster in every measured case); set it, e.g. to"
+                " 0.25, in the pipeline's configuration to refresh from the change data feed"
+            )
+            plan.issues = [Issue("INCREMENTAL_PLAN_REJECTED_BY_COST_MODEL", reason)]
+            return plan
+        assert shape.technique is not None
+        plan.technique = shape.technique
+        return plan
+
+    # ---- applying --------------------------------------------------------------------
+
+    def apply(self) -> int:
+        """Run an incremental plan: one commit replacing the touched rows of the view
+        (none when nothing in the view changes), then the record. The rows written."""
+        plan = self._plan
+        assert plan is not None and plan.incremental and plan.shape is not None
+        shape, source = plan.shape, plan.shape.source
+        assert source is not None and plan.previous_version is not None
+        if self._plain_changes:
+            changes = _plain_change_rows(
+                self._spark, source.uri, plan.previous_version + 1, source.version
+            )
+        else:
+            changes = (
+                self._spark.read.format("delta")
+                .option("readChangeFeed", "true")
+                .option("startingVersion", plan.previous_version + 1)
+                .option("endingVersion", source.version)
+                .load(source.uri)
+            )
+        if plan.technique == GROUP_AGGREGATE:
+            touched, rows = self._group_rows(shape, changes)
+        else:
+            touched, rows = self._row_rows(shape, changes)
+        written = self._replace(shape.keys, touched, rows)
+        self._save_state(shape)
+        return written
+
+    def recomputed(self) -> None:
+        """After the caller's complete recompute: record it when the next refresh can
+        build on it, forget any older record otherwise."""
+        plan = self._plan
+        assert plan is not None
+        if plan.shape is not None and plan.shape.technique is not None:
+            self._save_state(plan.shape)
+        elif os.path.exists(self._state_path):
+            os.remove(self._state_path)
+
+    def _group_rows(self, shape: QueryShape, changes: DataFrame) -> tuple[DataFrame, DataFrame]:
+        """The keys of the groups the changes touch, and those groups' rows recomputed
+        from the source (a semi join Spark pushes below the aggregate, so only their
+        source rows are aggregated)."""
+        from pyspark.sql import functions as F
+
+        touched = _mv_plan.substitute(self._spark, shape, changes).select(*shape.keys).distinct()
+        # Read the change feed once; new attribute ids, or the semi join below would
+        # see one column on both sides (the substituted plan keeps the source's ids).
+        touched = touched.select(*[F.col(f"`{c}`").alias(c) for c in shape.keys]).localCheckpoint()
+        view = self._df.alias("v")
+        # Broadcast: the touched keys are few next to the source, and a broadcast semi
+        # join below the aggregate filters the scan without shuffling the source.
+        keys = F.broadcast(touched).alias("k")
+        on = [F.col(f"v.`{c}`").eqNullSafe(F.col(f"k.`{c}`")) for c in shape.keys]
+        rows = (
+            view.where(_key_ranges(touched, shape.keys))
+            .join(keys, on, "left_semi")
+            .select(*[F.col(f"v.`{c}`") for c in view.columns])
+        )
+        return touched, rows
+
+    def _row_rows(self, shape: QueryShape, changes: DataFrame) -> tuple[DataFrame, DataFrame]:
+        """The distinct view rows the changes touch, and each of them as many times as
+        the view will hold it (its copies now plus the changes' inserts less their
+        deletes)."""
+        from pyspark.sql import functions as F
+
+        cols = list(shape.keys)
+        kind = F.col("_change_type")
+        plus = _mv_plan.substitute(
+            self._spark, shape, changes.where(kind.isin("insert", "update_postimage"))
+        )
+        minus = _mv_plan.substitute(
+            self._spark, shape, changes.where(kind.isin("delete", "update_preimage"))
+        )
+        delta = (
+            plus.withColumn(_COUNT, F.lit(1))
+            .unionByName(minus.withColumn(_COUNT, F.lit(-1)))
+            .groupBy(*cols)
+            .agg(F.sum(_COUNT).alias(_COUNT))
+            .where(F.col(_COUNT) != 0)
+        ).localCheckpoint()
+        current = (
+            self._spark.read.format("delta")
+            .load(self._target)
+            .alias("v")
+            .join(delta.alias("d"), _null_safe("v", "d", cols), "left_semi")
+            .groupBy(*cols)
+            .agg(F.count(F.lit(1)).alias(_COUNT))
+        )
+        counts = (
+            delta.alias("d")
+            .join(current.alias("c"), _null_safe("d", "c", cols), "left")
+            .select(
+                *[F.col(f"d.`{c}`").alias(c) for c in cols],
+                (F.col(f"d.{_COUNT}") + F.coalesce(F.col(f"c.{_COUNT}"), F.lit(0))).alias(_COUNT),
+            )
+        )
+        copies = counts.where(F.col(_COUNT) > 0).select(
+            *cols, F.explode(F.sequence(F.lit(1), F.col(_COUNT).cast("int"))).alias(_COUNT)
+        )
+        return delta.select(*cols), copies.select(*cols)
+
+    def _replace(self, keys: tuple[str, ...], touched: DataFrame, rows: DataFrame) -> int:
+        """The view's rows whose ``keys`` are in ``touched`` replaced by ``rows``, in one
+        commit: a small view is rewritten whole (one overwrite), a large one MERGEd
+        (only its files holding touched rows rewritten, at a MERGE's fixed cost)."""
+        from pyspark.sql import functions as F
+
+        rows = rows.localCheckpoint()  # computed once, counted cheaply
+        written = rows.count()
+        if _table_bytes(self._target) > REWRITE_LIMIT_BYTES:
+            source = _deletes(touched, self._df).unionByName(rows.withColumn(_OP, F.lit("insert")))
+            self._merge(keys, source)
+            return written
+        view = self._spark.read.format("delta").load(self._target)
+        kept = view.alias("v").join(
+            F.broadcast(touched).alias("k"), _null_safe("v", "k", list(keys)), "left_anti"
+        )
+        # Materialized before the overwrite: the new view is read from the old one.
+        new = kept.unionByName(rows.select(*view.columns)).localCheckpoint()
+        new.write.format("delta").mode("overwrite").save(self._target)
+        return written
+
+    def _merge(self, keys: tuple[str, ...], source: DataFrame) -> None:
+        from deltaflow.tables import DeltaTable
+
+        condition = " AND ".join(f"t.`{c}` <=> s.`{c}`" for c in keys)
+        values = {f"`{c}`": f"s.`{c}`" for c in self._df.columns}
+        (
+            DeltaTable.forPath(self._spark, self._target)
+            .alias("t")
+            .merge(source.alias("s"), f"{condition} AND s.`{_OP}` = 'delete'")
+            .whenMatchedDelete()
+            .whenNotMatchedInsert(condition=f"s.`{_OP}` = 'insert'", values=values)
+            .run()
+        )
+
+    # ---- the record ------------------------------------------------------------------
+
+    def _load_state(self) -> dict[str, Any] | None:
+        try:
+            with open(self._state_path) as handle:
+                state: dict[str, Any] = json.load(handle)
+        except (FileNotFoundError, ValueError):
+            return None
+        return state if state.get("format") == 1 else None
+
+    def _save_state(self, shape: QueryShape) -> None:
+        assert shape.source is not None
+        state = {
+            "format": 1,
+            "fingerprint": shape.fingerprint,
+            "source_uri": shape.source.uri,
+            "source_version": shape.source.version,
+            "target_version": _latest_version(self._target),
+        }
+        os.makedirs(os.path.dirname(self._state_path), exist_ok=True)
+        with open(self._state_path + ".tmp", "w") as out:
+            json.dump(state, out)
+        os.replace(self._state_path + ".tmp", self._state_path)
+
+
+def _deletes(keys: DataFrame, view: DataFrame) -> DataFrame:
+    """'delete' rows for ``keys``, with the view's columns (NULL where not a key)."""
+    from pyspark.sql import functions as F
+
+    present = set(keys.columns)
+    return keys.select(
+        *[
+            F.col(f"`{f.name}`")
+            if f.name in present
+            else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in view.schema.fields
+        ],
+        F.lit("delete").alias(_OP),
+    )
+
+
+def _key_ranges(touched: DataFrame, keys: tuple[str, ...]) -> Any:
+    """A predicate true for every touched key: each orderable key column between the
+    touched keys' smallest and largest value (or NULL). Spark pushes it below the
+    aggregate into the source's scan, whose file statistics then skip the files that
+    cannot hold a touched group (the semi join keeps the result exact)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import (
+        BooleanType,
+        DateType,
+        NumericType,
+        StringType,
+        TimestampNTZType,
+        TimestampType,
+    )
+
+    orderable = (NumericType, StringType, DateType, TimestampType, TimestampNTZType, BooleanType)
+    columns = [f.name for f in touched.schema.fields if isinstance(f.dataType, orderable)]
+    predicate = F.lit(True)
+    if not columns:
+        return predicate
+    bounds = touched.agg(
+        *[F.min(c).alias(f"lo{i}") for i, c in enumerate(columns)],
+        *[F.max(c).alias(f"hi{i}") for i, c in enumerate(columns)],
+    ).first()
+    assert bounds is not None
+    for i, name in enumerate(columns):
+        low, high = bounds[f"lo{i}"], bounds[f"hi{i}"]
+        column = F.col(f"`{name}`")
+        if low is None:  # only NULL keys were touched in this column
+            predicate = predicate & column.isNull()
+        else:
+            predicate = predicate & (column.between(low, high) | column.isNull())
+    return predicate
+
+
+def _table_bytes(uri: str) -> int:
+    from deltaflow.table._snapshot import load_snapshot
+
+    return sum(f.size for f in load_snapshot(uri).files(stats=False))
+
+
+def _null_safe(left: str, right: str, cols: list[str]) -> Any:
+    from pyspark.sql import functions as F
+
+    condition = None
+    for c in cols:
+        term = F.col(f"{left}.`{c}`").eqNullSafe(F.col(f"{right}.`{c}`"))
+        condition = term if condition is None else condition & term
+    return condition
+
+
+def _change_feed_issue(uri: str, start: int, end: int) -> Issue | tuple[int, int, bool]:
+    """Why the source's change feed cannot give versions ``start``..``end``, or the
+    bytes of its change files and of the source, and whether Spark's Parquet reader can
+    read those files as they are (:func:`_plain_change_rows`)."""
+    from deltaflow.table import _cdf
+    from deltaflow.table._log import read_commit
+    from deltaflow.table._snapshot import load_snapshot
+    from deltaflow.table.errors import (
+        ChangeDataFilesMissingError,
+        ChangeDataNotRecordedError,
+        VersionNotFoundError,
+    )
+
+    snapshot = load_snapshot(uri, version=end)
+    schema = json.dumps(snapshot.schema, sort_keys=True)
+    for version in range(start, end + 1):
+        for _, action in read_commit(uri, version) or ():
+            meta = action.get("metaData")
+            if meta and json.dumps(json.loads(meta["schemaString"]), sort_keys=True) != schema:
+                return Issue(
+                    "SOURCE_SCHEMA_CHANGED", f"the source's schema changed at version {version}"
+                )
+    try:
+        files = _cdf.plan_changes(snapshot, _cdf.ChangeRange(start, end))
+        _cdf.check_files_exist(uri, files)
+    except ChangeDataNotRecordedError:
+        return Issue(
+            "CDF_NOT_ENABLED",
+            f"the source's change data feed was not enabled for all of versions {start} to"
+            f" {end} (set delta.enableChangeDataFeed = true on it)",
+        )
+    except (ChangeDataFilesMissingError, VersionNotFoundError) as error:
+        return Issue(
+            "CHANGE_DATA_UNAVAILABLE",
+            "the source's changes since the last refresh are gone (VACUUM or log"
+            f" cleanup): {error}",
+        )
+    source_bytes = sum(f.size for f in snapshot.files(stats=False))
+    plain = (
+        uri.startswith("file:")
+        and not snapshot.partition_columns
+        and snapshot.column_mapping_mode == "none"
+        and all(f.selection == _cdf.RowSelection() for f in files)
+    )
+    return sum(f.size for f in files), source_bytes, plain
+
+
+def _plain_change_rows(spark: SparkSession, uri: str, start: int, end: int) -> DataFrame:
+    """The change rows of versions ``start`` to ``end``, read by Spark's
+    Parquet reader straight from the files the table layer plans (change files as they
+    are, added / removed data files as inserts / deletes). Only for what needs no more:
+    local files, no partition columns, no column mapping, no deletion vectors (checked
+    while planning); the change feed reader does the rest, row by row in Python."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from deltaflow.table import _cdf, _schema
+    from deltaflow.table._snapshot import load_snapshot
+
+    snapshot = load_snapshot(uri, version=end)
+    files = _cdf.plan_changes(snapshot, _cdf.ChangeRange(start, end))
+    schema = StructType.fromJson(_schema.logical_schema(snapshot.schema))
+    columns = [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in schema.fields]
+    parts: list[DataFrame] = []
+    for kind, change_type in (("cdc", None), ("add", "insert"), ("remove", "delete")):
+        paths = [_cdf.file_uri(uri, f.path) for f in files if f.kind == kind]
+        if not paths:
+            continue
+        df = spark.read.parquet(*paths)
+        kind_column = F.col(_cdf.CHANGE_TYPE) if change_type is None else F.lit(change_type)
+        parts.append(df.select(*columns, kind_column.alias(_cdf.CHANGE_TYPE)))
+    if not parts:
+        return spark.createDataFrame([], schema.add(_cdf.CHANGE_TYPE, "string"))
+    rows = parts[0]
+    for part in parts[1:]:
+        rows = rows.unionByName(part)
+    return rows
+
+
+def _data_changed_since(uri: str, version: int) -> int | None:
+    """The first version after ``version`` that changed the table's data or metadata
+    (compaction, ``dataChange=false``, does not count); None if there is none."""
+    from deltaflow.table._log import read_commit
+
+    latest = _latest_version(uri)
+    if latest < version:
+        return latest
+    for v in range(version + 1, latest + 1):
+        for _, action in read_commit(uri, v) or ():
+            if "metaData" in action or "protocol" in action:
+                return v
+            for kind in ("add", "remove", "cdc"):
+                if kind in action and action[kind].get("dataChange", True):
+                    return v
+    return None
+
+
+def _latest_version(uri: str) -> int:
+    from deltaflow.table._snapshot import load_snapshot
+
+    return load_snapshot(uri, check_readable=False).version
+
+
+def _uri(path: str) -> str:
+    from deltaflow.table import _uri as uris
+
+    return uris.normalize_uri(path)
