@@ -459,13 +459,8 @@ def _past_compactions(request: CommitRequest, table: DeltaTable, location: str) 
 
 
 def _busy(request: CommitRequest) -> ConcurrentWriteError:
-    return ConcurrentWriteError(
-        f"Commit to {request.table_uri} waited {LEASE_WAIT_SECONDS:.0f} s for a compaction of"
-        " the table to finish. Nothing was committed; retry the operation.",
-        table_uri=request.table_uri,
-        kind="ConcurrentTransaction",
-        read_version=request.read_version,
-        attempts=1,
+    return _compaction_lease.busy(
+        "Commit", request.table_uri, request.read_version, LEASE_WAIT_SECONDS
     )
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 from deltaflow._atomic import put_if_absent
 from deltaflow.table import _uri
+from deltaflow.table.errors import ConcurrentWriteError
 
 STAGING_DIR = "_delta_staging"
 _NAME = re.compile(r"^_compaction-(\d+)\.lease$")
@@ -91,3 +92,18 @@ def holding(table_uri: str, wait_seconds: float) -> Iterator[bool]:
     finally:
         if name is not None:
             release(table_uri, name)
+
+
+def busy(
+    what: str, table_uri: str, read_version: int | None, waited: float
+) -> ConcurrentWriteError:
+    """The retryable error of a ``what`` (an operation) that waited ``waited`` seconds for
+    the lease in vain: nothing was changed, running it again is safe."""
+    return ConcurrentWriteError(
+        f"{what} on {table_uri} waited {waited:.0f} s for a compaction of the table to"
+        " finish, in vain. Nothing was changed; run it again.",
+        table_uri=table_uri,
+        kind="ConcurrentTransaction",
+        read_version=read_version,
+        attempts=1,
+    )

@@ -38,7 +38,7 @@ from deltaflow.table import (
 )
 from deltaflow.table._protocol import Protocol
 from deltaflow.table._snapshot import Snapshot, load_snapshot
-from deltaflow.table.errors import ConcurrentWriteError, VersionNotFoundError
+from deltaflow.table.errors import VersionNotFoundError
 
 Row = tuple[Any, ...]
 
@@ -280,13 +280,8 @@ def optimize(
     parameters = {"zOrderBy": json.dumps(columns), "clusterBy": "[]", "auto": False}
     with _compaction_lease.holding(snapshot.uri, OPTIMIZE_LEASE_WAIT_SECONDS) as held:
         if not held:
-            raise ConcurrentWriteError(
-                f"OPTIMIZE {snapshot.uri} waited for another compaction of the table to"
-                " finish, in vain. Nothing was changed; run OPTIMIZE again.",
-                table_uri=snapshot.uri,
-                kind="ConcurrentTransaction",
-                read_version=snapshot.version,
-                attempts=1,
+            raise _compaction_lease.busy(
+                "OPTIMIZE", snapshot.uri, snapshot.version, OPTIMIZE_LEASE_WAIT_SECONDS
             )
         metrics = _compact(snapshot.uri, filters, columns, parameters)
 

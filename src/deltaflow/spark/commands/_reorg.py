@@ -26,7 +26,6 @@ from deltaflow.spark.write import _replace_where
 from deltaflow.spark.write._writer import plan_write
 from deltaflow.table import _commit, _compaction_lease, _log_commit, _predicates, _schema, _uri
 from deltaflow.table._snapshot import FileEntry, Snapshot, load_snapshot
-from deltaflow.table.errors import ConcurrentWriteError
 
 log = logging.getLogger("deltaflow.reorg")
 
@@ -77,13 +76,8 @@ def reorg_purge(uri: str, *, where: str | None = None) -> list[Row]:
         # dataChange=false removes: commit while no compaction runs (_compaction_lease).
         with _compaction_lease.holding(snapshot.uri, _REORG_LEASE_WAIT_SECONDS) as held:
             if not held:
-                raise ConcurrentWriteError(
-                    f"REORG TABLE {snapshot.uri} waited for a compaction of the table to"
-                    " finish, in vain. Nothing was changed; run it again.",
-                    table_uri=snapshot.uri,
-                    kind="ConcurrentTransaction",
-                    read_version=snapshot.version,
-                    attempts=1,
+                raise _compaction_lease.busy(
+                    "REORG TABLE", snapshot.uri, snapshot.version, _REORG_LEASE_WAIT_SECONDS
                 )
             version = _commit_reorg(snapshot, plan, adds, removes, files, where)
     except BaseException:
