@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -286,3 +287,20 @@ def test_dml_leaves_the_session_conf_as_it_found_it(spark: Any, table_path: Any)
         assert spark.conf.get(_delete_update.MIN_PARTITIONS_CONF) == "3"
     finally:
         spark.conf.unset(_delete_update.MIN_PARTITIONS_CONF)
+
+
+def test_delete_and_update_by_a_microsecond_timestamp(spark: Any, table_path: Any) -> None:
+    """delta-rs (like delta-spark) keeps timestamp stats at millisecond precision (max
+    12:00:00.123 for a row at 12:00:00.123456): file pruning must not skip that row's file."""
+    from deltaflow.tables import DeltaTable
+
+    path = table_path()
+    for i, micros in ((1, 123456), (2, 123789)):
+        # One file per row: each row is its file's max.
+        ts = pa.array([dt.datetime(2024, 1, 1, 12, 0, 0, micros)], pa.timestamp("us", tz="UTC"))
+        write_deltalake(path, pa.table({"id": pa.array([i], pa.int64()), "ts": ts}), mode="append")
+    table = DeltaTable.forPath(spark, path)
+    table.update("ts = TIMESTAMP '2024-01-01 12:00:00.123789'", {"id": "20"})
+    table.delete("ts = TIMESTAMP '2024-01-01 12:00:00.123456'")
+    rows = spark.read.format("delta").load(path).collect()
+    assert [r.id for r in rows] == [20]

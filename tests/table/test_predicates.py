@@ -161,3 +161,24 @@ def test_may_match(text: str, expected: bool) -> None:
         }
     )
     assert P.may_match(P.parse(text), stats) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # The file's max is 12:00:00.123 in the log, its row 12:00:00.123456.
+        ("ts = TIMESTAMP '2024-01-01 12:00:00.123456'", True),
+        ("ts > TIMESTAMP '2024-01-01 12:00:00.1232'", True),
+        ("ts >= TIMESTAMP '2024-01-01 12:00:00.123999'", True),
+        ("ts > TIMESTAMP '2024-01-01 12:00:00.124'", False),
+        ("ts = TIMESTAMP '2024-01-01 12:00:00.125'", False),
+    ],
+)
+def test_may_match_allows_for_timestamp_stats_truncated_to_milliseconds(
+    text: str, expected: bool
+) -> None:
+    utc = dt.timezone.utc
+    low = dt.datetime(2024, 1, 1, 11, 0, tzinfo=utc)
+    high = dt.datetime(2024, 1, 1, 12, 0, 0, 123000, tzinfo=utc)
+    stats = stats_of({"ts": P.ColumnStats(low, high, 0, 10)})
+    assert P.may_match(P.parse(text), stats) is expected

@@ -494,6 +494,8 @@ def is_true(expression: pc.Expression) -> pc.Expression:
 
 # ---- statistics -------------------------------------------------------------------------
 
+_TIMESTAMP_SLACK = dt.timedelta(milliseconds=1)
+
 
 @dataclass(frozen=True)
 class ColumnStats:
@@ -574,6 +576,10 @@ def _may_compare(
     if s.num_records is not None and s.null_count is not None and s.null_count >= s.num_records:
         return False  # every value is null: no comparison is true
     low, high = s.min, s.max
+    if isinstance(high, dt.datetime):
+        # The log keeps timestamps at millisecond precision: a max of 12:00:00.123 may
+        # stand for 12:00:00.123999, so a file is kept while the lost digits could match.
+        high = high + _TIMESTAMP_SLACK
     try:
         checks: Mapping[str, Callable[[], bool]] = {
             "=": lambda: _le(low, value) and _le(value, high),
