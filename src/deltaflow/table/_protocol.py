@@ -155,6 +155,8 @@ def features_in_use(
         used.add("deletionVectors")
     if "'timestamp_ntz'" in text:
         used.add("timestampNtz")
+    if "'variant'" in text:
+        used.add("variantType")
     return frozenset(used)
 
 
