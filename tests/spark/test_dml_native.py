@@ -304,3 +304,33 @@ def test_delete_and_update_by_a_microsecond_timestamp(spark: Any, table_path: An
     table.delete("ts = TIMESTAMP '2024-01-01 12:00:00.123456'")
     rows = spark.read.format("delta").load(path).collect()
     assert [r.id for r in rows] == [20]
+
+
+def test_overlapping_dml_session_settings_restore_the_session(spark: Any) -> None:
+    """Pipelines run DMLs on one session from several threads: overlapping overrides
+    (A in, B in, A out, B out) must leave the session as it was, not B's saved 'false'."""
+    import threading
+
+    key = _delete_update.ADAPTIVE_CONF
+    before = spark.conf.get(key, None)
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with _delete_update.session_conf(spark, {key: "false"}):
+            a_in.set()
+            assert b_in.wait(30)
+        a_out.set()
+
+    def second() -> None:
+        assert a_in.wait(30)
+        with _delete_update.session_conf(spark, {key: "false"}):
+            b_in.set()
+            assert a_out.wait(30)
+            assert spark.conf.get(key) == "false"  # still B's while B runs
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert spark.conf.get(key, None) == before

@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -532,26 +533,44 @@ SMALL_DML_BYTES = 32 * 1024 * 1024
 ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
 
 
+# Overrides in force, per (session, key): how many holders, and the value before the
+# first. Pipelines run DMLs (AUTO CDC MERGEs) on one session from several threads: a
+# plain save-and-restore would let the last to finish restore another's override (seen:
+# spark.sql.adaptive.enabled left "false" for the rest of the session).
+_overrides: dict[tuple[int, str], tuple[int, str | None]] = {}
+_overrides_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def session_conf(spark: SparkSession, settings: Mapping[str, str | None]) -> Iterator[None]:
     """``settings`` on ``spark``'s conf for the duration (None: leave as is), then restored.
 
     Session confs are read when a plan is built or run, so this brackets exactly the
-    call that builds or runs it (the driver runs one DML at a time per session).
+    call that builds or runs it. Holders on several threads of one session share an
+    override; the value before the first is restored when the last one leaves.
     """
     conf = spark.conf
+    session = id(spark._jsparkSession)
     wanted = {k: v for k, v in settings.items() if v is not None}
-    previous = {k: conf.get(k, None) for k in wanted}
-    for key, value in wanted.items():
-        conf.set(key, value)
+    with _overrides_lock:
+        for key, value in wanted.items():
+            count, before = _overrides.get((session, key), (0, None))
+            if count == 0:
+                before = conf.get(key, None)
+            _overrides[(session, key)] = (count + 1, before)
+            conf.set(key, value)
     try:
         yield
     finally:
-        for key, value in previous.items():
-            if value is None:
-                conf.unset(key)
-            else:
-                conf.set(key, value)
+        with _overrides_lock:
+            for key in wanted:
+                count, before = _overrides.pop((session, key))
+                if count > 1:
+                    _overrides[(session, key)] = (count - 1, before)
+                elif before is None:
+                    conf.unset(key)
+                else:
+                    conf.set(key, before)
 
 
 def balanced_splits(
