@@ -7,6 +7,7 @@ wait at once (and fails it) instead of leaving the test to run into its timeout.
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,3 +31,11 @@ def wait_while_running(
         except subprocess.TimeoutExpired:
             continue
         raise AssertionError(f"{what}: the process exited with {code}\n{detail()}")
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Return once ``condition()`` is true; fail when ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        threading.Event().wait(0.2)

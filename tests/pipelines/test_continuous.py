@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from deltalake import DeltaTable as DeltaRsTable
 
 from deltaflow import pipelines as dp
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        threading.Event().wait(0.25)
+from tests._waiting import wait_until
 
 
 def _ids(path: Path) -> list[int]:
@@ -63,12 +55,12 @@ def test_continuous_update_keeps_streams_up_until_stopped(spark: Any, tmp_path: 
     runner.start()
     try:
         tables = tmp_path / "storage/tables"
-        _wait_for(lambda: _ids(tables / "silver") == [1], 180, "the first micro-batch")
-        _wait_for(lambda: _ids(tables / "total") == [1], 180, "the view's refresh")
+        wait_until(lambda: _ids(tables / "silver") == [1], 180, "the first micro-batch")
+        wait_until(lambda: _ids(tables / "total") == [1], 180, "the view's refresh")
         # New data while the update runs is picked up without another update.
         spark.createDataFrame([(3, 7.0)], schema).write.mode("append").json(str(landing))
-        _wait_for(lambda: _ids(tables / "silver") == [1, 3], 180, "the new file")
-        _wait_for(lambda: _ids(tables / "total") == [2], 180, "the view's next refresh")
+        wait_until(lambda: _ids(tables / "silver") == [1, 3], 180, "the new file")
+        wait_until(lambda: _ids(tables / "total") == [2], 180, "the view's next refresh")
     finally:
         stop.set()
         runner.join(timeout=180)

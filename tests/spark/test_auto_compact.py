@@ -11,7 +11,6 @@ import collections
 import contextlib
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from deltaflow.table import _auto_compact
+from tests._waiting import wait_until
 
 AUTO_COMPACT = "delta.autoOptimize.autoCompact"
 
@@ -217,10 +217,7 @@ def test_background_mode_does_not_hold_the_writer(spark, table_path) -> None:
             df.write.format("delta").mode("append").partitionBy("p").save(path)
     # The compaction ran in the brain process (the connector's commits run there); wait
     # for its commit in the log.
-    deadline = time.monotonic() + 60.0
-    while not optimize_commits(path):
-        assert time.monotonic() < deadline, "no background compaction within 60 s"
-        time.sleep(0.2)
+    wait_until(lambda: bool(optimize_commits(path)), 60.0, "a background compaction")
     assert dict(files_per_partition(path, "p")) == {0: 1, 1: 1}
     assert DeltaTable(path).to_pyarrow_table().num_rows == 12
     assert _auto_compact.wait_for_background(1.0)  # this process has none of its own
