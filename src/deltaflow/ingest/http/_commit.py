@@ -15,6 +15,13 @@ start-up. A retry of a remembered key is answered with the first attempt's resul
 writes nothing; a retry while the first attempt is still in flight waits for it.
 No Delta ``txn`` action per key: those stay in every checkpoint forever.
 
+Object stores (``s3://``): the same path with no local state at all (no WAL, no lock
+file, no rename). A group's Parquet files are PUT first, each visible whole or not at all;
+then delta-rs writes the log entry with a conditional put (``If-None-Match: *``), so a
+concurrent writer that took the version makes delta-rs retry at the next one rather than
+overwrite it. The acknowledgement follows that put: the store has the commit once it
+answered. Nothing is fsynced (there is nothing local to sync).
+
 A commit that fails is checked against the log before it is reported: if the group's id
 is in a commit after all (e.g. the failure came after the log entry was written), the
 requests succeed. Otherwise its files are deleted and its requests fail with a
@@ -78,7 +85,9 @@ class TableWriter:
 
     def __init__(self, config: TableConfig, server: ServeConfig) -> None:
         self.config = config
-        self.fsync = server.fsync and _uri.is_local(config.uri)
+        self._local = _uri.is_local(config.uri)
+        # Object stores: durable once the conditional put of the log entry succeeded.
+        self.fsync = server.fsync and self._local
         self._location = _uri.delta_rs_uri(config.uri)
         self.table = self._open()
         snapshot = load_snapshot(config.uri)
@@ -99,6 +108,7 @@ class TableWriter:
                 table_uri=config.uri,
                 feature="identityColumns",
             )
+        self._check_commit_route()
         self.partition_by = snapshot.partition_columns
         self.num_indexed = _stats.num_indexed_cols(snapshot.configuration)
         self.delta_schema: Schema = self.table.schema()
@@ -124,6 +134,17 @@ class TableWriter:
             )
             log.info("created table %s at %s", config.name, config.uri)
         return DeltaTable(self._location)
+
+    def _check_commit_route(self) -> None:
+        """Refuse at start-up, not at the first request (as a retryable 503 every time), a
+        table whose commits need deltaflow's log writer where that writer cannot commit
+        (clustering on an object store: it has no conditional put there yet)."""
+        from deltaflow.table import _log_write
+        from deltaflow.table._protocol import Protocol
+
+        protocol = Protocol.of(self.table.protocol())
+        if protocol.delta_rs_unwritable:
+            _log_write.require_local(self.config.uri, protocol, "deltaflow serve")
 
     def _check_configured_schema(self, existing: dict[str, Any]) -> None:
         wanted = self.config.schema
@@ -235,21 +256,27 @@ class TableWriter:
             name = f"part-{number:05d}-{group}-c000.snappy.parquet"
             relative = f"{directory}/{name}" if directory else name
             full = f"{root}/{relative}"
-            if directory:
+            if directory and self._local:
+                # Object stores have no directories: a create_dir there would PUT an empty
+                # marker object per partition and commit.
                 fs.create_dir(f"{root}/{directory}", recursive=True)
             if self.fsync:
                 with open(full, "wb") as handle:
                     pq.write_table(data, handle, compression="snappy")
                     handle.flush()
                     os.fsync(handle.fileno())
+                    size = handle.tell()
                 directories.add(os.path.dirname(full))
             else:
+                # On an object store the object appears whole when the stream closes (one
+                # PUT, or a completed multipart upload), or not at all.
                 with fs.open_output_stream(full) as stream:
                     pq.write_table(data, stream, compression="snappy")
+                    size = stream.tell()
             files.append(
                 _commit.AddedFile(
                     path=relative,
-                    size=fs.get_file_info(full).size,
+                    size=size,
                     partition_values=values,
                     modification_time=int(time.time() * 1000),
                     stats=_stats.file_stats(data, self.num_indexed),
