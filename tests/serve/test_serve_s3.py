@@ -11,7 +11,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -137,7 +136,6 @@ def test_sigkill_of_serve_on_s3_loses_and_duplicates_nothing(s3):
     assert set(ids) == acknowledged, "an acknowledged event is missing (or an unknown one appeared)"
 
 
-
 def test_a_table_only_deltaflows_log_writer_commits_is_refused_at_start_on_s3(s3, tmp_path):
     """A clustered table: delta-rs cannot commit it and deltaflow's log writer has no
     conditional put on object stores, so serve refuses it before taking any request."""
@@ -147,18 +145,36 @@ def test_a_table_only_deltaflows_log_writer_commits_is_refused_at_start_on_s3(s3
     from deltaflow.table.errors import UnsupportedFeatureError
 
     uri = s3.uri("clustered")
-    schema = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True,
-                                            "metadata": {}}]}
+    schema = {
+        "type": "struct",
+        "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}],
+    }
     actions = [
         {"commitInfo": {"timestamp": 0, "operation": "CREATE TABLE"}},
-        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 7,
-                      "writerFeatures": ["clustering", "domainMetadata"]}},
-        {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
-                      "schemaString": json.dumps(schema), "partitionColumns": [],
-                      "configuration": {}, "createdTime": 0}},
-        {"domainMetadata": {"domain": "delta.clustering",
-                            "configuration": json.dumps({"clusteringColumns": [["id"]]}),
-                            "removed": False}},
+        {
+            "protocol": {
+                "minReaderVersion": 1,
+                "minWriterVersion": 7,
+                "writerFeatures": ["clustering", "domainMetadata"],
+            }
+        },
+        {
+            "metaData": {
+                "id": str(uuid.uuid4()),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": json.dumps(schema),
+                "partitionColumns": [],
+                "configuration": {},
+                "createdTime": 0,
+            }
+        },
+        {
+            "domainMetadata": {
+                "domain": "delta.clustering",
+                "configuration": json.dumps({"clusteringColumns": [["id"]]}),
+                "removed": False,
+            }
+        },
     ]
     fs = pafs.S3FileSystem(
         access_key=_object_store.ACCESS_KEY,
