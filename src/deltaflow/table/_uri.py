@@ -57,3 +57,12 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
         uri = "s3" + sep + rest
     fs, path = pafs.FileSystem.from_uri(uri)
     return fs, path
+
+
+def shown(uri: str) -> str:
+    """``uri`` fit for a message or a log: any ``user:secret@`` in it masked."""
+    parsed = urlparse(uri)
+    if "@" not in parsed.netloc:
+        return uri
+    host = parsed.netloc.rsplit("@", 1)[1]
+    return parsed._replace(netloc=f"***@{host}").geturl()

@@ -97,6 +97,19 @@ def parse_options(raw: Mapping[str, str]) -> CloudFilesOptions:
             " there (one directory per stream), even when you give a schema.",
             option="cloudFiles.schemaLocation",
         )
+    schema_location = _uri.normalize_uri(schema_location)
+    if not _uri.is_local(schema_location):
+        # The seen-file store is SQLite (transactions, indexed look-ups), which needs a
+        # file system with POSIX locks; the landing zone itself may be on an object store.
+        raise InvalidOptionError(
+            f"cloudFiles.schemaLocation {_uri.shown(schema_location)} is not a local path: deltaflow keeps"
+            " the record of files already read there in a SQLite database, which an object"
+            " store cannot hold. Give a local or mounted directory that outlives the stream"
+            " (kept beside its checkpointLocation, one per stream), e.g."
+            " .option('cloudFiles.schemaLocation', '/var/lib/deltaflow/streams/events/schema');"
+            " the landing zone and the target table may stay on the object store.",
+            option="cloudFiles.schemaLocation",
+        )
     mode = _choice(options, "cloudFiles.schemaEvolutionMode", EVOLUTION_MODES, "addNewColumns")
     rescued = options.get("rescueddatacolumn")
     if rescued is None and mode != "none" and fmt != "text":
@@ -104,7 +117,7 @@ def parse_options(raw: Mapping[str, str]) -> CloudFilesOptions:
     return CloudFilesOptions(
         path=_uri.normalize_uri(path),
         format=cast(Format, fmt),
-        schema_location=_uri.normalize_uri(schema_location),
+        schema_location=schema_location,
         infer_column_types=_bool(options, "cloudFiles.inferColumnTypes", fmt == "parquet"),
         schema_hints=options.get("cloudfiles.schemahints", ""),
         evolution_mode=cast(EvolutionMode, mode),
