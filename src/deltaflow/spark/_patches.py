@@ -244,12 +244,15 @@ def _stream_partitions(cls: Any) -> dict[str, Callable[..., Any]]:
             original_option(self, "partitionBy", ",".join(columns))
         elif columns:
             original_partition_by(self, *columns)
-        if not _is_delta(state):
-            return original_start(self, path, outputMode=outputMode, queryName=queryName)
-        # The connector checks a Delta sink's settings inside start(): its typed error,
-        # not the Py4J error around it.
-        with _typed_errors():
-            return original_start(self, path, outputMode=outputMode, queryName=queryName)
+        from deltaflow.spark.stream._checkpoint import refused_checkpoint
+
+        with refused_checkpoint(self._spark, state["options"]):
+            if not _is_delta(state):
+                return original_start(self, path, outputMode=outputMode, queryName=queryName)
+            # The connector checks a Delta sink's settings inside start(): its typed error,
+            # not the Py4J error around it.
+            with _typed_errors():
+                return original_start(self, path, outputMode=outputMode, queryName=queryName)
 
     def toTable(
         self: Any,
@@ -375,7 +378,8 @@ PATCHES = (
         ("format", "option", "options", "partitionBy", "start", "toTable"),
         _stream_partitions,
         "partitionBy as an option for the Python sink, which Spark refuses it for;"
-        " the typed error of a Delta sink setting start() refused; toTable(name) of a"
+        " the typed error of a Delta sink setting start() refused, and of a checkpoint"
+        " location Hadoop cannot open (s3://); toTable(name) of a"
         " Delta catalog table as start(location), until the JVM table has a streaming write",
     ),
     Patch(

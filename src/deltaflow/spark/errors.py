@@ -56,6 +56,16 @@ class StreamIdentityError(StreamingError):
         super().__init__(message, table_uri=table_uri, checkpoint_location=checkpoint_location)
 
 
+class CheckpointLocationError(StreamingError):
+    """A stream's ``checkpoint_location`` is on a file system Spark's Hadoop layer cannot
+    open here (``scheme``, e.g. ``s3``: the pyspark wheel has no ``hadoop-aws``). Spark
+    keeps checkpoints through Hadoop, not through deltaflow's object-store path. Terminal:
+    give the query a checkpoint on a local, mounted or HDFS path."""
+
+    def __init__(self, message: str, *, checkpoint_location: str, scheme: str) -> None:
+        super().__init__(message, checkpoint_location=checkpoint_location, scheme=scheme)
+
+
 class RetentionTooShortError(DeltaflowError, ValueError):
     """VACUUM was asked to keep removed files for ``retention_hours``, less than the table's
     ``minimum_hours`` (``delta.deletedFileRetentionDuration``, 168 by default), which could
