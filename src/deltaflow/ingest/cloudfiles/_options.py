@@ -102,12 +102,13 @@ def parse_options(raw: Mapping[str, str]) -> CloudFilesOptions:
         # The seen-file store is SQLite (transactions, indexed look-ups), which needs a
         # file system with POSIX locks; the landing zone itself may be on an object store.
         raise InvalidOptionError(
-            f"cloudFiles.schemaLocation {_uri.shown(schema_location)} is not a local path: deltaflow keeps"
-            " the record of files already read there in a SQLite database, which an object"
-            " store cannot hold. Give a local or mounted directory that outlives the stream"
-            " (kept beside its checkpointLocation, one per stream), e.g."
-            " .option('cloudFiles.schemaLocation', '/var/lib/deltaflow/streams/events/schema');"
-            " the landing zone and the target table may stay on the object store.",
+            f"cloudFiles.schemaLocation {_uri.shown(schema_location)} is not a local"
+            " path: deltaflow keeps the record of files already read there in a SQLite"
+            " database, which an object store cannot hold. Give a local or mounted"
+            " directory that outlives the stream (beside its checkpointLocation, one per"
+            " stream), e.g. .option('cloudFiles.schemaLocation',"
+            " '/var/lib/deltaflow/streams/events/schema'); the landing zone and the target"
+            " table may stay on the object store.",
             option="cloudFiles.schemaLocation",
         )
     mode = _choice(options, "cloudFiles.schemaEvolutionMode", EVOLUTION_MODES, "addNewColumns")
