@@ -48,6 +48,7 @@ from deltaflow.pipelines.errors import (
     GraphValidationError,
     NoActivePipelineError,
     PipelineError,
+    PipelineStorageError,
     UserQueryError,
 )
 
@@ -93,6 +94,7 @@ __all__ = [
     "NoActivePipelineError",
     "PipelineError",
     "PipelineSettings",
+    "PipelineStorageError",
     "Sink",
     "UpdateReport",
     "UserQueryError",

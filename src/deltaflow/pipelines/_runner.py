@@ -150,7 +150,7 @@ def run_update(
     """
     if continuous and stop is None:
         raise ValueError("a continuous update runs until `stop` is set: pass a threading.Event")
-    storage = Storage(settings.storage, settings.database)
+    storage = Storage.of(settings.storage, settings.database, settings.configuration)
     update_id = str(uuid.uuid4())
     origin = Origin(settings.pipeline_id, settings.name, update_id)
     log = EventLog(storage.event_log, origin, on_event)

@@ -4,6 +4,13 @@ Under the pipeline's ``storage``: ``tables/<name>`` (each dataset's Delta table 
 it has a ``path``), ``checkpoints/<flow>`` (each streaming flow's checkpoint; a full
 refresh deletes it), ``system/events`` (the event log). Tables are registered in the
 catalog under the pipeline's database, so ``spark.read.table("silver")`` reads them.
+
+``storage`` may be an object-store URI (``s3://bucket/pipelines/shop``): tables, the event
+log and AUTO CDC state are Delta tables, which deltaflow reaches there. Checkpoints are
+not: Spark writes them through Hadoop (no ``s3://`` in the pyspark wheel) and the runner
+keeps small marker files beside them, so they live under ``pipelines.checkpointRoot``
+(``<root>/<flow>``), a local, mounted or HDFS directory, required when ``storage`` is
+not local (and optional otherwise).
 """
 
 from __future__ import annotations
@@ -18,22 +25,53 @@ from typing import TYPE_CHECKING
 from deltaflow.pipelines._analysis import ResolvedDataset
 from deltaflow.pipelines._declarations import Dataset, Flow
 from deltaflow.pipelines._graph import Graph
+from deltaflow.pipelines.errors import PipelineStorageError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
+CHECKPOINT_ROOT = "pipelines.checkpointRoot"
+
+
 @dataclass(frozen=True)
 class Storage:
-    """A pipeline's storage root (a local directory or URI) and catalog database."""
+    """A pipeline's storage root (a local directory or URI) and catalog database;
+    ``checkpoints``: where flow checkpoints live when not under ``root``."""
 
     root: str
     database: str
+    checkpoints: str | None = None
+
+    @classmethod
+    def of(cls, root: str, database: str, configuration: Mapping[str, str]) -> Storage:
+        """The storage of an update; refuses an object-store root without a checkpoint
+        root (Spark could not write the checkpoints there)."""
+        from deltaflow.table import _uri
+
+        checkpoints = configuration.get(CHECKPOINT_ROOT) or None
+        if checkpoints is not None and "://" not in checkpoints:
+            checkpoints = os.path.abspath(os.path.expanduser(checkpoints))
+        if checkpoints is None and not _uri.is_local(_uri.normalize_uri(root)):
+            raise PipelineStorageError(
+                f"The pipeline's storage {_uri.shown(root)} is on an object store, where its"
+                " tables and event log can live but its streaming checkpoints cannot: Spark"
+                " writes checkpoints through Hadoop, which cannot open that scheme here. Set"
+                f" {CHECKPOINT_ROOT} in the pipeline's configuration to a local, mounted or"
+                " HDFS directory that outlives the update (one per pipeline), e.g."
+                f" configuration: {{{CHECKPOINT_ROOT}: /var/lib/deltaflow/pipelines/NAME}}"
+                " in spark-pipeline.yml.",
+                storage=root,
+                setting=CHECKPOINT_ROOT,
+            )
+        return cls(root, database, checkpoints)
 
     def table_path(self, dataset: Dataset) -> str:
         return dataset.path or os.path.join(self.root, "tables", dataset.name.lower())
 
     def checkpoint(self, flow_name: str) -> str:
+        if self.checkpoints is not None:
+            return os.path.join(self.checkpoints, flow_name.lower())
         return os.path.join(self.root, "checkpoints", flow_name.lower())
 
     @property

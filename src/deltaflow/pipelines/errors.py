@@ -88,3 +88,12 @@ class SpecError(PipelineError, ValueError):
 
     def __init__(self, message: str, *, path: str, field: str | None) -> None:
         super().__init__(message, path=path, field=field)
+
+
+class PipelineStorageError(PipelineError, ValueError):
+    """The pipeline's ``storage`` (a URI) cannot hold what the update must keep there, named
+    by ``setting``: the streaming checkpoints of a pipeline stored on an object store need
+    ``pipelines.checkpointRoot`` on a local, mounted or HDFS path. Terminal."""
+
+    def __init__(self, message: str, *, storage: str, setting: str) -> None:
+        super().__init__(message, storage=storage, setting=setting)
