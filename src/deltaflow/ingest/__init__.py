@@ -11,7 +11,9 @@ Auto Loader options (supported / differs / not yet):
                                    avro, orc, binaryFile, multi-line JSON, compressed files.
 ``cloudFiles.schemaLocation``      Required, even with ``.schema(...)`` (differs): it also
                                    holds the seen-file store (``_cloudfiles/files.db``), which
-                                   Auto Loader keeps in the checkpoint. Local or mounted only.
+                                   Auto Loader keeps in the checkpoint. Local or mounted only
+                                   (an object-store URI: InvalidOptionError); the landing
+                                   zone may be on ``s3://``.
                                    Versions are ``_schemas/0``, ``_schemas/1``, ... (our JSON).
 ``cloudFiles.inferColumnTypes``    Supported (default false for json/csv: all strings).
                                    Typed inference: boolean, bigint, double, string; JSON
