@@ -23,10 +23,10 @@ on object stores one recursive listing), but only files whose *arrival time* is 
 looked up in the store; older ones were already recorded. The arrival time of a local
 file is the later of its mtime and ctime: a rename keeps the mtime of the write but
 sets the ctime, so a file renamed in long after it was written is still new. On an
-object store the arrival time is the object's LastModified, which S3 sets when the
-upload *started*: an upload slower than the recheck window would be missed, so the
-default window (an hour) is far above any single PUT or multipart upload of a landing
-file.
+object store the arrival time is the object's LastModified, which may be stamped
+before the object became visible (a long or multipart upload): an upload slower than
+the recheck window would be missed, so the default window (an hour) is kept far above
+the time a landing file's upload takes.
 """
 
 from __future__ import annotations
