@@ -8,13 +8,19 @@ possible, because it shares the machine's 2 cores with the server). Each request
 p50 / p99 / max acknowledgement latency (request sent -> 200 received), and checks
 that the table holds exactly the acknowledged rows.
 
+``--stores local s3`` runs the same load against a table on local disk and one on S3
+(a SeaweedFS server started for the run, as in the tests: ``tests/_object_store.py``),
+one after the other in one run, so the ratio is what to read on a loaded machine.
+
     .venv/bin/python bench/bench_ingest_http.py [--quick] [--seconds 20] [--clients 50]
+        [--stores local s3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -111,17 +117,37 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def count_rows(path: str) -> int:
+def count_rows(path: str, options: dict[str, str]) -> int:
     from deltalake import DeltaTable
 
-    return int(DeltaTable(path).to_pyarrow_dataset().count_rows())
+    return int(DeltaTable(path, storage_options=options).to_pyarrow_dataset().count_rows())
+
+
+@contextlib.contextmanager
+def object_store(workdir: str):  # type: ignore[no-untyped-def]
+    """A SeaweedFS S3 server for the run (the tests' fixture code), stopped afterwards."""
+    sys.path.insert(0, str(HERE.parent))
+    from tests import _object_store
+
+    folder = Path(workdir, "seaweedfs")
+    folder.mkdir()
+    endpoint = f"http://127.0.0.1:{_object_store.free_port()}"
+    with _object_store.start_seaweedfs(folder, endpoint) as store:
+        yield store
 
 
 def run(args: argparse.Namespace) -> dict:
     workdir = tempfile.mkdtemp(prefix="deltaflow-bench-http-")
-    table = os.path.join(workdir, "events")
+    with contextlib.ExitStack() as stack:
+        if args.store == "s3":
+            store = stack.enter_context(object_store(workdir))
+            return _run(args, workdir, store.uri("events"), store.env)
+        return _run(args, workdir, os.path.join(workdir, "events"), {})
+
+
+def _run(args: argparse.Namespace, workdir: str, table: str, store_env: dict[str, str]) -> dict:
     port = free_port()
-    env = {**os.environ, "BENCH_TOKENS": "bench-token"}
+    env = {**os.environ, **store_env, "BENCH_TOKENS": "bench-token"}
     command = [
         sys.executable, "-m", "deltaflow.cli", "serve",
         "--table", f"events={table}", "--schema", f"events={SCHEMA}",
@@ -152,7 +178,7 @@ def run(args: argparse.Namespace) -> dict:
         )
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
-        rows = count_rows(table)
+        rows = count_rows(table, store_env)
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
@@ -163,6 +189,7 @@ def run(args: argparse.Namespace) -> dict:
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000
 
     return {
+        "store": args.store,
         "clients": args.clients,
         "events_per_request": args.events_per_request,
         "bytes_per_event": round(result["bytes_per_event"], 1),
@@ -190,16 +217,18 @@ def main() -> int:
     parser.add_argument("--events-per-request", type=int, nargs="*", default=[100, 500, 2000])
     parser.add_argument("--max-delay-ms", type=float, default=10.0)
     parser.add_argument("--no-fsync", action="store_true")
+    parser.add_argument("--stores", nargs="*", choices=("local", "s3"), default=["local"])
     args = parser.parse_args()
     if args.quick:
         args.seconds = 5.0
     results = []
     for events in args.events_per_request:
-        one = argparse.Namespace(**{**vars(args), "events_per_request": events})
-        print(f"load average before: {loadavg()}", flush=True)
-        result = run(one)
-        results.append(result)
-        print(json.dumps(result), flush=True)
+        for store in args.stores:
+            one = argparse.Namespace(**{**vars(args), "events_per_request": events, "store": store})
+            load = loadavg()
+            result = {**run(one), "load_before": load}
+            results.append(result)
+            print(json.dumps(result), flush=True)
     out = HERE / "results" / "ingest_http.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
