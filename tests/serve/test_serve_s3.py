@@ -63,7 +63,7 @@ def test_events_are_committed_on_s3_before_the_ack_and_survive_a_restart(serve, 
     assert DeltaTable(uri, storage_options=s3.storage_options).version() == 2
 
 
-def test_concurrent_requests_share_conditional_put_commits_on_s3(serve, s3, tmp_path):
+def test_grouped_commits_and_another_writer_on_s3_lose_nothing(serve, s3, tmp_path):
     uri = s3.uri("events")
     server = serve(make_config(tmp_path, events={"path": uri}), group_commit_max_delay_ms=50.0)
     replies = []
@@ -71,14 +71,31 @@ def test_concurrent_requests_share_conditional_put_commits_on_s3(serve, s3, tmp_
     def send(i: int) -> None:
         replies.append(server.client.post("events", ndjson(i, i + 1000), key=f"c-{i}"))
 
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(12)]
+    def other_writer() -> None:
+        # Another writer appending to the same table meanwhile: the conditional put makes
+        # whichever loses a version retry at the next one, so no commit overwrites another.
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        schema = DeltaTable(uri, storage_options=s3.storage_options).schema().to_arrow()
+        for n in range(4):
+            row = {f.name: [None] for f in pa.schema(schema)}
+            row["id"] = [5000 + n]
+            table = pa.table(row, schema=pa.schema(schema))
+            write_deltalake(uri, table, mode="append", storage_options=s3.storage_options)
+
+    assert server.client.post("events", ndjson(0)).status == 200  # creates the table
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(1, 13)]
+    threads.append(threading.Thread(target=other_writer))
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=120)
     assert [r.status for r in replies] == [200] * 12
     assert len({r.body["version"] for r in replies}) < 12  # grouped
-    assert len(s3_rows(s3, uri)) == 24
+    ids = [r["id"] for r in s3_rows(s3, uri)]
+    expected = {0, *range(1, 13), *range(1001, 1013), *range(5000, 5004)}
+    assert len(ids) == len(expected) and set(ids) == expected
     # Every acknowledged version is a commit file that exists on the store.
     versions = {h["version"] for h in DeltaTable(uri, storage_options=s3.storage_options).history()}
     assert {r.body["version"] for r in replies} <= versions
