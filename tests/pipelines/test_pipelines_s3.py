@@ -123,3 +123,17 @@ def test_checkpoint_root_places_each_flows_checkpoint(tmp_path: Path, monkeypatc
     gold = dp.Dataset(name="gold", kind="materialized_view", location=SourceLocation(None, None))
     assert moved.table_path(gold) == "s3://b/p/tables/gold"
     assert moved.event_log == "s3://b/p/system/events"
+
+
+def test_a_specs_checkpoint_root_is_relative_to_the_spec(tmp_path: Path) -> None:
+    from deltaflow.pipelines._commands import settings_of
+    from deltaflow.pipelines._spec import load_spec
+
+    spec_file = tmp_path / "spark-pipeline.yml"
+    spec_file.write_text(
+        "name: shop\nstorage: s3://bucket/pipelines/shop\n"
+        "configuration:\n  pipelines.checkpointRoot: state/checkpoints\n"
+    )
+    settings = settings_of(load_spec(spec_file))
+    assert settings.storage == "s3://bucket/pipelines/shop"
+    assert settings.configuration["pipelines.checkpointRoot"] == str(tmp_path / "state/checkpoints")

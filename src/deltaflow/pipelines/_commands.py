@@ -64,12 +64,18 @@ def _spec(path: Path | None) -> PipelineSpec:
 
 def settings_of(spec: PipelineSpec, *, development: bool = False) -> PipelineSettings:
     from deltaflow.pipelines._runner import PipelineSettings
+    from deltaflow.pipelines._storage import CHECKPOINT_ROOT
 
+    configuration = dict(spec.configuration)
+    checkpoints = configuration.get(CHECKPOINT_ROOT)
+    if checkpoints and "://" not in checkpoints:
+        # Relative to the spec's directory, as `storage` is.
+        configuration[CHECKPOINT_ROOT] = str((spec.root / Path(checkpoints).expanduser()).resolve())
     return PipelineSettings(
         name=spec.name,
         storage=spec.storage_path(),
         database=spec.database or "default",
-        configuration=spec.configuration,
+        configuration=configuration,
         development=development,
     )
 
