@@ -126,3 +126,23 @@ def test_a_checkpoint_on_s3_is_refused_with_a_typed_error(spark, object_store) -
     assert "checkpointLocation" in str(caught.value)
     assert deltaflow.typed_error(caught.value) is caught.value
     assert object_store.env["AWS_SECRET_ACCESS_KEY"] not in str(caught.value)
+
+
+def test_update_mode_into_an_s3_table_is_refused_naming_the_way_to_upsert(
+    spark, object_store, tmp_path: Path
+) -> None:
+    from deltaflow.errors import InvalidOptionError
+
+    source, target = object_store.uri("src"), object_store.uri("dst")
+    append(spark, source, [(1, "a")], "id long, kind string")
+    counts = spark.readStream.format("delta").load(source).groupBy("kind").count()
+    with pytest.raises(InvalidOptionError) as caught:
+        (
+            counts.writeStream.format("delta")
+            .outputMode("update")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start(target)
+        )
+    assert caught.value.option == "outputMode"
+    assert "foreachBatch" in str(caught.value)  # as delta-spark: upsert with MERGE there
