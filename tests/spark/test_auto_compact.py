@@ -204,6 +204,36 @@ def test_optimize_write_writes_one_file_per_partition(spark, table_path) -> None
     assert sum(files_per_partition(optimized, "p").values()) > 48
 
 
+def test_optimize_write_shuffles_by_partition_without_adaptive_execution(
+    spark, table_path, tmp_path
+) -> None:
+    # Spark drops the REBALANCE hint when adaptive execution is off, as it always is in a
+    # stream's micro-batches: the write then hash-shuffles by the partition columns itself.
+    path = table_path()
+    df = spark.range(600).selectExpr("id", "id % 4 AS p").repartition(6)
+    with session_conf(spark, spark__sql__adaptive__enabled="false"):
+        df.write.format("delta").partitionBy("p").option(
+            "delta.autoOptimize.optimizeWrite", "true"
+        ).save(path)
+    assert dict(files_per_partition(path, "p")) == {p: 1 for p in range(4)}
+
+    source, streamed = table_path("source"), table_path("streamed")
+    df.write.format("delta").save(source)  # 6 files: one micro-batch of 6 tasks
+    query = (
+        spark.readStream.format("delta")
+        .load(source)
+        .writeStream.format("delta")
+        .partitionBy("p")
+        .option("optimizeWrite", "true")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(streamed)
+    )
+    assert query.awaitTermination(300)
+    assert dict(files_per_partition(streamed, "p")) == {p: 1 for p in range(4)}
+    assert DeltaTable(streamed).to_pyarrow_table().num_rows == 600
+
+
 def test_background_mode_does_not_hold_the_writer(spark, table_path) -> None:
     path = table_path()
     df = spark.range(4).selectExpr("id", "id % 2 AS p").coalesce(1)

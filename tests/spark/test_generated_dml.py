@@ -276,3 +276,25 @@ def test_filter_on_base_column_prunes_generated_partitions(spark, table_path):
     assert (report.files_scanned, report.skipped_by_partition) == (4, 6)
     assert [r.v for r in table.where("ts = '2024-01-05 12:00:00'").collect()] == [5]
     assert deltaflow.spark.scan_reports(spark, path)[-1].files_scanned == 3
+
+
+def test_month_format_and_trunc_partitions_prune_filters_on_the_base_column(spark, table_path):
+    import deltaflow.spark
+
+    path = table_path("by_month")
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` (ts TIMESTAMP, v INT,"
+        " ym STRING GENERATED ALWAYS AS (DATE_FORMAT(ts, 'yyyy-MM')),"
+        " mo INT GENERATED ALWAYS AS (MONTH(ts))) USING delta PARTITIONED BY (ym, mo)"
+        " TBLPROPERTIES ('delta.dataSkippingNumIndexedCols' = '0')"
+    )
+    rows = [(f"2024-{n:02d}-15 12:00:00", n) for n in range(1, 13)]  # one file a month
+    spark.createDataFrame(rows, "ts STRING, v INT").selectExpr(
+        "CAST(ts AS TIMESTAMP) AS ts", "v"
+    ).write.format("delta").mode("append").save(path)
+    table = spark.read.format("delta").load(path)
+    assert sorted(r.v for r in table.where("ts >= '2024-10-01'").collect()) == [10, 11, 12]
+    # October to December, and September for the time zone slack.
+    assert deltaflow.spark.scan_reports(spark, path)[-1].files_scanned == 4
+    assert [r.v for r in table.where("ts = '2024-06-15 12:00:00'").collect()] == [6]
+    assert deltaflow.spark.scan_reports(spark, path)[-1].files_scanned == 1

