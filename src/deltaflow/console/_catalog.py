@@ -1,0 +1,124 @@
+"""The tables under the console's roots, found on disk and confined to the roots.
+
+A table is addressed by an id: its path relative to its root, prefixed by the root's name
+when the console has several roots. Ids are only ever looked up in the set found by
+walking the roots (symlinks not followed), so a request cannot name a directory outside
+them: ``..``, absolute paths and symlinks that leave a root are refused or not found.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from deltaflow.console._table_state import TableState
+from deltaflow.console.errors import ConsoleRequestError
+
+# How old the list of tables may be before a request walks the roots again. Walking is
+# cheap for a few hundred tables; doing it on every 2-second poll of every browser is not.
+_RESCAN_SECONDS = 2.0
+# Directories a walk never descends into: they belong to tables or to Spark, not to users.
+_SKIP = frozenset({"_delta_log", "_change_data", "_checkpoints", "__pycache__", ".git"})
+
+
+@dataclass(frozen=True)
+class Root:
+    name: str
+    path: str  # real path
+
+
+class Catalog:
+    """Finds the tables under the roots and keeps one :class:`TableState` per table."""
+
+    def __init__(self, roots: tuple[str, ...]) -> None:
+        self.roots = _named(roots)
+        self._tables: dict[str, TableState] = {}
+        self._scanned_at = 0.0
+        self._lock = threading.Lock()
+
+    def tables(self) -> list[TableState]:
+        """Every table under the roots, by id (rescanned at most every couple of seconds)."""
+        with self._lock:
+            if time.monotonic() - self._scanned_at > _RESCAN_SECONDS:
+                self._rescan()
+            return [self._tables[k] for k in sorted(self._tables)]
+
+    def table(self, table_id: str | None) -> TableState:
+        """The table with this id, or a 400 / 404 :class:`ConsoleRequestError`."""
+        if not table_id:
+            raise ConsoleRequestError("give the table: ?id=<table id>", status=400, code="bad_id")
+        parts = table_id.split("/")
+        if any(p in ("", ".", "..") for p in parts) or "\\" in table_id or "\0" in table_id:
+            raise ConsoleRequestError(
+                f"table id {table_id!r} is not a path under the roots: use an id from"
+                " /api/tables (no '..', no leading '/').",
+                status=400,
+                code="bad_id",
+            )
+        with self._lock:
+            state = self._tables.get(table_id)
+            if state is None and time.monotonic() - self._scanned_at > 0.2:
+                self._rescan()  # a table created since the last walk
+                state = self._tables.get(table_id)
+        if state is None or not _inside(state.path, self._root_of(state.root).path):
+            raise ConsoleRequestError(
+                f"no Delta table {table_id!r} under the console's roots: see /api/tables.",
+                status=404,
+                code="table_not_found",
+            )
+        return state
+
+    def _root_of(self, name: str) -> Root:
+        return next(r for r in self.roots if r.name == name)
+
+    def _rescan(self) -> None:
+        found: dict[str, tuple[str, str]] = {}
+        several = len(self.roots) > 1
+        for root in self.roots:
+            for path in _table_dirs(root.path):
+                rel = os.path.relpath(path, root.path).replace(os.sep, "/")
+                rel = "" if rel == "." else rel
+                table_id = "/".join(p for p in (root.name if several else "", rel) if p)
+                found[table_id or root.name] = (path, root.name)
+        kept = {}
+        for table_id, (path, root_name) in found.items():
+            state = self._tables.get(table_id)
+            if state is None or state.path != path:
+                state = TableState(table_id, path, root_name)
+            kept[table_id] = state
+        self._tables = kept
+        self._scanned_at = time.monotonic()
+
+
+def _named(paths: tuple[str, ...]) -> tuple[Root, ...]:
+    roots: list[Root] = []
+    used: set[str] = set()
+    for path in paths:
+        base = os.path.basename(path.rstrip("/")) or "root"
+        name, n = base, 2
+        while name in used:
+            name, n = f"{base}-{n}", n + 1
+        used.add(name)
+        roots.append(Root(name, os.path.realpath(path)))
+    return tuple(roots)
+
+
+def _table_dirs(root: str) -> list[str]:
+    """Directories under ``root`` with a ``_delta_log``; a table's insides are not walked,
+    and neither are symlinks (they could lead out of the root)."""
+    out = []
+    for current, dirs, _files in os.walk(root, followlinks=False):
+        if "_delta_log" in dirs and os.path.isdir(os.path.join(current, "_delta_log")):
+            if _inside(os.path.join(current, "_delta_log"), root):
+                out.append(current)
+            dirs.clear()
+            continue
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP and not d.startswith("."))
+    return out
+
+
+def _inside(path: str, root: str) -> bool:
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)

@@ -1,0 +1,206 @@
+"""One table as the console sees it: its commits, and facts of its latest snapshot.
+
+Everything is cached against the latest log version, so a page that polls an unchanged
+table costs one ``stat``. The snapshot facts (files, sizes, rows) come from delta-rs,
+kept loaded and moved forward with ``update_incremental`` when the log grows.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from deltalake import DeltaTable
+
+from deltaflow.console._commits import Commit, CommitLog
+
+# A file counts as small below a quarter of delta.targetFileSize, and never above 32 MB
+# (the threshold when the table sets no target): such files are what compaction rewrites.
+SMALL_FILE_SHARE = 0.25
+_DEFAULT_SMALL_BYTES = 32 * 1024 * 1024
+# File-size histogram buckets: powers of two from 1 KB to 1 GB.
+_BUCKET_EDGES = [1024 * 2**i for i in range(0, 21)]
+
+
+@dataclass(frozen=True)
+class SnapshotFacts:
+    version: int
+    schema: dict[str, Any]
+    partition_columns: list[str]
+    clustering_columns: list[str]
+    properties: dict[str, str | None]
+    protocol: dict[str, Any]
+    name: str | None
+    description: str | None
+    num_files: int
+    size_bytes: int
+    num_rows: int | None
+    small_files: int
+    small_file_bytes: int
+    histogram: list[dict[str, int]]
+
+
+class TableState:
+    """A table under a root: its :class:`CommitLog` and cached snapshot facts."""
+
+    def __init__(self, table_id: str, path: str, root: str) -> None:
+        self.id = table_id
+        self.path = path
+        self.root = root
+        self.log = CommitLog(path)
+        self._table: DeltaTable | None = None
+        self._facts: SnapshotFacts | None = None
+        self._lock = threading.Lock()
+
+    def facts(self) -> SnapshotFacts:
+        """The latest snapshot's facts (recomputed only when a version was added)."""
+        latest = self.log.latest_version()
+        with self._lock:
+            if self._facts is not None and self._facts.version == latest:
+                return self._facts
+            if self._table is None or self._table.version() > latest:
+                self._table = DeltaTable(self.path)
+            else:
+                self._table.update_incremental()
+            self._facts = _facts_of(self._table)
+            return self._facts
+
+    def summary(self) -> dict[str, Any]:
+        """The table list's row: size, files, small-file health, last write."""
+        facts = self.facts()
+        last = self.log.page(None, 1)
+        return {
+            "id": self.id,
+            "root": self.root,
+            "name": facts.name,
+            "version": facts.version,
+            "num_files": facts.num_files,
+            "size_bytes": facts.size_bytes,
+            "num_rows": facts.num_rows,
+            "small_files": facts.small_files,
+            "small_file_bytes": facts.small_file_bytes,
+            "health": _health(facts),
+            "last_commit": _brief(last[0]) if last else None,
+            "streams": sorted({a for c in self.log.page(None, 50) for a, _ in c.transactions}),
+        }
+
+    def detail(self) -> dict[str, Any]:
+        facts = self.facts()
+        return {
+            **self.summary(),
+            "description": facts.description,
+            "schema": facts.schema,
+            "partition_columns": facts.partition_columns,
+            "clustering_columns": facts.clustering_columns,
+            "properties": facts.properties,
+            "protocol": facts.protocol,
+            "change_data_feed": str(facts.properties.get("delta.enableChangeDataFeed", ""))
+            .strip()
+            .lower()
+            == "true",
+        }
+
+
+def _brief(commit: Commit) -> dict[str, Any]:
+    return {"version": commit.version, "timestamp": commit.timestamp, "operation": commit.operation}
+
+
+def _health(facts: SnapshotFacts) -> str:
+    """``ok``, or ``small-files`` when most files (and more than a handful) are small."""
+    if facts.small_files > 8 and facts.small_files * 2 > facts.num_files:
+        return "small-files"
+    return "ok"
+
+
+def small_file_bytes(properties: dict[str, str | None]) -> int:
+    raw = str(properties.get("delta.targetFileSize") or "").strip().lower()
+    target = _parse_bytes(raw)
+    if target is None:
+        return _DEFAULT_SMALL_BYTES
+    return min(_DEFAULT_SMALL_BYTES, int(target * SMALL_FILE_SHARE))
+
+
+def _parse_bytes(raw: str) -> int | None:
+    units = {"b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2}
+    units |= {"g": 1024**3, "gb": 1024**3}
+    number = raw.rstrip("kmgbKMGB ")
+    suffix = raw[len(number) :].strip()
+    if not number.isdigit() or suffix not in ("", *units):
+        return None
+    return int(number) * units.get(suffix or "b", 1)
+
+
+def _facts_of(table: DeltaTable) -> SnapshotFacts:
+    metadata = table.metadata()
+    protocol = table.protocol()
+    schema = json.loads(table.schema().to_json())
+    properties: dict[str, str | None] = dict(metadata.configuration)
+    actions = table.get_add_actions(flatten=True)
+    sizes = [int(s) for s in _column(actions, "size_bytes")]
+    records = _column(actions, "num_records")
+    threshold = small_file_bytes(properties)
+    small = [s for s in sizes if s < threshold]
+    writer_features = list(protocol.writer_features or [])
+    return SnapshotFacts(
+        version=table.version(),
+        schema=schema,
+        partition_columns=list(metadata.partition_columns),
+        clustering_columns=_clustering(table, schema, writer_features),
+        properties=properties,
+        protocol={
+            "min_reader_version": protocol.min_reader_version,
+            "min_writer_version": protocol.min_writer_version,
+            "reader_features": list(protocol.reader_features or []),
+            "writer_features": writer_features,
+        },
+        name=metadata.name,
+        description=metadata.description,
+        num_files=len(sizes),
+        size_bytes=sum(sizes),
+        num_rows=None if any(r is None for r in records) else sum(int(r) for r in records),
+        small_files=len(small),
+        small_file_bytes=threshold,
+        histogram=_histogram(sizes),
+    )
+
+
+def _column(actions: Any, name: str) -> list[Any]:
+    import pyarrow as pa
+
+    table = pa.table(actions) if not isinstance(actions, pa.Table) else actions
+    if name not in table.column_names:
+        return []
+    return list(table.column(name).to_pylist())
+
+
+def _histogram(sizes: list[int]) -> list[dict[str, int]]:
+    """File counts per power-of-two size bucket, from the smallest to the largest used."""
+    import bisect
+
+    counts = [0] * (len(_BUCKET_EDGES) + 1)
+    for size in sizes:
+        counts[bisect.bisect_right(_BUCKET_EDGES, size)] += 1
+    used = [i for i, c in enumerate(counts) if c]
+    if not used:
+        return []
+    out = []
+    for i in range(used[0], used[-1] + 1):
+        low = 0 if i == 0 else _BUCKET_EDGES[i - 1]
+        high = _BUCKET_EDGES[i] if i < len(_BUCKET_EDGES) else -1
+        out.append({"min_bytes": low, "max_bytes": high, "files": counts[i]})
+    return out
+
+
+def _clustering(table: DeltaTable, schema: dict[str, Any], writer_features: list[str]) -> list[str]:
+    from deltaflow.table import _clustering
+
+    if not _clustering.is_clustered(writer_features):
+        return []
+    uri = table.table_uri
+    domain = _clustering.read_domains(uri, table.version()).get(_clustering.DOMAIN)
+    if not domain:
+        return []
+    config = json.loads(domain.get("configuration") or "{}")
+    return _clustering.logical_names(schema, config.get("clusteringColumns") or [])
