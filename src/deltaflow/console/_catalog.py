@@ -59,8 +59,8 @@ class Catalog:
             )
         with self._lock:
             state = self._tables.get(table_id)
-            if state is None and time.monotonic() - self._scanned_at > 0.2:
-                self._rescan()  # a table created since the last walk
+            if state is None and self._created_since_scan(parts):
+                self._rescan()
                 state = self._tables.get(table_id)
         if state is None or not _inside(state.path, self._root_of(state.root).path):
             raise ConsoleRequestError(
@@ -69,6 +69,22 @@ class Catalog:
                 code="table_not_found",
             )
         return state
+
+    def _created_since_scan(self, parts: list[str]) -> bool:
+        """Whether the id names a table directory (no symlink on the way) that the last
+        walk did not see: only then is walking again worth it."""
+        candidates = [(self.roots[0], parts)] if len(self.roots) == 1 else []
+        candidates += [(r, parts[1:]) for r in self.roots if len(parts) > 1 and r.name == parts[0]]
+        for root, rel in candidates:
+            path = root.path
+            for part in rel:
+                path = os.path.join(path, part)
+                if os.path.islink(path):
+                    break
+            else:
+                if os.path.isdir(os.path.join(path, "_delta_log")):
+                    return True
+        return False
 
     def _root_of(self, name: str) -> Root:
         return next(r for r in self.roots if r.name == name)
