@@ -3,14 +3,15 @@
 The console shows every version's operation, rows and files; reading 10,000 commit files
 on every request would take seconds. A :class:`CommitLog` reads each commit file once,
 keeps a small summary of it, and on later calls only reads the versions written since
-(found by probing for the next file: one ``stat`` when nothing changed).
+(found by probing for the next file: one ``open`` when nothing changed). Older history
+is read backwards, a page at a time, when someone scrolls to it.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -146,64 +147,73 @@ def _first(metrics: dict[str, Any], names: tuple[str, ...]) -> int | None:
     return None
 
 
-@dataclass
 class CommitLog:
-    """The commits of one local table, read once each and kept in version order."""
+    """The commits of one local table, each read once, on demand.
 
-    path: str  # the table directory
-    commits: list[Commit] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    Only the commits a caller asks for are read: the newest ones for the table list and
+    the streams page, a window of versions for a history page. A version whose file is
+    gone (log cleanup) is skipped.
+    """
 
-    @property
-    def log_dir(self) -> str:
-        return os.path.join(self.path, "_delta_log")
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.log_dir = os.path.join(path, "_delta_log")
+        self._commits: dict[int, Commit] = {}
+        self._latest = -1
+        self._floor = 0  # the oldest version with a commit file when the log was listed
+        self._lock = threading.Lock()
 
     def latest_version(self) -> int:
         """Bring the log up to date and return its newest version (-1 for no commit)."""
         with self._lock:
             self._refresh()
-            return self.commits[-1].version if self.commits else -1
+            return self._latest
 
-    def since(self, version: int) -> list[Commit]:
-        """Commits after ``version``, oldest first (reads only what is new)."""
+    def since(self, version: int, limit: int) -> list[Commit]:
+        """The newest ``limit`` commits after ``version``, newest first."""
         with self._lock:
             self._refresh()
-            start = self._index_after(version)
-            return self.commits[start:]
+            return self._collect(self._latest, max(version + 1, self._floor), limit)
 
     def page(self, before: int | None, limit: int) -> list[Commit]:
-        """Up to ``limit`` commits below ``before`` (all when None), newest first."""
+        """Up to ``limit`` commits below ``before`` (the newest when None), newest first."""
         with self._lock:
             self._refresh()
-            end = len(self.commits) if before is None else self._index_after(before - 1)
-            return self.commits[max(0, end - limit) : end][::-1]
+            top = self._latest if before is None else min(before - 1, self._latest)
+            return self._collect(top, self._floor, limit)
 
-    def _index_after(self, version: int) -> int:
-        lo, hi = 0, len(self.commits)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.commits[mid].version <= version:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+    def _collect(self, top: int, bottom: int, limit: int) -> list[Commit]:
+        out: list[Commit] = []
+        version = top
+        while version >= bottom and len(out) < limit:
+            commit = self._commits.get(version)
+            if commit is None:
+                commit = self._read(version)
+                if commit is None:  # removed by log cleanup: nothing older is left either
+                    self._floor = version + 1
+                    break
+                self._commits[version] = commit
+            out.append(commit)
+            version -= 1
+        return out
 
     def _refresh(self) -> None:
-        if self.commits and not os.path.exists(self._file(self.commits[-1].version)):
-            self.commits.clear()  # the table was deleted and created again: start over
-        if not self.commits:
+        if self._latest >= 0 and not os.path.exists(self._file(self._latest)):
+            # The table was deleted and created again: start over.
+            self._commits.clear()
+            self._latest = -1
+        if self._latest < 0:
             versions = self._listed_versions()
             if not versions:
                 return
-            nxt = versions[0]
-        else:
-            nxt = self.commits[-1].version + 1
+            self._floor, self._latest = versions[0], versions[-1]
+        # Probe for the next commit file: one failed open when nothing was committed.
         while True:
-            commit = self._read(nxt)
+            commit = self._read(self._latest + 1)
             if commit is None:
                 return
-            self.commits.append(commit)
-            nxt += 1
+            self._latest = commit.version
+            self._commits[commit.version] = commit
 
     def _listed_versions(self) -> list[int]:
         try:

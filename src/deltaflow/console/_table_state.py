@@ -12,9 +12,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from deltalake import DeltaTable
 
 from deltaflow.console._commits import Commit, CommitLog
+from deltaflow.table._arrow import read_stream
 
 # A file counts as small below a quarter of delta.targetFileSize, and never above 32 MB
 # (the threshold when the table sets no target): such files are what compaction rewrites.
@@ -137,7 +139,7 @@ def _facts_of(table: DeltaTable) -> SnapshotFacts:
     protocol = table.protocol()
     schema = json.loads(table.schema().to_json())
     properties: dict[str, str | None] = dict(metadata.configuration)
-    actions = table.get_add_actions(flatten=True)
+    actions = read_stream(table.get_add_actions(flatten=False))
     sizes = [int(s) for s in _column(actions, "size_bytes")]
     records = _column(actions, "num_records")
     threshold = small_file_bytes(properties)
@@ -166,13 +168,10 @@ def _facts_of(table: DeltaTable) -> SnapshotFacts:
     )
 
 
-def _column(actions: Any, name: str) -> list[Any]:
-    import pyarrow as pa
-
-    table = pa.table(actions) if not isinstance(actions, pa.Table) else actions
-    if name not in table.column_names:
+def _column(actions: pa.Table, name: str) -> list[Any]:
+    if name not in actions.column_names:
         return []
-    return list(table.column(name).to_pylist())
+    return list(actions.column(name).to_pylist())
 
 
 def _histogram(sizes: list[int]) -> list[dict[str, int]]:
