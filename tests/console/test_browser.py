@@ -109,4 +109,4 @@ def test_streams_page_charts_batches(console: Console, browser: Browser) -> None
     bars = browser.evaluate(
         "document.querySelectorAll('section[data-app-id=\"query-1\"] rect.bar').length"
     )
-    assert bars == 6  # 3 batches in each of the two charts
+    assert bars == 9  # 3 batches in each of the three charts

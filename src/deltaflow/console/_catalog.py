@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from deltaflow.console._checkpoints import Checkpoint, is_checkpoint
 from deltaflow.console._table_state import TableState
 from deltaflow.console.errors import ConsoleRequestError
 
@@ -20,7 +21,7 @@ from deltaflow.console.errors import ConsoleRequestError
 # cheap for a few hundred tables; doing it on every 2-second poll of every browser is not.
 _RESCAN_SECONDS = 2.0
 # Directories a walk never descends into: they belong to tables or to Spark, not to users.
-_SKIP = frozenset({"_delta_log", "_change_data", "_checkpoints", "__pycache__", ".git"})
+_SKIP = frozenset({"_delta_log", "_change_data", "__pycache__", ".git"})
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Catalog:
     def __init__(self, roots: tuple[str, ...]) -> None:
         self.roots = _named(roots)
         self._tables: dict[str, TableState] = {}
+        self._checkpoints: dict[str, Checkpoint] = {}
         self._scanned_at = 0.0
         self._lock = threading.Lock()
 
@@ -44,6 +46,13 @@ class Catalog:
             if time.monotonic() - self._scanned_at > _RESCAN_SECONDS:
                 self._rescan()
             return [self._tables[k] for k in sorted(self._tables)]
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """Streaming checkpoints under the roots (found by the same walk as the tables)."""
+        with self._lock:
+            if time.monotonic() - self._scanned_at > _RESCAN_SECONDS:
+                self._rescan()
+            return [self._checkpoints[k] for k in sorted(self._checkpoints)]
 
     def table(self, table_id: str | None) -> TableState:
         """The table with this id, or a 400 / 404 :class:`ConsoleRequestError`."""
@@ -91,13 +100,17 @@ class Catalog:
 
     def _rescan(self) -> None:
         found: dict[str, tuple[str, str]] = {}
+        checkpoints: dict[str, Checkpoint] = {}
         several = len(self.roots) > 1
         for root in self.roots:
-            for path in _table_dirs(root.path):
-                rel = os.path.relpath(path, root.path).replace(os.sep, "/")
-                rel = "" if rel == "." else rel
-                table_id = "/".join(p for p in (root.name if several else "", rel) if p)
-                found[table_id or root.name] = (path, root.name)
+            tables, streams = _walk(root.path)
+            for path in tables:
+                found[_id_of(root, path, several)] = (path, root.name)
+            for path in streams:
+                cid = _id_of(root, path, several)
+                known = self._checkpoints.get(cid)
+                checkpoints[cid] = known if known is not None else Checkpoint(path, cid)
+        self._checkpoints = checkpoints
         kept = {}
         for table_id, (path, root_name) in found.items():
             state = self._tables.get(table_id)
@@ -121,18 +134,32 @@ def _named(paths: tuple[str, ...]) -> tuple[Root, ...]:
     return tuple(roots)
 
 
-def _table_dirs(root: str) -> list[str]:
-    """Directories under ``root`` with a ``_delta_log``; a table's insides are not walked,
-    and neither are symlinks (they could lead out of the root)."""
-    out = []
-    for current, dirs, _files in os.walk(root, followlinks=False):
-        if "_delta_log" in dirs and os.path.isdir(os.path.join(current, "_delta_log")):
-            if _inside(os.path.join(current, "_delta_log"), root):
-                out.append(current)
+def _id_of(root: Root, path: str, several: bool) -> str:
+    rel = os.path.relpath(path, root.path).replace(os.sep, "/")
+    rel = "" if rel == "." else rel
+    return "/".join(p for p in (root.name if several else "", rel) if p) or root.name
+
+
+def _walk(root: str) -> tuple[list[str], list[str]]:
+    """Table directories (with a ``_delta_log``) and streaming checkpoints under ``root``.
+
+    A table's insides are not walked, except a ``_checkpoint*`` folder in it (where
+    streams often keep their checkpoints); symlinks are not followed (they could lead
+    out of the root).
+    """
+    tables, checkpoints = [], []
+    for current, dirs, files in os.walk(root, followlinks=False):
+        if is_checkpoint(current, dirs, files):
+            checkpoints.append(current)
             dirs.clear()
             continue
+        if "_delta_log" in dirs and os.path.isdir(os.path.join(current, "_delta_log")):
+            if _inside(os.path.join(current, "_delta_log"), root):
+                tables.append(current)
+            dirs[:] = sorted(d for d in dirs if d.startswith("_checkpoint"))
+            continue
         dirs[:] = sorted(d for d in dirs if d not in _SKIP and not d.startswith("."))
-    return out
+    return tables, checkpoints
 
 
 def _inside(path: str, root: str) -> bool:

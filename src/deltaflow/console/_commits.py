@@ -182,6 +182,16 @@ class CommitLog:
             top = self._latest if before is None else min(before - 1, self._latest)
             return self._collect(top, self._floor, limit)
 
+    def commit(self, version: int) -> Commit | None:
+        """The summary of one version (read now if not yet), None if it has no file."""
+        with self._lock:
+            commit = self._commits.get(version)
+            if commit is None and version >= 0:
+                commit = self._read(version)
+                if commit is not None:
+                    self._commits[version] = commit
+            return commit
+
     def _collect(self, top: int, bottom: int, limit: int) -> list[Commit]:
         out: list[Commit] = []
         version = top

@@ -52,9 +52,11 @@ class _Api:
 
     def tables(self, query: dict[str, str]) -> Any:
         rows = []
-        for state in self.catalog.tables():
+        tables = self.catalog.tables()
+        readers = _streams.readers(tables, self.catalog.checkpoints())
+        for state in tables:
             try:
-                rows.append(state.summary())
+                rows.append({**state.summary(), "readers": readers.get(state.id, [])})
             except Exception as exc:  # one unreadable table must not hide the others
                 rows.append({"id": state.id, "root": state.root, "error": str(exc)})
         return {"roots": [r.name for r in self.catalog.roots], "tables": rows}
@@ -101,7 +103,7 @@ class _Api:
         return _preview.changes(state.path, start, _int(query, "limit", 50))
 
     def streams(self, query: dict[str, str]) -> Any:
-        return {"streams": _streams.streams(self.catalog.tables())}
+        return {"streams": _streams.streams(self.catalog.tables(), self.catalog.checkpoints())}
 
     def routes(self) -> dict[str, Callable[[dict[str, str]], Any]]:
         return {

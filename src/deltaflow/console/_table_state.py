@@ -29,6 +29,7 @@ _BUCKET_EDGES = [1024 * 2**i for i in range(0, 21)]
 @dataclass(frozen=True)
 class SnapshotFacts:
     version: int
+    table_uuid: str  # metaData.id: what a stream's source offsets call the table
     schema: dict[str, Any]
     partition_columns: list[str]
     clustering_columns: list[str]
@@ -147,6 +148,7 @@ def _facts_of(table: DeltaTable) -> SnapshotFacts:
     writer_features = list(protocol.writer_features or [])
     return SnapshotFacts(
         version=table.version(),
+        table_uuid=str(metadata.id),
         schema=schema,
         partition_columns=list(metadata.partition_columns),
         clustering_columns=_clustering(table, schema, writer_features),

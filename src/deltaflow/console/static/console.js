@@ -91,7 +91,7 @@ async function tablesPage() {
   const body = await api("/api/tables");
   document.getElementById("roots").textContent = "under " + body.roots.join(", ");
   const rows = body.tables.map((t) => {
-    if (t.error) return el("tr", { "data-id": t.id }, el("td", {}, t.id), el("td", { colspan: 8, class: "bad" }, t.error));
+    if (t.error) return el("tr", { "data-id": t.id }, el("td", {}, t.id), el("td", { colspan: 9, class: "bad" }, t.error));
     const link = el("a", { href: "/table?id=" + encodeURIComponent(t.id) }, t.id);
     const health = el("span", { class: "badge " + (t.health === "ok" ? "ok" : "warn") },
       t.small_files + " of " + t.num_files);
@@ -101,7 +101,8 @@ async function tablesPage() {
       cell(fmtNum(t.num_files), "num files"), cell(fmtBytes(t.size_bytes), "num size"),
       el("td", { class: "health" }, health),
       el("td", { title: fmtTime(last.timestamp) }, last.timestamp ? ago(last.timestamp) : "-"),
-      cell(last.operation, "operation"), cell(t.streams.length ? t.streams.join(", ") : "", "streams"));
+      cell(last.operation, "operation"), cell(t.streams.join(", "), "streams"),
+      cell(t.readers.join(", "), "readers"));
   });
   document.querySelector("#tables tbody").replaceChildren(...rows);
   stamp();
@@ -212,23 +213,33 @@ async function tablePage() {
 
 // ---- streams page --------------------------------------------------------------------
 
+function ms(value) { return value === null || value === undefined ? "-" : fmtNum(value) + " ms"; }
+
 async function streamsPage() {
   const body = await api("/api/streams");
   const cards = body.streams.map((s) => {
-    const rates = el("div", { class: "chart" });
-    const gaps = el("div", { class: "chart" });
+    const rates = el("div", { class: "chart rows" });
+    const latency = el("div", { class: "chart latency" });
+    const processing = el("div", { class: "chart processing" });
+    const sources = s.sources.map((src) => src.table + " (read v" + src.read_version + ", " + src.versions_behind + " behind)");
     const box = el("section", { "data-app-id": s.app_id },
       el("h2", {}, "Query " + s.app_id),
+      el("p", { class: "muted" }, "checkpoint: " + (s.checkpoint || "not under the roots") +
+        " · reads: " + (sources.join(", ") || "-") + " · writes: " + (s.tables.join(", ") || "-")),
       el("div", { class: "cards" },
-        card("Tables", s.tables.join(", ")), card("Last batch", s.last_batch_id, "last-batch"),
-        card("Last commit", ago(s.last_commit)), card("Rows/s", s.rows_per_second ?? "-"),
-        card("Batch interval p50", s.interval_ms_p50 === null ? "-" : s.interval_ms_p50 + " ms"),
-        card("p99", s.interval_ms_p99 === null ? "-" : s.interval_ms_p99 + " ms")),
-      el("p", { class: "muted" }, "Rows per batch"), rates,
-      el("p", { class: "muted" }, "Time since the previous batch (ms)"), gaps);
+        card("Last batch", s.last_batch_id ?? "-", "last-batch"),
+        card("Last commit", s.last_commit ? ago(s.last_commit) : "-"),
+        card("Rows/s", s.rows_per_second ?? "-", "rate"),
+        card("Latency p50", ms(s.latency_ms_p50), "latency-p50"), card("Latency p99", ms(s.latency_ms_p99), "latency-p99"),
+        card("Processing p50", ms(s.processing_ms_p50)), card("Versions behind", s.versions_behind ?? "-", "behind")),
+      el("p", { class: "muted" }, "End-to-end latency per batch: sink commit minus the source commit of the oldest data read (ms)"), latency,
+      el("p", { class: "muted" }, "Rows written per batch"), rates,
+      el("p", { class: "muted" }, "Processing time per batch (ms)"), processing);
     document.getElementById("streams").append(box);
-    barChart(rates, s.batches.map((b) => ({ label: "#" + b.batch_id, value: b.rows || 0 })), { height: 110 });
-    barChart(gaps, s.batches.map((b) => ({ label: "#" + b.batch_id, value: b.interval_ms || 0 })), { height: 110 });
+    const label = (b) => "#" + b.batch_id;
+    barChart(latency, s.batches.map((b) => ({ label: label(b), value: b.latency_ms || 0 })), { height: 110 });
+    barChart(rates, s.batches.map((b) => ({ label: label(b), value: b.rows || 0 })), { height: 110 });
+    barChart(processing, s.batches.map((b) => ({ label: label(b), value: b.processing_ms || 0 })), { height: 110 });
     return box;
   });
   const list = document.getElementById("streams");
