@@ -33,6 +33,7 @@ def make_tables(root: Path) -> None:
         pa.table({"day": ["a", "b", "a"], "n": [1, 2, 3]}),
         partition_by=["day"],
     )
+    write_event_log(str(root / "pipe" / "system" / "events"))
     events = str(root / "events")
     for batch in range(3):
         write_deltalake(
@@ -43,6 +44,31 @@ def make_tables(root: Path) -> None:
                 app_transactions=[Transaction(app_id="query-1", version=batch)]
             ),
         )
+
+
+def write_event_log(path: str) -> None:
+    """One pipeline update, logged by the pipelines' own event-log writer: bronze -> silver
+    -> gold, with an expectation on silver that fails 2 of 10 rows."""
+    from deltaflow.pipelines._event_log import EventLog, Origin
+
+    log = EventLog(path, Origin("pipe-1", "orders_pipeline", "update-1"))
+    log.emit("create_update", "started", {"cause": "API_CALL"})
+    log.emit("update_progress", "running", {"state": "RUNNING"})
+    flows = {"bronze": [], "silver": ["bronze"], "gold": ["silver"]}
+    for name, inputs in flows.items():
+        definition = {"output_dataset": name, "input_datasets": inputs, "output_kind": "table"}
+        log.emit("flow_definition", "defined", definition, flow=name, dataset=name)
+    for name, rows in (("bronze", 10), ("silver", 8), ("gold", 3)):
+        details: dict[str, Any] = {"status": "COMPLETED", "metrics": {"num_output_rows": rows}}
+        if name == "silver":
+            rule = {"name": "valid_id", "dataset": "silver", "passed_records": 8}
+            details["data_quality"] = {
+                "dropped_records": 2,
+                "expectations": [{**rule, "failed_records": 2}],
+            }
+        log.emit("flow_progress", "done", details, flow=name, dataset=name)
+    log.emit("update_progress", "completed", {"state": "COMPLETED"})
+    log.flush()
 
 
 class Console:

@@ -21,7 +21,7 @@ from tests.console.conftest import Console
 def test_tables_list_matches_the_tables(console: Console) -> None:
     body = console.ok("/api/tables")
     by_id = {t["id"]: t for t in body["tables"]}
-    assert set(by_id) == {"events", "sales/by_day", "sales/orders"}
+    assert set(by_id) == {"events", "pipe/system/events", "sales/by_day", "sales/orders"}
     for table_id, row in by_id.items():
         table = DeltaTable(str(console.root / table_id))
         files = pa.table(table.get_add_actions(flatten=True))
@@ -105,6 +105,38 @@ def test_streams_from_app_transactions(console: Console) -> None:
     assert [b["rows"] for b in stream["batches"]] == [5, 5, 5]
 
 
+def test_pipelines_from_the_event_log(console: Console) -> None:
+    [pipeline] = console.ok("/api/pipelines")["pipelines"]
+    assert pipeline["event_log"] == "pipe/system/events"
+    assert pipeline["pipeline_name"] == "orders_pipeline"
+    [update] = pipeline["updates"]
+    assert update["state"] == "COMPLETED"
+    assert [s["state"] for s in update["states"]] == ["RUNNING", "COMPLETED"]
+    graph = pipeline["graph"]
+    assert [(n["name"], n["layer"]) for n in graph["nodes"]] == [
+        ("bronze", 0),
+        ("silver", 1),
+        ("gold", 2),
+    ]
+    assert {(e["from"], e["to"]) for e in graph["edges"]} == {
+        ("bronze", "silver"),
+        ("silver", "gold"),
+    }
+    assert {f["name"]: f["rows"] for f in pipeline["flows"]} == {
+        "bronze": 10,
+        "silver": 8,
+        "gold": 3,
+    }
+    [rule] = pipeline["expectations"]
+    assert (rule["dataset"], rule["name"], rule["passed_records"], rule["failed_records"]) == (
+        "silver",
+        "valid_id",
+        8,
+        2,
+    )
+    assert rule["pass_rate"] == 0.8
+
+
 @pytest.mark.parametrize(
     ("path", "status"),
     [
@@ -143,6 +175,7 @@ def test_browsing_changes_no_file(console: Console, lake: Path) -> None:
         "/api/table/preview?id=sales/orders&version=1",
         "/api/table/changes?id=sales/orders&start=0",
         "/api/streams",
+        "/api/pipelines",
         "/",
         "/table?id=sales/orders",
     ):

@@ -27,7 +27,7 @@ def _cell(browser: Browser, table_id: str, column: str) -> str | None:
 
 def test_tables_page_shows_the_tables(console: Console, browser: Browser) -> None:
     browser.open(console.url + "/")
-    browser.wait_for("document.querySelectorAll('#tables tbody tr').length === 3", what="rows")
+    browser.wait_for("document.querySelectorAll('#tables tbody tr').length === 4", what="rows")
     orders = DeltaTable(str(console.root / "sales" / "orders"))
     assert _cell(browser, "sales/orders", "version") == str(orders.version())
     assert _cell(browser, "sales/orders", "rows") == f"{orders.to_pyarrow_table().num_rows:,}"
@@ -110,3 +110,14 @@ def test_streams_page_charts_batches(console: Console, browser: Browser) -> None
         "document.querySelectorAll('section[data-app-id=\"query-1\"] rect.bar').length"
     )
     assert bars == 9  # 3 batches in each of the three charts
+
+
+def test_pipelines_page_draws_the_graph(console: Console, browser: Browser) -> None:
+    browser.open(console.url + "/pipelines")
+    browser.wait_for(
+        "document.querySelectorAll('.graph g[data-dataset]').length === 3", what="graph"
+    )
+    assert browser.evaluate("document.querySelectorAll('.graph path').length") == 2
+    assert browser.text('tr[data-expectation="silver.valid_id"] td.failed') == "2"
+    assert browser.text('tr[data-flow="silver"] td.rows') == "8"
+    assert browser.text(".update-state") == "COMPLETED"

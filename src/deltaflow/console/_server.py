@@ -2,14 +2,15 @@
 
 Routes (every API answer is JSON; errors are ``{"error": {"code", "message"}}``)::
 
-    GET /  /table?id=ID  /streams          the pages (static HTML + JS)
+    GET /  /table?id=ID  /streams  /pipelines   the pages (static HTML + JS)
     GET /api/tables                        every table under the roots, one row each
     GET /api/table?id=ID                   schema, partitioning, clustering, properties
     GET /api/table/history?id=ID[&before=V][&since=V][&limit=N]
     GET /api/table/files?id=ID             the file-size histogram
     GET /api/table/preview?id=ID[&version=V][&limit=N]
     GET /api/table/changes?id=ID[&start=V][&limit=N]
-    GET /api/streams                       streaming queries, from the sinks' commits
+    GET /api/streams                       streaming queries, from sinks' commits and checkpoints
+    GET /api/pipelines                     pipelines, from their event logs
     GET /healthz
 
 Nothing here writes to a table: every handler reads the log or a snapshot.
@@ -34,12 +35,18 @@ import orjson
 from deltaflow.console import _preview, _streams
 from deltaflow.console._catalog import Catalog
 from deltaflow.console._config import ConsoleConfig
+from deltaflow.console._pipelines import PipelineViews
 from deltaflow.console.errors import ConsoleRequestError
 
 log = logging.getLogger("deltaflow.console")
 
 _COOKIE = "deltaflow_console_token"
-_PAGES = {"/": "index.html", "/table": "table.html", "/streams": "streams.html"}
+_PAGES = {
+    "/": "index.html",
+    "/table": "table.html",
+    "/streams": "streams.html",
+    "/pipelines": "pipelines.html",
+}
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 _HISTORY_PAGE = 200
 
@@ -49,6 +56,7 @@ class _Api:
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
+        self._pipelines = PipelineViews()
 
     def tables(self, query: dict[str, str]) -> Any:
         rows = []
@@ -105,6 +113,9 @@ class _Api:
     def streams(self, query: dict[str, str]) -> Any:
         return {"streams": _streams.streams(self.catalog.tables(), self.catalog.checkpoints())}
 
+    def pipelines(self, query: dict[str, str]) -> Any:
+        return {"pipelines": self._pipelines.pipelines(self.catalog.tables())}
+
     def routes(self) -> dict[str, Callable[[dict[str, str]], Any]]:
         return {
             "/api/tables": self.tables,
@@ -114,6 +125,7 @@ class _Api:
             "/api/table/preview": self.preview,
             "/api/table/changes": self.changes,
             "/api/streams": self.streams,
+            "/api/pipelines": self.pipelines,
             "/healthz": lambda q: {"status": "ok"},
         }
 
@@ -191,7 +203,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _api(self, route: Callable[[dict[str, str]], Any], query: dict[str, str]) -> None:
         started = time.perf_counter()
         try:
-            body = route(query)
+            body = orjson.dumps(route(query), default=str)
         except ConsoleRequestError as exc:
             self._error(exc.status, exc.code, exc.message)  # type: ignore[attr-defined]
             return
@@ -199,7 +211,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             log.exception("console API %s failed", self.path)
             self._error(500, "internal", f"{type(exc).__name__}: {exc}")
             return
-        self._send(200, orjson.dumps(body, default=str), "application/json")
+        self._send(200, body, "application/json")
         log.debug("%s in %.1f ms", self.path, (time.perf_counter() - started) * 1000)
 
     def _static(self, name: str) -> None:

@@ -251,6 +251,83 @@ function card(title, value, cls) {
   return el("div", { class: "card" }, el("div", { class: "muted" }, title), el("div", { class: "value " + (cls || "") }, String(value)));
 }
 
+// ---- pipelines page -----------------------------------------------------------------
+
+// The dataflow graph: datasets in columns by layer (sources left), flows as curves.
+function graphChart(container, graph) {
+  const layers = {};
+  graph.nodes.forEach((n) => { (layers[n.layer] = layers[n.layer] || []).push(n); });
+  const nw = 150, nh = 26, gx = 70, gy = 16;
+  const columns = Object.keys(layers).length;
+  const rows = Math.max(1, ...Object.values(layers).map((l) => l.length));
+  const width = columns * (nw + gx) + 20, height = rows * (nh + gy) + 20;
+  const chart = svg("svg", { width, height, class: "graph", role: "img", "aria-label": "dataflow graph" });
+  const at = {};
+  Object.entries(layers).forEach(([layer, nodes]) => nodes.forEach((n, i) => {
+    at[n.name] = { x: 10 + Number(layer) * (nw + gx), y: 10 + i * (nh + gy) };
+  }));
+  graph.edges.forEach((e) => {
+    const a = at[e.from], b = at[e.to];
+    if (!a || !b) return;
+    const x1 = a.x + nw, y1 = a.y + nh / 2, x2 = b.x, y2 = b.y + nh / 2, mid = (x1 + x2) / 2;
+    const path = svg("path", { d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`, "data-flow": e.flow });
+    path.append(svg("title", {}, "flow " + e.flow));
+    chart.append(path);
+  });
+  graph.nodes.forEach((n) => {
+    const p = at[n.name];
+    const g = svg("g", { "data-dataset": n.name });
+    g.append(svg("rect", { class: "node " + (n.kind === "source" ? "source" : n.status || ""), x: p.x, y: p.y, width: nw, height: nh, rx: 4 }));
+    g.append(svg("text", { x: p.x + 6, y: p.y + 17 }, n.name.length > 22 ? n.name.slice(0, 21) + "…" : n.name));
+    g.append(svg("title", {}, n.name + " (" + (n.kind || "?") + ")" + (n.status ? ": " + n.status : "")));
+    chart.append(g);
+  });
+  container.replaceChildren(chart);
+}
+
+function meter(rate) {
+  const bar = el("span", {});
+  bar.style.width = (rate === null ? 0 : rate * 100) + "%";
+  return el("span", { class: "meter", title: rate === null ? "no rows" : (rate * 100).toFixed(2) + "% passed" }, bar);
+}
+
+async function pipelinesPage() {
+  const body = await api("/api/pipelines");
+  const list = document.getElementById("pipelines");
+  const sections = body.pipelines.map((p) => {
+    const graph = el("div", { class: "chart" });
+    const latest = p.updates[0] || {};
+    const section = el("section", { "data-pipeline": p.id },
+      el("h2", {}, "Pipeline " + (p.pipeline_name || p.pipeline_id || p.id)),
+      el("p", { class: "muted" }, "event log: " + p.event_log),
+      el("div", { class: "cards" },
+        card("Latest update", (latest.update_id || "-").slice(0, 8)),
+        card("State", latest.state || "-", "update-state"),
+        card("Started", latest.started ? ago(latest.started) : "-"),
+        card("Updates", p.updates.length)),
+      el("p", { class: "muted" }, "Dataflow graph of the latest update"), graph,
+      el("h2", {}, "Flows"),
+      el("table", { class: "grid flows" }, el("thead", {}, el("tr", {}, ...["Flow", "Dataset", "Status", "Rows", "Error"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, ...p.flows.map((f) => el("tr", { "data-flow": f.name },
+          cell(f.name), cell(f.dataset), cell(f.status, "status"), cell(fmtNum(f.rows), "num rows"), cell(f.error || ""))))),
+      el("h2", {}, "Expectations"),
+      el("table", { class: "grid expectations" }, el("thead", {}, el("tr", {}, ...["Dataset", "Expectation", "Passed", "Failed", "Pass rate"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, ...p.expectations.map((e) => el("tr", { "data-expectation": e.dataset + "." + e.name },
+          cell(e.dataset), cell(e.name), cell(fmtNum(e.passed_records), "num passed"), cell(fmtNum(e.failed_records), "num failed"),
+          el("td", {}, meter(e.pass_rate), " ", e.pass_rate === null ? "-" : (e.pass_rate * 100).toFixed(1) + "%"))))),
+      el("h2", {}, "Updates"),
+      el("table", { class: "grid updates" }, el("thead", {}, el("tr", {}, ...["Update", "Started", "State", "States", "Errors"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, ...p.updates.map((u) => el("tr", {},
+          cell(u.update_id.slice(0, 8)), cell(fmtTime(u.started)), cell(u.state),
+          cell(u.states.map((s) => s.state).join(" → ")), cell(u.errors.map((e) => e.error).join("; ")))))));
+    list.append(section);
+    graphChart(graph, p.graph);
+    return section;
+  });
+  list.replaceChildren(...(sections.length ? sections : [el("p", {}, "No pipeline event logs (system/events) under the roots.")]));
+  stamp();
+}
+
 // ---- start ---------------------------------------------------------------------------
 
 function run(step) {
@@ -260,4 +337,5 @@ function run(step) {
 const page = document.body.dataset.page;
 if (page === "tables") { run(tablesPage); setInterval(() => run(tablesPage), POLL_MS); }
 if (page === "table") { run(tablePage); setInterval(() => { if (tableState.loaded) run(pollTable); }, POLL_MS); }
+if (page === "pipelines") { run(pipelinesPage); setInterval(() => run(pipelinesPage), POLL_MS); }
 if (page === "streams") { run(streamsPage); setInterval(() => run(streamsPage), POLL_MS); }
