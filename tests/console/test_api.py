@@ -241,3 +241,24 @@ def test_cli_refuses_bad_roots(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "not a directory" in capsys.readouterr().err
     assert main(["console", "--host", "0.0.0.0", str(tmp_path)]) == 2
     assert "--token-env" in capsys.readouterr().err
+
+
+def test_snapshot_facts_follow_commits_incrementally(tmp_path: Path) -> None:
+    from deltaflow.console._table_state import TableState
+
+    path = str(tmp_path / "moving")
+    write_deltalake(path, pa.table({"k": list(range(50))}))
+    state = TableState("moving", path, "root")
+    state.facts()
+    steps = [
+        lambda: write_deltalake(path, pa.table({"k": [1, 2]}), mode="append"),
+        lambda: DeltaTable(path).delete("k < 10"),
+        lambda: DeltaTable(path).optimize.compact(),
+        lambda: DeltaTable(path).alter.set_table_properties({"delta.targetFileSize": "4096"}),
+        lambda: write_deltalake(path, pa.table({"k": [7]}), mode="overwrite"),
+    ]
+    for step in steps:
+        step()
+        moved, fresh = state.facts(), TableState("moving", path, "root").facts()
+        assert moved == fresh
+    assert (moved.num_rows, moved.small_file_bytes) == (1, 1024)

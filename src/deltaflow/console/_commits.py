@@ -234,6 +234,10 @@ class CommitLog:
             int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()
         )
 
+    def file(self, version: int) -> str:
+        """The path of commit ``version``'s file."""
+        return self._file(version)
+
     def _file(self, version: int) -> str:
         return os.path.join(self.log_dir, f"{version:020d}.json")
 

@@ -7,11 +7,14 @@ kept loaded and moved forward with ``update_incremental`` when the log grows.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
+import orjson
 import pyarrow as pa
 from deltalake import DeltaTable
 
@@ -24,6 +27,9 @@ SMALL_FILE_SHARE = 0.25
 _DEFAULT_SMALL_BYTES = 32 * 1024 * 1024
 # File-size histogram buckets: powers of two from 1 KB to 1 GB.
 _BUCKET_EDGES = [1024 * 2**i for i in range(0, 21)]
+# Actions that leave the table's metadata alone: a commit of only these moves the cached
+# facts forward; any other (metaData, protocol, domainMetadata, ...) reloads them.
+_FILE_ONLY = frozenset({"add", "remove", "commitInfo", "txn", "cdc"})
 
 
 @dataclass(frozen=True)
@@ -55,20 +61,59 @@ class TableState:
         self.log = CommitLog(path)
         self._table: DeltaTable | None = None
         self._facts: SnapshotFacts | None = None
+        self._files: dict[str, tuple[int, int | None]] = {}  # live file -> (size, rows)
         self._lock = threading.Lock()
 
     def facts(self) -> SnapshotFacts:
-        """The latest snapshot's facts (recomputed only when a version was added)."""
+        """The latest snapshot's facts, moved forward commit by commit when versions were
+        added (a table a stream appends to costs its new commits, not its file count)."""
         latest = self.log.latest_version()
         with self._lock:
-            if self._facts is not None and self._facts.version == latest:
-                return self._facts
-            if self._table is None or self._table.version() > latest:
-                self._table = DeltaTable(self.path)
+            facts = self._facts
+            if facts is not None and facts.version == latest:
+                return facts
+            if facts is not None and facts.version < latest and self._apply(latest):
+                facts = _with_files(facts, latest, self._files)
             else:
+                facts = self._load()
+            self._facts = facts
+            return facts
+
+    def _load(self) -> SnapshotFacts:
+        """Everything from a delta-rs snapshot (first use, and after metadata changes)."""
+        if self._table is None:
+            self._table = DeltaTable(self.path)
+        else:
+            try:
                 self._table.update_incremental()
-            self._facts = _facts_of(self._table)
-            return self._facts
+            except Exception:  # the table was replaced under us: load it afresh
+                self._table = DeltaTable(self.path)
+        facts, self._files = _facts_of(self._table)
+        return facts
+
+    def _apply(self, latest: int) -> bool:
+        """Apply the adds and removes of the commits after the cached facts to the live
+        file list; False when one of them changes more than files (metadata, protocol,
+        domains) or cannot be read, so that a full load must follow."""
+        assert self._facts is not None
+        for version in range(self._facts.version + 1, latest + 1):
+            try:
+                with open(self.log.file(version), "rb") as handle:
+                    text = handle.read()
+            except FileNotFoundError:
+                return False
+            for line in text.splitlines():
+                if not line.strip():
+                    continue
+                action = orjson.loads(line)
+                if "add" in action:
+                    add = action["add"]
+                    self._files[unquote(add["path"])] = (int(add.get("size") or 0), _rows(add))
+                elif "remove" in action:
+                    self._files.pop(unquote(action["remove"]["path"]), None)
+                elif not action.keys() <= _FILE_ONLY:
+                    return False
+        return True
 
     def summary(self) -> dict[str, Any]:
         """The table list's row: size, files, small-file health, last write."""
@@ -135,18 +180,54 @@ def _parse_bytes(raw: str) -> int | None:
     return int(number) * units.get(suffix or "b", 1)
 
 
-def _facts_of(table: DeltaTable) -> SnapshotFacts:
+def _rows(add: dict[str, Any]) -> int | None:
+    """An added file's live rows: ``numRecords`` less the rows its deletion vector drops."""
+    stats = add.get("stats")
+    try:
+        rows = orjson.loads(stats).get("numRecords") if stats else None
+    except orjson.JSONDecodeError:
+        rows = None
+    if not isinstance(rows, int):
+        return None
+    return rows - int((add.get("deletionVector") or {}).get("cardinality") or 0)
+
+
+def _with_files(
+    facts: SnapshotFacts, version: int, files: dict[str, tuple[int, int | None]]
+) -> SnapshotFacts:
+    sizes = [size for size, _ in files.values()]
+    records = [rows for _, rows in files.values()]
+    small = sum(1 for s in sizes if s < facts.small_file_bytes)
+    return dataclasses.replace(
+        facts,
+        version=version,
+        num_files=len(sizes),
+        size_bytes=sum(sizes),
+        num_rows=None if any(r is None for r in records) else sum(r or 0 for r in records),
+        small_files=small,
+        histogram=_histogram(sizes),
+    )
+
+
+def _facts_of(table: DeltaTable) -> tuple[SnapshotFacts, dict[str, tuple[int, int | None]]]:
     metadata = table.metadata()
     protocol = table.protocol()
     schema = json.loads(table.schema().to_json())
     properties: dict[str, str | None] = dict(metadata.configuration)
     actions = read_stream(table.get_add_actions(flatten=False))
-    sizes = [int(s) for s in _column(actions, "size_bytes")]
-    records = _column(actions, "num_records")
-    threshold = small_file_bytes(properties)
-    small = [s for s in sizes if s < threshold]
+    files = {
+        unquote(path): (int(size), None if rows is None else int(rows))
+        for path, size, rows in zip(
+            _column(actions, "path"),
+            _column(actions, "size_bytes"),
+            _column(actions, "num_records"),
+            strict=True,
+        )
+    }
+    if "deletionVectors" in (protocol.reader_features or []):
+        _drop_deleted_rows(table, files)
     writer_features = list(protocol.writer_features or [])
-    return SnapshotFacts(
+    facts = SnapshotFacts(
         version=table.version(),
         table_uuid=str(metadata.id),
         schema=schema,
@@ -161,13 +242,30 @@ def _facts_of(table: DeltaTable) -> SnapshotFacts:
         },
         name=metadata.name,
         description=metadata.description,
-        num_files=len(sizes),
-        size_bytes=sum(sizes),
-        num_rows=None if any(r is None for r in records) else sum(int(r) for r in records),
-        small_files=len(small),
-        small_file_bytes=threshold,
-        histogram=_histogram(sizes),
+        num_files=0,
+        size_bytes=0,
+        num_rows=None,
+        small_files=0,
+        small_file_bytes=small_file_bytes(properties),
+        histogram=[],
     )
+    return _with_files(facts, table.version(), files), files
+
+
+def _drop_deleted_rows(table: DeltaTable, files: dict[str, tuple[int, int | None]]) -> None:
+    """Take the rows deletion vectors remove off their files' counts (delta-rs's file
+    list gives ``numRecords`` alone)."""
+    vectors = read_stream(table.deletion_vectors())
+    prefix = unquote(table.table_uri.rstrip("/") + "/")
+    for file_uri, selection in zip(
+        vectors.column("filepath").to_pylist(),
+        vectors.column("selection_vector").to_pylist(),
+        strict=True,
+    ):
+        path = unquote(file_uri).removeprefix(prefix)
+        size, rows = files.get(path, (0, None))
+        if rows is not None and path in files:
+            files[path] = (size, rows - sum(1 for keep in selection if not keep))
 
 
 def _column(actions: pa.Table, name: str) -> list[Any]:

@@ -63,7 +63,7 @@ function barChart(container, bars, opts) {
   const pad = { l: 48, r: 8, t: 8, b: 22 };
   const chart = svg("svg", { width, height, role: "img", "aria-label": opts.label || "chart" });
   const max = Math.max(1, ...bars.map((b) => b.value || 0));
-  const w = (width - pad.l - pad.r) / Math.max(1, bars.length);
+  const w = Math.min(48, (width - pad.l - pad.r) / Math.max(1, bars.length));  // a few bars stay bars
   chart.append(svg("text", { x: 2, y: pad.t + 8 }, fmtNum(max)));
   chart.append(svg("text", { x: 2, y: height - pad.b }, "0"));
   chart.append(svg("line", { x1: pad.l, x2: width - pad.r, y1: height - pad.b, y2: height - pad.b, stroke: "#999" }));
