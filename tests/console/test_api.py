@@ -262,3 +262,31 @@ def test_snapshot_facts_follow_commits_incrementally(tmp_path: Path) -> None:
         moved, fresh = state.facts(), TableState("moving", path, "root").facts()
         assert moved == fresh
     assert (moved.num_rows, moved.small_file_bytes) == (1, 1024)
+
+
+def test_cli_serves_until_interrupted(lake: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "deltaflow.cli", "console", "--port", "0", str(lake)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()  # "deltaflow console: http://127.0.0.1:PORT/ (...)"
+        url = line.split()[2]
+        assert url.startswith("http://127.0.0.1:"), line
+        with urllib.request.urlopen(url + "api/tables", timeout=30) as response:
+            assert response.status == 200
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+        assert process.returncode == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
