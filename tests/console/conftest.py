@@ -72,11 +72,15 @@ def write_event_log(path: str) -> None:
 
 
 class Console:
-    def __init__(self, root: Path, token: str | None = None) -> None:
+    def __init__(self, root: Path, token: str | None = None, ingest: tuple[str, ...] = ()) -> None:
         self.root = root
         environ = {"CONSOLE_TOKEN": token} if token else {}
         config = ConsoleConfig.build(
-            [str(root)], port=0, token_env="CONSOLE_TOKEN" if token else None, environ=environ
+            [str(root)],
+            port=0,
+            token_env="CONSOLE_TOKEN" if token else None,
+            ingest=ingest,
+            environ=environ,
         )
         self.server = ConsoleServer(config).start()
         self.url = self.server.url.rstrip("/")
@@ -107,3 +111,14 @@ def console(lake: Path) -> Iterator[Console]:
     running = Console(lake)
     yield running
     running.server.close()
+
+
+@pytest.fixture
+def ingest_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A real `deltaflow serve` (uvicorn in a thread) with one table, ``events``."""
+    from tests.serve.conftest import TOKEN, RunningServer, make_config
+
+    monkeypatch.setenv("DF_TEST_TOKENS", TOKEN)
+    server = RunningServer(make_config(tmp_path / "served"))
+    yield server
+    server.stop()

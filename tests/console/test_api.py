@@ -7,6 +7,7 @@ import os
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -290,3 +291,45 @@ def test_cli_serves_until_interrupted(lake: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_ingest_metrics_from_a_running_serve(lake: Path, ingest_service: Any) -> None:
+    from tests._waiting import wait_until
+
+    port = ingest_service.client.port
+    watching = Console(lake, ingest=(f"http://127.0.0.1:{port}",))
+    try:
+        good = "\n".join(f'{{"id": {i}, "kind": "k"}}' for i in range(30))
+        assert ingest_service.client.post("events", good).status == 200
+        assert ingest_service.client.post("events", '{"id": "not a number"}').status == 400
+
+        def counted() -> bool:
+            [service] = watching.ok("/api/ingest")["services"]
+            tables = {t["table"]: t for t in service["tables"]}
+            row = tables.get("events")
+            return bool(row and row["events_total"] == 30 and row["rejected_total"] == 1)
+
+        wait_until(counted, 30, "the console to scrape the service's counters")
+        [service] = watching.ok("/api/ingest")["services"]
+        assert service["up"] and service["error"] is None
+        [row] = service["tables"]
+        assert row["requests_by_status"] == {"200": 1, "400": 1}
+        assert row["ack_ms_p99"] is not None and row["ack_ms_p99"] > 0
+    finally:
+        watching.server.close()
+
+
+def test_ingest_service_down_is_reported(lake: Path) -> None:
+    watching = Console(lake, ingest=("http://127.0.0.1:9",))
+    try:
+        from tests._waiting import wait_until
+
+        wait_until(
+            lambda: watching.ok("/api/ingest")["services"][0]["error"] is not None, 30, "an error"
+        )
+        assert watching.ok("/api/ingest")["services"][0]["up"] is False
+    finally:
+        watching.server.close()
+    with pytest.raises(ConsoleConfigError) as bad:
+        ConsoleConfig.build([str(lake)], ingest=["127.0.0.1:8080"])
+    assert bad.value.option == "--ingest"  # type: ignore[attr-defined]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -121,3 +122,20 @@ def test_pipelines_page_draws_the_graph(console: Console, browser: Browser) -> N
     assert browser.text('tr[data-expectation="silver.valid_id"] td.failed') == "2"
     assert browser.text('tr[data-flow="silver"] td.rows') == "8"
     assert browser.text(".update-state") == "COMPLETED"
+
+
+def test_ingest_page_shows_a_running_serve(
+    lake: Path, browser: Browser, ingest_service: Any
+) -> None:
+    watching = Console(lake, ingest=(f"http://127.0.0.1:{ingest_service.client.port}",))
+    try:
+        browser.open(watching.url + "/ingest")
+        browser.evaluate("window.__not_reloaded = true")
+        rows = "\n".join(f'{{"id": {i}}}' for i in range(12))
+        assert ingest_service.client.post("events", rows).status == 200
+        total = "document.querySelector('[data-table=\"events\"] .events-total')"
+        browser.wait_for(f"!!{total} && {total}.textContent === '12'", what="12 events")
+        assert browser.evaluate("document.querySelectorAll('.chart.events svg').length") == 1
+        assert browser.evaluate("window.__not_reloaded === true")
+    finally:
+        watching.server.close()

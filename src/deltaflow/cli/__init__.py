@@ -18,7 +18,8 @@ Spark's Thrift JDBC server on a deltaflow session (docs/sql.md).
 
 Declarative pipelines from a spark-pipeline.yml (docs/pipelines.md).
 
-    deltaflow console [--host 127.0.0.1] [--port 8765] [--token-env VAR] ROOT...
+    deltaflow console [--host 127.0.0.1] [--port 8765] [--token-env VAR] [--ingest URL]
+                      ROOT...
 
 A read-only web console over the Delta tables under the roots (docs/console.md).
 """
@@ -95,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--token-env",
         metavar="VAR",
         help="environment variable holding the token (required for a non-loopback --host)",
+    )
+    console.add_argument(
+        "--ingest",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a running `deltaflow serve` to show on the Ingest page (its /metrics)",
     )
     return parser
 
@@ -236,7 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             console = ConsoleConfig.build(
-                args.roots, host=args.host, port=args.port, token_env=args.token_env
+                args.roots,
+                host=args.host,
+                port=args.port,
+                token_env=args.token_env,
+                ingest=args.ingest,
             )
             serve_console(console)
         except DeltaflowError as exc:

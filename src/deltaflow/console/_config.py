@@ -18,6 +18,7 @@ class ConsoleConfig:
     host: str = "127.0.0.1"
     port: int = 8765
     token: str | None = field(default=None, repr=False)
+    ingest: tuple[str, ...] = ()  # base URLs of `deltaflow serve` services to scrape
 
     @classmethod
     def build(
@@ -27,6 +28,7 @@ class ConsoleConfig:
         host: str = "127.0.0.1",
         port: int = 8765,
         token_env: str | None = None,
+        ingest: Sequence[str] = (),
         environ: Mapping[str, str] | None = None,
     ) -> ConsoleConfig:
         """Check the flags of ``deltaflow console`` and read the token from the environment
@@ -68,7 +70,14 @@ class ConsoleConfig:
                 " --token-env VAR (or bind 127.0.0.1 and use an SSH tunnel).",
                 option="--host",
             )
-        return cls(roots=tuple(resolved), host=host, port=port, token=token)
+        for url in ingest:
+            if not url.startswith(("http://", "https://")):
+                raise ConsoleConfigError(
+                    f"--ingest {url!r} is not an http(s) URL: give the address `deltaflow"
+                    " serve` listens on, e.g. --ingest http://127.0.0.1:8080",
+                    option="--ingest",
+                )
+        return cls(roots=tuple(resolved), host=host, port=port, token=token, ingest=tuple(ingest))
 
 
 def is_loopback(host: str) -> bool:

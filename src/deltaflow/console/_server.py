@@ -2,7 +2,7 @@
 
 Routes (every API answer is JSON; errors are ``{"error": {"code", "message"}}``)::
 
-    GET /  /table?id=ID  /streams  /pipelines   the pages (static HTML + JS)
+    GET /  /table?id=ID  /streams  /pipelines  /ingest   the pages (static HTML + JS)
     GET /api/tables                        every table under the roots, one row each
     GET /api/table?id=ID                   schema, partitioning, clustering, properties
     GET /api/table/history?id=ID[&before=V][&since=V][&limit=N]
@@ -11,6 +11,7 @@ Routes (every API answer is JSON; errors are ``{"error": {"code", "message"}}``)
     GET /api/table/changes?id=ID[&start=V][&limit=N]
     GET /api/streams                       streaming queries, from sinks' commits and checkpoints
     GET /api/pipelines                     pipelines, from their event logs
+    GET /api/ingest                        `deltaflow serve` metrics (the --ingest URLs)
     GET /healthz
 
 Nothing here writes to a table: every handler reads the log or a snapshot.
@@ -35,6 +36,7 @@ import orjson
 from deltaflow.console import _preview, _streams
 from deltaflow.console._catalog import Catalog
 from deltaflow.console._config import ConsoleConfig
+from deltaflow.console._ingest import IngestWatcher
 from deltaflow.console._pipelines import PipelineViews
 from deltaflow.console.errors import ConsoleRequestError
 
@@ -46,6 +48,7 @@ _PAGES = {
     "/table": "table.html",
     "/streams": "streams.html",
     "/pipelines": "pipelines.html",
+    "/ingest": "ingest.html",
 }
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 _HISTORY_PAGE = 200
@@ -54,8 +57,9 @@ _HISTORY_PAGE = 200
 class _Api:
     """The JSON API over a :class:`Catalog`; each method answers one route."""
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, ingest: IngestWatcher) -> None:
         self.catalog = catalog
+        self.ingest_watcher = ingest
         self._pipelines = PipelineViews()
 
     def tables(self, query: dict[str, str]) -> Any:
@@ -116,6 +120,9 @@ class _Api:
     def pipelines(self, query: dict[str, str]) -> Any:
         return {"pipelines": self._pipelines.pipelines(self.catalog.tables())}
 
+    def ingest(self, query: dict[str, str]) -> Any:
+        return {"services": self.ingest_watcher.services()}
+
     def routes(self) -> dict[str, Callable[[dict[str, str]], Any]]:
         return {
             "/api/tables": self.tables,
@@ -126,6 +133,7 @@ class _Api:
             "/api/table/changes": self.changes,
             "/api/streams": self.streams,
             "/api/pipelines": self.pipelines,
+            "/api/ingest": self.ingest,
             "/healthz": lambda q: {"status": "ok"},
         }
 
@@ -271,7 +279,8 @@ class ConsoleServer:
         server_class = type("_Bound", (_HttpServer,), {"address_family": family})
         self._http: _HttpServer = server_class((config.host, config.port), _Handler)
         self._http.token = config.token
-        self._http.routes = _Api(self.catalog).routes()
+        self.ingest = IngestWatcher(config.ingest)
+        self._http.routes = _Api(self.catalog, self.ingest).routes()
         self._http.static = _static_files()
         self._thread: threading.Thread | None = None
 
@@ -287,6 +296,7 @@ class ConsoleServer:
             # Open every table and read its newest commits before anyone asks: the first
             # table list then answers from the caches (100 tables take ~0.7 s to open).
             threading.Thread(target=self.warm_up, name="console-warm-up", daemon=True).start()
+        self.ingest.start()
         self._http.serve_forever(poll_interval=0.5)
 
     def warm_up(self) -> None:
@@ -303,6 +313,7 @@ class ConsoleServer:
         return self
 
     def close(self) -> None:
+        self.ingest.stop()
         self._http.shutdown()
         self._http.server_close()
         if self._thread is not None:
@@ -318,4 +329,5 @@ def serve_console(config: ConsoleConfig) -> None:
     except KeyboardInterrupt:
         pass
     finally:
+        server.ingest.stop()
         server._http.server_close()

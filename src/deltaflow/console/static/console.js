@@ -328,6 +328,38 @@ async function pipelinesPage() {
   stamp();
 }
 
+// ---- ingest page --------------------------------------------------------------------
+
+async function ingestPage() {
+  const body = await api("/api/ingest");
+  const list = document.getElementById("ingest");
+  const sections = body.services.map((svc) => {
+    const section = el("section", { "data-service": svc.url },
+      el("h2", {}, svc.url + (svc.up ? "" : " (down)")),
+      svc.error ? el("p", { class: "bad" }, svc.error) : el("p", { class: "muted" }, "scraped " + (svc.scraped_at ? ago(svc.scraped_at) : "-")));
+    list.append(section);
+    for (const t of svc.tables) {
+      const rate = el("div", { class: "chart events" });
+      const ack = el("div", { class: "chart ack" });
+      section.append(el("div", { "data-table": t.table },
+        el("h2", {}, "Table " + t.table),
+        el("div", { class: "cards" },
+          card("Events/s", t.events_per_second ?? "-", "events-rate"), card("Events", fmtNum(t.events_total), "events-total"),
+          card("Rejected records", fmtNum(t.rejected_total), "rejected"), card("Ack p50", ms(t.ack_ms_p50)),
+          card("Ack p99", ms(t.ack_ms_p99), "ack-p99"), card("Commits", fmtNum(t.commits_total)),
+          card("Requests", Object.entries(t.requests_by_status).map(([k, v]) => k + ": " + v).join(", ") || "-")),
+        el("p", { class: "muted" }, "Events per second"), rate,
+        el("p", { class: "muted" }, "Acknowledgement latency p99 (ms)"), ack));
+      const label = (p) => new Date(p.t).toLocaleTimeString();
+      barChart(rate, svc.series.map((p) => ({ label: label(p), value: (p[t.table] || {}).events_per_second || 0 })), { height: 110 });
+      barChart(ack, svc.series.map((p) => ({ label: label(p), value: (p[t.table] || {}).ack_ms_p99 || 0 })), { height: 110 });
+    }
+    return section;
+  });
+  list.replaceChildren(...(sections.length ? sections : [el("p", {}, "No services: start the console with --ingest http://HOST:PORT of a running deltaflow serve.")]));
+  stamp();
+}
+
 // ---- start ---------------------------------------------------------------------------
 
 function run(step) {
@@ -338,4 +370,5 @@ const page = document.body.dataset.page;
 if (page === "tables") { run(tablesPage); setInterval(() => run(tablesPage), POLL_MS); }
 if (page === "table") { run(tablePage); setInterval(() => { if (tableState.loaded) run(pollTable); }, POLL_MS); }
 if (page === "pipelines") { run(pipelinesPage); setInterval(() => run(pipelinesPage), POLL_MS); }
+if (page === "ingest") { run(ingestPage); setInterval(() => run(ingestPage), POLL_MS); }
 if (page === "streams") { run(streamsPage); setInterval(() => run(streamsPage), POLL_MS); }
