@@ -36,8 +36,9 @@ $(STAMP): pyproject.toml
 jar: check-java $(STAMP)
 	$(PY) -m deltaflow.spark._jar
 
+# `make demo CONSOLE=1` leaves the web console up at the end (http://127.0.0.1:8765/).
 demo: jar
-	$(PY) demo/main_job.py
+	$(PY) demo/main_job.py $(if $(CONSOLE),--console)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench demo
