@@ -333,3 +333,23 @@ def test_ingest_service_down_is_reported(lake: Path) -> None:
     with pytest.raises(ConsoleConfigError) as bad:
         ConsoleConfig.build([str(lake)], ingest=["127.0.0.1:8080"])
     assert bad.value.option == "--ingest"  # type: ignore[attr-defined]
+
+
+def test_other_host_names_are_refused_without_a_token(console: Console) -> None:
+    """DNS rebinding: a page on evil.example resolved to 127.0.0.1 sends its own Host."""
+    status, body = console.get("/api/tables", {"Host": "evil.example:8765"})
+    assert status == 403 and body["error"]["code"] == "host_not_allowed"
+    port = console.url.rsplit(":", 1)[1]
+    assert console.get("/api/tables", {"Host": f"localhost:{port}"})[0] == 200
+
+
+def test_an_unreadable_table_is_listed_with_its_error(tmp_path: Path) -> None:
+    (tmp_path / "broken" / "_delta_log").mkdir(parents=True)
+    write_deltalake(str(tmp_path / "fine"), pa.table({"x": [1]}))
+    listing = Console(tmp_path)
+    try:
+        rows = {t["id"]: t for t in listing.ok("/api/tables")["tables"]}
+        assert rows["fine"]["num_rows"] == 1
+        assert "error" in rows["broken"] and "version" not in rows["broken"]
+    finally:
+        listing.server.close()

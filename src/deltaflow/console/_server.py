@@ -52,6 +52,7 @@ _PAGES = {
 }
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 _HISTORY_PAGE = 200
+_LOCAL_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class _Api:
@@ -158,6 +159,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        if self.server.token is None and not self._local_host():
+            return
         if self.server.token is not None and not self._authorised(url.path, query):
             return
         route = self.server.routes.get(url.path)
@@ -174,6 +177,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._error(405, "read_only", "the console is read only: only GET is served.")
 
     do_PUT = do_DELETE = do_PATCH = do_POST
+
+    def _local_host(self) -> bool:
+        """Without a token, answer only requests addressed to this machine by name: a web
+        page elsewhere could otherwise point its own domain at 127.0.0.1 (DNS rebinding)
+        and read the console through the visitor's browser."""
+        host = (self.headers.get("Host") or "").strip().lower()
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if name.strip("[]") in _LOCAL_NAMES or name.strip("[]") == self.server.bound_host:
+            return True
+        self._error(
+            403,
+            "host_not_allowed",
+            f"Host {host!r} is not this console's address: open it as http://127.0.0.1:<port>/"
+            " (a console reached by another name needs --token-env).",
+        )
+        return False
 
     def _authorised(self, path: str, query: dict[str, str]) -> bool:
         token = self.server.token
@@ -255,6 +274,7 @@ def _same(offered: str, token: str) -> bool:
 class _HttpServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     token: str | None
+    bound_host: str
     routes: dict[str, Callable[[dict[str, str]], Any]]
     static: dict[str, bytes]
 
@@ -279,6 +299,7 @@ class ConsoleServer:
         server_class = type("_Bound", (_HttpServer,), {"address_family": family})
         self._http: _HttpServer = server_class((config.host, config.port), _Handler)
         self._http.token = config.token
+        self._http.bound_host = config.host.strip("[]").lower()
         self.ingest = IngestWatcher(config.ingest)
         self._http.routes = _Api(self.catalog, self.ingest).routes()
         self._http.static = _static_files()
