@@ -353,3 +353,16 @@ def test_an_unreadable_table_is_listed_with_its_error(tmp_path: Path) -> None:
         assert "error" in rows["broken"] and "version" not in rows["broken"]
     finally:
         listing.server.close()
+
+
+def test_several_roots_prefix_ids_with_the_root_name(tmp_path: Path) -> None:
+    from deltaflow.console._catalog import Catalog
+
+    for parent in ("a", "b"):
+        write_deltalake(str(tmp_path / parent / "lake" / "t"), pa.table({"x": [1]}))
+    write_deltalake(str(tmp_path / "solo"), pa.table({"x": [1]}))
+    catalog = Catalog((str(tmp_path / "a" / "lake"), str(tmp_path / "b" / "lake")))
+    assert [t.id for t in catalog.tables()] == ["lake-2/t", "lake/t"]
+    assert catalog.table("lake-2/t").path == str((tmp_path / "b" / "lake" / "t").resolve())
+    alone = Catalog((str((tmp_path / "solo").resolve()),))
+    assert [t.id for t in alone.tables()] == ["solo"]  # a root that is itself a table
