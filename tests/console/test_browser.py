@@ -70,6 +70,12 @@ def test_table_page_renders_history_charts_and_preview(console: Console, browser
     browser.wait_for(
         "document.querySelectorAll('#changes tbody tr').length > 0", what="change feed rows"
     )
+    # A click on a history row previews the table as of that version.
+    browser.evaluate("document.querySelector('#history tr[data-version=\"1\"]').click(); true")
+    browser.wait_for(
+        "document.querySelector('#preview').getAttribute('data-version') === '1'",
+        what="the version-1 preview",
+    )
 
 
 def test_pages_follow_new_commits_without_reload(

@@ -273,6 +273,13 @@ def _same(offered: str, token: str) -> bool:
 
 class _HttpServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A browser that closed its connection (a page left mid-poll) is not an error."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
     token: str | None
     bound_host: str
     routes: dict[str, Callable[[dict[str, str]], Any]]

@@ -114,11 +114,24 @@ const tableState = { id: null, latest: -1, commits: [], version: -1, loaded: fal
 
 function historyRow(c) {
   const streams = c.transactions.map((t) => t.app_id.slice(0, 8) + "#" + t.version).join(", ");
-  return el("tr", { "data-version": c.version },
+  const row = el("tr", { "data-version": c.version, title: "preview version " + c.version },
     cell(c.version, "num"), el("td", {}, fmtTime(c.timestamp)), cell(c.operation),
     cell(fmtNum(c.rows_added), "num rows-added"), cell(fmtNum(c.rows_removed), "num"),
     cell(fmtNum(c.rows_updated), "num"), cell(c.files_added, "num"), cell(c.files_removed, "num"),
     cell(streams));
+  row.addEventListener("click", () => {
+    document.getElementById("preview-version").value = c.version;
+    loadPreview();
+  });
+  return row;
+}
+
+async function loadOlder() {
+  const last = tableState.commits[tableState.commits.length - 1];
+  if (!last || last.version <= 0) return;
+  const page = await api("/api/table/history?id=" + encodeURIComponent(tableState.id) + "&before=" + last.version + "&limit=200");
+  tableState.commits = tableState.commits.concat(page.commits);
+  drawHistory();
 }
 
 function drawHistory() {
@@ -188,7 +201,7 @@ async function pollTable() {
   const id = tableState.id;
   const history = await api("/api/table/history?id=" + encodeURIComponent(id) + "&since=" + tableState.latest);
   if (history.commits.length) {
-    tableState.commits = history.commits.concat(tableState.commits).slice(0, 1000);
+    tableState.commits = history.commits.concat(tableState.commits);
     tableState.latest = history.latest;
     drawHistory();
     const t = await loadDetail(id);
@@ -200,6 +213,7 @@ async function pollTable() {
 async function tablePage() {
   tableState.id = new URLSearchParams(location.search).get("id");
   document.getElementById("preview-load").addEventListener("click", loadPreview);
+  document.getElementById("history-older").addEventListener("click", () => run(loadOlder));
   const t = await loadDetail(tableState.id);
   const history = await api("/api/table/history?id=" + encodeURIComponent(tableState.id) + "&limit=200");
   tableState.commits = history.commits;
