@@ -218,6 +218,7 @@ def test_token_guards_every_route(lake: Path) -> None:
         assert login.value.headers["Location"] == "/table?id=events"
         cookie = login.value.headers["Set-Cookie"].split(";")[0]
         assert "HttpOnly" in login.value.headers["Set-Cookie"]
+        assert "s3cret-token" not in cookie  # a digest of the token, not the token
         assert guarded.get("/api/tables", {"Cookie": cookie})[0] == 200
     finally:
         guarded.server.close()

@@ -145,3 +145,17 @@ def test_ingest_page_shows_a_running_serve(
         assert browser.evaluate("window.__not_reloaded === true")
     finally:
         watching.server.close()
+
+
+def test_token_login_in_the_browser(lake: Path, browser: Browser) -> None:
+    guarded = Console(lake, token="browser-token")
+    try:
+        browser.open(guarded.url + "/")
+        assert "unauthorised" in (browser.text("body") or "")
+        browser.open(guarded.url + "/?token=browser-token")  # sets the cookie, drops the token
+        assert browser.evaluate("location.search") == ""
+        browser.wait_for(
+            "document.querySelectorAll('#tables tbody tr').length === 4", what="the table list"
+        )
+    finally:
+        guarded.server.close()
