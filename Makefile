@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench check-java clean jar
+.PHONY: demo test lint bench check-java browser clean jar
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { \
@@ -12,6 +12,18 @@ check-java:
 	  echo "Install it, e.g.: sudo apt-get install -y openjdk-17-jre-headless  (Debian/Ubuntu)"; \
 	  echo "               or: brew install openjdk@17                          (macOS)"; \
 	  exit 1; }
+
+# Headless Chromium for the console's browser tests (tests/console/): Debian's package,
+# installed when we are root, otherwise a message with the command to run.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; \
+	  else \
+	    echo "The console's browser tests need Chromium (headless)."; \
+	    echo "Install it, e.g.: sudo apt-get install -y chromium chromium-driver  (Debian/Ubuntu)"; \
+	    exit 1; \
+	  fi; }
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,14 +36,15 @@ $(STAMP): pyproject.toml
 jar: check-java $(STAMP)
 	$(PY) -m deltaflow.spark._jar
 
+# `make demo CONSOLE=1` leaves the web console up at the end (http://127.0.0.1:8765/).
 demo: jar
-	$(PY) demo/main_job.py
+	$(PY) demo/main_job.py $(if $(CONSOLE),--console)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench demo
 	$(VENV)/bin/mypy
 
-test: jar lint
+test: jar browser lint
 	$(PY) -m pytest
 
 bench: jar

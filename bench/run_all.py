@@ -12,6 +12,7 @@ BENCHMARKS = (
     "bench_skipping.py",
     "bench_clustering.py",
     "bench_ingest_http.py",
+    "bench_console.py",
     "bench_merge.py",
     "bench_delete_dv.py",
     "bench_interactive.py",

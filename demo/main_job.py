@@ -87,6 +87,7 @@ class DemoConfig:
     events_per_request: int = 500
     trigger_seconds: float = 1.0
     report_seconds: float = 5.0
+    console_port: int | None = None  # --console: leave the web console up at the end
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,15 @@ def parse_args(argv: Sequence[str] | None) -> DemoConfig:
         default=5.0,
         help="seconds between live progress lines (default: 5)",
     )
+    parser.add_argument(
+        "--console",
+        nargs="?",
+        const=8765,
+        type=int,
+        metavar="PORT",
+        help="at the end, serve the web console over the demo's tables on 127.0.0.1:PORT "
+        "(default 8765) until Ctrl-C",
+    )
     args = parser.parse_args(argv)
     if args.commits < 2:
         parser.error("--commits must be at least 2 (time travel needs an earlier version)")
@@ -170,6 +180,7 @@ def parse_args(argv: Sequence[str] | None) -> DemoConfig:
         events_per_request=args.events_per_request,
         trigger_seconds=args.trigger_seconds,
         report_seconds=args.report_seconds,
+        console_port=args.console,
     )
 
 
@@ -188,7 +199,17 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
         print(f"demo: {err}", file=sys.stderr)
         return 2
     print("\nDone.")
+    if config.console_port is not None:
+        serve_console(config.data_dir, config.console_port)
     return 0
+
+
+def serve_console(data_dir: Path, port: int) -> None:
+    """Leave the read-only web console up over the demo's tables until Ctrl-C."""
+    from deltaflow.console import ConsoleConfig, serve_console
+
+    print(f"\nThe console over {data_dir} (Ctrl-C stops it):")
+    serve_console(ConsoleConfig.build([str(data_dir)], port=port))
 
 
 class DataDirNotOursError(RuntimeError):

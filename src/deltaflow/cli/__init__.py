@@ -17,6 +17,11 @@ Spark's Thrift JDBC server on a deltaflow session (docs/sql.md).
                             [--full-refresh-all] [--development]
 
 Declarative pipelines from a spark-pipeline.yml (docs/pipelines.md).
+
+    deltaflow console [--host 127.0.0.1] [--port 8765] [--token-env VAR] [--ingest URL]
+                      ROOT...
+
+A read-only web console over the Delta tables under the roots (docs/console.md).
 """
 
 from __future__ import annotations
@@ -79,6 +84,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
     )
     _pipelines_parser(commands)
+    console = commands.add_parser(
+        "console",
+        help="serve the read-only web console over the tables under ROOT",
+        description="Browse the Delta tables under the roots (docs/console.md).",
+    )
+    console.add_argument("roots", nargs="+", metavar="ROOT", help="a directory of tables")
+    console.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1)")
+    console.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any)")
+    console.add_argument(
+        "--token-env",
+        metavar="VAR",
+        help="environment variable holding the token (required for a non-loopback --host)",
+    )
+    console.add_argument(
+        "--ingest",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a running `deltaflow serve` to show on the Ingest page (its /metrics)",
+    )
     return parser
 
 
@@ -214,6 +239,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "pipelines":
         return _pipelines(args)
+    if args.command == "console":
+        from deltaflow.console import ConsoleConfig, serve_console
+
+        try:
+            console = ConsoleConfig.build(
+                args.roots,
+                host=args.host,
+                port=args.port,
+                token_env=args.token_env,
+                ingest=args.ingest,
+            )
+            serve_console(console)
+        except DeltaflowError as exc:
+            print(f"deltaflow console: {exc}", file=sys.stderr)
+            return 2
+        except OSError as exc:  # the port is taken, or the address is not ours
+            print(
+                f"deltaflow console: cannot listen on {args.host}:{args.port}: {exc}",
+                file=sys.stderr,
+            )
+            return 2
+        return 0
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 
