@@ -10,12 +10,12 @@ compaction use, so leases, conflict checks and VACUUM's rules are theirs:
   clustered table, incremental clustering of the files not clustered yet.
 * ``REORG PURGE`` - files whose deletion vectors hide more than ``purge_ratio`` of their
   rows (delta-spark's ``optimize.maxDeletedRowsRatio``) rewritten without them.
+* ``VACUUM`` - with the table's ``delta.deletedFileRetentionDuration`` (7 days unless
+  the table says otherwise), only when a dry run finds something to delete.
 * ``CHECKPOINT`` - when ``delta.checkpointInterval`` versions or more were committed
   since the newest checkpoint (writers outside deltaflow checkpoint less often).
 * ``LOG CLEANUP`` - log entries older than ``delta.logRetentionDuration`` (and before a
   checkpoint) deleted, unless ``delta.enableExpiredLogCleanup`` is false.
-* ``VACUUM`` - with the table's ``delta.deletedFileRetentionDuration`` (7 days unless
-  the table says otherwise), only when a dry run finds something to delete.
 
 Every commit carries ``auto: true`` in ``operationParameters`` and the reason under
 ``deltaflow.maintain`` in its commitInfo.
@@ -368,14 +368,15 @@ def run_vacuum(state: TableState, decision: Decision) -> str:
 Check = Callable[[TableState], Decision]
 Run = Callable[[TableState, Decision], str]
 
-# In this order: compaction first (its removed files are VACUUM's later), the checkpoint
-# after the commits this pass made, VACUUM last.
+# In this order: rewrites first; VACUUM before the checkpoint, because a checkpoint drops
+# tombstones past the retention and delta-rs's VACUUM finds removed files only through
+# tombstones; the checkpoint then covers this pass's commits.
 ACTIONS: tuple[tuple[str, Check, Run], ...] = (
     ("OPTIMIZE", check_optimize, run_optimize),
     ("REORG PURGE", check_purge, run_purge),
+    ("VACUUM", check_vacuum, run_vacuum),
     ("CHECKPOINT", check_checkpoint, run_checkpoint),
     ("LOG CLEANUP", check_log_cleanup, run_log_cleanup),
-    ("VACUUM", check_vacuum, run_vacuum),
 )
 
 
