@@ -18,6 +18,7 @@ from deltaflow.spark.commands import _maintenance
 from tests._waiting import wait_until
 from tests.table.dv_fixtures import add_deletion_vectors
 
+MAINTAIN = [sys.executable, "-m", "deltaflow.cli", "maintain"]
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
@@ -53,7 +54,7 @@ def live_ids(path: Path) -> list[int]:
 def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": SRC}
     return subprocess.run(
-        [sys.executable, "-m", "deltaflow.cli", "maintain", *args],
+        [*MAINTAIN, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -180,8 +181,7 @@ def test_the_loop_runs_passes_until_sigterm(tmp_path: Path) -> None:
     log = tmp_path / "maintain.log"
     with open(log, "w") as err:
         process = subprocess.Popen(
-            [sys.executable, "-m", "deltaflow.cli", "maintain", "--interval", "0.5"]
-            + ["--min-small-files", "5", str(tmp_path)],
+            [*MAINTAIN, "--interval", "0.5", "--min-small-files", "5", str(tmp_path)],
             stderr=err,
             env={**os.environ, "PYTHONPATH": SRC},
         )
