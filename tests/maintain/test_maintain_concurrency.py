@@ -22,17 +22,21 @@ import threading
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable as RsTable
+from deltalake import write_deltalake
 
 from deltaflow import maintain
+from tests._waiting import wait_until
 from tests.maintain.test_maintain import MAINTAIN, SRC
 from tests.serve.conftest import SCHEMA
 from tests.serve.test_sigkill import free_port, post, start, wait_healthy
 
 KEYS = 40
+COLD_FILES = 12
 POSTERS = 2
-POSTS_PER_POSTER = 150  # 10 events each, paced: ~30-60 s of appends
+POSTS_PER_POSTER = 60  # 10 events each, paced: ~15-30 s of appends
 
 
 @pytest.mark.slow
@@ -50,6 +54,10 @@ def test_maintenance_next_to_a_streaming_merge_and_an_appender(spark, tmp_path: 
             f"CREATE TABLE delta.`{table}` ({columns}) USING delta"
             " TBLPROPERTIES ('delta.autoOptimize.autoCompact' = 'true')"
         )
+    # Cold rows the stream never touches, one small file each: maintenance compacts them
+    # while the stream runs.
+    for n in range(COLD_FILES):
+        write_deltalake(str(silver), pa.table({"kind": [f"cold{n}"], "id": [-n]}), mode="append")
     port = free_port()
     server = start(bronze, port)
     maintainer: subprocess.Popen[bytes] | None = None
@@ -82,12 +90,6 @@ def test_maintenance_next_to_a_streaming_merge_and_an_appender(spark, tmp_path: 
             .trigger(processingTime="2 seconds")
             .start()
         )
-        with open(log, "w") as err:
-            maintainer = subprocess.Popen(
-                [*MAINTAIN, "--interval", "1", "--min-small-files", "8", str(lake)],
-                stderr=err,
-                env={**os.environ, "PYTHONPATH": SRC},
-            )
 
         def poster(number: int) -> None:
             pace = threading.Event()
@@ -106,11 +108,29 @@ def test_maintenance_next_to_a_streaming_merge_and_an_appender(spark, tmp_path: 
         posters = [threading.Thread(target=poster, args=(n,)) for n in range(POSTERS)]
         for thread in posters:
             thread.start()
+        # Maintenance starts while the first MERGE runs (it holds its DML lease), so its
+        # first look at silver finds a DML in flight and its 12 small files.
+        staging = silver / "_delta_staging"
+        wait_until(
+            lambda: staging.is_dir() and any(p.name.startswith("_dml-") for p in staging.iterdir()),
+            120,
+            "the first MERGE",
+        )
+        with open(log, "w") as err:
+            maintainer = subprocess.Popen(
+                [*MAINTAIN, "--interval", "1", "--min-small-files", "8", str(lake)],
+                stderr=err,
+                env={**os.environ, "PYTHONPATH": SRC},
+            )
+
         for thread in posters:
             thread.join(timeout=240)
         assert query.isActive, f"the streaming MERGE failed: {query.exception()}"
         query.processAllAvailable()
-        assert query.exception() is None
+        # Silver's small files are compacted between the MERGEs (by auto compaction after
+        # one, or by maintenance, which leaves the table alone while a MERGE runs).
+        wait_until(lambda: silver_compacted(silver), 120, "silver compacted")
+        assert query.isActive and query.exception() is None
     finally:
         spark.conf.unset("spark.databricks.delta.autoCompact.minNumFiles")
         if query is not None:
@@ -131,11 +151,20 @@ def test_maintenance_next_to_a_streaming_merge_and_an_appender(spark, tmp_path: 
     expected: dict[str, int] = {}
     for i in acknowledged:
         expected[f"k{i % KEYS}"] = max(i, expected.get(f"k{i % KEYS}", -1))
+    expected.update({f"cold{n}": -n for n in range(COLD_FILES)})
     rows = RsTable(str(silver)).to_pyarrow_table().to_pylist()
-    assert len(rows) == KEYS
+    assert len(rows) == KEYS + COLD_FILES
     assert {r["kind"]: r["id"] for r in rows} == expected
     # Maintenance did work on the live tables, and the history says so.
     assert f"{bronze} OPTIMIZE ran" in text
     marked = [h for h in RsTable(str(bronze)).history() if maintain.MARKER_KEY in h]
     assert marked and all(h["operation"] == "OPTIMIZE" for h in marked)
     assert all(h["operationParameters"]["auto"] == "true" for h in marked)
+    assert f"{silver} OPTIMIZE" in text  # examined all along
+
+
+def silver_compacted(path: Path) -> bool:
+    return any(
+        h["operation"] == "OPTIMIZE" and h["operationParameters"].get("auto") == "true"
+        for h in RsTable(str(path)).history()
+    )

@@ -151,7 +151,7 @@ def run_optimize(state: TableState, decision: Decision) -> str:
             load_snapshot(state.uri), commit_info=marker(decision.why)
         )
         if result.version is None:
-            return "nothing left to cluster"
+            raise Skip("nothing left to cluster")
         state.changed()
         return (
             f"version {result.version}: {len(result.files_removed)} files clustered into"
@@ -161,8 +161,8 @@ def run_optimize(state: TableState, decision: Decision) -> str:
     outcome = _auto_compact.run(job)
     if outcome.errors:
         raise ActionFailed("; ".join(outcome.errors))
-    if outcome.version is None:
-        return f"nothing committed: {outcome.skipped or 'no small files left'}"
+    if outcome.version is None:  # e.g. a writer or a DML holds the table: the next pass
+        raise Skip(outcome.skipped or "no small files left")
     state.changed()
     return (
         f"version {outcome.version}: {outcome.files_removed} files -> {outcome.files_added}"
@@ -172,6 +172,10 @@ def run_optimize(state: TableState, decision: Decision) -> str:
 
 class ActionFailed(Exception):
     """An action that reported failure without raising."""
+
+
+class Skip(Exception):
+    """An action that found, once it ran, nothing it could do now (not a failure)."""
 
 
 def _small_file_partitions(

@@ -126,6 +126,9 @@ def maintain_table(state: TableState, stop: threading.Event | None = None) -> li
         started = time.perf_counter()
         try:
             result = run(state, decision)
+        except _actions.Skip as skip:
+            reports.append(ActionReport(state.uri, name, "skipped", f"{decision.why}; {skip}"))
+            continue
         except Exception as exc:  # reported; the next action still runs
             state.changed()
             reports.append(ActionReport(state.uri, name, "failed", decision.why, _text(exc)))
