@@ -201,3 +201,25 @@ def test_the_loop_runs_passes_until_sigterm(tmp_path: Path) -> None:
             process.kill()
             process.wait()
     assert "Traceback" not in log.read_text()
+
+
+def test_a_clustered_table_is_clustered_incrementally(spark, tmp_path: Path) -> None:
+    table = tmp_path / "clustered"
+    spark.sql(f"CREATE TABLE delta.`{table}` (x BIGINT, y BIGINT) USING delta CLUSTER BY (x, y)")
+    for n in range(6):
+        spark.range(n * 10, n * 10 + 10).selectExpr("id AS x", "id % 3 AS y").coalesce(
+            1
+        ).write.format("delta").mode("append").save(str(table))
+    before = rows(table)
+    options = maintain.MaintainOptions(min_small_files=5)
+
+    report = maintain.run_pass([str(tmp_path)], options)
+
+    assert [a.action for a in report.ran()] == ["OPTIMIZE"], report.actions
+    assert rows(table) == before
+    newest = _maintenance.history(str(table), 1)[0]
+    assert newest[4] == "OPTIMIZE"
+    assert newest[5]["auto"] == "true" and json.loads(newest[5]["clusterBy"]) == ["x", "y"]
+    version = DeltaTable(str(table)).version()
+    assert not maintain.run_pass([str(tmp_path)], options).ran()  # all clustered now
+    assert DeltaTable(str(table)).version() == version
