@@ -22,6 +22,12 @@ Declarative pipelines from a spark-pipeline.yml (docs/pipelines.md).
                       ROOT...
 
 A read-only web console over the Delta tables under the roots (docs/console.md).
+
+    deltaflow maintain [--once] [--interval SECONDS] [--dry-run] [--min-small-files N]
+                       [--log-level L] ROOT...
+
+Keeps the Delta tables under the roots healthy: compaction, checkpoints, log cleanup,
+VACUUM, per each table's properties (docs/sql.md, Maintenance service).
 """
 
 from __future__ import annotations
@@ -104,7 +110,67 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="a running `deltaflow serve` to show on the Ingest page (its /metrics)",
     )
+    _maintain_parser(commands)
     return parser
+
+
+def _maintain_parser(commands: Any) -> None:
+    maintain = commands.add_parser(
+        "maintain",
+        help="keep the Delta tables under some folders healthy",
+        description="Compact, checkpoint, clean up and VACUUM the Delta tables under the"
+        " roots, per each table's own properties (docs/sql.md, Maintenance service).",
+    )
+    maintain.add_argument("roots", nargs="+", metavar="ROOT", help="a folder of tables, or a table")
+    maintain.add_argument("--once", action="store_true", help="run one pass and exit")
+    maintain.add_argument(
+        "--interval", type=float, default=300.0, help="seconds between passes (default 300)"
+    )
+    maintain.add_argument(
+        "--dry-run", action="store_true", help="decide and report; change nothing"
+    )
+    maintain.add_argument(
+        "--min-small-files",
+        type=int,
+        default=None,
+        help="compact a partition once it holds this many small files (default 50)",
+    )
+    maintain.add_argument("--log-level", default="info", help="debug, info, warning, error")
+
+
+def _maintain(args: argparse.Namespace) -> int:
+    import logging
+
+    from deltaflow import maintain
+
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.interval <= 0 or (args.min_small_files is not None and args.min_small_files < 2):
+        print(
+            "deltaflow maintain: --interval must be above 0 and --min-small-files at least 2",
+            file=sys.stderr,
+        )
+        return 2
+    options = maintain.MaintainOptions(dry_run=args.dry_run)
+    if args.min_small_files is not None:
+        options = maintain.MaintainOptions(
+            dry_run=args.dry_run, min_small_files=args.min_small_files
+        )
+    try:
+        if args.once:
+            maintain.run_pass(args.roots, options).raise_for_failures()
+            return 0
+        maintain.run_service(args.roots, options, interval=args.interval, stop=_stop_on_signals())
+    except maintain.MaintenanceFailedError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except DeltaflowError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    return 0
 
 
 def _pipelines_parser(commands: Any) -> None:
@@ -261,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
         return 0
+    if args.command == "maintain":
+        return _maintain(args)
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

@@ -187,6 +187,9 @@ class CompactionJob:
     settings: AutoCompactSettings
     storage_options: Mapping[str, str] | None = None
     triggered_by: int | None = None  # the version whose commit asked for it
+    # More commitInfo for the OPTIMIZE commit (``deltaflow maintain`` marks its own runs);
+    # its ``operationParameters`` are merged into the ones below.
+    commit_info: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -298,12 +301,18 @@ def _compact(job: CompactionJob) -> CompactionOutcome:
         if not eligible:
             return _skipped(job, "no partition it wrote holds enough small files")
         # delta-spark's Optimize parameters; delta-rs adds its own (predicate, targetSize).
-        parameters = {"auto": True, "zOrderBy": "[]", "clusterBy": "[]"}
+        extra = dict(job.commit_info or {})
+        parameters = {
+            "auto": True,
+            "zOrderBy": "[]",
+            "clusterBy": "[]",
+            **dict(extra.pop("operationParameters", None) or {}),
+        }
         metrics = table.optimize.compact(
             partition_filters=partition_filters(job.partition_columns, eligible),
             target_size=job.settings.max_file_size,
             commit_properties=CommitProperties(
-                custom_metadata={"operationParameters": parameters},
+                custom_metadata={**extra, "operationParameters": parameters},
                 max_commit_retries=_COMPACTION_COMMIT_RETRIES,
             ),
             post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,

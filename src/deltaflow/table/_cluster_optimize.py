@@ -29,6 +29,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -39,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from deltaflow.table import _clustering, _log_commit, _log_write, _stats, _uri
-from deltaflow.table._snapshot import Snapshot
+from deltaflow.table._snapshot import FileEntry, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -59,25 +60,20 @@ class ClusterResult:
     curve: str
 
 
-def cluster(snapshot: Snapshot, *, full: bool = False) -> ClusterResult:
+def cluster(
+    snapshot: Snapshot,
+    *,
+    full: bool = False,
+    commit_info: Mapping[str, Any] | None = None,
+) -> ClusterResult:
     """Cluster the files of ``snapshot`` not clustered yet by its clustering columns
-    (all files with ``full``); one commit, or none when there is nothing to do."""
-    physical = _clustering.physical_columns(snapshot.uri, snapshot.version)
-    by_tag = json.dumps([".".join(p) for p in physical])
+    (all files with ``full``); one commit, or none when there is nothing to do.
+    ``commit_info``: more commitInfo keys (``deltaflow maintain`` marks its runs); its
+    ``operationParameters`` are merged into OPTIMIZE's."""
+    plan = _plan(snapshot, full)
+    physical, by_tag, adds, candidates = plan.physical, plan.by_tag, plan.adds, plan.candidates
+    entries = plan.entries
     curve = "hilbert" if len(physical) > 1 else "linear"
-    entries = snapshot.files(stats=False)
-    adds = _log_commit.add_actions_of(snapshot.uri, snapshot.version, [e.path for e in entries])
-    candidates = [
-        e
-        for e in entries
-        if full or not _is_clustered(adds.get(e.path, {}), by_tag) or not physical
-    ]
-    if not physical:
-        # CLUSTER BY NONE: OPTIMIZE only compacts (small files, nothing to order by).
-        target = target_file_size(snapshot.configuration)
-        candidates = [e for e in candidates if e.size < target // 2]
-        if len(candidates) < 2:
-            candidates = []
     if not candidates:
         return ClusterResult(None, [], [], len(entries), curve)
     table = _read(snapshot, candidates)
@@ -90,19 +86,22 @@ def cluster(snapshot: Snapshot, *, full: bool = False) -> ClusterResult:
         _log_write.remove_action(adds.get(e.path, {}), e.path, e.size, data_change=False)
         for e in candidates
     ]
+    extra = dict(commit_info or {})
+    parameters = {
+        "predicate": "[]",
+        "clusterBy": by_tag,
+        "zOrderBy": "[]",
+        "auto": False,
+        "isFull": full,
+        **dict(extra.pop("operationParameters", None) or {}),
+    }
     try:
         version = _log_commit.commit(
             _log_commit.LogCommitRequest(
                 table_uri=snapshot.uri,
                 read_version=snapshot.version,
                 operation="OPTIMIZE",
-                operation_parameters={
-                    "predicate": "[]",
-                    "clusterBy": by_tag,
-                    "zOrderBy": "[]",
-                    "auto": False,
-                    "isFull": full,
-                },
+                operation_parameters=parameters,
                 operation_metrics={
                     "numAddedFiles": str(len(written)),
                     "numRemovedFiles": str(len(removes)),
@@ -114,6 +113,7 @@ def cluster(snapshot: Snapshot, *, full: bool = False) -> ClusterResult:
                 read=_log_commit.ReadSet(files=frozenset(e.path for e in candidates)),
                 partitioned=False,
                 checkpoint_interval=_log_commit.checkpoint_interval(snapshot.configuration),
+                extra_commit_info=extra,
             )
         )
     except BaseException:
@@ -129,6 +129,40 @@ def cluster(snapshot: Snapshot, *, full: bool = False) -> ClusterResult:
     return ClusterResult(
         version, [a["size"] for a in written], [e.size for e in candidates], len(entries), curve
     )
+
+
+def pending_files(snapshot: Snapshot) -> list[FileEntry]:
+    """The live files an incremental OPTIMIZE would rewrite (not clustered yet by the
+    current clustering columns; without clustering columns, the small ones)."""
+    return _plan(snapshot, False).candidates
+
+
+@dataclass(frozen=True)
+class _Plan:
+    physical: list[tuple[str, ...]]
+    by_tag: str
+    entries: list[FileEntry]
+    adds: dict[str, dict[str, Any]]
+    candidates: list[FileEntry]
+
+
+def _plan(snapshot: Snapshot, full: bool) -> _Plan:
+    physical = _clustering.physical_columns(snapshot.uri, snapshot.version)
+    by_tag = json.dumps([".".join(p) for p in physical])
+    entries = snapshot.files(stats=False)
+    adds = _log_commit.add_actions_of(snapshot.uri, snapshot.version, [e.path for e in entries])
+    candidates = [
+        e
+        for e in entries
+        if full or not _is_clustered(adds.get(e.path, {}), by_tag) or not physical
+    ]
+    if not physical:
+        # CLUSTER BY NONE: OPTIMIZE only compacts (small files, nothing to order by).
+        target = target_file_size(snapshot.configuration)
+        candidates = [e for e in candidates if e.size < target // 2]
+        if len(candidates) < 2:
+            candidates = []
+    return _Plan([tuple(p) for p in physical], by_tag, entries, adds, candidates)
 
 
 def target_file_size(configuration: Any) -> int:

@@ -135,6 +135,7 @@ def vacuum(
     *,
     dry_run: bool = False,
     check_retention: bool = True,
+    commit_info: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """Delete files no longer referenced and older than the retention (``VACUUM``).
 
@@ -145,6 +146,8 @@ def vacuum(
     the staging directories of writes killed before their commit (``_delta_staging/``),
     once nothing was written in them for the retention. Returns the table's path, or
     with ``dry_run`` the files that would be deleted (nothing is deleted then).
+    ``commit_info``: more commitInfo keys for the VACUUM START / END commits
+    (``deltaflow maintain`` marks its runs with them).
     """
     snapshot = load_snapshot(uri)
     minimum = retention_hours_of(snapshot.configuration)
@@ -172,6 +175,9 @@ def vacuum(
         dry_run=dry_run or unwritable,
         enforce_retention_duration=check_retention,
         post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
+        commit_properties=CommitProperties(custom_metadata=dict(commit_info))
+        if commit_info
+        else None,
     )
     if not dry_run and not unwritable:
         _upkeep(snapshot.uri, table)

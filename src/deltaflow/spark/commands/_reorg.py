@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from deltaflow.errors import InvalidOptionError
@@ -32,9 +33,13 @@ log = logging.getLogger("deltaflow.reorg")
 Row = tuple[Any, ...]
 
 
-def reorg_purge(uri: str, *, where: str | None = None) -> list[Row]:
+def reorg_purge(
+    uri: str, *, where: str | None = None, commit_info: Mapping[str, Any] | None = None
+) -> list[Row]:
     """Rewrite the files of ``uri`` that have deletion vectors (in the partitions
-    ``where`` selects) without their deleted rows; one ``dataChange=false`` commit."""
+    ``where`` selects) without their deleted rows; one ``dataChange=false`` commit.
+    ``commit_info``: more commitInfo keys (``deltaflow maintain`` marks its runs); its
+    ``operationParameters`` are merged into REORG's."""
     from pyspark.sql.types import StructType
 
     from deltaflow.spark.read._reader import FileTask, ReadLayout, read_file
@@ -79,7 +84,7 @@ def reorg_purge(uri: str, *, where: str | None = None) -> list[Row]:
                 raise _compaction_lease.busy(
                     "REORG TABLE", snapshot.uri, snapshot.version, _REORG_LEASE_WAIT_SECONDS
                 )
-            version = _commit_reorg(snapshot, plan, adds, removes, files, where)
+            version = _commit_reorg(snapshot, plan, adds, removes, files, where, commit_info)
     except BaseException:
         _changes.Written(list(written), [], 0).delete(snapshot.uri)
         raise
@@ -151,8 +156,15 @@ def _commit_reorg(
     removes: list[Any],
     files: list[FileEntry],
     where: str | None,
+    commit_info: Mapping[str, Any] | None = None,
 ) -> int | None:
     """REORG's one dataChange=false commit."""
+    extra = dict(commit_info or {})
+    parameters = {
+        "predicate": json.dumps([where] if where else []),
+        "applyPurge": "true",
+        **dict(extra.pop("operationParameters", None) or {}),
+    }
     return _commit.commit(
         _commit.CommitRequest(
             table_uri=snapshot.uri,
@@ -164,10 +176,8 @@ def _commit_reorg(
             read=_log_commit.ReadSet(files=frozenset(f.path for f in files)),
             operation="REORG",
             commit_info={
-                "operationParameters": {
-                    "predicate": json.dumps([where] if where else []),
-                    "applyPurge": "true",
-                },
+                **extra,
+                "operationParameters": parameters,
                 "operationMetrics": {
                     "numAddedFiles": str(len(adds)),
                     "numRemovedFiles": str(len(removes)),
