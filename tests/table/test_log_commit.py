@@ -118,7 +118,7 @@ def test_put_if_absent_never_overwrites_a_version(table_path):
     commit_file = os.path.join(log_dir, f"{1:020d}.json")
     with open(commit_file, "rb") as f:
         before = f.read()
-    assert not _log_commit._put_if_absent(log_dir, 1, b'{"commitInfo":{}}\n')
+    assert not _log_commit.put_version(log_dir, 1, b'{"commitInfo":{}}\n')
     with open(commit_file, "rb") as f:
         assert f.read() == before
     assert not [n for n in os.listdir(log_dir) if n.endswith(".tmp")]  # temp files cleaned up
