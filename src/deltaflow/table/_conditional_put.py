@@ -102,7 +102,9 @@ def _store_and_key(uri: str, storage_options: Mapping[str, str] | None) -> tuple
         if store is None:
             # from_url reads the environment's AWS_* (etc.) variables, like delta-rs does;
             # explicit options take precedence.
-            store = make(f"{scheme}://{bucket}", config=config or None, client_options=client)
+            store = make(
+                f"{scheme}://{bucket}", config=config or None, client_options=client or None
+            )
             _stores[cache_key] = store
     return store, key
 
