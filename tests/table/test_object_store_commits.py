@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
@@ -75,3 +76,29 @@ def test_concurrent_writers_from_three_processes_lose_and_double_nothing(object_
     versions = [r["version"] for r in reported if r["version"] is not None]
     assert len(versions) == len(set(versions)) == 2 * COMMITS
     assert table.version() == len(MODES) * COMMITS  # the seed at 0, then one version each
+
+
+def test_put_if_absent_on_s3_never_overwrites_and_fails_typed(object_store):
+    from deltaflow import ObjectStoreError
+    from deltaflow.table import _conditional_put
+
+    _object_store.plan_environment()
+    uri = object_store.uri("put") + "/_delta_log/00000000000000000000.json"
+    assert _conditional_put.put_if_absent(uri, b"first\n")
+    assert not _conditional_put.put_if_absent(uri, b"second\n")
+    fs = pafs.S3FileSystem(
+        access_key=object_store.env["AWS_ACCESS_KEY_ID"],
+        secret_key=object_store.env["AWS_SECRET_ACCESS_KEY"],
+        endpoint_override=object_store.endpoint,
+        region=object_store.env["AWS_REGION"],
+    )
+    with fs.open_input_stream(uri.removeprefix("s3://")) as f:
+        assert f.read() == b"first\n"
+
+    wrong = {**object_store.storage_options, "AWS_SECRET_ACCESS_KEY": "not-the-secret-1234"}
+    with pytest.raises(ObjectStoreError) as caught:
+        _conditional_put.put_if_absent(uri + ".other", b"x", storage_options=wrong)
+    assert caught.value.kind == "credentials"
+    assert caught.value.table_uri == uri + ".other"
+    assert "not-the-secret-1234" not in str(caught.value)
+    assert object_store.env["AWS_SECRET_ACCESS_KEY"] not in str(caught.value)
