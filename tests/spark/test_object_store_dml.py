@@ -247,3 +247,38 @@ def _list(store: Any, uri: str) -> list[str]:
     )
     root = uri.removeprefix("s3://")
     return [i.path for i in fs.get_file_info(pafs.FileSelector(root, recursive=True))]
+
+
+def test_alter_table_and_clustered_tables(spark, object_store):
+    uri = _make(spark, object_store.uri())
+    spark.sql(
+        f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
+    spark.sql(f"ALTER TABLE delta.`{uri}` ADD COLUMNS (note STRING)")
+    DeltaTable.forPath(spark, uri).delete("id = 0")
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 3)
+        .load(uri)
+        .select("id", "note", "_change_type")
+        .collect()
+    )
+    assert [tuple(r) for r in changes] == [(0, None, "delete")]
+    assert _rows(spark, uri) == _rs_rows(object_store, uri) == _expected(lambda i: i != 0)
+
+    clustered = object_store.uri("clustered")
+    spark.sql(
+        f"CREATE TABLE delta.`{clustered}` (id BIGINT, kind STRING) USING delta CLUSTER BY (id)"
+    )
+    # (SQL INSERT INTO delta.`s3://...` does not reach the Python data path yet.)
+    for rows in ([(2, "b"), (1, "a")], [(3, "c")]):
+        frame = spark.createDataFrame(rows, "id long, kind string")
+        frame.write.format("delta").mode("append").save(clustered)
+    spark.sql(f"OPTIMIZE delta.`{clustered}`")
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{clustered}`").first()
+    assert list(detail["clusteringColumns"]) == ["id"]
+    rs = RsTable(clustered, storage_options=object_store.storage_options)
+    assert len(rs.file_uris()) == 1
+    rows = spark.read.format("delta").load(clustered).collect()
+    assert sorted(tuple(r) for r in rows) == [(1, "a"), (2, "b"), (3, "c")]
