@@ -153,13 +153,13 @@ def test_sigkill_of_serve_on_s3_loses_and_duplicates_nothing(s3):
     assert set(ids) == acknowledged, "an acknowledged event is missing (or an unknown one appeared)"
 
 
-def test_a_table_only_deltaflows_log_writer_commits_is_refused_at_start_on_s3(s3, tmp_path):
-    """A clustered table: delta-rs cannot commit it and deltaflow's log writer has no
-    conditional put on object stores, so serve refuses it before taking any request."""
+def test_a_table_only_deltaflows_log_writer_commits_is_served_on_s3(s3, tmp_path):
+    """A clustered table: delta-rs cannot commit it, so serve's groups go through
+    deltaflow's log writer, which commits on S3 with a conditional put."""
+    import pyarrow as pa
     import pyarrow.fs as pafs
 
     from deltaflow.ingest.http._commit import TableWriter
-    from deltaflow.table.errors import UnsupportedFeatureError
 
     uri = s3.uri("clustered")
     schema = {
@@ -206,9 +206,8 @@ def test_a_table_only_deltaflows_log_writer_commits_is_refused_at_start_on_s3(s3
     config = make_config(
         tmp_path, events={"path": uri, "schema": None, "tokens_env": None, "allow_anonymous": True}
     )
-    with pytest.raises(UnsupportedFeatureError) as caught:
-        TableWriter(config.tables["events"], config)
-    assert caught.value.table_uri == uri
-    assert caught.value.feature == "clustering"
-    assert "deltaflow serve" in str(caught.value)
-    assert _object_store.SECRET_KEY not in str(caught.value)
+    writer = TableWriter(config.tables["events"], config)
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())})
+    assert writer.commit_group([rows], [("key-1", 2)]) == 1
+    assert sorted(r["id"] for r in s3_rows(s3, uri)) == [1, 2]
+    assert [k for k, _, _ in writer.recover_keys(10)] == ["key-1"]

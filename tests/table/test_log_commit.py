@@ -118,7 +118,7 @@ def test_put_if_absent_never_overwrites_a_version(table_path):
     commit_file = os.path.join(log_dir, f"{1:020d}.json")
     with open(commit_file, "rb") as f:
         before = f.read()
-    assert not _log_commit._put_if_absent(log_dir, 1, b'{"commitInfo":{}}\n')
+    assert not _log_commit.put_version(log_dir, 1, b'{"commitInfo":{}}\n')
     with open(commit_file, "rb") as f:
         assert f.read() == before
     assert not [n for n in os.listdir(log_dir) if n.endswith(".tmp")]  # temp files cleaned up
@@ -322,10 +322,13 @@ def test_checkpoint_at_interval_and_dv_descriptor_from_checkpoint(table_path):
     assert found[files["a"]]["deletionVector"]["cardinality"] == 1
 
 
-def test_non_local_tables_are_refused_with_a_typed_error():
+def test_stores_without_a_conditional_put_are_refused_with_a_typed_error():
+    _log_commit.require_conditional_put("s3://bucket/table", "DELETE")  # S3 has one
     with pytest.raises(UnsupportedFeatureError) as info:
-        _log_commit.require_local("s3://bucket/table", "DELETE with the change data feed")
-    assert info.value.feature == "logCommit"
+        _log_commit.require_conditional_put("hdfs://nn/table", "DELETE with the change data feed")
+    assert info.value.feature == "conditionalPut"
+    assert info.value.table_uri == "hdfs://nn/table"
+    assert "DELETE with the change data feed" in str(info.value)
 
 
 @pytest.mark.parametrize("remover", ["delta-rs", "log writer"])

@@ -55,11 +55,12 @@ def test_delta_rs_refusal_is_a_typed_error_not_a_conflict(table_path):
     assert isinstance(error, UnsupportedFeatureError) and error.feature == "identityColumns"
     assert not isinstance(error, deltaflow.ConcurrentWriteError)
     assert "AS IDENTITY" in str(error)  # says what works instead
-    # An object-store table with identity columns is refused before anything is written.
+    # A table with identity columns on a store without put-if-absent is refused before
+    # anything is written.
     with pytest.raises(UnsupportedFeatureError) as remote:
         _log_write.commit_write(
             _commit.CommitRequest(
-                table_uri="s3://bucket/t", schema=schema, partition_columns=(), adds=()
+                table_uri="hdfs://nn/t", schema=schema, partition_columns=(), adds=()
             )
         )
     assert remote.value.feature == "identityColumns"

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from deltaflow.errors import InvalidOptionError
+from deltaflow.errors import DeltaflowError, InvalidOptionError
 from deltaflow.table import _compaction_lease, _dml_lease, _log_upkeep, _partitions, _uri
 
 log = logging.getLogger(__name__)
@@ -259,15 +259,15 @@ def run(job: CompactionJob) -> CompactionOutcome:
         if job.table_uri not in _warned:
             _warned.add(job.table_uri)
             log.warning(
-                "auto compaction of %s is off: on object stores deltaflow cannot keep two"
-                " compactions apart (delta-rs would let both commit and duplicate rows). Run"
-                " OPTIMIZE from one writer instead.",
+                "auto compaction of %s is off: on a store without put-if-absent deltaflow"
+                " cannot keep two compactions apart (delta-rs would let both commit and"
+                " duplicate rows). Run OPTIMIZE from one writer instead.",
                 job.table_uri,
             )
-        return _skipped(job, "object store")
+        return _skipped(job, "store without put-if-absent")
     try:
         lease = _compaction_lease.try_acquire(job.table_uri)
-    except OSError as exc:
+    except (OSError, DeltaflowError) as exc:
         return _skipped(job, f"no compaction lease: {exc}")
     if lease is None:
         return _skipped(job, "another compaction or commit holds the table's lease")

@@ -17,17 +17,15 @@ them in its checkpoints), so only a change of the columns is ever written again.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from deltaflow._atomic import put_if_absent
 from deltaflow.errors import InvalidOptionError
 from deltaflow.table import _log_commit, _schema, _stats, _uri
 from deltaflow.table._protocol import Protocol, features_in_use
-from deltaflow.table.errors import TableAlreadyExistsError, UnsupportedFeatureError
+from deltaflow.table.errors import TableAlreadyExistsError
 
 DOMAIN = "delta.clustering"
 PROVIDER = "liquid"
@@ -312,9 +310,7 @@ def write_version_zero(
     """Create the table at ``uri`` as version 0 (protocol, metadata, domains, files, and
     the writer's app transaction ``(appId, version)`` when it has one).
     :class:`TableAlreadyExistsError` if another writer created it first."""
-    _log_commit.require_local(uri, "Creating a clustered table")
-    log_dir = os.path.join(_uri.local_path(uri), "_delta_log")
-    os.makedirs(log_dir, exist_ok=True)
+    log_dir = _log_commit.log_location(uri, f"Creating the table ({operation})")
     now = int(time.time() * 1000)
     info = {
         "timestamp": now,
@@ -341,7 +337,7 @@ def write_version_zero(
         *({"add": dict(a)} for a in adds),
     ]
     payload = "\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n"
-    if not put_if_absent(os.path.join(log_dir, f"{0:020d}.json"), payload.encode("utf-8")):
+    if not _log_commit.put_version(log_dir, 0, payload.encode("utf-8")):
         raise TableAlreadyExistsError(
             f"A Delta table was created at {uri} by another writer while this one created it."
             " Retry: the statement will then see the existing table.",
@@ -351,11 +347,6 @@ def write_version_zero(
 
 
 def refuse_object_store(uri: str, label: str) -> None:
-    if not _uri.is_local(uri):
-        raise UnsupportedFeatureError(
-            f"CLUSTER BY on {label}: clustered tables are committed by deltaflow's own log"
-            " writer (delta-rs 1.6 cannot commit to them), which supports local (POSIX)"
-            " paths only. Use a local table, or drop CLUSTER BY.",
-            table_uri=uri,
-            feature="clustering",
-        )
+    """Clustered tables are committed by deltaflow's log writer: refuse a store where it
+    has no conditional put."""
+    _log_commit.require_conditional_put(uri, f"CLUSTER BY on {label}")

@@ -33,6 +33,7 @@ from deltaflow.table import (
     _auto_compact,
     _compaction_lease,
     _compaction_log,
+    _conditional_put,
     _log_commit,
     _log_upkeep,
     _uri,
@@ -472,7 +473,7 @@ def delta_rs_operation(request: CommitRequest) -> str:
 def _create_with_own_protocol(request: CommitRequest) -> bool:
     """Version 0 by deltaflow's log writer when delta-rs would list unused features."""
     protocol = protocol_for_new_table(request.configuration, request.schema)
-    if protocol is None or not _uri.is_local(request.table_uri):
+    if protocol is None or not _conditional_put.supported(request.table_uri):
         return False
     created = _log_commit.create_table(
         request.table_uri,

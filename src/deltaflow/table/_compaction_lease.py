@@ -6,25 +6,27 @@ appears twice), and an overwrite that read files a compaction has just replaced 
 its removes of files already gone, keeping the compacted copy of the rows it meant to
 replace. Measured here with deltalake 1.6.6 on a local table.
 
-So on local tables every delta-rs compaction (auto compaction, OPTIMIZE, REORG) and every
-delta-rs commit that removes files it read holds this lease: ``<table>/_delta_staging/
-_compaction-<n>.lease``, created with put-if-absent. A holder of ``n`` is alone: the next
-one must create ``n + 1``, which only one process can, and only once ``n`` is released or
-older than :data:`STALE_SECONDS` (a holder that crashed). Object stores have no
-put-if-absent deltaflow can use, so there auto compaction does not run at all.
+So every delta-rs compaction (auto compaction, OPTIMIZE, REORG) and every delta-rs commit
+that removes files it read holds this lease: ``<table>/_delta_staging/_compaction-<n>.lease``,
+created with put-if-absent (:mod:`deltaflow.table._conditional_put`: a hard link locally,
+``If-None-Match: *`` on S3, GCS and Azure). A holder of ``n`` is alone: the next one must
+create ``n + 1``, which only one process can, and only once ``n`` is released or older
+than :data:`STALE_SECONDS` (a holder that crashed; on object stores the age is the
+store's Last-Modified, so clocks may disagree by far less than that). On a store without
+put-if-absent there is no lease and auto compaction does not run.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import time
 import uuid
 from collections.abc import Iterator
 
-from deltaflow._atomic import put_if_absent
-from deltaflow.table import _uri
+import pyarrow.fs as pafs
+
+from deltaflow.table import _conditional_put, _uri
 from deltaflow.table.errors import ConcurrentWriteError
 
 STAGING_DIR = "_delta_staging"
@@ -35,49 +37,52 @@ STALE_SECONDS = 3600.0
 
 
 def supported(table_uri: str) -> bool:
-    return _uri.is_local(table_uri)
+    return _conditional_put.supported(table_uri)
 
 
 def try_acquire(table_uri: str) -> str | None:
     """The lease's file name if this call got it, None if another holder has it."""
-    folder = os.path.join(_uri.local_path(table_uri), STAGING_DIR)
-    os.makedirs(folder, exist_ok=True)
-    held: list[tuple[int, str]] = []
-    for name in os.listdir(folder):
-        match = _NAME.match(name)
+    folder = _uri.join(table_uri, STAGING_DIR)
+    fs, root = _uri.filesystem(folder)
+    if _uri.is_local(table_uri):
+        fs.create_dir(root, recursive=True)
+    entries = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    held: list[tuple[int, str, int | None]] = []
+    for entry in entries:
+        match = _NAME.match(entry.base_name)
         if match:
-            held.append((int(match.group(1)), name))
+            held.append((int(match.group(1)), entry.base_name, entry.mtime_ns))
     if held:
-        number, name = max(held)
-        try:
-            age = time.time() - os.stat(os.path.join(folder, name)).st_mtime
-        except FileNotFoundError:  # released meanwhile: its number is free again
-            age = STALE_SECONDS
-            number -= 1
+        number, name, mtime_ns = max(held)
+        age = STALE_SECONDS if mtime_ns is None else time.time() - mtime_ns / 1e9
         if age < STALE_SECONDS:
             return None
         following = number + 1
     else:
         following = 0
     name = f"_compaction-{following}.lease"
-    if not put_if_absent(os.path.join(folder, name), uuid.uuid4().hex.encode()):
+    if not _conditional_put.put_if_absent(_uri.join(folder, name), uuid.uuid4().hex.encode()):
         return None
-    for number, old in held:  # older ones are released or stale: tidy them away
+    for number, old, _ in held:  # older ones are released or stale: tidy them away
         if number < following:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(folder, old))
+            _delete(table_uri, old)
     return name
 
 
 def release(table_uri: str, name: str) -> None:
+    _delete(table_uri, name)
+
+
+def _delete(table_uri: str, name: str) -> None:
+    fs, path = _uri.filesystem(_uri.join(table_uri, f"{STAGING_DIR}/{name}"))
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(_uri.local_path(table_uri), STAGING_DIR, name))
+        fs.delete_file(path)
 
 
 @contextlib.contextmanager
 def holding(table_uri: str, wait_seconds: float) -> Iterator[bool]:
     """Hold the lease for the block, waiting up to ``wait_seconds`` for it; yields whether
-    it is held (always True on object stores, where there is none to take)."""
+    it is held (always True on a store without put-if-absent, where there is none)."""
     if not supported(table_uri):
         yield True
         return

@@ -3,11 +3,12 @@
 delta-rs 1.6 commits ``add`` / ``remove`` actions only, and its ``remove`` has no
 ``deletionVector``. DML needs both more: ``cdc`` actions (change data feed) and
 removes of files that carry deletion vectors. This module writes the log entry
-itself, on local (POSIX) tables:
+itself, on local tables and object stores alike:
 
-* **Atomic put-if-absent.** The entry goes to a temporary file in ``_delta_log``
-  that is then hard-linked to ``<version:020>.json``; ``link`` fails when the name
-  exists, so exactly one writer wins a version, and readers never see a partial file.
+* **Atomic put-if-absent.** ``<version:020>.json`` is created only if absent
+  (:mod:`deltaflow.table._conditional_put`): on a local path a temporary file hard-linked
+  to the name, on S3 / GCS / Azure a PUT with ``If-None-Match: *``, the request delta-rs
+  commits with. Exactly one writer wins a version, and readers never see a partial file.
 * **Conflicts by delta-spark's rules (WriteSerializable).** Before each attempt every
   commit since the read version is checked against what this transaction read and
   removed (:func:`check_conflict`); a lost race re-checks the winner and retries at
@@ -16,8 +17,8 @@ itself, on local (POSIX) tables:
   when the new version is a multiple of ``delta.checkpointInterval`` (default 10,
   delta-spark's), the same versions whichever commit path wrote the table.
 
-Object stores need a conditional put that pyarrow does not offer; commits that need
-this writer fail there with :class:`~deltaflow.table.errors.UnsupportedFeatureError`.
+A store without a conditional put (e.g. ``hdfs://``) gets a typed
+:class:`~deltaflow.table.errors.UnsupportedFeatureError` naming the operation.
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
 
-from deltaflow._atomic import put_if_absent
-from deltaflow.table import _log, _log_upkeep, _uri
+import pyarrow.fs as pafs
+
+from deltaflow.table import _conditional_put, _log, _log_upkeep, _uri
 from deltaflow.table.errors import (
     ConcurrentWriteError,
     CorruptTableError,
-    UnsupportedFeatureError,
 )
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ class Conflict:
 def commit(request: LogCommitRequest) -> int:
     """Write ``request`` as the next version; the version it got. Raises
     :class:`ConcurrentWriteError` on a conflict, nothing written."""
-    log_dir = _log_dir(request.table_uri)
+    log_dir = log_location(request.table_uri)
     checked = request.read_version
     ours = _ours(request)
     for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -132,7 +133,7 @@ def commit(request: LogCommitRequest) -> int:
                 raise _conflict_error(request, found, attempt)
         checked = latest
         target = latest + 1
-        if _put_if_absent(log_dir, target, _payload(request, target)):
+        if put_version(log_dir, target, _payload(request, target)):
             log.info(
                 "committed %s to %s as version %d (read %d, attempt %d)",
                 request.operation,
@@ -335,10 +336,7 @@ def create_table(
     Used where delta-rs would write a protocol listing features the table does not use
     (:func:`deltaflow.table._protocol.protocol_for_new_table`).
     """
-    require_local(table_uri, "Creating a table with deletion vectors enabled")
-    root = _uri.local_path(table_uri)
-    log_dir = os.path.join(root, "_delta_log")
-    os.makedirs(log_dir, exist_ok=True)
+    log_dir = log_location(table_uri, "Creating a table with deletion vectors enabled")
     now_ms = int(time.time() * 1000)
     parameters = dict(operation_parameters or {})
     parameters.setdefault("partitionBy", json.dumps(list(partition_columns)))
@@ -369,50 +367,59 @@ def create_table(
     ]
     actions.extend({"add": dict(a)} for a in adds)
     text = "\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n"
-    return _put_if_absent(log_dir, 0, text.encode("utf-8"))
+    return put_version(log_dir, 0, text.encode("utf-8"))
 
 
-def _put_if_absent(log_dir: str, version: int, payload: bytes) -> bool:
-    # FileExistsError from link means the version is taken: the caller re-checks.
-    return put_if_absent(os.path.join(log_dir, f"{version:020d}.json"), payload)
+def put_version(log_dir: str, version: int, payload: bytes) -> bool:
+    # False means the version is taken: the caller re-checks the winner and retries.
+    return _conditional_put.put_if_absent(_uri.join(log_dir, f"{version:020d}.json"), payload)
 
 
 def checkpoint_interval(configuration: Mapping[str, str | None]) -> int:
     return _log_upkeep.checkpoint_interval(configuration)
 
 
-def require_local(table_uri: str, why: str) -> None:
-    if not _uri.is_local(table_uri):
-        raise UnsupportedFeatureError(
-            f"{why} on table {table_uri} needs deltaflow's own commit writer, which supports"
-            " local (POSIX) paths only: object stores need a conditional put that deltaflow"
-            " cannot do yet. Run the operation on a local table, or disable"
-            " delta.enableChangeDataFeed / purge deletion vectors (OPTIMIZE) first.",
-            table_uri=table_uri,
-            feature="logCommit",
-        )
+def require_conditional_put(table_uri: str, why: str) -> None:
+    """Refuse ``why`` (an operation) on a store where this writer cannot commit safely."""
+    if not _conditional_put.supported(table_uri):
+        raise _conditional_put.unsupported(table_uri, f"{why} on")
 
 
-def _log_dir(table_uri: str) -> str:
-    require_local(table_uri, "This commit")
-    return os.path.join(_uri.local_path(table_uri), "_delta_log")
+def log_location(table_uri: str, why: str = "This commit") -> str:
+    """The table's ``_delta_log``: a plain path for local tables (created if missing), a
+    URI on object stores (where folders need no creating)."""
+    require_conditional_put(table_uri, why)
+    if _uri.is_local(table_uri):
+        log_dir = os.path.join(_uri.local_path(table_uri), "_delta_log")
+        os.makedirs(log_dir, exist_ok=True)
+        return log_dir
+    return _uri.join(table_uri, "_delta_log")
+
+
+def _list_names(log_dir: str) -> list[str]:
+    if _uri.is_local(log_dir):
+        return os.listdir(log_dir)
+    fs, path = _uri.filesystem(log_dir)
+    entries = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    return [e.base_name for e in entries]
 
 
 def latest_version(log_dir: str) -> int:
-    versions = [int(m.group(1)) for n in os.listdir(log_dir) if (m := _COMMIT_NAME.match(n))]
+    versions = [int(m.group(1)) for n in _list_names(log_dir) if (m := _COMMIT_NAME.match(n))]
     if versions:
         return max(versions)
-    last = _log.last_checkpoint(_uri.normalize_uri(os.path.dirname(log_dir)))
+    last = _log.last_checkpoint(_uri.normalize_uri(log_dir.rstrip("/").rsplit("/", 1)[0]))
     if last is None:
         raise CorruptTableError(f"{log_dir} holds no commit", table_uri=log_dir, path=log_dir)
     return last
 
 
 def read_actions(log_dir: str, version: int) -> list[dict[str, Any]]:
-    path = os.path.join(log_dir, f"{version:020d}.json")
+    path = _uri.join(log_dir, f"{version:020d}.json")
     try:
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+        fs, inner = _uri.filesystem(path)
+        with fs.open_input_stream(inner) as f:
+            text = f.read().decode("utf-8")
     except FileNotFoundError as exc:
         raise CorruptTableError(
             f"Commit {version} is missing from {log_dir} (log cleanup ran while this"
@@ -420,6 +427,7 @@ def read_actions(log_dir: str, version: int) -> list[dict[str, Any]]:
             table_uri=log_dir,
             path=path,
         ) from exc
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def add_actions_of(table_uri: str, version: int, paths: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -429,7 +437,7 @@ def add_actions_of(table_uri: str, version: int, paths: Iterable[str]) -> dict[s
     newest JSON commits are read first (a file that got a DV was re-added recently),
     then the newest checkpoint at or before ``version``.
     """
-    log_dir = _log_dir(table_uri)
+    log_dir = log_location(table_uri)
     wanted = {unquote(p): p for p in paths}
     found: dict[str, dict[str, Any]] = {}
     checkpoint = _newest_checkpoint(log_dir, version)
@@ -452,11 +460,11 @@ def add_actions_of(table_uri: str, version: int, paths: Iterable[str]) -> dict[s
 
 def _newest_checkpoint(log_dir: str, version: int) -> tuple[int, list[str]] | None:
     by_version: dict[int, list[str]] = {}
-    for name in os.listdir(log_dir):
+    for name in _list_names(log_dir):
         if ".checkpoint" in name and name.endswith(".parquet") and name[:20].isdigit():
             v = int(name[:20])
             if v <= version:
-                by_version.setdefault(v, []).append(os.path.join(log_dir, name))
+                by_version.setdefault(v, []).append(_uri.join(log_dir, name))
     if not by_version:
         return None
     best = max(by_version)
@@ -464,18 +472,18 @@ def _newest_checkpoint(log_dir: str, version: int) -> tuple[int, list[str]] | No
 
 
 def _adds_from_checkpoint(files: list[str], wanted: dict[str, str]) -> dict[str, dict[str, Any]]:
-    import pyarrow.parquet as pq
 
     found: dict[str, dict[str, Any]] = {}
     sources = list(files)
     for path in files:  # v2 checkpoints keep their adds in sidecar files
-        table = pq.read_table(path)
+        table = _read_parquet(path)
         if "sidecar" in table.column_names:
             for row in table.column("sidecar").to_pylist():
                 if row:
-                    sources.append(os.path.join(os.path.dirname(path), "_sidecars", row["path"]))
+                    folder = path.rsplit("/", 1)[0]
+                    sources.append(_uri.join(folder, f"_sidecars/{row['path']}"))
     for path in sources:
-        table = pq.read_table(path, columns=["add"])
+        table = _read_parquet(path, columns=["add"])
         for add in table.column("add").to_pylist():
             if add and unquote(add["path"]) in wanted:
                 clean = {k: v for k, v in add.items() if v is not None}
@@ -484,3 +492,10 @@ def _adds_from_checkpoint(files: list[str], wanted: dict[str, str]) -> dict[str,
                         clean[key] = dict(clean[key])
                 found[wanted.pop(unquote(add["path"]))] = clean
     return found
+
+
+def _read_parquet(path: str, columns: list[str] | None = None) -> Any:
+    import pyarrow.parquet as pq
+
+    fs, inner = _uri.filesystem(path)
+    return pq.read_table(inner, columns=columns, filesystem=fs)

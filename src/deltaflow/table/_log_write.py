@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from deltaflow.table import _clustered_commit, _clustering, _generated_log, _log_commit, _uri
+from deltaflow.table import _clustered_commit, _clustering, _generated_log, _log_commit
 from deltaflow.table._protocol import (
     DELTA_RS_UNWRITABLE_FEATURES,
     Protocol,
@@ -120,7 +120,7 @@ def commit_write(
     for hook in HOOKS:
         draft = hook(request, draft)
     protocol = protocol_of(draft)
-    require_local(draft.uri, protocol, request.operation)
+    require_conditional_put(draft.uri, protocol, request.operation)
     if current is None:
         version = _write_version_zero(request, draft, protocol, name)
         return CommitResult(version, False, len(request.adds), dict(draft.configuration))
@@ -154,14 +154,18 @@ def features_needed(schema: Mapping[str, Any], configuration: Mapping[str, Any])
     return frozenset(used)
 
 
-def require_local(uri: str, protocol: Protocol, operation: str) -> None:
-    """Refuse a log-writer commit on an object store, naming the feature that needs it."""
-    if _uri.is_local(uri):
+def require_conditional_put(uri: str, protocol: Protocol, operation: str) -> None:
+    """Refuse a log-writer commit on a store without put-if-absent, naming the feature
+    that needs the log writer."""
+    from deltaflow.table import _conditional_put
+
+    if _conditional_put.supported(uri):
         return
     blocking = sorted(protocol.delta_rs_unwritable) or ["logCommit"]
+    scheme = uri.split("://", 1)[0]
     why = (
-        "deltaflow's own log writer commits such tables on local (POSIX) paths only (object"
-        " stores need a conditional put it cannot do yet). Use a local table"
+        "deltaflow's own log writer commits with a conditional put (put-if-absent), which"
+        f" {scheme}:// does not offer. Use a local, S3, GCS or Azure table"
     )
     raise unsupported(uri, blocking, operation, why)
 
@@ -208,7 +212,7 @@ def restore(
     """RESTORE of ``snapshot`` to ``target``'s files (and metadata, keeping identity high
     water marks: values handed out since must not be handed out again); its version."""
     uri = snapshot.uri
-    require_local(uri, Protocol.of(snapshot), "RESTORE")
+    require_conditional_put(uri, Protocol.of(snapshot), "RESTORE")
     now_adds = _log_commit.add_actions_of(uri, snapshot.version, _paths(snapshot))
     then_adds = _log_commit.add_actions_of(uri, target.version, _paths(target))
     now_keys = {_file_key(a) for a in now_adds.values()}

@@ -138,13 +138,13 @@ class TableWriter:
     def _check_commit_route(self) -> None:
         """Refuse at start-up, not at the first request (as a retryable 503 every time), a
         table whose commits need deltaflow's log writer where that writer cannot commit
-        (clustering on an object store: it has no conditional put there yet)."""
+        (clustering on a store without a conditional put, e.g. HDFS)."""
         from deltaflow.table import _log_write
         from deltaflow.table._protocol import Protocol
 
         protocol = Protocol.of(self.table.protocol())
         if protocol.delta_rs_unwritable:
-            _log_write.require_local(self.config.uri, protocol, "deltaflow serve")
+            _log_write.require_conditional_put(self.config.uri, protocol, "deltaflow serve")
 
     def _check_configured_schema(self, existing: dict[str, Any]) -> None:
         wanted = self.config.schema

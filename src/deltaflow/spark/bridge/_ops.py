@@ -32,7 +32,7 @@ from deltaflow.spark._options import (
     parse_write_options,
 )
 from deltaflow.spark.errors import BridgeError
-from deltaflow.spark.read._native import NATIVE_SCAN_CONF, native_scan_mode
+from deltaflow.spark.read._native import HADOOP_SCHEMES, NATIVE_SCAN_CONF, native_scan_mode
 from deltaflow.spark.stream._writer import STREAM_ONLY_OPTIONS, commit_batch
 from deltaflow.spark.write import _files, _generated
 from deltaflow.spark.write._native import (
@@ -57,9 +57,7 @@ from deltaflow.table import (
 from deltaflow.table._snapshot import Snapshot, load_snapshot, snapshot_of_table, table_exists
 from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
 
-# Schemes Spark's Hadoop layer opens from the pyspark wheel; other URIs (s3://, gs://,
-# abfss://, ...) are read and written by the Python data path.
-JVM_SCHEMES = frozenset({"", "file", "hdfs", "viewfs"})
+JVM_SCHEMES = HADOOP_SCHEMES  # the connector's fast paths open these only
 # Reader features the JVM scan does not implement yet. (typeWidening it does: Spark's
 # Parquet reader promotes int -> long / double, float -> double and widens decimals.)
 _PYTHON_READ_FEATURES: frozenset[str] = frozenset()

@@ -37,7 +37,7 @@ def alter_from_catalog(args: dict[str, Any]) -> dict[str, Any]:
     uri = _uri.normalize_uri(str(args["uri"]))
     label = str(args.get("name") or uri)
     checked = args.get("checkedVersion")
-    _log_commit.require_local(uri, f"ALTER TABLE {label}")
+    _log_commit.require_conditional_put(uri, f"ALTER TABLE {label}")
     snapshot = load_snapshot(uri, version=None if checked is None else int(checked))
     changes = [_canonical(change, label) for change in args.get("changes") or []]
     plan = _alter.plan_alter(state_of(snapshot, label), changes)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark import _arguments as args
-from deltaflow.table import _generated, _log_commit, _uri
+from deltaflow.table import _conditional_put, _generated, _log_commit, _uri
 from deltaflow.table._protocol import protocol_for_new_table
 from deltaflow.table._snapshot import load_snapshot, table_exists
 from deltaflow.table.errors import (
@@ -497,7 +497,7 @@ def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
         return
     partitions = [by_lower[p.lower()] for p in spec.partition_columns]
     protocol = protocol_for_new_table(dict(spec.properties), spec.schema_json())
-    if protocol is not None and not replace and _uri.is_local(uri):
+    if protocol is not None and not replace and _conditional_put.supported(uri):
         # delta-rs would list features the table does not use (table/_protocol.py).
         if not _log_commit.create_table(
             uri,

@@ -50,7 +50,7 @@ def reorg_purge(
     files = [f for f in _selected(snapshot, where) if len(deleted.get(f.path, ()))]
     if not files:
         return [_row(snapshot.uri, 0, [], [])]
-    _log_commit.require_local(snapshot.uri, "REORG TABLE ... APPLY (PURGE)")
+    _log_commit.require_conditional_put(snapshot.uri, "REORG TABLE ... APPLY (PURGE)")
     logical = _schema.logical_schema(snapshot.schema)
     layout = ReadLayout.build(snapshot, StructType.fromJson(logical))
     plan = plan_write(

@@ -31,12 +31,12 @@ from deltaflow.errors import DeltaflowError
 from deltaflow.spark.write import _files, _replace_where
 from deltaflow.table import (
     _commit,
+    _conditional_put,
     _constraints,
     _log_commit,
     _partitions,
     _predicates,
     _schema,
-    _uri,
 )
 from deltaflow.table._snapshot import FileEntry, Snapshot
 
@@ -206,7 +206,9 @@ def removes(snapshot: Snapshot, files: list[FileEntry]) -> list[_commit.RemovedF
     with_dv = set(snapshot.deleted_rows()) if files else set()
     wanted = [f.path for f in files if f.path in with_dv]
     if wanted:
-        _log_commit.require_local(snapshot.uri, "Rewriting files that have deletion vectors")
+        _log_commit.require_conditional_put(
+            snapshot.uri, "Rewriting files that have deletion vectors"
+        )
     logged = _log_commit.add_actions_of(snapshot.uri, snapshot.version, wanted) if wanted else {}
     out = []
     for f in files:
@@ -264,10 +266,14 @@ def partition_predicate(snapshot: Snapshot, node: Any) -> _log_commit.PartitionP
 
 
 def require_log_writer(snapshot: Snapshot, operation: str) -> None:
-    """Change data files can only be committed by deltaflow's (local) log writer."""
+    """Change data files can only be committed by deltaflow's log writer, which needs a
+    store with put-if-absent (local paths, S3, GCS, Azure)."""
     if cdf_enabled(snapshot):
-        _log_commit.require_local(snapshot.uri, f"{operation} with the change data feed enabled")
+        _log_commit.require_conditional_put(
+            snapshot.uri, f"{operation} with the change data feed enabled"
+        )
 
 
 def uses_log_writer(uri: str) -> bool:
-    return _uri.is_local(uri)
+    """Whether DML on ``uri`` commits with deltaflow's log writer (its conflict rules)."""
+    return _conditional_put.supported(uri)

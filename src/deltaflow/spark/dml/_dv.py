@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow.fs as pafs
 
 from deltaflow.spark.write import _replace_where
-from deltaflow.table import _commit, _log_commit, _schema, _uri
+from deltaflow.table import _commit, _conditional_put, _log_commit, _schema
 from deltaflow.table._deletion_vectors import write_deletion_vectors
 from deltaflow.table._snapshot import FileEntry, Snapshot
 from deltaflow.table.errors import CorruptTableError
@@ -57,7 +57,7 @@ def enabled(snapshot: Snapshot) -> bool:
     return (
         config.get(ENABLE_KEY) == "true"
         and snapshot.has_deletion_vectors_enabled
-        and _uri.is_local(snapshot.uri)
+        and _conditional_put.supported(snapshot.uri)
     )
 
 

@@ -73,7 +73,7 @@ def drop_feature(snapshot: Snapshot, name: str, truncate_history: bool | None, l
             " (delta-spark refuses it too). Call dropFeatureSupport without truncateHistory.",
             option="truncateHistory",
         )
-    _log_commit.require_local(snapshot.uri, f"dropFeatureSupport({canonical!r})")
+    _log_commit.require_conditional_put(snapshot.uri, f"dropFeatureSupport({canonical!r})")
     protocol = _normalized(present - {canonical})
     return _log_commit.commit(
         _log_commit.LogCommitRequest(

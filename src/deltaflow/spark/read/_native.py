@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlparse
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.table import _partitions, _schema, _uri
@@ -60,6 +60,16 @@ class Fallback:
     reason: str
 
 
+# Schemes Spark's Hadoop layer opens from the pyspark wheel; other URIs (s3://, gs://,
+# abfss://, ...: the wheel has no hadoop-aws) are read and written by the Python data path.
+HADOOP_SCHEMES = frozenset({"", "file", "hdfs", "viewfs"})
+
+
+def hadoop_opens(uri: str) -> bool:
+    """Whether Spark's own Parquet reader and writer can open files under ``uri``."""
+    return urlparse(uri).scheme in HADOOP_SCHEMES
+
+
 def native_scan_mode(value: str | None) -> str:
     mode = (value or "auto").strip().lower()
     if mode not in NATIVE_SCAN_MODES:
@@ -90,6 +100,8 @@ def plan_native_files(
     """The native scan of ``files`` (some of ``snapshot``'s), or why the Python path reads them.
 
     ``deletion_vectors``: the caller drops deleted rows itself (DML, by row index)."""
+    if not hadoop_opens(snapshot.uri):
+        return Fallback(f"{urlparse(snapshot.uri).scheme}:// is not opened by Spark's Hadoop layer")
     if snapshot.column_mapping_mode != "none":
         return Fallback(f"column mapping mode {snapshot.column_mapping_mode!r}")
     features = _PYTHON_ONLY_FEATURES.intersection(snapshot.reader_features)

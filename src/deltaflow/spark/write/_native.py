@@ -56,7 +56,12 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from deltaflow.errors import InvalidOptionError
-from deltaflow.spark.read._native import NATIVE_PARTITION_TYPES, Fallback, unescape_path_name
+from deltaflow.spark.read._native import (
+    NATIVE_PARTITION_TYPES,
+    Fallback,
+    hadoop_opens,
+    unescape_path_name,
+)
 from deltaflow.spark.write import _files
 from deltaflow.spark.write._writer import WritePlan, arrow_schema
 from deltaflow.table import _commit, _partitions, _uri
@@ -131,6 +136,8 @@ def plan_native_write(
     ``current``: the snapshot ``plan`` was made from, if the caller has it."""
     if native_write_mode(conf(NATIVE_WRITE_CONF, "auto")) == "false":
         return Fallback(f"{NATIVE_WRITE_CONF}=false")
+    if not hadoop_opens(plan.table_uri):
+        return Fallback("a store Spark's Hadoop layer does not open")
     if plan.skip or plan.replace_where is not None:
         return Fallback("replaceWhere" if plan.replace_where else "skipped write")
     if plan.mode not in ("append", "overwrite"):

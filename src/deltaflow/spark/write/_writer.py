@@ -141,6 +141,8 @@ def should_optimize_write(options: WriteOptions, configuration: Mapping[str, str
         (v for k, v in configuration.items() if k.lower() == OPTIMIZE_WRITE_PROPERTY.lower()), None
     )
     return (value or "").strip().lower() == "true"
+
+
 # Spark's SaveMode names, which delta-spark records as a WRITE's "mode".
 _SAVE_MODES = {
     "append": "Append",

@@ -135,6 +135,10 @@ class DeltaCatalog extends DelegatingCatalogExtension with StagingTableCatalog {
       case table: DeltaTable =>
         AlterTable(table.info.uri, table.name(), changes.toSeq)
         loadTable(ident)
+      case _ if isPathIdentifier(ident) =>
+        // A Delta table the brain routes to the Python data source (an object store).
+        AlterTable(ident.name(), s"delta.`${ident.name()}`", changes.toSeq)
+        loadTable(ident)
       case _ => super.alterTable(ident, changes: _*)
     }
   }

@@ -11,7 +11,7 @@ import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
 import org.apache.spark.sql.deltaflow.Plans
 import org.apache.spark.sql.types.LongType
 
-import io.deltaflow.spark.{Brain, DeltaflowException, DeltaTable}
+import io.deltaflow.spark.{Brain, DeltaflowException, DeltaTable, PythonDelegate}
 
 /**
  * The deltaflow session's Python side, which runs Delta DML: UPDATE, DELETE and MERGE INTO
@@ -74,13 +74,20 @@ case class DeltaDmlCommand(statement: LogicalPlan) extends LeafRunnableCommand {
     val analyzed = classic.sessionState.executePlan(targetPlan).analyzed
     val delta = analyzed.collectFirst {
       case r: DataSourceV2Relation if r.table.isInstanceOf[DeltaTable] =>
-        r.table.asInstanceOf[DeltaTable]
+        val table = r.table.asInstanceOf[DeltaTable]
+        (table.info.uri, table.name())
+      // A Delta table the brain routes to the Python data source (an object store):
+      // named by its path, `delta.`s3://...``, or by the path the relation was read with.
+      case r: DataSourceV2Relation if r.table.name() == PythonDelegate.Name &&
+          SqlDml.pathOf(targetPlan, r).isDefined =>
+        val path = SqlDml.pathOf(targetPlan, r).get
+        (path, s"delta.`$path`")
     }
     delta match {
       case None =>
         // Not a Delta table: Spark's own DML (or its error).
         Plans.ofRows(classic, statement).collect().toSeq
-      case Some(table) => SqlDml.runOnDelta(classic, kind, statement, table, alias)
+      case Some((uri, name)) => SqlDml.runOnDelta(classic, kind, statement, uri, name, alias)
     }
   }
 }
@@ -149,13 +156,24 @@ object SqlDml {
     }
   }
 
+  /** The path of a Python-routed Delta table: the relation's `path` option, or the
+   *  identifier `delta.`path`` the statement named it by. */
+  private[dml] def pathOf(target: LogicalPlan, relation: DataSourceV2Relation): Option[String] =
+    Option(relation.options.get("path")).orElse(target match {
+      case r: org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
+          if r.multipartIdentifier.length == 2 &&
+            r.multipartIdentifier.head.equalsIgnoreCase("delta") =>
+        Some(r.multipartIdentifier(1))
+      case _ => None
+    })
+
   private[dml] def runOnDelta(session: org.apache.spark.sql.classic.SparkSession, kind: String,
-      statement: LogicalPlan, table: DeltaTable, alias: Option[String]): Seq[Row] = {
-    val handler = PythonDml.current(kind, table.name())
+      statement: LogicalPlan, uri: String, name: String, alias: Option[String]): Seq[Row] = {
+    val handler = PythonDml.current(kind, name)
     val request = Brain.newArgs()
     request.put("kind", kind)
-    request.put("uri", table.info.uri)
-    request.put("name", table.name())
+    request.put("uri", uri)
+    request.put("name", name)
     alias.foreach(request.put("alias", _))
     var view: Option[String] = None
     statement match {
