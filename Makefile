@@ -44,8 +44,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench demo
 	$(VENV)/bin/mypy
 
+# Two test processes, whole files to each (module fixtures stay in one process).
 test: jar browser lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 bench: jar
 	$(PY) bench/run_all.py

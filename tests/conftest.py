@@ -17,7 +17,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     import deltaflow
 
     # Before the JVM starts: it, the brain process and Spark's Python workers inherit the
@@ -26,7 +26,13 @@ def spark() -> Iterator[object]:
     session = deltaflow.session(
         app_name="deltaflow-tests",
         master="local[2]",
-        conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            # Managed tables in this process's own warehouse: `make test` runs two test
+            # processes, whose tables of the same name must not share a folder.
+            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
+        },
     )
     yield session
     session.stop()
