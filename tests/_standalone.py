@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -83,6 +84,41 @@ def worker_environment(python_path: str) -> dict[str, str]:
         PYTHONPATH=python_path,
         # No spark-env.sh or defaults from elsewhere: only what is passed here counts.
         SPARK_CONF_DIR=os.path.join(home, "conf-none"),
+    )
+    return env
+
+
+def cluster_conf(cluster: StandaloneCluster, executor_env: dict[str, str]) -> dict[str, str]:
+    """The settings a job on the cluster gets on top of ``deltaflow.session()``'s."""
+    return {
+        "spark.master": cluster.master_url,
+        "spark.driver.memory": "1g",
+        "spark.executor.memory": "512m",
+        "spark.executor.cores": "1",
+        "spark.cores.max": "2",  # one executor on each worker
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        # Jobs start once both executors registered (their JVMs start slowly under load).
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "180s",
+        **{f"spark.executorEnv.{k}": v for k, v in executor_env.items()},
+    }
+
+
+def driver_environment(conf: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
+    """A job's driver process: this environment without AWS settings, plus ``extra``;
+    the job reads ``conf`` from ``DELTAFLOW_JOB_CONF``."""
+    import deltaflow
+
+    deltaflow_parent = str(Path(deltaflow.__file__).resolve().parents[1])
+    tests_parent = str(Path(__file__).resolve().parents[1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(extra)
+    env.update(
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        PYTHONPATH=os.pathsep.join([deltaflow_parent, tests_parent]),
+        DELTAFLOW_JOB_CONF=json.dumps(conf),
     )
     return env
 

@@ -1,12 +1,13 @@
 """Run by test_standalone.py as its own driver process against a standalone cluster.
 
-``python _standalone_job.py <base> <checkpoints>``: the Spark settings come from the
+``python _standalone_job.py <base> <checkpoints> [parts]``: the Spark settings come from the
 environment variable ``DELTAFLOW_JOB_CONF`` (JSON; ``spark.master`` included), tables go
 under ``<base>`` (a local directory or an ``s3://`` prefix), stream checkpoints under the
 local directory ``<checkpoints>``. It writes and reads a partitioned table, runs
 UPDATE / DELETE / MERGE through ``DeltaTable``, and streams one Delta table into another
-with ``availableNow`` twice (a restart from the checkpoint in between), then prints one
-``RESULT <json>`` line with what it saw. The test checks the figures against its own.
+with ``availableNow`` (three runs from one checkpoint), then prints one ``RESULT <json>``
+line with what it saw. ``parts`` (comma-separated, default ``batch,dml,stream``) picks
+which of the three run; ``dml`` needs ``batch``. The test checks the figures against its own.
 """
 
 from __future__ import annotations
@@ -90,9 +91,7 @@ def dml(spark: Any, table: str) -> dict[str, Any]:
     rows = spark.read.format("delta").load(table).select("id", "bucket", "v").collect()
     return {
         "rows": sorted([r.id, r.bucket, r.v] for r in rows),
-        "operations": [
-            r.operation for r in target.history().orderBy("version").collect()
-        ],
+        "operations": [r.operation for r in target.history().orderBy("version").collect()],
         "seconds": time.monotonic() - started,
     }
 
@@ -131,17 +130,20 @@ def stream(spark: Any, source: str, sink: str, checkpoint: str) -> dict[str, Any
     return {"sink_ids": sorted(ids), "seconds": time.monotonic() - started}
 
 
-def main(base: str, checkpoints: str) -> None:
+def main(base: str, checkpoints: str, parts: str = "batch,dml,stream") -> None:
     started = time.monotonic()
     spark = job_session("deltaflow-standalone-test")
     result: dict[str, Any] = {"session_seconds": time.monotonic() - started}
     try:
         result["executors"] = executors_view(spark)
-        result["batch"] = batch(spark, f"{base}/events")
-        result["dml"] = dml(spark, f"{base}/events")
-        result["stream"] = stream(
-            spark, f"{base}/stream_src", f"{base}/stream_dst", f"{checkpoints}/stream"
-        )
+        if "batch" in parts:
+            result["batch"] = batch(spark, f"{base}/events")
+        if "dml" in parts:
+            result["dml"] = dml(spark, f"{base}/events")
+        if "stream" in parts:
+            result["stream"] = stream(
+                spark, f"{base}/stream_src", f"{base}/stream_dst", f"{checkpoints}/stream"
+            )
         result["app_id"] = spark.sparkContext.applicationId
         print("RESULT " + json.dumps(result), flush=True)
     finally:
@@ -149,4 +151,4 @@ def main(base: str, checkpoints: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])
