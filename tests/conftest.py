@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -62,3 +63,5 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[obj
     ) as cluster:
         print(f"standalone cluster up in {cluster.started_in:.1f} s")
         yield cluster
+        stopping = time.monotonic()
+    print(f"standalone cluster stopped in {time.monotonic() - stopping:.1f} s")

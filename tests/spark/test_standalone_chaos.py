@@ -27,6 +27,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from tests import _object_store
 from tests._standalone import StandaloneCluster, cluster_conf, driver_environment
+from tests._waiting import wait_until
 from tests.spark.test_chaos import (
     ROWS_PER_COMMIT,
     Child,
@@ -157,6 +158,9 @@ def test_s3_gateway_restarted_under_a_running_stream_on_the_cluster(standalone_c
             child.run_for(OUTAGE)
             gateway = _object_store.start_seaweedfs(data_dir, endpoint)
             store = gateway.__enter__()
+            # The S3 port answers before the volume servers re-registered with the master;
+            # until then reading a file is a 500.
+            wait_until(lambda: readable(store, tables[0]), 120, "the source readable again")
             child.drain()  # from here on, a batch with rows ran after the restart
             append_commits(store, tables[0], range(5, 7))
             outcome = recovered_or_failed(child)
@@ -167,6 +171,14 @@ def test_s3_gateway_restarted_under_a_running_stream_on_the_cluster(standalone_c
         assert_exact(store, tables, 6, "gateway restart")
     finally:
         gateway.__exit__(None, None, None)
+
+
+def readable(store: _object_store.ObjectStore, uri: str) -> bool:
+    try:
+        DeltaTable(uri, storage_options=store.storage_options).to_pyarrow_table()
+    except OSError:
+        return False
+    return True
 
 
 def recovered_or_failed(child: Child) -> str:
