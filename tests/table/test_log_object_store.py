@@ -32,3 +32,22 @@ def test_an_unanswering_store_is_a_retryable_typed_error(silent_s3, read):
 def test_a_missing_local_commit_is_still_none(tmp_path):
     assert _log.read_commit_text(str(tmp_path), 0) is None
     assert _log.last_checkpoint(str(tmp_path)) is None
+
+
+def test_a_data_file_read_failing_on_an_executor_carries_a_typed_error(silent_s3):
+    """What a Python worker on an executor raises when the store fails mid-scan: a marked
+    error whose text the driver turns back into the ObjectStoreError."""
+    import pyarrow as pa
+
+    import deltaflow
+    from deltaflow.errors import RemoteDeltaflowError
+    from deltaflow.spark.read._reader import FileTask, ReadLayout, read_tasks
+
+    schema = pa.schema([("id", pa.int64())])
+    layout = ReadLayout(schema, schema, (0,), {})
+    task = FileTask("s3://bucket/table/part-0.parquet", 100, {})
+    with pytest.raises(RemoteDeltaflowError) as caught:
+        list(read_tasks("s3://bucket/table", [task], layout))
+    error = deltaflow.typed_error(Exception(str(caught.value)))
+    assert isinstance(error, ObjectStoreError)
+    assert (error.table_uri, error.kind) == ("s3://bucket/table", "unreachable")
