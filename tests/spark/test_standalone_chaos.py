@@ -161,9 +161,10 @@ def test_s3_gateway_restarted_under_a_running_stream_on_the_cluster(standalone_c
             # The S3 port answers before the volume servers re-registered with the master;
             # until then reading a file is a 500.
             wait_until(lambda: readable(store, tables[0]), 120, "the source readable again")
-            child.drain()  # from here on, a batch with rows ran after the restart
+            failed_meanwhile = failure(child.drain())
             append_commits(store, tables[0], range(5, 7))
-            outcome = recovered_or_failed(child)
+            # From here on, a silver batch with rows ran after the restart.
+            outcome = failed_meanwhile or recovered_or_failed(child)
         finally:
             child.kill()
         print(f"gateway restart: the stream {outcome}; child said {child.drain()}")
@@ -181,6 +182,16 @@ def readable(store: _object_store.ObjectStore, uri: str) -> bool:
     return True
 
 
+def failure(lines: list[str]) -> str | None:
+    """How the child's query failed, if it did; an untyped failure fails the test."""
+    failed = [line for line in lines if line.startswith("FAILED")]
+    if not failed:
+        return None
+    kind = failed[-1].split()[2]
+    assert kind != "untyped", f"untyped failure: {failed[-1]}"
+    return f"failed cleanly ({failed[-1][:300]})"
+
+
 def recovered_or_failed(child: Child) -> str:
     """Wait until the running stream finishes a silver batch with rows (it recovered) or
     ends with a typed deltaflow error; fail on an untyped failure or a timeout."""
@@ -189,10 +200,8 @@ def recovered_or_failed(child: Child) -> str:
         try:
             line = child.wait_for("PROGRESS silver", deadline - time.monotonic())
         except AssertionError:
-            failed = [line for line in child.drain() if line.startswith("FAILED")]
-            assert failed, f"the stream neither progressed nor failed\n{child.stderr_tail()}"
-            kind = failed[-1].split()[2]
-            assert kind != "untyped", f"untyped failure: {failed[-1]}\n{child.stderr_tail()}"
-            return f"failed cleanly ({failed[-1]})"
+            outcome = failure(child.drain())
+            assert outcome, f"the stream neither progressed nor failed\n{child.stderr_tail()}"
+            return outcome
         if int(line.split()[3]) > 0:
             return "recovered"
