@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -54,3 +55,19 @@ def table_path(tmp_path: Path) -> Callable[[str], str]:
         return str(tmp_path / f"{name}_{next(counter)}")
 
     return make
+
+
+@pytest.fixture(scope="session")
+def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A Spark standalone master and two workers, separate JVMs (tests/_standalone.py)."""
+    import deltaflow
+    from tests import _standalone
+
+    deltaflow_parent = str(Path(deltaflow.__file__).resolve().parents[1])
+    with _standalone.start_standalone(
+        tmp_path_factory.mktemp("standalone"), deltaflow_parent
+    ) as cluster:
+        print(f"standalone cluster up in {cluster.started_in:.1f} s")
+        yield cluster
+        stopping = time.monotonic()
+    print(f"standalone cluster stopped in {time.monotonic() - stopping:.1f} s")

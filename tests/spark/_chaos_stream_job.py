@@ -10,10 +10,14 @@ both with availableNow, one after the other, and prints DONE.
 ``df.write.format("delta")``, printing ``COMMITTED <batch>`` after each returns.
 
 The transform and the aggregation are defined here and mirrored in plain Python by the test.
+``DELTAFLOW_JOB_CONF`` (JSON Spark settings, ``spark.master`` included) adds to or overrides
+the local defaults: test_standalone_chaos.py runs the stream job on a standalone cluster.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from typing import Any
 
@@ -39,10 +43,8 @@ def gold_frame(spark: Any, source: str) -> Any:
 def run_stream(
     source: str, silver: str, gold: str, ck_silver: str, ck_gold: str, mode: str
 ) -> None:
-    spark = deltaflow.session(
-        app_name="chaos-stream",
-        master="local[1]",
-        conf={"spark.sql.shuffle.partitions": "1", "spark.ui.enabled": "false"},
+    spark = job_session(
+        "chaos-stream", {"spark.sql.shuffle.partitions": "1", "spark.ui.enabled": "false"}
     )
     queries = []
     for name, frame, out_mode, checkpoint, target in (
@@ -76,7 +78,12 @@ def run_stream(
     while True:  # killed by the test
         for name, query in queries:
             if query.exception() is not None:
-                print(f"FAILED {name} {query.exception()}", flush=True)
+                error = query.exception()
+                typed = deltaflow.typed_error(error)
+                kind = type(typed).__name__ if typed is not None else "untyped"
+                first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                print(f"FAILED {name} {kind} {first_line}", flush=True)
+                print(f"query {name} failed: {error}", file=sys.stderr, flush=True)
                 sys.exit(1)
             progress = query.lastProgress
             if progress and progress["batchId"] != seen.get(name):
@@ -85,6 +92,12 @@ def run_stream(
                     f"PROGRESS {name} {progress['batchId']} {progress['numInputRows']}", flush=True
                 )
         spark.streams.awaitAnyTermination(0.05)  # wakes at once when a query fails
+
+
+def job_session(app_name: str, defaults: dict[str, str]) -> Any:
+    conf = {**defaults, **json.loads(os.environ.get("DELTAFLOW_JOB_CONF", "{}"))}
+    master = conf.pop("spark.master", "local[1]")
+    return deltaflow.session(app_name=app_name, master=master, conf=conf)
 
 
 def _await(query: Any) -> None:

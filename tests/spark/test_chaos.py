@@ -52,7 +52,9 @@ def chaos_seed() -> int:
 class Child:
     """A child job in its own process group; its stdout lines are read on a thread."""
 
-    def __init__(self, args: list[str], log_path: Path, job: str = JOB) -> None:
+    def __init__(
+        self, args: list[str], log_path: Path, job: str = JOB, env: dict[str, str] | None = None
+    ) -> None:
         self.log_path = log_path
         self._log = log_path.open("a")
         self.proc = subprocess.Popen(
@@ -61,7 +63,7 @@ class Child:
             stderr=self._log,
             text=True,
             start_new_session=True,
-            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+            env=env or {**os.environ, "PYSPARK_PYTHON": sys.executable},
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []

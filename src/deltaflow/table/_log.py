@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from deltaflow.table import _partitions, _schema, _uri
+from deltaflow.table._object_store import object_store_error
 
 Actions = list[tuple[int, dict[str, Any]]]  # (line number, action)
 
@@ -27,6 +28,13 @@ def read_commit_text(uri: str, version: int) -> str | None:
             return text
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        # An object store that fails (a stream's next offset, say, while the store is
+        # down): a typed ObjectStoreError, retryable when the store did not answer.
+        error = object_store_error(uri, exc, f"read commit {version} of")
+        if error is None:
+            raise
+        raise error from exc
 
 
 def parse_commit_text(text: str) -> Actions:
@@ -48,6 +56,11 @@ def last_checkpoint(uri: str) -> int | None:
             return int(json.loads(handle.read())["version"])
     except (FileNotFoundError, KeyError, ValueError):
         return None
+    except OSError as exc:
+        error = object_store_error(uri, exc, "read the last checkpoint of")
+        if error is None:
+            raise
+        raise error from exc
 
 
 def relative_path(path: str) -> str:

@@ -43,6 +43,9 @@ _UNREACHABLE_MARKERS = (
     "dns error",
     "timed out",
     "connection reset",
+    # pyarrow's AWS SDK: "AWS Error NETWORK_CONNECTION ... Could not connect to server".
+    "network_connection",
+    "could not connect",
 )
 
 

@@ -128,8 +128,26 @@ class DeltaBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilePartition)
         layout = ReadLayout.build(self.snapshot, StructType.fromJson(self.schema_json))
-        for task in partition.files:
+        yield from read_tasks(self.snapshot.uri, partition.files, layout)
+
+
+def read_tasks(
+    table_uri: str, tasks: Sequence[FileTask], layout: ReadLayout
+) -> Iterator[pa.RecordBatch]:
+    """The batches of ``tasks``' files, in a Python worker on an executor. An object store
+    failing a read reaches the driver as a typed :class:`ObjectStoreError` (retryable when
+    the store did not answer), not as the AWS SDK's text."""
+    from deltaflow.errors import RemoteDeltaflowError
+    from deltaflow.table._object_store import object_store_error
+
+    try:
+        for task in tasks:
             yield from read_file(task, layout)
+    except OSError as exc:
+        error = object_store_error(table_uri, exc, "read a data file of")
+        if error is None:
+            raise
+        raise RemoteDeltaflowError(error) from exc
 
 
 def plan_scan(

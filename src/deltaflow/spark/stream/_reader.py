@@ -54,7 +54,7 @@ from deltaflow.spark.read._cdf import (
     change_task,
     read_changes,
 )
-from deltaflow.spark.read._reader import FileTask, ReadLayout, bin_pack, read_file
+from deltaflow.spark.read._reader import FileTask, ReadLayout, bin_pack, read_tasks
 from deltaflow.table import _cdf, _deletion_vectors, _log, _schema, _uri
 from deltaflow.table._cdf import ChangeFile
 from deltaflow.table._snapshot import Snapshot, load_snapshot, parse_timestamp
@@ -307,8 +307,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             yield from read_changes(partition)
             return
         assert isinstance(partition, StreamPartition)
-        for task in partition.files:
-            yield from read_file(task, partition.layout)
+        yield from read_tasks(self.uri, partition.files, partition.layout)
 
     @carry_errors
     def commit(self, end: dict[str, Any]) -> None:
