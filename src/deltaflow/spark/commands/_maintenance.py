@@ -531,21 +531,26 @@ def _zorder_columns(snapshot: Snapshot, requested: list[str]) -> list[str]:
 
 
 def _history_row(commit: dict[str, Any]) -> Row:
+    from deltaflow.spark.dml import _merge_native
+
     operation = commit.get(OPERATION_KEY) or commit.get("operation")
+    # A MERGE delta-rs committed (the small-source route): delta-spark's names.
+    parameters = _merge_native.history_parameters(commit)
+    metrics = _merge_native.history_metrics(commit)
     return (
         commit.get("version"),
         _timestamp(commit.get("timestamp")),
         commit.get("userId"),
         commit.get("userName"),
         operation,
-        _string_map(commit.get("operationParameters")),
+        _string_map(parameters if parameters is not None else commit.get("operationParameters")),
         None,
         None,
         commit.get("clusterId"),
         commit.get("readVersion"),
         commit.get("isolationLevel"),
         commit.get("isBlindAppend"),
-        _string_map(commit.get("operationMetrics")),
+        _string_map(metrics if metrics is not None else commit.get("operationMetrics")),
         commit.get("userMetadata"),
         commit.get("engineInfo"),
     )
