@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,3 +49,13 @@ def table_path(tmp_path: Path) -> Callable[[str], str]:
         return str(tmp_path / f"{name}_{next(counter)}")
 
     return make
+
+
+@pytest.fixture
+def merge_as_spark_jobs(spark: Any) -> Iterator[None]:
+    """MERGEs run as Spark jobs (the delta-rs route off), for tests of that route's parts."""
+    from deltaflow.spark.dml._merge_native import MAX_SOURCE_ROWS_CONF
+
+    spark.conf.set(MAX_SOURCE_ROWS_CONF, "0")
+    yield
+    spark.conf.unset(MAX_SOURCE_ROWS_CONF)

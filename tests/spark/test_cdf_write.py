@@ -281,6 +281,7 @@ def test_dml_rewrites_files_with_deletion_vectors(spark, table_path):
 # ---- conflicts ------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("merge_as_spark_jobs")  # the Spark jobs' commit seam
 def test_merge_succeeds_over_a_concurrent_blind_append(spark, table_path, monkeypatch):
     path = _make(table_path(), cdf=False)
     appended = [(40, "a", 4)]
@@ -302,6 +303,7 @@ def test_merge_succeeds_over_a_concurrent_blind_append(spark, table_path, monkey
     assert _rows(spark, path) == sorted(expected)
 
 
+@pytest.mark.usefixtures("merge_as_spark_jobs")  # the Spark jobs' commit seam
 def test_concurrent_insert_only_merges_conflict(spark, table_path, monkeypatch):
     # An insert-only MERGE reads the target: a concurrent MERGE that inserted into the
     # partitions it read is a ConcurrentAppend (a blind append would not be).

@@ -422,6 +422,7 @@ def test_foreach_batch_upsert_from_a_stream(spark, table_path, tmp_path):
     assert _rows(spark, path) == _tuples(expected)
 
 
+@pytest.mark.usefixtures("merge_as_spark_jobs")  # the Spark jobs' commit seam
 def test_merge_conflicts_with_concurrent_delete_of_a_file_it_read(spark, table_path, monkeypatch):
     path = _make(table_path())
     original = _merge.commit
@@ -469,6 +470,7 @@ def test_multiple_match_error_pickles_and_crosses_the_wire():
         assert copy.table_uri == "file:///t"
 
 
+@pytest.mark.usefixtures("merge_as_spark_jobs")  # the Spark jobs' session settings
 def test_small_merge_runs_without_adaptive_execution_and_restores_the_session(
     spark, table_path, monkeypatch
 ):

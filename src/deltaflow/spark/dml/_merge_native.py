@@ -74,6 +74,9 @@ MAX_SOURCE_BYTES = 256 * 2**20
 # Commit-info key: which clause kinds delta-rs's update / delete counts belong to, so that
 # history() can give delta-spark's metric names (delta-rs records its own).
 SPLIT_KEY = "deltaflow.mergeMetricsSplit"
+# Commit-info key: delta-spark's operationParameters (delta-rs's own win under the
+# protocol's key).
+PARAMETERS_KEY = "deltaflow.operationParameters"
 _FEATURES_OK = frozenset({"changeDataFeed"})
 _WRITER_FEATURES_OK = frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed"})
 _DELTA_RS_METRICS = {
@@ -86,6 +89,8 @@ _DELTA_RS_METRICS = {
     "num_target_files_added": "numTargetFilesAdded",
     "num_target_files_removed": "numTargetFilesRemoved",
     "execution_time_ms": "executionTimeMs",
+    "scan_time_ms": "scanTimeMs",
+    "rewrite_time_ms": "rewriteTimeMs",
 }
 
 
@@ -235,7 +240,9 @@ def _collect(source: DataFrame, limit: int) -> pa.Table:
         estimate = int(source._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
     except Exception:
         estimate = 0
-    if estimate > 4 * MAX_SOURCE_BYTES:  # Arrow is larger than compressed Parquet
+    # Spark's estimate is Long.MaxValue when it knows nothing (a local or RDD source):
+    # the bounded collect below decides then.
+    if 4 * MAX_SOURCE_BYTES < estimate < 2**62:  # Arrow is larger than compressed Parquet
         raise Untranslatable(f"a source estimated at {estimate} bytes")
     table = source.limit(limit + 1).toArrow()
     if table.num_rows > limit or table.nbytes > MAX_SOURCE_BYTES:
@@ -251,7 +258,7 @@ def _run(spec: MergeSpec, plan: _Plan, source: pa.Table, started: float) -> Merg
     table = snapshot.delta_table  # at the version the route's checks read
     info = {
         _delete_update.OPERATION_KEY: "MERGE",
-        "operationParameters": operation_parameters(spec),
+        PARAMETERS_KEY: operation_parameters(spec),
         SPLIT_KEY: f"{plan.updated_by},{plan.deleted_by}",
     }
     merger = table.merge(
@@ -327,9 +334,8 @@ def _finish(
     if version == plan.snapshot.version:
         log.info("MERGE into %s changed nothing; nothing to commit", spec.uri)
         return metrics
-    actions = _log.read_commit(spec.uri, version) or []
-    adds = [a["add"] for _, a in actions if "add" in a]
-    removes = [a["remove"] for _, a in actions if "remove" in a]
+    actions = [a for _, a in _log.read_commit(spec.uri, version) or []]
+    adds = [a["add"] for a in actions if "add" in a]
     request = _commit.CommitRequest(
         table_uri=spec.uri,
         schema=plan.snapshot.schema,
@@ -346,16 +352,18 @@ def _finish(
         table=table,
     )
     _retry.committed_elsewhere(request, _commit.CommitResult(version, False, len(adds)))
-    log.info("MERGE into %s by delta-rs: version %s, %s", spec.uri, version, metrics)
-    return dataclasses.replace(
+    files = _file_metrics(actions)
+    metrics = dataclasses.replace(
         metrics,
-        added_files=len(adds),
-        removed_files=len(removes),
-        added_bytes=sum(int(a.get("size") or 0) for a in adds),
-        removed_bytes=sum(int(r.get("size") or 0) for r in removes),
-        change_files=sum(1 for _, a in actions if "cdc" in a),
+        added_files=files["numTargetFilesAdded"],
+        removed_files=files["numTargetFilesRemoved"],
+        added_bytes=files["numTargetBytesAdded"],
+        removed_bytes=files["numTargetBytesRemoved"],
+        change_files=files["numTargetChangeFilesAdded"],
         version=version,
     )
+    log.info("MERGE into %s by delta-rs: version %s, %s", spec.uri, version, metrics)
+    return metrics
 
 
 def operation_parameters(spec: MergeSpec) -> dict[str, str]:
@@ -381,30 +389,46 @@ def operation_parameters(spec: MergeSpec) -> dict[str, str]:
     }
 
 
-def history_metrics(commit: Mapping[str, Any]) -> dict[str, Any] | None:
-    """delta-spark's MERGE metric names for a commit delta-rs wrote on this route (its
-    own names otherwise stay as they are); None when the commit is not one."""
+def history_metrics(commit: Mapping[str, Any], uri: str) -> dict[str, str] | None:
+    """delta-spark's MERGE metrics of a commit delta-rs wrote on this route (delta-rs
+    records its own names, and no byte counts: those come from the commit's actions);
+    None when the commit is not one."""
     split = commit.get(SPLIT_KEY)
     raw = commit.get("operationMetrics")
     if not isinstance(split, str) or not isinstance(raw, dict):
         return None
     updated_by, _, deleted_by = split.partition(",")
-    out: dict[str, Any] = {_DELTA_RS_METRICS.get(str(k), str(k)): v for k, v in raw.items()}
+    out: dict[str, Any] = {
+        _DELTA_RS_METRICS[k]: v for k, v in raw.items() if k in _DELTA_RS_METRICS
+    }
     for total, by, prefix in (
         ("numTargetRowsUpdated", updated_by, "Updated"),
         ("numTargetRowsDeleted", deleted_by, "Deleted"),
     ):
         value = out.get(total, 0)
-        matched = value if by == "matched" else 0
-        out[f"numTargetRowsMatched{prefix}"] = matched
+        out[f"numTargetRowsMatched{prefix}"] = value if by == "matched" else 0
         out[f"numTargetRowsNotMatchedBySource{prefix}"] = value if by == "notMatchedBySource" else 0
+    version = commit.get("version")
+    actions = _log.read_commit(uri, int(version)) if isinstance(version, int) else None
+    if actions is not None:
+        out.update(_file_metrics([a for _, a in actions]))
     return {k: str(v) for k, v in out.items()}
 
 
+def _file_metrics(actions: list[dict[str, Any]]) -> dict[str, int]:
+    adds = [a["add"] for a in actions if "add" in a]
+    removes = [a["remove"] for a in actions if "remove" in a]
+    return {
+        "numTargetFilesAdded": len(adds),
+        "numTargetFilesRemoved": len(removes),
+        "numTargetBytesAdded": sum(int(a.get("size") or 0) for a in adds),
+        "numTargetBytesRemoved": sum(int(r.get("size") or 0) for r in removes),
+        "numTargetChangeFilesAdded": sum(1 for a in actions if "cdc" in a),
+    }
+
+
 def history_parameters(commit: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The commit's operationParameters without delta-rs's own ``mergePredicate`` (the
-    route writes delta-spark's ``predicate``); None when the commit is not the route's."""
-    params = commit.get("operationParameters")
-    if SPLIT_KEY not in commit or not isinstance(params, dict):
-        return None
-    return {k: v for k, v in params.items() if k != "mergePredicate"}
+    """delta-spark's operationParameters the route recorded (delta-rs records its own
+    under the protocol's key, and takes no others there); None when not the route's."""
+    params = commit.get(PARAMETERS_KEY)
+    return dict(params) if SPLIT_KEY in commit and isinstance(params, dict) else None
