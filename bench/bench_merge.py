@@ -24,6 +24,8 @@ peak; the tree's resident set right after session start is recorded too, so memo
 given as the peak's delta over it (the issue's "session start excluded"). A variant that
 fails (e.g. runs out of memory) is reported as failed with its error, not retried.
 
+``--only deltaflow,deltalake``: run only these variants (comma-separated).
+
 ``--keys range``: the source's ids are one contiguous run of the target's ids instead of
 spread over it (so key-range file pruning can skip most of the target's files).
 """
@@ -239,7 +241,11 @@ def main() -> dict[str, object]:
         f" {time.perf_counter() - started:.0f}s to generate"
     )
     work = fresh_dir(DATA_DIR / "merge_runs")
-    results = [measure(v, target, source, work) for v in VARIANTS]
+    variants = [v for v in VARIANTS if not args.only or v in args.only.split(",")]
+    results = []
+    for variant in variants:
+        results.append(measure(variant, target, source, work))
+        print("VARIANT " + json.dumps(results[-1]), flush=True)  # kept if the run is cut short
     print(f"\n### MERGE {source_rows} source rows into {target_rows} target rows (1% matched)\n")
     print(
         "| variant | seconds | session start s | MERGE s | peak RSS (MiB) | RSS after session"

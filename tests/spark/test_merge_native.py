@@ -261,7 +261,7 @@ def test_deltaflow_checkpoints_after_the_delta_rs_commit(spark, table_path):
 
 def _scope() -> _merge_sql.Scope:
     columns = {"id": ("id", "bigint"), "kind": ("kind", "string"), "value": ("value", "int")}
-    columns |= {"score": ("score", "double"), "Flag": ("Flag", "boolean")}
+    columns |= {"score": ("score", "double"), "flag": ("Flag", "boolean")}
     return _merge_sql.Scope({"t": ("t", columns), "src": ("s", columns)})
 
 
