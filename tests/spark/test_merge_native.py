@@ -179,9 +179,10 @@ def _udf_condition(spark: Any) -> Any:
 
 
 FALLBACKS: dict[str, Callable[[Any, Any], Any]] = {
-    "a UDF condition": lambda spark, t: t.merge(
-        _source(spark), _udf_condition(spark)
-    ).whenMatchedUpdate(set={"value": "s.value"}),
+    # In a clause condition: Spark refuses a Python UDF in an outer join's condition.
+    "a UDF condition": lambda spark, t: t.merge(_source(spark), "t.id = s.id").whenMatchedUpdate(
+        _udf_condition(spark), set={"value": "s.value"}
+    ),
     "a division": lambda spark, t: t.merge(
         _source(spark), "t.id = s.id AND t.id / 1 >= 0"
     ).whenMatchedUpdate(set={"value": "s.value"}),
