@@ -315,6 +315,7 @@ def test_partition_column_update_moves_rows(spark, table_path):
     assert _last_commit(spark, path)["operationMetrics"]["numTargetFilesRemoved"] == "2"
 
 
+@pytest.mark.usefixtures("merge_as_spark_jobs")  # the Spark jobs' file pruning
 def test_partition_equality_with_source_prunes_files(spark, table_path, monkeypatch):
     path = _make(table_path())
     scanned: list[int] = []
