@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from _common import DATA_DIR, fresh_dir, loadavg, parse_args, save_result
@@ -162,6 +163,17 @@ def statements(spark, delta: str, parquet: str) -> dict[str, object]:
             .execute()
         )
 
+    def as_spark_jobs(statement: Callable[[], None]) -> Callable[[], None]:
+        # The same statement with deltaflow's delta-rs MERGE route off (side by side).
+        def run() -> None:
+            spark.conf.set("spark.deltaflow.merge.nativeMaxSourceRows", "0")
+            try:
+                statement()
+            finally:
+                spark.conf.unset("spark.deltaflow.merge.nativeMaxSourceRows")
+
+        return run
+
     def update_sql() -> None:
         spark.sql(f"UPDATE delta.`{delta}` SET value = value + 1 WHERE id = {next(updated)}")
 
@@ -185,9 +197,11 @@ def statements(spark, delta: str, parquet: str) -> dict[str, object]:
         "UPDATE one row (DeltaTable API)": update,
         "DELETE one row (DeltaTable API)": delete,
         "MERGE 1 update + 1 insert (DeltaTable API)": merge,
+        "MERGE 1 update + 1 insert (DeltaTable API), Spark jobs": as_spark_jobs(merge),
         "UPDATE one row (SQL)": update_sql,
         "DELETE one row (SQL)": delete_sql,
         "MERGE INTO, 1 update + 1 insert (SQL)": merge_sql,
+        "MERGE INTO, 1 update + 1 insert (SQL), Spark jobs": as_spark_jobs(merge_sql),
     }
 
 

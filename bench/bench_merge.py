@@ -6,9 +6,13 @@ copy of it, in its own process so peak memory is that variant's alone:
 * ``deltaflow``: ``deltaflow.DeltaTable.forPath(spark, t).merge(src, "t.id = s.id")
   .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()`` on ``local[2]``
   (driver JVM heap 2 GiB, ``spark.driver.memory``);
+* ``deltaflow-spark``: the same with deltaflow's delta-rs MERGE route off
+  (``spark.deltaflow.merge.nativeMaxSourceRows=0``): the MERGE runs as Spark jobs (the
+  ``deltaflow`` variant takes the delta-rs route: a small source, an exact condition);
 * ``deltaflow-dv``: the same on the target with ``delta.enableDeletionVectors=true``
   (set by ``ALTER TABLE ... SET TBLPROPERTIES`` before the clock starts): matched
-  rows are marked in deletion vectors, only updated rows and inserts are written;
+  rows are marked in deletion vectors, only updated rows and inserts are written (Spark
+  jobs: the delta-rs route does not write deletion vectors);
 * ``deltalake``: delta-rs's own ``DeltaTable.merge(...).when_matched_update_all()
   .when_not_matched_insert_all().execute()`` on the same data.
 
@@ -19,6 +23,8 @@ Python, JVM, the brain and Python workers), sampled every 50 ms, and each kind's
 peak; the tree's resident set right after session start is recorded too, so memory can be
 given as the peak's delta over it (the issue's "session start excluded"). A variant that
 fails (e.g. runs out of memory) is reported as failed with its error, not retried.
+
+``--only deltaflow,deltalake``: run only these variants (comma-separated).
 
 ``--keys range``: the source's ids are one contiguous run of the target's ids instead of
 spread over it (so key-range file pruning can skip most of the target's files).
@@ -82,9 +88,10 @@ def run_variant(variant: str, target: str, source: str) -> None:
     if variant.startswith("deltaflow"):
         import deltaflow
 
-        spark = deltaflow.session(
-            app_name="bench-merge", conf={"spark.driver.memory": "2g", "spark.ui.enabled": "false"}
-        )
+        conf = {"spark.driver.memory": "2g", "spark.ui.enabled": "false"}
+        if variant == "deltaflow-spark":
+            conf["spark.deltaflow.merge.nativeMaxSourceRows"] = "0"
+        spark = deltaflow.session(app_name="bench-merge", conf=conf)
         # The brain is started in the background by session(): wait for it, so the
         # session's fixed costs stay out of the MERGE's time.
         brain = spark._jvm.io.deltaflow.spark.Brain
@@ -171,6 +178,7 @@ def measure(variant: str, target: Path, source: Path, work: Path) -> dict[str, o
     return result
 
 
+VARIANTS = ("deltaflow", "deltaflow-spark", "deltaflow-dv", "deltalake")
 KINDS = ("driver python", "driver jvm", "brain", "python workers")
 
 
@@ -233,7 +241,11 @@ def main() -> dict[str, object]:
         f" {time.perf_counter() - started:.0f}s to generate"
     )
     work = fresh_dir(DATA_DIR / "merge_runs")
-    results = [measure(v, target, source, work) for v in ("deltaflow", "deltaflow-dv", "deltalake")]
+    variants = [v for v in VARIANTS if not args.only or v in args.only.split(",")]
+    results = []
+    for variant in variants:
+        results.append(measure(variant, target, source, work))
+        print("VARIANT " + json.dumps(results[-1]), flush=True)  # kept if the run is cut short
     print(f"\n### MERGE {source_rows} source rows into {target_rows} target rows (1% matched)\n")
     print(
         "| variant | seconds | session start s | MERGE s | peak RSS (MiB) | RSS after session"

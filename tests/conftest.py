@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,3 +72,13 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[obj
         yield cluster
         stopping = time.monotonic()
     print(f"standalone cluster stopped in {time.monotonic() - stopping:.1f} s")
+
+
+@pytest.fixture
+def merge_as_spark_jobs(spark: Any) -> Iterator[None]:
+    """MERGEs run as Spark jobs (the delta-rs route off), for tests of that route's parts."""
+    from deltaflow.spark.dml._merge_native import MAX_SOURCE_ROWS_CONF
+
+    spark.conf.set(MAX_SOURCE_ROWS_CONF, "0")
+    yield
+    spark.conf.unset(MAX_SOURCE_ROWS_CONF)

@@ -207,6 +207,9 @@ def test_merge_writes_updates_deletes_and_inserts(spark, table_path):
     assert int(metrics["numTargetChangeFilesAdded"]) >= 2  # kind=a, b and c directories
 
 
+# The Spark jobs write no change files for inserts only; delta-rs's route writes them (the
+# change rows read the same: tests/spark/test_merge_native.py).
+@pytest.mark.usefixtures("merge_as_spark_jobs")
 def test_insert_only_merge_on_cdf_table_writes_no_change_files(spark, table_path):
     path = _make(table_path())
     source = spark.createDataFrame([(1, "a", 5), (30, "c", 3)], "id long, kind string, value int")
@@ -281,6 +284,7 @@ def test_dml_rewrites_files_with_deletion_vectors(spark, table_path):
 # ---- conflicts ------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("merge_as_spark_jobs")  # the Spark jobs' commit seam
 def test_merge_succeeds_over_a_concurrent_blind_append(spark, table_path, monkeypatch):
     path = _make(table_path(), cdf=False)
     appended = [(40, "a", 4)]
@@ -302,6 +306,7 @@ def test_merge_succeeds_over_a_concurrent_blind_append(spark, table_path, monkey
     assert _rows(spark, path) == sorted(expected)
 
 
+@pytest.mark.usefixtures("merge_as_spark_jobs")  # the Spark jobs' commit seam
 def test_concurrent_insert_only_merges_conflict(spark, table_path, monkeypatch):
     # An insert-only MERGE reads the target: a concurrent MERGE that inserted into the
     # partitions it read is a ConcurrentAppend (a blind append would not be).

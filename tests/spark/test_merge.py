@@ -315,6 +315,7 @@ def test_partition_column_update_moves_rows(spark, table_path):
     assert _last_commit(spark, path)["operationMetrics"]["numTargetFilesRemoved"] == "2"
 
 
+@pytest.mark.usefixtures("merge_as_spark_jobs")  # the Spark jobs' file pruning
 def test_partition_equality_with_source_prunes_files(spark, table_path, monkeypatch):
     path = _make(table_path())
     scanned: list[int] = []
@@ -422,6 +423,7 @@ def test_foreach_batch_upsert_from_a_stream(spark, table_path, tmp_path):
     assert _rows(spark, path) == _tuples(expected)
 
 
+@pytest.mark.usefixtures("merge_as_spark_jobs")  # the Spark jobs' commit seam
 def test_merge_conflicts_with_concurrent_delete_of_a_file_it_read(spark, table_path, monkeypatch):
     path = _make(table_path())
     original = _merge.commit
@@ -469,6 +471,7 @@ def test_multiple_match_error_pickles_and_crosses_the_wire():
         assert copy.table_uri == "file:///t"
 
 
+@pytest.mark.usefixtures("merge_as_spark_jobs")  # the Spark jobs' session settings
 def test_small_merge_runs_without_adaptive_execution_and_restores_the_session(
     spark, table_path, monkeypatch
 ):

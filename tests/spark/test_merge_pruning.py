@@ -24,6 +24,9 @@ from deltaflow import DeltaTable
 from deltaflow.spark.dml import _delete_update, _merge, _merge_keys
 from deltaflow.table._snapshot import FileEntry
 
+# The Spark jobs' key pruning: MERGEs here run as Spark jobs (not the delta-rs route).
+pytestmark = pytest.mark.usefixtures("merge_as_spark_jobs")
+
 SCHEMA = "id long, name string, value int"
 # Four files of disjoint id ranges (and name ranges: name = f"n{id:03d}").
 RANGES = ((0, 10), (10, 20), (20, 30), (30, 40))

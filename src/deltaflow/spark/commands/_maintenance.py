@@ -93,7 +93,7 @@ def history(uri: str, limit: int | None = None) -> list[Row]:
             f"DESCRIBE HISTORY of {uri}: LIMIT must be at least 1, got {limit}.",
             option="limit",
         )
-    rows = [_history_row(c) for c in load_snapshot(uri).history(limit)]
+    rows = [_history_row(c, uri) for c in load_snapshot(uri).history(limit)]
     rows.sort(key=lambda r: r[0], reverse=True)
     return rows
 
@@ -536,22 +536,27 @@ def _zorder_columns(snapshot: Snapshot, requested: list[str]) -> list[str]:
     return columns
 
 
-def _history_row(commit: dict[str, Any]) -> Row:
+def _history_row(commit: dict[str, Any], uri: str) -> Row:
+    from deltaflow.spark.dml import _merge_native
+
     operation = commit.get(OPERATION_KEY) or commit.get("operation")
+    # A MERGE delta-rs committed (the small-source route): delta-spark's names.
+    parameters = _merge_native.history_parameters(commit)
+    metrics = _merge_native.history_metrics(commit, uri)
     return (
         commit.get("version"),
         _timestamp(commit.get("timestamp")),
         commit.get("userId"),
         commit.get("userName"),
         operation,
-        _string_map(commit.get("operationParameters")),
+        _string_map(parameters if parameters is not None else commit.get("operationParameters")),
         None,
         None,
         commit.get("clusterId"),
         commit.get("readVersion"),
         commit.get("isolationLevel"),
         commit.get("isBlindAppend"),
-        _string_map(commit.get("operationMetrics")),
+        _string_map(metrics if metrics is not None else commit.get("operationMetrics")),
         commit.get("userMetadata"),
         commit.get("engineInfo"),
     )

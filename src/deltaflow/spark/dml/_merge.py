@@ -173,7 +173,15 @@ class _Found:
 def execute(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
     """Run ``spec``: at most one commit; nothing is committed when nothing changes. Run
     again when the commit lost only to a compaction (``_retry.run_dml``)."""
-    return _retry.run_dml(spark, "MERGE", spec.uri, lambda: _execute_once(spark, spec))
+    from deltaflow.spark.dml import _merge_native
+
+    def once() -> MergeMetrics:
+        # A small source and an exactly expressible MERGE: delta-rs runs it (see
+        # _merge_native); otherwise, Spark jobs.
+        native = _merge_native.try_merge(spark, spec)
+        return native if native is not None else _execute_once(spark, spec)
+
+    return _retry.run_dml(spark, "MERGE", spec.uri, once)
 
 
 def _execute_once(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:

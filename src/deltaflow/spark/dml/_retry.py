@@ -98,3 +98,13 @@ def commit(request: _commit.CommitRequest) -> _commit.CommitResult:
     if not result.skipped:
         _commit.after_commit(replace(request, auto_compact=running.settings), result)
     return result
+
+
+def committed_elsewhere(request: _commit.CommitRequest, result: _commit.CommitResult) -> None:
+    """After a DML that another engine committed (delta-rs's MERGE, its own hooks off):
+    what :func:`commit` does once the commit is in. ``request`` describes that commit."""
+    running = _running.get()
+    if running is not None:
+        _dml_lease.release(running.table_uri, running.lease)
+        request = replace(request, auto_compact=running.settings)
+    _commit.after_commit(request, result)

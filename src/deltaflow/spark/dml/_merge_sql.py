@@ -1,0 +1,265 @@
+"""A MERGE's conditions and assignments as DataFusion SQL, exactly, or not at all.
+
+The delta-rs MERGE route (:mod:`._merge_native`) hands delta-rs its predicates as
+DataFusion SQL text. Spark SQL and DataFusion agree only on a small core, so an expression
+is translated only when every node of its tree is in that core; anything else raises
+:class:`Untranslatable` and the MERGE runs as Spark jobs instead.
+
+The tree is Spark's own: SQL text through the session's parser
+(``sqlParser().parseExpression``), a Column through the session's column converter, both
+unresolved and read in one call (``toJSON``). The core, and why each part is exact:
+
+* column references qualified by the target's or the source's alias (Spark resolves
+  names case-insensitively: the real name is looked up and double-quoted);
+* literals of type int, bigint, string and boolean (no floating point, decimals, dates or
+  timestamps, whose literal typing and time zones differ);
+* ``AND``, ``OR``, ``NOT``, ``IS [NOT] NULL``: SQL's three-valued logic in both;
+* ``=``, ``<=>`` (``IS NOT DISTINCT FROM``), ``<``, ``<=``, ``>``, ``>=``, ``<>`` and
+  ``IN (literals)`` between operands of one family (integers, strings, booleans, dates,
+  timestamps of one kind): no implicit casts between families, and no floating point
+  (DataFusion orders -0.0 below 0.0 and Spark does not);
+* no arithmetic: Spark 4 raises on integer overflow (ANSI mode) where DataFusion wraps;
+  no functions, UDFs or non-deterministic expressions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, SparkSession
+
+# The aliases the translated SQL uses (delta-rs's source_alias / target_alias).
+TARGET = "t"
+SOURCE = "s"
+
+# Column names the route accepts: plain identifiers (DataFusion and delta-rs read the
+# names of updated columns unquoted).
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_FAMILIES = {
+    "tinyint": "int",
+    "smallint": "int",
+    "int": "int",
+    "bigint": "int",
+    "string": "string",
+    "boolean": "bool",
+    "date": "date",
+    "timestamp": "timestamp",
+    "timestamp_ntz": "timestamp_ntz",
+}
+_LITERALS = {"integer": "int", "long": "int", "string": "string", "boolean": "bool"}
+_COMPARISONS = {
+    "EqualTo": "=",
+    "=": "=",
+    "==": "=",
+    "EqualNullSafe": "IS NOT DISTINCT FROM",
+    "<=>": "IS NOT DISTINCT FROM",
+    "LessThan": "<",
+    "<": "<",
+    "LessThanOrEqual": "<=",
+    "<=": "<=",
+    "GreaterThan": ">",
+    ">": ">",
+    "GreaterThanOrEqual": ">=",
+    ">=": ">=",
+    "!=": "<>",
+    "<>": "<>",
+}
+_LOGICAL = {"And": "AND", "and": "AND", "Or": "OR", "or": "OR"}
+_NOT = {"Not", "not", "!"}
+_NULL_TESTS = {
+    "IsNull": "IS NULL",
+    "isNull": "IS NULL",
+    "isnull": "IS NULL",
+    "IsNotNull": "IS NOT NULL",
+    "isNotNull": "IS NOT NULL",
+    "isnotnull": "IS NOT NULL",
+}
+_IN = {"In", "in"}
+
+
+class Untranslatable(Exception):
+    """The expression has a part outside the exact core; the reason says which."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The names an expression may use: alias (lower case) -> {column (lower) -> (name,
+    Spark type)} for each side the clause sees."""
+
+    sides: Mapping[str, tuple[str, Mapping[str, tuple[str, str]]]]
+
+    def column(self, parts: list[str]) -> tuple[str, str]:
+        """The quoted SQL reference and Spark type of ``alias.column``."""
+        if len(parts) != 2:
+            raise Untranslatable(f"column {'.'.join(parts)!r} is not alias.column")
+        side = self.sides.get(parts[0].lower())
+        if side is None:
+            raise Untranslatable(f"{parts[0]!r} is not an alias this clause may use")
+        quoted_alias, columns = side
+        found = columns.get(parts[1].lower())
+        if found is None:
+            raise Untranslatable(f"no column {parts[1]!r} on {parts[0]!r}")
+        name, spark_type = found
+        return f'"{quoted_alias}"."{name}"', spark_type
+
+
+def columns_of(fields: Any) -> dict[str, tuple[str, str]]:
+    """{lower name: (name, simple type)} of a StructType; Untranslatable for odd names."""
+    out: dict[str, tuple[str, str]] = {}
+    for f in fields:
+        if not _IDENTIFIER.match(f.name):
+            raise Untranslatable(f"column name {f.name!r} is not a plain identifier")
+        out[f.name.lower()] = (f.name, f.dataType.simpleString())
+    return out
+
+
+def tree(spark: SparkSession, expression: str | Column) -> list[dict[str, Any]]:
+    """Spark's unresolved expression tree, flattened in pre-order (one JVM call)."""
+    session = spark._jsparkSession  # type: ignore[attr-defined]
+    try:
+        if isinstance(expression, str):
+            parsed = session.sessionState().sqlParser().parseExpression(expression)
+        else:
+            parsed = session.expression(expression._jc)
+        nodes: list[dict[str, Any]] = json.loads(parsed.toJSON())
+    except Exception as exc:  # unparseable here: the Spark route reports it properly
+        raise Untranslatable(f"Spark could not parse it: {type(exc).__name__}") from exc
+    return nodes
+
+
+def condition(spark: SparkSession, expression: str | Column, scope: Scope) -> str:
+    """A boolean condition as DataFusion SQL."""
+    sql, family = _Walk(tree(spark, expression), scope).expression()
+    if family != "bool":
+        raise Untranslatable("the condition is not a boolean expression")
+    return sql
+
+
+def value(spark: SparkSession, expression: str | Column, scope: Scope, target_type: str) -> str:
+    """A value assigned to a column of ``target_type``: a column of exactly that type, or
+    a literal that fits it without a narrowing cast."""
+    nodes = tree(spark, expression)
+    if len(nodes) != 1:
+        raise Untranslatable("an assigned value is not a column or a literal")
+    node = nodes[0]
+    kind = _kind(node)
+    if kind == "UnresolvedAttribute":
+        sql, spark_type = scope.column(_name_parts(node))
+        if spark_type != target_type:
+            raise Untranslatable(f"assigning {spark_type} to a {target_type} column casts")
+        return sql
+    if kind == "Literal":
+        sql, family = _literal(node)
+        fits = {
+            "integer": ("int", "bigint"),
+            "long": ("bigint",),
+            "string": ("string",),
+            "boolean": ("boolean",),
+        }
+        if target_type not in fits.get(str(node.get("dataType")), ()):
+            raise Untranslatable(f"a {family} literal assigned to a {target_type} column")
+        return sql
+    raise Untranslatable(f"an assigned value is a {kind}")
+
+
+class _Walk:
+    """Rebuilds the pre-order list into SQL, node by node."""
+
+    def __init__(self, nodes: list[dict[str, Any]], scope: Scope) -> None:
+        self._nodes = nodes
+        self._at = 0
+        self._scope = scope
+
+    def _next(self) -> dict[str, Any]:
+        if self._at >= len(self._nodes):
+            raise Untranslatable("malformed expression tree")
+        node = self._nodes[self._at]
+        self._at += 1
+        return node
+
+    def expression(self) -> tuple[str, str | None]:
+        """(SQL, family) of the next subtree; family None: a type no comparison takes."""
+        node = self._next()
+        kind = _kind(node)
+        count = int(node.get("num-children", 0))
+        if kind == "UnresolvedAttribute":
+            sql, spark_type = self._scope.column(_name_parts(node))
+            return sql, _FAMILIES.get(spark_type)
+        if kind == "Literal":
+            return _literal(node)
+        children = [self.expression() for _ in range(count)]
+        if kind in _LOGICAL and count == 2:
+            _require_bool(children)
+            return f"({children[0][0]} {_LOGICAL[kind]} {children[1][0]})", "bool"
+        if kind in _NOT and count == 1:
+            _require_bool(children)
+            return f"(NOT {children[0][0]})", "bool"
+        if kind in _NULL_TESTS and count == 1:
+            return f"({children[0][0]} {_NULL_TESTS[kind]})", "bool"
+        if kind in _COMPARISONS and count == 2:
+            _require_comparable(children)
+            return f"({children[0][0]} {_COMPARISONS[kind]} {children[1][0]})", "bool"
+        if kind in _IN and count >= 2:
+            items = children[1:]
+            if any(not _is_literal_sql(s) for s, _ in items):
+                raise Untranslatable("IN with a non-literal list item")
+            _require_comparable(children)
+            return f"({children[0][0]} IN ({', '.join(s for s, _ in items)}))", "bool"
+        raise Untranslatable(f"{kind} is outside the exact core")
+
+
+def _kind(node: Mapping[str, Any]) -> str:
+    cls = str(node.get("class", ""))
+    short = cls.rsplit(".", 1)[-1]
+    if short == "UnresolvedFunction":
+        name = _name_parts(node)
+        return name[0] if len(name) == 1 else ".".join(name)
+    return short
+
+
+def _name_parts(node: Mapping[str, Any]) -> list[str]:
+    """``nameParts`` ("[t, id]" in toJSON): alias first, the column name whole (names
+    are plain identifiers here, so the ", " join is unambiguous)."""
+    text = str(node.get("nameParts", ""))
+    if not (text.startswith("[") and text.endswith("]")):
+        raise Untranslatable("a name the tree does not spell out")
+    return text[1:-1].split(", ")
+
+
+def _literal(node: Mapping[str, Any]) -> tuple[str, str]:
+    data_type = node.get("dataType")
+    family = _LITERALS.get(str(data_type))
+    raw = node.get("value")
+    if family is None or raw is None:
+        raise Untranslatable(f"a {data_type} literal")
+    text = str(raw)
+    if family == "string":
+        return "'" + text.replace("'", "''") + "'", family
+    if family == "bool":
+        if text.lower() not in ("true", "false"):
+            raise Untranslatable("a malformed boolean literal")
+        return text.upper(), family
+    if not re.fullmatch(r"-?[0-9]+", text):
+        raise Untranslatable("a malformed integer literal")
+    return text, family
+
+
+def _is_literal_sql(sql: str) -> bool:
+    return not sql.startswith('"') and not sql.startswith("(")
+
+
+def _require_bool(children: list[tuple[str, str | None]]) -> None:
+    if any(family != "bool" for _, family in children):
+        raise Untranslatable("a logical operator over a non-boolean operand")
+
+
+def _require_comparable(children: list[tuple[str, str | None]]) -> None:
+    families = {family for _, family in children}
+    if None in families or len(families) != 1:
+        raise Untranslatable("a comparison across types (an implicit cast) or of floats")
