@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pyarrow as pa
@@ -115,3 +117,22 @@ def test_guard_keeps_the_lease_version_and_each_version_before_a_remove(tmp_path
     guard = _vacuum_guard.guard(path, latest, short)
     assert (guard.keep_versions, len(guard.expired)) == ((), 1)
     holder.release()
+
+
+def test_a_lease_of_an_ended_process_on_this_machine_is_not_live(tmp_path):
+    path = str(tmp_path / "t")
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], **_OUT)
+    host, boot, namespace, _ = _reader_leases._this_process().split("|")
+    now_ms = int(time.time() * 1000)
+    for name, pid in (("ended", int(child.stdout)), ("running", os.getpid())):
+        process = "|".join([host, boot, namespace, str(pid)])
+        payload = {"version": 0, "heartbeat": now_ms, "process": process}
+        _reader_leases._put(path, name, json.dumps(payload).encode())
+    elsewhere = {"version": 0, "heartbeat": now_ms, "process": f"other-host|{boot}|x|1"}
+    _reader_leases._put(path, "elsewhere", json.dumps(elsewhere).encode())
+    live, expired = _reader_leases.live_leases(path, 3600.0)
+    assert sorted(lease.lease_id for lease in live) == ["elsewhere", "running"]
+    assert [lease.lease_id for lease in expired] == ["ended"]
+
+
+_OUT = {"capture_output": True, "text": True, "check": True}

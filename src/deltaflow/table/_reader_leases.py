@@ -71,12 +71,13 @@ class ReaderLease:
     version: int  # the lowest table version the reader may still read
     heartbeat_ms: int
     reader: str  # who holds it, for people: "stream over <uri> (pid 123 on host)"
+    process: str = ""  # the holder's process, see _this_process()
 
     def age_seconds(self, now: float | None = None) -> float:
         return (time.time() if now is None else now) - self.heartbeat_ms / 1000
 
     def is_live(self, timeout_seconds: float, now: float | None = None) -> bool:
-        return self.age_seconds(now) < timeout_seconds
+        return self.age_seconds(now) < timeout_seconds and not _ended_here(self.process)
 
     def describe(self, now: float | None = None) -> str:
         return (
@@ -145,6 +146,7 @@ def read_leases(table_uri: str) -> list[ReaderLease]:
                     version=int(data["version"]),
                     heartbeat_ms=int(data["heartbeat"]),
                     reader=str(data.get("reader", "")),
+                    process=str(data.get("process", "")),
                 )
             )
         except FileNotFoundError:
@@ -226,6 +228,7 @@ class LeaseHolder:
             "heartbeat": int(time.time() * 1000),
             "reader": self.reader,
             "table": self.table_uri,
+            "process": _this_process(),
         }
         try:
             _put(self.table_uri, self.lease_id, json.dumps(payload).encode())
@@ -254,6 +257,41 @@ def _put(table_uri: str, lease_id: str, payload: bytes) -> None:
     fs, path = _uri.filesystem(uri)
     with fs.open_output_stream(path) as handle:  # one put: object stores replace atomically
         handle.write(payload)
+
+
+def _this_process() -> str:
+    """This process, named so that another process on the same machine can tell whether
+    it still runs: host, boot, PID namespace and PID ("" where that cannot be told)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            boot = handle.read().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:  # not Linux: leases expire by their timeout only
+        return ""
+    return f"{socket.gethostname()}|{boot}|{namespace}|{os.getpid()}"
+
+
+def _ended_here(process: str) -> bool:
+    """Whether ``process`` ran on this machine, in this PID namespace, and has ended.
+
+    Spark ends a Python data source's stream worker without calling its ``stop()`` when
+    the query stops, and a killed process never releases its lease: where VACUUM runs
+    next to the reader it need not wait for the timeout. Anything uncertain (another
+    machine or namespace, a PID reused by a new process) counts as running.
+    """
+    host, _, rest = process.partition("|")
+    if not rest or host != socket.gethostname():
+        return False
+    mine = _this_process()
+    if not mine or rest.rsplit("|", 1)[0] != mine.split("|", 1)[1].rsplit("|", 1)[0]:
+        return False
+    try:
+        os.kill(int(rest.rsplit("|", 1)[1]), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError):  # e.g. another user's process: it exists
+        return False
+    return False
 
 
 class _Heartbeats:
