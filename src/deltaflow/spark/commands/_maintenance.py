@@ -149,6 +149,10 @@ def vacuum(
     the staging directories of writes killed before their commit (``_delta_staging/``),
     once nothing was written in them for the retention. Returns the table's path, or
     with ``dry_run`` the files that would be deleted (nothing is deleted then).
+
+    Files a running stream still needs are kept whatever the retention: every version at
+    or after the lowest live reader lease's (:mod:`deltaflow.table._vacuum_guard`) keeps
+    its files; what was kept for them is logged, and a real run deletes expired leases.
     """
     snapshot = load_snapshot(uri)
     minimum = retention_hours_of(snapshot.configuration)
