@@ -306,7 +306,7 @@ class _Heartbeats:
     def add(self, holder: LeaseHolder) -> None:
         with self._lock:
             self._holders.add(holder)
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="deltaflow-reader-leases", daemon=True
                 )
@@ -321,6 +321,9 @@ class _Heartbeats:
         while True:
             with self._lock:
                 holders = list(self._holders)
+                if not holders:  # every reader stopped: the next add() starts a new thread
+                    self._thread = None
+                    return
             for holder in holders:
                 try:
                     holder.refresh()
