@@ -214,7 +214,7 @@ class LeaseHolder:
             if self._written is not None:
                 try:
                     delete_lease(self.table_uri, self.lease_id)
-                except OSError as exc:  # it expires by itself
+                except Exception as exc:  # it expires by itself; the stop goes on
                     log.warning("could not delete reader lease %s: %s", self.lease_id, exc)
         _heartbeats.discard(self)
 
@@ -232,8 +232,8 @@ class LeaseHolder:
         }
         try:
             _put(self.table_uri, self.lease_id, json.dumps(payload).encode())
-        except OSError as exc:
-            # Not fatal to the stream: the files stay protected by VACUUM's retention,
+        except Exception as exc:
+            # Never fatal to the stream: the files stay protected by VACUUM's retention,
             # as with delta-spark; the next call tries again.
             log.warning("could not write reader lease on %s: %s", self.table_uri, exc)
             return
