@@ -20,6 +20,7 @@ from deltalake import DeltaTable as RsTable
 from deltalake import write_deltalake
 
 from deltaflow.table import _commit, _log_commit, _log_upkeep, _uri
+from deltaflow.table._reader_leases import LeaseHolder
 from deltaflow.table._snapshot import load_snapshot
 from deltaflow.table.errors import VersionNotFoundError
 
@@ -130,6 +131,28 @@ def test_expired_logs_are_removed_only_up_to_a_checkpoint(table_path, route):
     with pytest.raises(VersionNotFoundError) as gone:
         load_snapshot(uri, version=2)
     assert gone.value.version == 2
+
+
+def test_expired_log_cleanup_waits_for_a_running_stream_that_still_reads_it(table_path):
+    path = _create(
+        table_path(),
+        **{"delta.checkpointInterval": "5", "delta.logRetentionDuration": "interval 1 hours"},
+    )
+    for i in range(1, 9):
+        _append(path, i, "delta-rs")
+    _age(path, range(8), 2 * 3600)
+    stream = LeaseHolder(path, timeout=3600.0, reader="a lagging stream")
+    stream.need(2)  # its next batch reads version 2, which cleanup would delete
+    try:
+        for i in range(9, 11):
+            _append(path, i, "delta-rs")  # version 10: a checkpoint; cleanup waits
+        assert _checkpoints(path) == [5, 10]
+        assert _commits(path) == list(range(11))
+    finally:
+        stream.release()
+    for i in range(11, 16):
+        _append(path, i, "delta-rs")  # version 15: the stream is gone, cleanup runs
+    assert _commits(path)[0] == 5
 
 
 def test_expired_log_cleanup_can_be_turned_off(table_path):

@@ -13,7 +13,8 @@ own log writer in :mod:`deltaflow.table._log_commit`, auto compaction) calls
   ``delta.enableExpiredLogCleanup`` is false: delta-rs deletes the JSON commits and
   checkpoints older than ``delta.logRetentionDuration`` (default ``interval 30 days``),
   never past the newest checkpoint before that cutoff, so every remaining version can
-  still be read. Time travel to a removed version is a ``VersionNotFoundError``.
+  still be read. Time travel to a removed version is a ``VersionNotFoundError``. Cleanup
+  waits while a running stream's reader lease needs a commit it would delete.
 
 Neither ever fails the writer: the commit is in, and a missing checkpoint only slows
 readers down (the next multiple writes one). A failure is logged as a warning.
@@ -22,18 +23,23 @@ readers down (the next multiple writes one). A failure is logged as a warning.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.transaction import PostCommitHookProperties
 
-from deltaflow.table import _log, _uri
+from deltaflow.table import _log, _reader_leases, _uri
 
 log = logging.getLogger(__name__)
 
 # delta-spark's default. delta-rs defaults to 100; 10 keeps a streaming table (one commit
 # per micro-batch) cheap to open, at one checkpoint write per ten commits.
 DEFAULT_CHECKPOINT_INTERVAL = 10
+
+# delta.logRetentionDuration's default (delta-spark's and delta-rs's): 30 days.
+DEFAULT_LOG_RETENTION_SECONDS = 30 * 86400.0
 
 # Our delta-rs commits leave checkpoints and cleanup to :func:`after_commit`.
 DELTA_RS_HOOKS_OFF = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
@@ -104,8 +110,31 @@ def _upkeep(
     table.create_checkpoint()
     log.info("wrote a checkpoint at version %d of %s", version, table_uri)
     if expired_log_cleanup_enabled(configuration):
-        table.cleanup_metadata()
+        if _reader_needs_expired_log(table_uri, configuration):
+            log.info("expired log cleanup of %s waits: a running stream still reads it", table_uri)
+        else:
+            table.cleanup_metadata()
     return True
+
+
+def _reader_needs_expired_log(table_uri: str, configuration: Mapping[str, str | None]) -> bool:
+    """Whether a running stream's lease (:mod:`deltaflow.table._reader_leases`) needs a
+    commit older than ``delta.logRetentionDuration``, which cleanup would delete. Cleanup
+    then waits for a later checkpoint: the stream moves on, or its lease lapses."""
+    timeout = _reader_leases.timeout_seconds(configuration)
+    live, _ = _reader_leases.live_leases(table_uri, timeout)
+    if not live:
+        return False
+    retention = _reader_leases.interval_seconds(
+        _property(configuration, "delta.logRetentionDuration")
+    )
+    cutoff = time.time() - (DEFAULT_LOG_RETENTION_SECONDS if retention is None else retention)
+    oldest = min(lease.version for lease in live)
+    fs, root = _uri.filesystem(table_uri)
+    info = fs.get_file_info(f"{root}/_delta_log/{oldest:020d}.json")
+    if info.type == pafs.FileType.NotFound:
+        return False  # already gone (or not written yet): nothing left to keep
+    return info.mtime is not None and info.mtime.timestamp() < cutoff
 
 
 def _already_checkpointed(table_uri: str, version: int) -> bool:

@@ -95,6 +95,9 @@ def backlog(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def close(args: dict[str, Any]) -> dict[str, Any]:
+    """``stream.close``: the query stopped; its reader gives up its VACUUM lease."""
     with _lock:
-        _streams.pop(str(args.get("handle")), None)
+        reader = _streams.pop(str(args.get("handle")), None)
+    if reader is not None:
+        reader.stop()
     return {}

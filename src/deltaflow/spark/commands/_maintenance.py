@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import logging
 import math
 import re
 from collections.abc import Mapping
@@ -34,13 +35,16 @@ from deltaflow.table import (
     _log_write,
     _partitions,
     _predicates,
+    _reader_leases,
     _uri,
+    _vacuum_guard,
 )
 from deltaflow.table._protocol import Protocol
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 from deltaflow.table.errors import VersionNotFoundError
 
 Row = tuple[Any, ...]
+log = logging.getLogger("deltaflow.maintenance")
 
 # delta-spark's conf that lets VACUUM keep removed files for less than the table's
 # retention; the check protects readers and lagging streams that still need them.
@@ -148,6 +152,10 @@ def vacuum(
     with ``dry_run`` the files that would be deleted (nothing is deleted then).
     ``commit_info``: more commitInfo keys for the VACUUM START / END commits
     (``deltaflow maintain`` marks its runs with them).
+
+    Files a running stream still needs are kept whatever the retention: every version at
+    or after the lowest live reader lease's (:mod:`deltaflow.table._vacuum_guard`) keeps
+    its files; what was kept for them is logged, and a real run deletes expired leases.
     """
     snapshot = load_snapshot(uri)
     minimum = retention_hours_of(snapshot.configuration)
@@ -170,6 +178,13 @@ def vacuum(
     # optional provenance, delta-spark's vacuum.logging).
     unwritable = bool(Protocol.of(snapshot).delta_rs_unwritable)
     table = _writable(snapshot.uri)
+    readers = _vacuum_guard.guard(snapshot.uri, snapshot.version, snapshot.configuration)
+    keep = list(readers.keep_versions) or None
+    unguarded = None
+    if keep:  # to say what the leases keep: the plan without them (lists, deletes nothing)
+        unguarded = table.vacuum(
+            retention_hours=hours, dry_run=True, enforce_retention_duration=check_retention
+        )
     files = table.vacuum(
         retention_hours=hours,
         dry_run=dry_run or unwritable,
@@ -178,7 +193,9 @@ def vacuum(
         commit_properties=CommitProperties(custom_metadata=dict(commit_info))
         if commit_info
         else None,
+        keep_versions=keep,
     )
+    _report_readers(snapshot.uri, readers, unguarded, files, dry_run=dry_run)
     if not dry_run and not unwritable:
         _upkeep(snapshot.uri, table)
     if unwritable and not dry_run:
@@ -188,7 +205,38 @@ def vacuum(
     # delta-rs leaves _-prefixed directories alone, so the staging directories of
     # writes killed before their commit are ours to remove, by the same retention.
     delete_stale_staging(snapshot.uri, minimum if hours is None else hours)
+    for lease in readers.expired:  # their readers died without releasing them
+        _reader_leases.delete_lease(snapshot.uri, lease.lease_id)
     return [(snapshot.uri,)]
+
+
+def _report_readers(
+    uri: str,
+    readers: _vacuum_guard.ReaderGuard,
+    unguarded: list[str] | None,
+    files: list[str],
+    *,
+    dry_run: bool,
+) -> None:
+    """Log what the running readers' leases kept (and which leases expired)."""
+    for lease in readers.expired:
+        log.info("VACUUM of %s: ignoring expired %s", uri, lease.describe())
+    oldest = readers.oldest
+    if oldest is None:
+        return
+    kept = sorted(set(unguarded or ()) - set(files))
+    others = len(readers.live) - 1
+    log.info(
+        "VACUUM%s of %s keeps %d removed file(s) past the retention for running readers: %s%s%s",
+        " DRY RUN" if dry_run else "",
+        uri,
+        len(kept),
+        oldest.describe(),
+        f" and {others} more lease(s)" if others else "",
+        f"; e.g. {kept[0]}" if kept else "",
+        # For tools and tests: the files kept and the leases that kept them.
+        extra={"kept_files": kept, "reader_leases": [lease.lease_id for lease in readers.live]},
+    )
 
 
 def check_retention_value(uri: str, retention_hours: float) -> None:

@@ -55,7 +55,7 @@ from deltaflow.spark.read._cdf import (
     read_changes,
 )
 from deltaflow.spark.read._reader import FileTask, ReadLayout, bin_pack, read_tasks
-from deltaflow.table import _cdf, _deletion_vectors, _log, _schema, _uri
+from deltaflow.table import _cdf, _deletion_vectors, _log, _reader_leases, _schema, _uri
 from deltaflow.table._cdf import ChangeFile
 from deltaflow.table._snapshot import Snapshot, load_snapshot, parse_timestamp
 from deltaflow.table.errors import TableNotFoundError
@@ -196,6 +196,10 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._timestamps: _cdf.CommitTimestamps | None = None
         self._snapshot_timestamp: tuple[int, int] | None = None
         self._partition_parser: _log.PartitionParser | None = None
+        # VACUUM keeps what this reader still needs while it runs (table/_reader_leases);
+        # made on the first offset call, so the readers Spark builds to ship read() to
+        # executors hold none.
+        self._lease: _reader_leases.LeaseHolder | None = None
 
     # ---- Spark's API -------------------------------------------------------------------
 
@@ -225,7 +229,12 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             budget = _Budget(self.options.max_files_per_trigger, self.options.max_bytes_per_trigger)
         if begin.is_unresolved:
-            return self._first_offset(begin, budget).to_json(self.table_id)
+            first = self._first_offset(begin, budget)
+            # The first batch reads the snapshot of (or the commits after) the version
+            # before its end.
+            self._hold(first.version if first.is_starting else first.version - 1)
+            return first.to_json(self.table_id)
+        self._hold(begin.version)
         end, admitted, skipped, pending = begin, 0, 0, begin
         whole_version: int | None = None  # readChangeFeed: the commit admitted as a whole
         for item in self._walk(begin, last_version=self._cap):
@@ -285,6 +294,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return []
             version = stop.version if stop.is_starting else stop.version - 1
             begin = Offset(version, -1, True)
+        self._hold(begin.version)  # a batch replayed after a restart, before latestOffset
         last_version = stop.version if stop.index >= 0 else stop.version - 1
         files: list[LogFile] = []
         for item in self._walk(begin, last_version=last_version):
@@ -312,10 +322,31 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @carry_errors
     def commit(self, end: dict[str, Any]) -> None:
         done = self._parse(end)
+        self._hold(done.version)
         for version in [v for v in self._commits if v < done.version]:
             del self._commits[version]
         if not done.is_starting:
             self._snapshot_files = None
+
+    def stop(self) -> None:
+        """The query stopped cleanly: give up the lease (VACUUM no longer keeps files
+        for this reader; a restarted query takes a new one)."""
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_lease"] = None  # the lease belongs to the driver's long-lived reader
+        return state
+
+    def _hold(self, version: int) -> None:
+        """This reader may still read ``version`` and later ones: VACUUM keeps their files
+        while the query runs (writes the lease only when it must, see LeaseHolder.need)."""
+        if self._lease is None:
+            timeout = _reader_leases.timeout_seconds(self.snapshot.configuration)
+            self._lease = _reader_leases.LeaseHolder(self.uri, timeout, f"stream over {self.uri}")
+        self._lease.need(max(version, 0))
 
     # ---- offsets -----------------------------------------------------------------------
 
