@@ -184,3 +184,86 @@ def test_auto_cdc_from_a_snapshot_table_applies_each_new_version(
     ).save(str(source))
     assert dp.run_update(spark, declared.graph(), settings).state == "COMPLETED"
     assert _rows(table) == [(1, "a"), (2, "B"), (4, "d")]
+
+
+TRACKED_CHANGES = "id BIGINT, name STRING, city STRING, seq INT, op STRING"
+TRACKED_FIRST = [
+    (1, "a", "X", 1, "UPSERT"),
+    (1, "b", "X", 3, "UPSERT"),  # name is not tracked: the open version, in place
+    (1, None, "Y", 5, "UPSERT"),  # city is: a new version; NULL name keeps "b"
+    (2, "p", "X", 1, "UPSERT"),
+    (2, None, None, 4, "DELETE"),
+    (2, "q", None, 6, "UPSERT"),  # after a delete: NULLs are taken as they are
+]
+TRACKED_SECOND = [
+    (1, "c", "Z", 4, "UPSERT"),  # late, between two stored versions of key 1
+    (2, None, None, 5, "DELETE"),  # late delete while key 2 was deleted: no change
+    (2, None, "W", 7, "UPSERT"),  # NULL name keeps "q"; city changes: a new version
+    (3, "m", "X", 2, "UPSERT"),  # out of order within the batch, nothing tracked changes
+    (3, "m", "X", 1, "UPSERT"),
+]
+
+
+def test_scd2_tracks_only_the_listed_columns_across_out_of_order_batches(
+    spark: Any, tmp_path: Path
+) -> None:
+    source = str(tmp_path / "changes")
+    spark.createDataFrame(TRACKED_FIRST, TRACKED_CHANGES).write.format("delta").save(source)
+    with dp.collect() as declared:
+
+        @dp.temporary_view
+        def changes() -> Any:
+            return spark.readStream.format("delta").load(source)
+
+        dp.create_streaming_table("dim")
+        dp.create_auto_cdc_flow(
+            target="dim",
+            source="changes",
+            keys=["id"],
+            sequence_by="seq",
+            apply_as_deletes="op = 'DELETE'",
+            column_list=["id", "name", "city"],
+            stored_as_scd_type=2,
+            track_history_column_list=["city"],
+            ignore_null_updates=True,
+        )
+    settings = dp.PipelineSettings(
+        name="tracked", storage=str(tmp_path / "storage"), database=f"t_{uuid.uuid4().hex[:8]}"
+    )
+    table = str(tmp_path / "storage/tables/dim")
+
+    def versions() -> list[tuple[Any, ...]]:
+        rows = DeltaRsTable(table).to_pyarrow_table().to_pylist()
+        key = repr
+        return sorted(
+            ((r["id"], r["name"], r["city"], r["__START_AT"], r["__END_AT"]) for r in rows),
+            key=key,
+        )
+
+    assert dp.run_update(spark, declared.graph(), settings).state == "COMPLETED"
+    assert versions() == sorted(
+        [(1, "b", "X", 1, 5), (1, "b", "Y", 5, None), (2, "p", "X", 1, 4), (2, "q", None, 6, None)],
+        key=repr,
+    )
+    spark.createDataFrame(TRACKED_SECOND, TRACKED_CHANGES).write.format("delta").mode(
+        "append"
+    ).save(source)
+    assert dp.run_update(spark, declared.graph(), settings).state == "COMPLETED"
+    expected = sorted(
+        [
+            (1, "b", "X", 1, 4),
+            (1, "c", "Z", 4, 5),
+            (1, "b", "Y", 5, None),
+            (2, "p", "X", 1, 4),
+            (2, "q", None, 6, 7),
+            (2, "q", "W", 7, None),
+            (3, "m", "X", 1, None),
+        ],
+        key=repr,
+    )
+    assert versions() == expected
+    # Nothing new: no commit, nothing changed.
+    version = DeltaRsTable(table).version()
+    assert dp.run_update(spark, declared.graph(), settings).state == "COMPLETED"
+    assert DeltaRsTable(table).version() == version
+    assert versions() == expected

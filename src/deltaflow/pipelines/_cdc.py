@@ -32,6 +32,7 @@ from deltaflow.pipelines.errors import GraphValidationError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
 
 START, END = "__START_AT", "__END_AT"
 _SEQ, _DELETE, _TRUNCATE = "__deltaflow_seq", "__deltaflow_delete", "__deltaflow_truncate"
@@ -234,61 +235,15 @@ class CdcBatches:
     # ---- SCD type 2 ---------------------------------------------------------------------
 
     def _apply_scd2(self, events: DataFrame) -> None:
-        from pyspark.sql import functions as F
-
         from deltaflow.spark.dml._delta_table import DeltaTable
 
         target = self._spark.read.format("delta").load(self._target)
         data = [c for c in target.columns if c not in (START, END)]
-        keys = [F.col(f"`{k}`") for k in self._keys]
-        affected = events.select(*keys).distinct()
-        existing = target.join(affected, self._keys, "left_semi")
-        new_events = events.filter(~F.col(_TRUNCATE)).select(
-            *[F.col(f"`{c}`") for c in data],
-            F.col(_SEQ),
-            F.col(_DELETE),
-            F.lit(1).alias("__new"),
+        existing = target.join(
+            events.select(*self._key_columns()).distinct(), self._keys, "left_semi"
         )
-        old_events = existing.select(
-            *[F.col(f"`{c}`") for c in data],
-            F.col(START).alias(_SEQ),
-            F.lit(False).alias(_DELETE),
-            F.lit(0).alias("__new"),
-        )
-        # An old version closed with no successor ended with a delete at its END_AT.
-        successors = existing.select(*keys, F.col(START).alias("__next"))
-        closed = existing.filter(F.col(END).isNotNull()).alias("v")
-        ended = closed.join(
-            successors.alias("n"),
-            [F.col(f"v.`{k}`").eqNullSafe(F.col(f"n.`{k}`")) for k in self._keys]
-            + [F.col(f"v.{END}") == F.col("n.__next")],
-            "left_anti",
-        ).select(
-            *[F.col(f"v.`{c}`") for c in data],
-            F.col(f"v.{END}").alias(_SEQ),
-            F.lit(True).alias(_DELETE),
-            F.lit(0).alias("__new"),
-        )
-        timeline = new_events.unionByName(old_events).unionByName(ended)
-        builder = _HistoryBuilder(self._flow, data, self._keys)
-
-        def history_of(table):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
-            # No annotations on purpose: Spark's default grouped-map Arrow UDF (a
-            # pyarrow.Table in and out); pyspark fails to infer it from a callable object.
-            return builder(table)
-
-        history = timeline.groupBy(*keys).applyInArrow(history_of, schema=target.schema)
-        # The difference against what is stored, matched on (key, __START_AT).
-        old = existing.select(*keys, F.col(START).alias("__old_start"), F.lit(True).alias("__old"))
-        on = [history[f"`{k}`"].eqNullSafe(old[f"`{k}`"]) for k in self._keys] + [
-            history[START] == old["__old_start"]
-        ]
-        gone = (
-            old.join(history, on, "left_anti").withColumnRenamed("__old_start", START).drop("__old")
-        )
-        changes = history.withColumn("__op", F.lit("upsert")).unionByName(
-            gone.withColumn("__op", F.lit("delete")), allowMissingColumns=True
-        )
+        history = _history(self._timeline(events, existing, data), self._flow, data, self._keys)
+        changes = self._changes(history, existing, data)
         condition = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in self._keys)
         columns = {c: f"s.`{c}`" for c in [*data, START, END]}
         (
@@ -301,59 +256,154 @@ class CdcBatches:
             .execute()
         )
 
+    def _key_columns(self) -> list[Column]:
+        from pyspark.sql import functions as F
 
-class _HistoryBuilder:
-    """One key's events (stored versions and new events) in sequence order -> its
-    versions: an upsert that changes a tracked column opens a version, one that changes
-    only untracked columns updates the open version, a delete closes it."""
+        return [F.col(f"`{k}`") for k in self._keys]
 
-    def __init__(self, flow: AutoCdcFlow, data: list[str], keys: list[str]) -> None:
-        self._data = data
-        self._ignore_nulls = flow.ignore_null_updates
-        non_keys = [c for c in data if c not in keys]
-        if flow.track_history_column_list is not None:
-            self._tracked = [column_name(c) for c in flow.track_history_column_list]
-        elif flow.track_history_except_column_list is not None:
-            skip = {column_name(c) for c in flow.track_history_except_column_list}
-            self._tracked = [c for c in non_keys if c not in skip]
-        else:
-            self._tracked = non_keys
+    def _timeline(self, events: DataFrame, existing: DataFrame, data: list[str]) -> DataFrame:
+        """The affected keys' stored versions (each an upsert at its ``__START_AT``, and a
+        delete at the ``__END_AT`` of a version closed with no successor) and the batch's
+        events, one row per (key, sequence, is-delete)."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
 
-    def __call__(self, table: Any) -> Any:
-        import pyarrow as pa
+        def shaped(frame: DataFrame, seq: Column, delete: Column, new: int) -> DataFrame:
+            return frame.select(
+                *[F.col(f"`{c}`") for c in data],
+                seq.alias(_SEQ),
+                delete.alias(_DELETE),
+                F.lit(new).alias("__new"),
+            )
 
-        rows = table.to_pylist()
+        new_events = shaped(events.filter(~F.col(_TRUNCATE)), F.col(_SEQ), F.col(_DELETE), 1)
+        versions = shaped(existing, F.col(START), F.lit(False), 0)
+        successors = existing.select(*self._key_columns(), F.col(START).alias("__next"))
+        closed = existing.filter(F.col(END).isNotNull()).alias("v")
+        ended = closed.join(
+            successors.alias("n"),
+            [F.col(f"v.`{k}`").eqNullSafe(F.col(f"n.`{k}`")) for k in self._keys]
+            + [F.col(f"v.{END}") == F.col("n.__next")],
+            "left_anti",
+        )
+        deletes = shaped(ended, F.col(f"v.{END}"), F.lit(True), 0)
+        timeline = new_events.unionByName(versions).unionByName(deletes)
         # Same sequence twice (a replayed batch): the stored version and the event are
         # the same change; keep one, preferring the event.
-        by_seq: dict[Any, dict[str, Any]] = {}
-        for row in sorted(rows, key=lambda r: r["__new"]):
-            by_seq[(row[_SEQ], row[_DELETE])] = row
-        ordered = sorted(by_seq.values(), key=lambda r: (r[_SEQ], r[_DELETE]))
-        versions: list[dict[str, Any]] = []
-        current: dict[str, Any] | None = None
-        for event in ordered:
-            if event[_DELETE]:
-                if current is not None:
-                    current[END] = event[_SEQ]
-                    current = None
-                continue
-            values = {c: event[c] for c in self._data}
-            if self._ignore_nulls and current is not None:
-                values = {c: (current[c] if v is None else v) for c, v in values.items()}
-            if current is not None and all(values[c] == current[c] for c in self._tracked):
-                current.update(values)  # untracked change: the open version, in place
-                continue
-            if current is not None:
-                current[END] = event[_SEQ]
-            current = {**values, START: event[_SEQ], END: None}
-            versions.append(current)
-        events = table.schema
-        sequence = events.field(_SEQ).type
-        schema = pa.schema(
-            [events.field(c) for c in self._data]
-            + [pa.field(START, sequence), pa.field(END, sequence)]
+        same = Window.partitionBy(*self._key_columns(), F.col(_SEQ), F.col(_DELETE)).orderBy(
+            F.col("__new").desc()
         )
-        return pa.Table.from_pylist(versions, schema=schema)
+        return (
+            timeline.withColumn("__dup", F.row_number().over(same))
+            .filter("__dup = 1")
+            .drop("__dup", "__new")
+        )
+
+    def _changes(self, history: DataFrame, existing: DataFrame, data: list[str]) -> DataFrame:
+        """What the MERGE writes: versions that are new or differ from the stored ones
+        (``upsert``), stored versions the history no longer has (``delete``); matched on
+        (key, ``__START_AT``). Versions already stored as they are stay out of the MERGE."""
+        from pyspark.sql import functions as F
+
+        on = [F.col(f"h.`{k}`").eqNullSafe(F.col(f"o.`{k}`")) for k in self._keys] + [
+            F.col(f"h.{START}") == F.col(f"o.{START}")
+        ]
+        joined = history.alias("h").join(existing.alias("o"), on, "full_outer")
+        stored = F.col(f"o.{START}").isNotNull()
+        rebuilt = F.col(f"h.{START}").isNotNull()
+        same = F.lit(True)
+        for c in [*data, END]:
+            same = same & _comparable(F.col(f"h.`{c}`"), existing.schema[c].dataType).eqNullSafe(
+                _comparable(F.col(f"o.`{c}`"), existing.schema[c].dataType)
+            )
+        kept = joined.filter(~stored | ~rebuilt | ~same)
+        return kept.select(
+            *[
+                F.when(rebuilt, F.col(f"h.`{c}`")).otherwise(F.col(f"o.`{c}`")).alias(c)
+                for c in [*data, START, END]
+            ],
+            F.when(rebuilt, F.lit("upsert")).otherwise(F.lit("delete")).alias("__op"),
+        )
+
+
+def _history(timeline: DataFrame, flow: AutoCdcFlow, data: list[str], keys: list[str]) -> DataFrame:
+    """Each key's versions from its timeline in sequence order, set-based (window
+    functions over the affected keys, no per-key Python): an upsert that changes a
+    tracked column (or follows a delete, or comes first) opens a version; one that
+    changes only untracked columns updates the open version in place; a delete closes it.
+    A version runs from its opening event's sequence to the next event that opens or
+    closes one (``__END_AT``; NULL while it is current)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    by_key = [F.col(f"`{k}`") for k in keys]
+    order = Window.partitionBy(*by_key).orderBy(F.col(_SEQ), F.col(_DELETE))
+    running = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    frame = timeline
+    if flow.ignore_null_updates:
+        # An upsert's NULL keeps the open version's value: the last non-NULL value since
+        # the key's last delete (a delete starts over; the next version takes NULLs as is).
+        frame = frame.withColumn("__segment", F.sum(F.col(_DELETE).cast("int")).over(running))
+        segment = (
+            Window.partitionBy(*by_key, F.col("__segment"))
+            .orderBy(F.col(_SEQ), F.col(_DELETE))
+            .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        )
+        upsert = ~F.col(_DELETE)
+        frame = frame.select(
+            *[
+                F.col(f"`{c}`")
+                if c in keys
+                else F.last(F.when(upsert, F.col(f"`{c}`")), ignorenulls=True)
+                .over(segment)
+                .alias(c)
+                for c in data
+            ],
+            F.col(_SEQ),
+            F.col(_DELETE),
+        )
+    unchanged = F.lit(True)
+    for c in _tracked(flow, data, keys):
+        value = _comparable(F.col(f"`{c}`"), timeline.schema[c].dataType)
+        unchanged = unchanged & value.eqNullSafe(F.lag(value).over(order))
+    previous_delete = F.lag(F.col(_DELETE)).over(order)
+    opens = ~F.col(_DELETE) & (previous_delete.isNull() | previous_delete | ~unchanged)
+    frame = frame.withColumn("__opens", opens)
+    frame = frame.withColumns(
+        {
+            START: F.last(F.when(F.col("__opens"), F.col(_SEQ)), ignorenulls=True).over(running),
+            END: F.lead(F.col(_SEQ)).over(order),
+            "__ends": F.lead(F.col(_DELETE) | F.col("__opens")).over(order),
+        }
+    )
+    # The last upsert of each version holds its values; the event after it closes it.
+    last = ~F.col(_DELETE) & (F.col("__ends").isNull() | F.col("__ends"))
+    return frame.filter(last).select(
+        *[F.col(f"`{c}`") for c in data],
+        F.col(START),
+        F.col(END),
+    )
+
+
+def _comparable(column: Column, data_type: DataType) -> Column:
+    """``column`` in a form ``<=>`` accepts: Spark cannot compare maps, so a column that
+    holds one is compared as its JSON text."""
+    from pyspark.sql import functions as F
+
+    if "map<" in data_type.simpleString():
+        return F.to_json(F.struct(column))
+    return column
+
+
+def _tracked(flow: AutoCdcFlow, data: list[str], keys: list[str]) -> list[str]:
+    """The columns whose change opens a new version (``track_history_*``)."""
+    non_keys = [c for c in data if c not in keys]
+    if flow.track_history_column_list is not None:
+        return [column_name(c) for c in flow.track_history_column_list]
+    if flow.track_history_except_column_list is not None:
+        skip = {column_name(c) for c in flow.track_history_except_column_list}
+        return [c for c in non_keys if c not in skip]
+    return non_keys
 
 
 def describe(flow: AutoCdcFlow) -> dict[str, Any]:

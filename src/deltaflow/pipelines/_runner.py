@@ -168,7 +168,8 @@ def run_update(
         },
     )
     _progress(log, "INITIALIZING")
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{settings.database}`")
+    if not spark.catalog.databaseExists(settings.database):
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{settings.database}`")
     try:
         with (
             _session_for(spark, settings, settings.database),

@@ -114,13 +114,20 @@ class CatalogPublisher:
             return
         from pyspark.sql.types import StructType
 
+        from deltaflow.spark.catalog._create import catalog_location
         from deltaflow.spark.dml._delta_table import DeltaTable
         from deltaflow.table import _uri
         from deltaflow.table._snapshot import table_exists
 
         path = self._storage.table_path(dataset)
-        if table_exists(_uri.normalize_uri(path)):
-            # Left by an earlier update: its log is the truth; (re)register the name only.
+        uri = _uri.normalize_uri(path)
+        if table_exists(uri):
+            # Left by an earlier update: its log is the truth; (re)register the name only,
+            # and not even that when the catalog already has it there (the steady state:
+            # a catalog look-up instead of a SQL statement's parse, analysis and command).
+            qualified = self._storage.qualified(dataset.name)
+            if catalog_location(self._spark, qualified) == uri:
+                return
             location = path.replace("'", "\\'")
             self._spark.sql(
                 f"CREATE TABLE IF NOT EXISTS {self._storage.qualified(dataset.name)}"
