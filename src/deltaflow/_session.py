@@ -97,6 +97,9 @@ def register(spark: SparkSession) -> SparkSession:
     for key, value in REQUIRED_CONF.items():
         spark.conf.set(key, value)
     _sql_dml.install(spark)  # UPDATE / DELETE / MERGE INTO statements on Delta tables
+    # A failed streaming query's error, kept beside its checkpoint (for the console).
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm.org.apache.spark.sql.deltaflow.StreamErrors.install(spark._jsparkSession)  # type: ignore[attr-defined]
     spark.dataSource.register(DeltaDataSource)
     spark.dataSource.register(CloudFilesDataSource)
     for name in (PYTHON_SOURCE_NAME, "cloudFiles"):

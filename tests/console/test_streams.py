@@ -106,3 +106,52 @@ def test_a_running_streams_charts_move(spark: Any, console: Console, root: Path)
     finally:
         query.stop()
         browser.close()
+
+
+def test_a_failed_streams_last_error(spark: Any, console: Console, root: Path) -> None:
+    from pyspark.sql import functions as F
+
+    from tests._waiting import wait_until
+
+    source = root / "failing_src"
+    _append(source, 0)
+
+    @F.udf("long")
+    def explode_on_three(value):  # no type hints: pyspark would read them as an eval type
+        if value == 3:
+            raise ValueError("marker-7431: a bad row")
+        return value
+
+    query = (
+        spark.readStream.format("delta")
+        .load(str(source))
+        .select(explode_on_three("id").alias("id"))
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(root / "_checkpoints" / "failing"))
+        .trigger(availableNow=True)
+        .start(str(root / "failing"))
+    )
+    with pytest.raises(Exception, match="marker-7431"):
+        query.awaitTermination(300)
+    # Spark's listener bus delivers the termination after awaitTermination returns.
+    recorded = root / "_checkpoints" / "failing" / "_deltaflow" / "last_error.json"
+    wait_until(recorded.exists, 60.0, "the query's error beside its checkpoint")
+
+    streams = console.ok("/api/streams")["streams"]
+    [stream] = [s for s in streams if s["checkpoint"] == "_checkpoints/failing"]
+    assert stream["last_error"] is not None
+    assert stream["app_id"] == str(query.id)
+    assert stream["last_error"]["id"] == str(query.id)
+    assert "marker-7431" in stream["last_error"]["message"]
+    browser = Browser()
+    try:
+        browser.open(console.url + "/streams")
+        section = f'section[data-app-id="{query.id}"]'
+        browser.wait_for(
+            f"!!document.querySelector('{section} .last-error.error')",
+            what="the failed query's last error on the page",
+            timeout=60,
+        )
+        assert "marker-7431" in (browser.text(f"{section} .last-error") or "")
+    finally:
+        browser.close()

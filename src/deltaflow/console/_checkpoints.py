@@ -47,6 +47,16 @@ class Checkpoint:
         self._batches: dict[int, Batch] = {}
         self._lock = threading.Lock()
 
+    def last_error(self) -> dict[str, Any] | None:
+        """The query's last failure as deltaflow's session recorded it beside the checkpoint
+        (``_deltaflow/last_error.json``: id, runId, timestamp, errorClass, message)."""
+        try:
+            with open(os.path.join(self.path, "_deltaflow", "last_error.json")) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
     def batches(self) -> list[Batch]:
         """The recent batches, oldest first (a running batch last, without a commit)."""
         with self._lock:

@@ -39,6 +39,7 @@ def streams(tables: list[TableState], checkpoints: list[Checkpoint]) -> list[dic
         key = checkpoint.query_id or checkpoint.id
         entry = _entry(found, key)
         entry["checkpoint"] = checkpoint.id
+        entry["last_error"] = checkpoint.last_error()
         _add_checkpoint(entry, checkpoint.batches(), by_uuid)
     out = [_summarise(entry) for entry in found.values()]
     return sorted(out, key=lambda s: -(s["last_commit"] or 0))
@@ -136,6 +137,7 @@ def _summarise(entry: dict[str, Any]) -> dict[str, Any]:
         "versions_behind": max(
             (s["versions_behind"] for s in entry["sources"].values()), default=None
         ),
+        "last_error": entry.get("last_error"),
         "batches": batches,
     }
 

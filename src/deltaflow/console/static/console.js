@@ -246,6 +246,11 @@ async function streamsPage() {
         card("Rows/s", s.rows_per_second ?? "-", "rate"),
         card("Latency p50", ms(s.latency_ms_p50), "latency-p50"), card("Latency p99", ms(s.latency_ms_p99), "latency-p99"),
         card("Processing p50", ms(s.processing_ms_p50)), card("Versions behind", s.versions_behind ?? "-", "behind")),
+      s.last_error
+        ? el("div", { class: "error last-error" },
+            el("p", {}, "Last error (" + ago(s.last_error.timestamp) + (s.last_error.errorClass ? ", " + s.last_error.errorClass : "") + "):"),
+            el("pre", { class: "error-detail" }, s.last_error.message))
+        : el("p", { class: "muted last-error" }, "Last error: none recorded"),
       el("p", { class: "muted" }, "End-to-end latency per batch: sink commit minus the source commit of the oldest data read (ms)"), latency,
       el("p", { class: "muted" }, "Rows written per batch"), rates,
       el("p", { class: "muted" }, "Processing time per batch (ms)"), processing);
