@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from tests._waiting import wait_until
 from tests.console._browser import Browser
 from tests.console.conftest import Console
 
@@ -51,6 +52,8 @@ def test_a_stream_with_its_checkpoint(spark: Any, console: Console, root: Path) 
     _append(bronze, 5)
     query = _stream(spark, root, "silver", availableNow=True)
     query.awaitTermination(300)
+    # The console finds new tables and checkpoints by looking again now and then.
+    wait_until(lambda: len(console.ok("/api/streams")["streams"]) == 1, 60.0, "the stream")
     [stream] = console.ok("/api/streams")["streams"]
     assert stream["app_id"] == str(query.id)
     assert stream["checkpoint"] == "_checkpoints/silver"
@@ -111,8 +114,6 @@ def test_a_running_streams_charts_move(spark: Any, console: Console, root: Path)
 def test_a_failed_streams_last_error(spark: Any, console: Console, root: Path) -> None:
     from pyspark.sql import functions as F
 
-    from tests._waiting import wait_until
-
     source = root / "failing_src"
     _append(source, 0)
 
@@ -137,8 +138,12 @@ def test_a_failed_streams_last_error(spark: Any, console: Console, root: Path) -
     recorded = root / "_checkpoints" / "failing" / "_deltaflow" / "last_error.json"
     wait_until(recorded.exists, 60.0, "the query's error beside its checkpoint")
 
-    streams = console.ok("/api/streams")["streams"]
-    [stream] = [s for s in streams if s["checkpoint"] == "_checkpoints/failing"]
+    def failing() -> list[dict[str, Any]]:
+        streams = console.ok("/api/streams")["streams"]
+        return [s for s in streams if s["checkpoint"] == "_checkpoints/failing"]
+
+    wait_until(lambda: bool(failing()), 60.0, "the failed stream in the console")
+    [stream] = failing()
     assert stream["last_error"] is not None
     assert stream["app_id"] == str(query.id)
     assert stream["last_error"]["id"] == str(query.id)

@@ -387,7 +387,12 @@ def _commit_info(path: str, version: int) -> dict:
     raise AssertionError(f"no commitInfo in version {version}")
 
 
-def test_history_operations_and_parameters_as_delta_spark_writes_them(spark, table_path):
+def test_history_operations_and_parameters_as_delta_spark_writes_them(
+    spark, table_path, merge_as_spark_jobs
+):
+    # The raw log, as delta-spark writes it: the MERGE here runs as Spark jobs. A MERGE on
+    # the delta-rs route keeps delta-rs's own keys in the raw log (history() maps them;
+    # tests/spark/test_merge_native.py compares the two routes' history entries).
     path = table_path()
     df = spark.createDataFrame([(i, str(i % 2)) for i in range(6)], "id long, k string")
     df.write.format("delta").partitionBy("k").save(path)

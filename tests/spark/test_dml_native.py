@@ -196,7 +196,9 @@ def test_files_with_deletion_vectors_take_the_jvm_scan_by_row_index(
     assert rows == [(0, 1.0), (2, 0.0), (3, 0.0), (4, 1.0), (5, 0.0), (9, 1.0)]
 
 
-def test_multiple_matches_fail_on_the_jvm_path(spark: Any, table_path: Any, caplog: Any) -> None:
+def test_multiple_matches_fail_on_the_jvm_path(
+    spark: Any, table_path: Any, caplog: Any, merge_as_spark_jobs: None
+) -> None:
     caplog.set_level(logging.INFO, logger="deltaflow")
     path = table_path()
     make_table(path)

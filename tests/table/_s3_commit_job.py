@@ -18,6 +18,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, write_deltalake
+from deltalake.exceptions import CommitFailedError
 
 from deltaflow.table import _commit, _log_commit, _uri
 from deltaflow.table._snapshot import load_snapshot
@@ -97,12 +98,24 @@ def _owned(uri: str, path: str, writer: str) -> bool:
     return _owners[path] == writer
 
 
+def _append_delta_rs(uri: str, rows: pa.Table, properties: CommitProperties) -> None:
+    """delta-rs's append, again when delta-rs refuses its commit (it can count a concurrent
+    UPDATE's removes as a conflict even for a blind append): it committed nothing then."""
+    for attempt in range(20):
+        try:
+            write_deltalake(uri, rows, mode="append", commit_properties=properties)
+            return
+        except CommitFailedError:
+            if attempt == 19:
+                raise
+
+
 def main(uri: str, writer: str, mode: str, commits: int) -> None:
     for i in range(commits):
         if mode == "append-delta-rs":
             rows = pa.table({"writer": [writer], "i": [i], "value": [i]}, schema=SCHEMA)
             properties = CommitProperties(custom_metadata={"testCommit": f"{writer}/{i}"})
-            write_deltalake(uri, rows, mode="append", commit_properties=properties)
+            _append_delta_rs(uri, rows, properties)
             version = None  # delta-rs does not say which version it took
         elif mode == "append-log":
             version = _retried(functools.partial(_log_append, uri, writer, i))
