@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests._object_store import free_port
-from tests._waiting import wait_while_running
+from tests._waiting import wait_until, wait_while_running
 
 START_TIMEOUT = 240.0  # three JVMs on 2 shared cores, under load
 STOP_TIMEOUT = 60.0
@@ -198,13 +198,12 @@ def stop_group(proc: subprocess.Popen[bytes]) -> None:
         with suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(STOP_TIMEOUT)
-    deadline = time.monotonic() + STOP_TIMEOUT
-    while group_alive(proc.pid):
-        if time.monotonic() > deadline:
-            with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            deadline = time.monotonic() + STOP_TIMEOUT
-        time.sleep(0.2)
+    try:
+        wait_until(lambda: not group_alive(proc.pid), STOP_TIMEOUT, "the process group to end")
+    except AssertionError:  # a child outlived the group leader: kill what is left
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        wait_until(lambda: not group_alive(proc.pid), STOP_TIMEOUT, "the killed group to end")
 
 
 def group_alive(pgid: int) -> bool:

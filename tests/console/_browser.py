@@ -11,14 +11,13 @@ import json
 import shutil
 import subprocess
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from websockets.sync.client import ClientConnection, connect
 
-from tests._waiting import wait_while_running
+from tests._waiting import wait_until, wait_while_running
 
 # The machine's flags for a quiet, sandbox-less headless browser that fetches nothing.
 _FLAGS = (
@@ -99,14 +98,14 @@ class Browser:
 
     def wait_for(self, expression: str, *, what: str, timeout: float = 30) -> Any:
         """Poll ``expression`` in the page until it is truthy; return its value."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = self.evaluate(expression)
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-            time.sleep(0.1)  # the page polls its API every 2 s; checking faster gains nothing
+        seen: list[Any] = [None]
+
+        def truthy() -> bool:
+            seen[0] = self.evaluate(expression)
+            return bool(seen[0])
+
+        wait_until(truthy, timeout, what)
+        return seen[0]
 
     def close(self) -> None:
         try:

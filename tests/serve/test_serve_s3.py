@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from tests import _object_store
+from tests._waiting import wait_until
 from tests.serve import test_sigkill
 from tests.serve.conftest import make_config
 
@@ -130,10 +130,7 @@ def test_sigkill_of_serve_on_s3_loses_and_duplicates_nothing(s3):
         threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 120
-        while len(acknowledged) < 500 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(acknowledged) >= 500, "no load reached the server"
+        wait_until(lambda: len(acknowledged) >= 500, 120.0, "load to reach the server")
         os.killpg(server.pid, signal.SIGKILL)
         killed.set()
         server.wait(timeout=30)

@@ -113,7 +113,9 @@ def test_guard_keeps_the_lease_version_and_each_version_before_a_remove(tmp_path
     assert _vacuum_guard.guard(path, latest, {}).keep_versions == (0, 2, 4)
     # A short table timeout makes the same lease expired: nothing is kept for it.
     short = {"deltaflow.vacuum.readerLeaseTimeout": "interval 1 millisecond"}
-    time.sleep(0.01)
+    wait_until(
+        lambda: bool(_vacuum_guard.guard(path, latest, short).expired), 5.0, "the lease to lapse"
+    )
     guard = _vacuum_guard.guard(path, latest, short)
     assert (guard.keep_versions, len(guard.expired)) == ((), 1)
     holder.release()

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from deltaflow.table import _auto_compact, _log_upkeep, _partitions
+from deltaflow.table import _auto_compact, _log_upkeep, _partitions, _reader_leases
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 
 MARKER_KEY = "deltaflow.maintain"
@@ -90,7 +90,7 @@ def check_optimize(state: TableState) -> Decision:
     from deltaflow.table._protocol import Protocol
 
     snapshot = state.snapshot
-    setting = _property(snapshot.configuration, _auto_compact.TABLE_PROPERTY)
+    setting = _log_upkeep.table_property(snapshot.configuration, _auto_compact.TABLE_PROPERTY)
     if (setting or "").strip().lower() == "false":
         return Decision(False, f"{_auto_compact.TABLE_PROPERTY}=false")
     if _clustering.is_clustered(snapshot.writer_features):
@@ -202,10 +202,9 @@ def _small_file_partitions(
 def _target_size(configuration: Mapping[str, str | None]) -> int:
     from deltaflow.table import _cluster_optimize
 
-    if _property(configuration, "delta.targetFileSize"):
-        return _cluster_optimize.target_file_size(
-            {"delta.targetFileSize": _property(configuration, "delta.targetFileSize")}
-        )
+    target = _log_upkeep.table_property(configuration, "delta.targetFileSize")
+    if target:
+        return _cluster_optimize.target_file_size({"delta.targetFileSize": target})
     return _auto_compact.DEFAULT_MAX_FILE_SIZE
 
 
@@ -314,9 +313,10 @@ def check_log_cleanup(state: TableState) -> Decision:
     configuration = state.snapshot.configuration
     if not _log_upkeep.expired_log_cleanup_enabled(configuration):
         return Decision(False, "delta.enableExpiredLogCleanup=false")
-    hours = interval_hours(
-        _property(configuration, "delta.logRetentionDuration"), DEFAULT_LOG_RETENTION_HOURS
+    seconds = _reader_leases.interval_seconds(
+        _log_upkeep.table_property(configuration, "delta.logRetentionDuration")
     )
+    hours = DEFAULT_LOG_RETENTION_HOURS if seconds is None else seconds / 3600
     cutoff = time.time() - hours * 3600
     listing = LogListing.of(state.uri)
     # delta-rs deletes entries older than the cutoff that precede a checkpoint.
@@ -382,21 +382,3 @@ ACTIONS: tuple[tuple[str, Check, Run], ...] = (
     ("CHECKPOINT", check_checkpoint, run_checkpoint),
     ("LOG CLEANUP", check_log_cleanup, run_log_cleanup),
 )
-
-
-def interval_hours(raw: str | None, default: float) -> float:
-    """A Delta interval property (``interval 30 days``, ``2 weeks``) in hours."""
-    match = re.fullmatch(r"\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+)\s*", (raw or "").lower())
-    if match is None:
-        return default
-    per_unit = {"week": 168.0, "day": 24.0, "hour": 1.0, "minute": 1 / 60, "second": 1 / 3600}
-    unit = match.group(2).rstrip("s")
-    return float(match.group(1)) * per_unit[unit] if unit in per_unit else default
-
-
-def _property(configuration: Mapping[str, str | None], name: str) -> str | None:
-    wanted = name.lower()  # delta-spark matches table property keys case-insensitively
-    for key, value in configuration.items():
-        if key.lower() == wanted:
-            return value
-    return None

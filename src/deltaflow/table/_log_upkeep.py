@@ -47,7 +47,7 @@ DELTA_RS_HOOKS_OFF = PostCommitHookProperties(create_checkpoint=False, cleanup_e
 
 def checkpoint_interval(configuration: Mapping[str, str | None]) -> int:
     """``delta.checkpointInterval`` of a table configuration (a bad value: the default)."""
-    value = _property(configuration, "delta.checkpointInterval")
+    value = table_property(configuration, "delta.checkpointInterval")
     if value:
         try:
             return max(int(value), 1)
@@ -58,7 +58,7 @@ def checkpoint_interval(configuration: Mapping[str, str | None]) -> int:
 
 def expired_log_cleanup_enabled(configuration: Mapping[str, str | None]) -> bool:
     """``delta.enableExpiredLogCleanup`` (default true, as in delta-spark)."""
-    value = _property(configuration, "delta.enableExpiredLogCleanup")
+    value = table_property(configuration, "delta.enableExpiredLogCleanup")
     return value is None or value.strip().lower() != "false"
 
 
@@ -126,7 +126,7 @@ def _reader_needs_expired_log(table_uri: str, configuration: Mapping[str, str | 
     if not live:
         return False
     retention = _reader_leases.interval_seconds(
-        _property(configuration, "delta.logRetentionDuration")
+        table_property(configuration, "delta.logRetentionDuration")
     )
     cutoff = time.time() - (DEFAULT_LOG_RETENTION_SECONDS if retention is None else retention)
     oldest = min(lease.version for lease in live)
@@ -151,7 +151,8 @@ def _load(table_uri: str, version: int, storage_options: dict[str, str] | None) 
     )
 
 
-def _property(configuration: Mapping[str, str | None], name: str) -> str | None:
+def table_property(configuration: Mapping[str, str | None], name: str) -> str | None:
+    """A table property's value by its name in any case, or None."""
     wanted = name.lower()  # delta-spark matches table property keys case-insensitively
     for key, value in configuration.items():
         if key.lower() == wanted:
