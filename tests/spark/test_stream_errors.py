@@ -183,6 +183,28 @@ def test_sink_refuses_a_directory_of_other_data_at_start(spark, table_path) -> N
     assert DeltaTable(empty).to_pyarrow_table().column("id").to_pylist() == [1]
 
 
+def test_stream_killed_before_its_first_commit_restarts_over_its_own_files(
+    spark, table_path
+) -> None:
+    """The state a kill between the first batch's file writes and its commit leaves:
+    data files in the sink's directory, no _delta_log, the batch planned in the
+    checkpoint (offsets/0) but not committed (no commits/0). The restart owns the files."""
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    append(source, [1, 2])
+    start_with(spark, source, target, checkpoint=checkpoint).awaitTermination(180)
+    shutil.rmtree(Path(target) / "_delta_log")
+    for name in ("0", ".0.crc"):  # Hadoop's checksum file goes with it
+        (Path(checkpoint) / "commits" / name).unlink(missing_ok=True)
+    leftovers = sorted(p.name for p in Path(target).glob("*.parquet"))
+    assert leftovers
+
+    start_with(spark, source, target, checkpoint=checkpoint).awaitTermination(180)
+    table = DeltaTable(target)
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 2]
+    # The first attempt's files are not part of the table (VACUUM removes them later).
+    assert not set(leftovers) & {Path(f).name for f in table.file_uris()}
+
+
 def test_sink_refuses_a_file_at_start(spark, table_path) -> None:
     source, target = table_path("src"), table_path("file")
     append(source, [1])

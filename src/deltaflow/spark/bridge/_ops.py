@@ -489,14 +489,28 @@ def check_sink(args: dict[str, Any]) -> dict[str, Any]:
     stream_only = {k.lower() for k in STREAM_ONLY_OPTIONS} | {"path"}
     write = {k: v for k, v in options.items() if k.lower() not in stream_only}
     parse_write_options({**write, "path": path})
-    _check_sink_target(_uri.normalize_uri(path))
+    _check_sink_target(_uri.normalize_uri(path), str(args["checkpointLocation"]))
     return {"path": path, "writeOptions": write}
 
 
-def _check_sink_target(uri: str) -> None:
+def _stream_has_run(checkpoint: str) -> bool:
+    """Whether the checkpoint records a batch already planned (an ``offsets/`` entry): the
+    stream is restarting, and files in its sink's directory are its own attempt."""
+    fs, root = _uri.filesystem(_uri.normalize_uri(checkpoint))
+    selector = pafs.FileSelector(
+        root.rstrip("/") + "/offsets", allow_not_found=True, recursive=False
+    )
+    return any(not i.base_name.startswith(".") for i in fs.get_file_info(selector))
+
+
+def _check_sink_target(uri: str, checkpoint: str) -> None:
     """Refuse a directory that holds other data and no Delta table: the table's files
-    would mix with it, and VACUUM would delete it as files no commit references."""
-    if table_exists(uri):
+    would mix with it, and VACUUM would delete it as files no commit references.
+
+    A stream killed before its first commit leaves the data files of that batch in the
+    directory with no ``_delta_log`` yet; its restart (the checkpoint has offsets) owns
+    them, rewrites the batch, and VACUUM removes the uncommitted files later."""
+    if table_exists(uri) or _stream_has_run(checkpoint):
         return
     fs, root = _uri.filesystem(uri)
     info = fs.get_file_info(root)
