@@ -16,10 +16,13 @@ the local defaults: test_standalone_chaos.py runs the stream job on a standalone
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 from typing import Any
+
+from pyspark.errors import StreamingQueryException
 
 import deltaflow
 
@@ -91,7 +94,9 @@ def run_stream(
                 print(
                     f"PROGRESS {name} {progress['batchId']} {progress['numInputRows']}", flush=True
                 )
-        spark.streams.awaitAnyTermination(0.05)  # wakes at once when a query fails
+        # Wakes at once when a query fails; the loop's next pass reports it (FAILED ...).
+        with contextlib.suppress(StreamingQueryException):
+            spark.streams.awaitAnyTermination(0.05)
 
 
 def job_session(app_name: str, defaults: dict[str, str]) -> Any:
