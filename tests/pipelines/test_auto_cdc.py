@@ -58,6 +58,7 @@ def _run(spark: Any, tmp_path: Path, scd: int) -> tuple[list[dict[str, Any]], li
     table = str(tmp_path / "storage/tables/customers")
     first = dp.run_update(spark, graph, settings)
     assert first.state == "COMPLETED", first
+    assert first.flows["customers"].rows_written == len(FIRST)  # the change events read
     after_first = DeltaRsTable(table).to_pyarrow_table().to_pylist()
     spark.createDataFrame(SECOND, CHANGES).write.format("delta").mode("append").save(source)
     second = dp.run_update(spark, graph, settings)
