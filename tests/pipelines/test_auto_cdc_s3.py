@@ -22,7 +22,9 @@ def _rows(store: Any, uri: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("scd", [1, 2])
-def test_auto_cdc_with_storage_on_s3(spark: Any, object_store: Any, tmp_path: Path, scd: int) -> None:
+def test_auto_cdc_with_storage_on_s3(
+    spark: Any, object_store: Any, tmp_path: Path, scd: int
+) -> None:
     source, storage = object_store.uri(f"changes{scd}"), object_store.uri(f"cdc{scd}")
     spark.createDataFrame(cases.FIRST, cases.CHANGES).write.format("delta").save(source)
     settings = dp.PipelineSettings(

@@ -15,6 +15,7 @@ not local (and optional otherwise).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -93,10 +94,8 @@ class Storage:
         # On an object store: a state left behind would keep its sequences and
         # tombstones, and the replayed events would all be dropped as stale.
         fs, path = _uri.filesystem(state)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             fs.delete_dir(path)
-        except FileNotFoundError:
-            pass
 
     def qualified(self, name: str) -> str:
         return f"`{self.database}`.`{name}`"
