@@ -58,6 +58,7 @@ def _run(spark: Any, tmp_path: Path, scd: int) -> tuple[list[dict[str, Any]], li
     table = str(tmp_path / "storage/tables/customers")
     first = dp.run_update(spark, graph, settings)
     assert first.state == "COMPLETED", first
+    assert first.flows["customers"].rows_written == len(FIRST)  # the change events read
     after_first = DeltaRsTable(table).to_pyarrow_table().to_pylist()
     spark.createDataFrame(SECOND, CHANGES).write.format("delta").mode("append").save(source)
     second = dp.run_update(spark, graph, settings)
@@ -78,30 +79,45 @@ def test_scd1_keeps_the_latest_row_per_key_and_honours_tombstones(
     assert sorted((r["id"], r["name"]) for r in second) == [(1, "a3"), (2, "b5"), (4, "d1")]
 
 
+SCD2_AFTER_FIRST = [
+    (1, "a1", 1, 3),
+    (1, "a3", 3, None),
+    (2, "b1", 1, None),
+    (3, "c1", 1, 2),
+]
+SCD2_AFTER_SECOND = [
+    (1, "a1", 1, 2),
+    (1, "a2", 2, 3),
+    (1, "a3", 3, None),
+    (2, "b1", 1, 5),
+    (2, "b5", 5, None),
+    (3, "c0", 0, 1),
+    (3, "c1", 1, 2),
+    (4, "d1", 1, None),
+]
+
+
+def _versions(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return sorted((r["id"], r["name"], r["__START_AT"], r["__END_AT"]) for r in rows)
+
+
 def test_scd2_keeps_history_with_start_and_end_in_sequence_order(
     spark: Any, tmp_path: Path
 ) -> None:
     first, second = _run(spark, tmp_path, 2)
+    assert _versions(first) == SCD2_AFTER_FIRST
+    assert _versions(second) == SCD2_AFTER_SECOND
 
-    def versions(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-        return sorted((r["id"], r["name"], r["__START_AT"], r["__END_AT"]) for r in rows)
 
-    assert versions(first) == [
-        (1, "a1", 1, 3),
-        (1, "a3", 3, None),
-        (2, "b1", 1, None),
-        (3, "c1", 1, 2),
-    ]
-    assert versions(second) == [
-        (1, "a1", 1, 2),
-        (1, "a2", 2, 3),
-        (1, "a3", 3, None),
-        (2, "b1", 1, 5),
-        (2, "b5", 5, None),
-        (3, "c0", 0, 1),
-        (3, "c1", 1, 2),
-        (4, "d1", 1, None),
-    ]
+def test_scd2_history_is_the_same_when_its_merge_runs_as_spark_jobs(
+    spark: Any, tmp_path: Path, merge_as_spark_jobs: None
+) -> None:
+    # The delta-rs route takes these small batches; the Spark jobs take sources over
+    # spark.deltaflow.merge.nativeMaxSourceRows, with the same null-safe (key,
+    # __START_AT) match.
+    first, second = _run(spark, tmp_path, 2)
+    assert _versions(first) == SCD2_AFTER_FIRST
+    assert _versions(second) == SCD2_AFTER_SECOND
 
 
 SNAPSHOTS = [

@@ -15,6 +15,7 @@ not local (and optional otherwise).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -83,8 +84,18 @@ class Storage:
 
     def reset_checkpoint(self, flow_name: str) -> None:
         """A full refresh of the flow: its checkpoint and AUTO CDC state are deleted."""
+        from deltaflow.table import _uri
+
         shutil.rmtree(self.checkpoint(flow_name), ignore_errors=True)
-        shutil.rmtree(self.cdc_state(flow_name), ignore_errors=True)
+        state = self.cdc_state(flow_name)
+        if _uri.is_local(_uri.normalize_uri(state)):
+            shutil.rmtree(state, ignore_errors=True)
+            return
+        # On an object store: a state left behind would keep its sequences and
+        # tombstones, and the replayed events would all be dropped as stale.
+        fs, path = _uri.filesystem(state)
+        with contextlib.suppress(FileNotFoundError):
+            fs.delete_dir(path)
 
     def qualified(self, name: str) -> str:
         return f"`{self.database}`.`{name}`"
