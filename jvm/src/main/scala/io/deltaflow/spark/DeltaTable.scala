@@ -149,7 +149,8 @@ class DeltaWriteBuilder(info: TableInfo, writeInfo: LogicalWriteInfo)
  */
 class LocatedPythonTable(delegate: Table with SupportsRead with SupportsWrite, uri: String)
   extends Table with SupportsRead with SupportsWrite {
-  override def name(): String = s"delta.`$uri`"
+  // The Python source's name: SQL DML (dml/SqlDml.scala) knows these tables by it.
+  override def name(): String = delegate.name()
   override def schema(): StructType = delegate.schema()
   override def partitioning(): Array[Transform] = delegate.partitioning()
   override def properties(): util.Map[String, String] = delegate.properties()
