@@ -174,15 +174,40 @@ def test_s3_gateway_restarted_under_a_running_stream_on_the_cluster(standalone_c
             append_commits(store, tables[0], range(5, 7))
             # From here on, a silver batch with rows ran after the restart.
             outcome = failed_meanwhile or recovered_or_failed(child)
+            # A stream that recovered catches up by itself: no second driver (its start is
+            # most of this test's minutes on a loaded machine) unless it stops short.
+            caught_up = outcome == "recovered" and running_stream_caught_up(store, tables, child)
         finally:
             child.kill()
         phase(f"the stream {outcome}")
         print(f"gateway restart: child said {child.drain()}")
-        catch_up(lambda: stream_child(standalone_cluster, store.env, tables, "once", log))
+        if not caught_up:
+            catch_up(lambda: stream_child(standalone_cluster, store.env, tables, "once", log))
         phase("caught up")
         assert_exact(store, tables, 6, "gateway restart")
     finally:
         gateway.__exit__(None, None, None)
+
+
+def running_stream_caught_up(
+    store: _object_store.ObjectStore, tables: list[str], child: Child
+) -> bool:
+    """Whether the running stream's silver and gold become exact (all 6 upstream commits)
+    before it exits or START_TIMEOUT passes."""
+
+    def exact() -> bool:
+        try:
+            assert_exact(store, tables, 6, "running stream")
+        except AssertionError:
+            return False
+        return True
+
+    deadline = time.monotonic() + START_TIMEOUT
+    while child.proc.poll() is None and time.monotonic() < deadline:
+        if exact():
+            return True
+        child.run_for(2.0)
+    return False
 
 
 def readable(store: _object_store.ObjectStore, uri: str) -> bool:
