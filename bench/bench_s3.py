@@ -8,6 +8,10 @@ table, alternating which goes first per repetition:
 
 * **write**: ``--rows`` rows (5 columns) saved as a new table;
 * **scan**: a full-scan aggregate of that table;
+* **stream**: a Delta -> Delta stream (``trigger(availableNow=True)``) reads that table
+  and appends every row to a new table beside it (``<uri>_copy``, on the same store);
+  its checkpoint is on local disk (checkpoints cannot be on ``s3://`` from the pyspark
+  wheel); reported in rows/s too;
 * **MERGE**: 1 % of the rows upserted (half updates, half inserts) through
   ``DeltaTable.merge``;
 * **commits**: ``COMMITS`` one-row appends in a row through delta-rs (what deltaflow's
@@ -138,7 +142,7 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
 
     from _common import spark_session
 
-    steps = set((args.only or "write,scan,merge,commits").split(","))
+    steps = set((args.only or "write,scan,stream,merge,commits").split(","))
     spark = spark_session()
     load_start = loadavg()
     seconds: dict[str, list[float]] = collections.defaultdict(list)
@@ -163,7 +167,8 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
         for where in order:
             # A new table per repetition.
             uri = str(work / f"t{rep}") if where == "local" else store.uri(f"bench{rep}")
-            for name, step in table_steps(spark, uri, data, changes).items():
+            checkpoint = str(work / f"checkpoint-{where}-{rep}")
+            for name, step in table_steps(spark, uri, data, changes, checkpoint).items():
                 if name in steps:
                     timed(name, step, where)
         print(f"  rep {rep} done, load {loadavg()}", flush=True)
@@ -221,8 +226,11 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
     return result
 
 
-def table_steps(spark, uri: str, data, changes) -> dict[str, Callable[[], object]]:
-    """Write a new table at ``uri``, scan it, MERGE ``changes`` into it: in this order."""
+def table_steps(
+    spark, uri: str, data, changes, checkpoint: str
+) -> dict[str, Callable[[], object]]:
+    """Write a new table at ``uri``, scan it, stream it into a copy, MERGE ``changes``
+    into it: in this order (the stream reads the table before the MERGE rewrites it)."""
     import deltaflow
 
     def write() -> None:
@@ -241,20 +249,41 @@ def table_steps(spark, uri: str, data, changes) -> dict[str, Callable[[], object
             .execute()
         )
 
-    return {"write": write, "scan": scan, "merge": merge}
+    expected_rows = data.count()  # counted here, outside the timed step
+
+    def stream() -> None:
+        query = (
+            spark.readStream.format("delta")
+            .load(uri)
+            .writeStream.format("delta")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start(f"{uri}_copy")
+        )
+        query.awaitTermination()
+        copied = sum(p["numInputRows"] for p in query.recentProgress)
+        assert copied == expected_rows, f"the stream copied {copied} rows"
+
+    return {"write": write, "scan": scan, "stream": stream, "merge": merge}
 
 
 def _print(rows, commits, medians, requests, load_start, load_end) -> None:
     print(f"\n### Local disk vs S3 (SeaweedFS on 127.0.0.1), {rows:,} rows; load {load_start}")
     print("\n| step | local s | S3 s | S3 / local | S3 requests (GET / PUT / LIST / DELETE) |")
     print("| --- | ---: | ---: | ---: | --- |")
-    for step in ("write", "scan", "merge", "commits"):
+    for step in ("write", "scan", "stream", "merge", "commits"):
         if f"{step} s3" not in medians:
             continue
         local, s3 = medians[f"{step} local"], medians[f"{step} s3"]
         kinds = requests.get(step, collections.Counter())
         shown = " / ".join(str(kinds.get(k, 0)) for k in ("GET", "PUT", "LIST", "DELETE"))
         print(f"| {step} | {local:.2f} | {s3:.2f} | {s3 / local:.1f}x | {shown} |")
+    if "stream s3" in medians:
+        local, s3 = medians["stream local"], medians["stream s3"]
+        print(
+            f"\nDelta -> Delta stream: {rows / local:,.0f} rows/s local, {rows / s3:,.0f} rows/s"
+            f" S3 (S3 / local throughput {local / s3:.2f})"
+        )
     if "commits s3" not in medians:
         return
     ceiling_s = medians["conditional PUTs s3"]

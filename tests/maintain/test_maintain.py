@@ -76,12 +76,11 @@ def test_discovery_finds_nested_tables_and_ignores_the_rest(tmp_path: Path) -> N
     assert maintain.find_tables([str(tmp_path / "a" / "t1")]) == [str(tmp_path / "a" / "t1")]
 
 
-@pytest.mark.parametrize("kind", ["missing", "not_a_directory", "object_store"])
+@pytest.mark.parametrize("kind", ["missing", "not_a_directory"])
 def test_a_bad_root_is_a_typed_error_naming_it(tmp_path: Path, kind: str) -> None:
     root = {
         "missing": str(tmp_path / "nope"),
         "not_a_directory": str(tmp_path / "file.txt"),
-        "object_store": "s3://bucket/tables",
     }[kind]
     (tmp_path / "file.txt").write_text("x")
     with pytest.raises(maintain.MaintainRootError) as caught:

@@ -185,3 +185,25 @@ def test_a_missing_bucket_is_a_typed_error_through_spark(spark, object_store):
     assert error.table_uri == "s3://no-such-bucket/t"
     assert error.kind == "other"
     assert not error.retryable
+
+
+def test_a_commit_to_an_endpoint_that_does_not_answer_is_a_retryable_typed_error(object_store):
+    """A store that vanishes mid-stream fails the sink's commit typed, not as a bare OSError."""
+    from deltaflow.table import _commit
+
+    silent = f"http://127.0.0.1:{_object_store.free_port()}"
+    uri = object_store.uri()
+    request = _commit.CommitRequest(
+        table_uri=uri,
+        schema={
+            "type": "struct",
+            "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}],
+        },
+        partition_columns=(),
+        adds=(),
+        storage_options={**object_store.storage_options, "AWS_ENDPOINT_URL": silent},
+    )
+    with pytest.raises(ObjectStoreError) as caught:
+        _commit.commit(request)
+    assert (caught.value.kind, caught.value.table_uri) == ("unreachable", uri)
+    assert caught.value.retryable

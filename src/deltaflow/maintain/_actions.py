@@ -269,19 +269,33 @@ class LogListing:
 
     @classmethod
     def of(cls, uri: str) -> LogListing:
-        from deltaflow.table import _uri
-
-        folder = os.path.join(_uri.local_path(uri), "_delta_log")
         commits: dict[int, float] = {}
         checkpoints: dict[int, float] = {}
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                for pattern, into in ((_COMMIT, commits), (_CHECKPOINT, checkpoints)):
-                    match = pattern.match(entry.name)
-                    if match:
-                        version = int(match.group(1))
-                        into[version] = max(into.get(version, 0.0), entry.stat().st_mtime)
+        for name, modified in _log_entries(uri):
+            for pattern, into in ((_COMMIT, commits), (_CHECKPOINT, checkpoints)):
+                match = pattern.match(name)
+                if match:
+                    version = int(match.group(1))
+                    into[version] = max(into.get(version, 0.0), modified)
         return cls(commits, checkpoints)
+
+
+def _log_entries(uri: str) -> list[tuple[str, float]]:
+    """(name, modification time in epoch seconds) of each file in the table's log."""
+    from deltaflow.table import _uri
+
+    if _uri.is_local(uri) or "://" not in uri:
+        folder = os.path.join(_uri.local_path(_uri.normalize_uri(uri)), "_delta_log")
+        with os.scandir(folder) as entries:
+            return [(entry.name, entry.stat().st_mtime) for entry in entries]
+    import pyarrow.fs as pafs
+
+    fs, path = _uri.filesystem(_uri.join(uri, "_delta_log"))
+    return [
+        (info.base_name, info.mtime.timestamp() if info.mtime is not None else 0.0)
+        for info in fs.get_file_info(pafs.FileSelector(path))
+        if info.type == pafs.FileType.File
+    ]
 
 
 def check_checkpoint(state: TableState) -> Decision:

@@ -11,7 +11,8 @@ class MaintainError(DeltaflowError):
 
 class MaintainRootError(MaintainError, ValueError):
     """A root to search for tables cannot be used; ``kind`` says why: ``missing``,
-    ``not_a_directory`` or ``object_store`` (not supported yet)."""
+    ``not_a_directory`` or ``unreachable`` (an object store that cannot be listed with the
+    environment's settings)."""
 
     def __init__(self, message: str, *, path: str, kind: str) -> None:
         super().__init__(message, path=path, kind=kind)

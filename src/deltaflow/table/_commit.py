@@ -38,6 +38,7 @@ from deltaflow.table import (
     _log_upkeep,
     _uri,
 )
+from deltaflow.table._object_store import object_store_error
 from deltaflow.table._protocol import Protocol, protocol_for_new_table
 from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
@@ -218,7 +219,16 @@ def commit(request: CommitRequest) -> CommitResult:
     (:mod:`deltaflow.table._auto_compact`). They never raise: once this commit is in,
     nothing after it fails the write.
     """
-    result = _commit_once(request)
+    try:
+        result = _commit_once(request)
+    except OSError as exc:
+        # delta-rs reports an object store that fails (or vanishes) mid-commit as a bare
+        # OSError: give it its type (``unreachable`` is retryable) so a stream or a job
+        # can tell "restart when the store answers" from a bug.
+        error = object_store_error(request.table_uri, exc, "commit to")
+        if error is None:
+            raise
+        raise error from exc
     if not result.skipped:
         after_commit(request, result)
     return result

@@ -82,7 +82,8 @@ object DeltaDataSource {
       properties: util.Map[String, String],
       entry: Option[org.apache.spark.sql.catalyst.catalog.CatalogTable]): Table = {
     val info = TableInfo.load(properties)
-    if (info.exists && info.route == "python") PythonDelegate.table(properties)
+    if (info.exists && info.route == "python")
+      new LocatedPythonTable(PythonDelegate.table(properties), info.uri)
     else new DeltaTable(info, properties, entry)
   }
 }

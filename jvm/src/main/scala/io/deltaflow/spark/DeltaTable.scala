@@ -142,6 +142,38 @@ class DeltaWriteBuilder(info: TableInfo, writeInfo: LogicalWriteInfo)
 }
 
 /**
+ * The Python data source's table for a table the brain routes `python` (an object store),
+ * whose writes always know the table's location. A SQL `INSERT INTO delta.`s3://b/t``
+ * writes with no options at all, so the Python writer would not know where the table is;
+ * the location comes from the table here, as `df.write.save(uri)` passes it.
+ */
+class LocatedPythonTable(delegate: Table with SupportsRead with SupportsWrite, uri: String)
+  extends Table with SupportsRead with SupportsWrite {
+  // The Python source's name: SQL DML (dml/SqlDml.scala) knows these tables by it.
+  override def name(): String = delegate.name()
+  override def schema(): StructType = delegate.schema()
+  override def partitioning(): Array[Transform] = delegate.partitioning()
+  override def properties(): util.Map[String, String] = delegate.properties()
+  override def capabilities(): util.Set[TableCapability] = delegate.capabilities()
+
+  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder =
+    delegate.newScanBuilder(options)
+
+  override def newWriteBuilder(writeInfo: LogicalWriteInfo): WriteBuilder = {
+    val options = new util.HashMap[String, String](writeInfo.options().asCaseSensitiveMap())
+    if (!writeInfo.options().containsKey("path")) options.put("path", uri)
+    val located = new CaseInsensitiveStringMap(options)
+    delegate.newWriteBuilder(new LogicalWriteInfo {
+      override def options(): CaseInsensitiveStringMap = located
+      override def queryId(): String = writeInfo.queryId()
+      override def schema(): StructType = writeInfo.schema()
+      override def rowIdSchema(): java.util.Optional[StructType] = writeInfo.rowIdSchema()
+      override def metadataSchema(): java.util.Optional[StructType] = writeInfo.metadataSchema()
+    })
+  }
+}
+
+/**
  * The Python sink's streaming write, raising the deltaflow error a Python worker's
  * failure carries as a [[DeltaflowException]]: the query then fails with deltaflow's
  * message first, not Spark's `PYTHON_DATA_SOURCE_ERROR` and a Python traceback.
