@@ -15,10 +15,11 @@ other MERGE runs as Spark jobs, which stay the route for large sources.
   :data:`MAX_SOURCE_BYTES` its size, estimated by Spark's plan statistics before and
   measured in Arrow after collecting;
 * the table uses no feature delta-rs would write differently or that deltaflow's layer
-  handles itself: no column mapping, deletion vectors, generated or identity columns,
+  handles itself: no column mapping, generated or identity columns,
   CHECK constraints, invariants, append-only, clustering, type widening, variant or
   timestamp_ntz columns, NOT NULL columns; the change data feed is fine (delta-rs writes
-  the same change rows);
+  the same change rows), and so are deletion vectors (delta-rs's scan applies them and it
+  rewrites the touched files whole, where the Spark jobs would write new vectors);
 * no schema evolution; both aliases given and distinct; every name a plain identifier;
 * every condition and assignment translates exactly (:mod:`._merge_sql`); ``*All``
   clauses find each target column in the source with the same type;
@@ -77,8 +78,13 @@ SPLIT_KEY = "deltaflow.mergeMetricsSplit"
 # Commit-info key: delta-spark's operationParameters (delta-rs's own win under the
 # protocol's key).
 PARAMETERS_KEY = "deltaflow.operationParameters"
-_FEATURES_OK = frozenset({"changeDataFeed"})
-_WRITER_FEATURES_OK = frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed"})
+# Deletion vectors: delta-rs's MERGE scan applies them, and it rewrites the touched files
+# whole (its remove actions carry the old vector), which the protocol allows a writer.
+_FEATURES_OK = frozenset({"changeDataFeed", "deletionVectors"})
+_READER_FEATURES_OK = frozenset({"deletionVectors"})
+_WRITER_FEATURES_OK = frozenset(
+    {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "deletionVectors"}
+)
 _DELTA_RS_METRICS = {
     "num_source_rows": "numSourceRows",
     "num_target_rows_inserted": "numTargetRowsInserted",
@@ -182,11 +188,14 @@ def _check_table(snapshot: Snapshot) -> None:
     used = features_in_use(snapshot.configuration, snapshot.schema)
     if used - _FEATURES_OK:
         raise Untranslatable(f"the table uses {sorted(used - _FEATURES_OK)}")
-    if snapshot.reader_features or set(snapshot.writer_features) - _WRITER_FEATURES_OK:
-        raise Untranslatable(
-            f"table features {sorted({*snapshot.reader_features, *snapshot.writer_features})}"
-        )
-    if snapshot.min_reader_version > 1 or snapshot.column_mapping_mode != "none":
+    unsupported = (set(snapshot.reader_features) - _READER_FEATURES_OK) | (
+        set(snapshot.writer_features) - _WRITER_FEATURES_OK
+    )
+    if unsupported:
+        raise Untranslatable(f"table features {sorted(unsupported)}")
+    if snapshot.column_mapping_mode != "none" or (
+        snapshot.min_reader_version == 2  # reader v2 is column mapping's
+    ):
         raise Untranslatable("column mapping")
     if any(not f.get("nullable", True) for f in snapshot.schema.get("fields", [])):
         raise Untranslatable("a NOT NULL column")
