@@ -330,3 +330,39 @@ def test_the_exact_core_translates(spark, expression: str, sql: str):
 def test_what_is_outside_the_core_does_not_translate(spark, expression: str):
     with pytest.raises(_merge_sql.Untranslatable):
         _merge_sql.condition(spark, expression, _scope())
+
+
+def test_a_parquet_source_is_read_by_pyarrow_with_sparks_rows(spark, tmp_path):
+    # A bare spark.read.parquet(path) source is read from its files without a Spark job.
+    plain = str(tmp_path / "plain")
+    _source(spark).repartition(2).write.parquet(plain)
+    df = spark.read.parquet(plain).alias("s")
+    direct = _merge_native._parquet_files_read_directly(df, 100)
+    assert direct is not None
+    assert direct.schema.names == list(COLUMNS)
+    assert sorted(map(repr, direct.to_pylist())) == sorted(map(repr, df.toArrow().to_pylist()))
+    with pytest.raises(_merge_sql.Untranslatable):
+        _merge_native._parquet_files_read_directly(df, len(SOURCE) - 1)
+    # Anything but the bare relation goes through Spark.
+    assert _merge_native._parquet_files_read_directly(df.select("id").alias("s"), 100) is None
+    parted = str(tmp_path / "parted")
+    _source(spark).write.partitionBy("kind").parquet(parted)
+    assert _merge_native._parquet_files_read_directly(spark.read.parquet(parted), 100) is None
+    stamped = str(tmp_path / "stamped")
+    spark.range(3).selectExpr("id", "timestamp'2024-01-01 00:00:00' AS at").write.parquet(stamped)
+    assert _merge_native._parquet_files_read_directly(spark.read.parquet(stamped), 100) is None
+
+
+def test_a_parquet_source_gives_the_same_table_on_both_routes(spark, table_path, tmp_path):
+    source = str(tmp_path / "source")
+    _source(spark).write.parquet(source)
+    native = _make(table_path())
+    jobs = table_path()
+    shutil.copytree(native, jobs)
+    for path, on in ((native, True), (jobs, False)):
+        with _route(spark, on):
+            read = spark.read.parquet(source).alias("s")
+            _upsert(DeltaTable.forPath(spark, path), read).execute()
+    assert _by_delta_rs(native) and not _by_delta_rs(jobs)
+    assert _rows(spark, native) == _rows(spark, jobs)
+    assert _changes(spark, native, 3) == _changes(spark, jobs, 3)
