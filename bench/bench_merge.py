@@ -11,8 +11,8 @@ copy of it, in its own process so peak memory is that variant's alone:
   ``deltaflow`` variant takes the delta-rs route: a small source, an exact condition);
 * ``deltaflow-dv``: the same on the target with ``delta.enableDeletionVectors=true``
   (set by ``ALTER TABLE ... SET TBLPROPERTIES`` before the clock starts): matched
-  rows are marked in deletion vectors, only updated rows and inserts are written (Spark
-  jobs: the delta-rs route does not write deletion vectors);
+  the table has deletion vectors enabled (it takes the delta-rs route, which rewrites the
+  touched files rather than writing vectors);
 * ``deltalake``: delta-rs's own ``DeltaTable.merge(...).when_matched_update_all()
   .when_not_matched_insert_all().execute()`` on the same data.
 
@@ -21,7 +21,10 @@ rows, so every file is touched; the worst case for file pruning) with changed va
 Peak memory is the peak resident set of the variant's whole process tree (driver
 Python, JVM, the brain and Python workers), sampled every 50 ms, and each kind's own
 peak; the tree's resident set right after session start is recorded too, so memory can be
-given as the peak's delta over it (the issue's "session start excluded"). A variant that
+given as the peak's delta over it (the issue's "session start excluded"). Time after session
+start is split into the source read plus the MERGE (``merge_seconds``, what both kinds do)
+and, for deltaflow, reading the metrics back from history and ``spark.stop()``
+(``after_seconds``). ``--reps N`` runs the variants N times, interleaved. A variant that
 fails (e.g. runs out of memory) is reported as failed with its error, not retried.
 
 ``--only deltaflow,deltalake``: run only these variants (comma-separated).
@@ -112,6 +115,7 @@ def run_variant(variant: str, target: str, source: str) -> None:
             .whenNotMatchedInsertAll()
             .execute()
         )
+        merged = time.perf_counter()
         metrics = (
             deltaflow.DeltaTable.forPath(spark, target).history(1).collect()[0]["operationMetrics"]
         )
@@ -130,11 +134,15 @@ def run_variant(variant: str, target: str, source: str) -> None:
             .when_not_matched_insert_all()
             .execute()
         )
+        merged = time.perf_counter()
     end = time.perf_counter()
     figures = {
         "seconds": end - start,
         "session_seconds": session_ready - start,
-        "merge_seconds": end - session_ready,
+        # Reading the source and the MERGE: what the two variants have in common.
+        "merge_seconds": merged - session_ready,
+        # deltaflow only: reading the metrics from history, and spark.stop().
+        "after_seconds": end - merged,
         "session_rss_mib": round(sum(session_rss.values()) / 2**20),
         "session_rss_by_kind_mib": {k: round(v / 2**20) for k, v in session_rss.items()},
         "metrics": metrics,
@@ -243,16 +251,18 @@ def main() -> dict[str, object]:
     work = fresh_dir(DATA_DIR / "merge_runs")
     variants = [v for v in VARIANTS if not args.only or v in args.only.split(",")]
     results = []
-    for variant in variants:
-        results.append(measure(variant, target, source, work))
-        print("VARIANT " + json.dumps(results[-1]), flush=True)  # kept if the run is cut short
+    reps = args.reps if "--reps" in sys.argv else 1  # one run each unless asked
+    for rep in range(reps):  # variants interleaved, so load hits each alike
+        for variant in variants:
+            results.append({"rep": rep, **measure(variant, target, source, work)})
+            print("VARIANT " + json.dumps(results[-1]), flush=True)  # kept if cut short
     print(f"\n### MERGE {source_rows} source rows into {target_rows} target rows (1% matched)\n")
     print(
-        "| variant | seconds | session start s | MERGE s | peak RSS (MiB) | RSS after session"
-        " start (MiB) | peak - session (MiB) | peak per kind (MiB) | rows updated |"
-        " rows inserted | load start / end | note |"
+        "| variant | seconds | session start s | source + MERGE s | after s | peak RSS (MiB)"
+        " | RSS after session start (MiB) | peak - session (MiB) | peak per kind (MiB)"
+        " | rows updated | rows inserted | load start / end | note |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |")
+    print("| --- |" + " ---: |" * 7 + " --- | ---: | ---: | --- | --- |")
     for r in results:
         m = r.get("metrics") or {}
         assert isinstance(m, dict)
@@ -260,7 +270,7 @@ def main() -> dict[str, object]:
         inserted = m.get("numTargetRowsInserted", m.get("num_target_rows_inserted", ""))
         shown = [
             f"{r[k]:.1f}" if isinstance(r.get(k), float) else "-"
-            for k in ("seconds", "session_seconds", "merge_seconds")
+            for k in ("seconds", "session_seconds", "merge_seconds", "after_seconds")
         ]
         base = r.get("session_rss_mib")
         delta = r["peak_rss_mib"] - base if isinstance(base, int) else "-"  # type: ignore[operator]
@@ -268,7 +278,7 @@ def main() -> dict[str, object]:
         assert isinstance(kinds, dict)
         per_kind = ", ".join(f"{k} {v}" for k, v in kinds.items() if v)
         print(
-            f"| {r['variant']} | {' | '.join(shown)} | {r['peak_rss_mib']}"
+            f"| {r['variant']} (rep {r['rep']}) | {' | '.join(shown)} | {r['peak_rss_mib']}"
             f" | {base if base is not None else '-'} | {delta} | {per_kind} | {updated}"
             f" | {inserted} | {r.get('load_start', '')} / {r.get('load_end', '')}"
             f" | {r.get('failed', '')} |"

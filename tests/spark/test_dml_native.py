@@ -171,7 +171,7 @@ def test_jvm_and_python_paths_agree(
 
 
 def test_files_with_deletion_vectors_take_the_jvm_scan_by_row_index(
-    spark: Any, table_path: Any, caplog: Any
+    spark: Any, table_path: Any, caplog: Any, merge_as_spark_jobs: None
 ) -> None:
     # The table enables deletion vectors (the fixture sets the property): the JVM scan
     # reads the file and drops the DV's rows by _metadata.row_index (issue 14 part 3).

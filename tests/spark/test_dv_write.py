@@ -195,6 +195,7 @@ def test_change_data_feed_of_dv_delete_and_update(spark, table_path) -> None:
     assert [a for a in _actions(path, 1) if "cdc" in a]
 
 
+@pytest.mark.usefixtures("merge_as_spark_jobs")  # the delta-rs route rewrites files instead
 def test_merge_with_deletion_vectors(spark, table_path) -> None:
     path = _make(spark, table_path(), files=1)
     source = spark.createDataFrame(

@@ -218,18 +218,44 @@ def test_each_guard_falls_back_to_spark_jobs(spark, table_path, case: str):
     assert not _by_delta_rs(path)
 
 
-def test_a_source_over_the_limit_and_deletion_vectors_fall_back(spark, table_path):
+def test_a_source_over_the_limit_falls_back(spark, table_path):
     path = _make(table_path(), cdf=False)
     with _route(spark, True):
         spark.conf.set(_merge_native.MAX_SOURCE_ROWS_CONF, str(len(SOURCE) - 1))
         _upsert(DeltaTable.forPath(spark, path), _source(spark)).execute()
     assert not _by_delta_rs(path)
-    dv = _make(table_path(), cdf=False)
+
+
+@pytest.mark.parametrize("merge", [_upsert, _by_source], ids=["upsert", "by-source"])
+def test_deletion_vectors_take_the_route_and_match_the_spark_jobs(spark, table_path, merge: Merge):
+    # Rows already deleted by a deletion vector (ids 1 and 6, in files the MERGE touches)
+    # must neither match nor come back; delta-rs rewrites the touched files without them.
+    native = _make(table_path())
     spark.sql(
-        f"ALTER TABLE delta.`{dv}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+        f"ALTER TABLE delta.`{native}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
     )
-    _upsert(DeltaTable.forPath(spark, dv), _source(spark)).execute()
-    assert not _by_delta_rs(dv)
+    DeltaTable.forPath(spark, native).delete("id IN (1, 6)")
+    assert RsTable(native).protocol().reader_features == ["deletionVectors"]
+    assert any("deletionVector" in a.get("add", {}) for _, a in _log.read_commit(native, 4) or [])
+    jobs = table_path()
+    shutil.copytree(native, jobs)
+    results = {}
+    for path, on in ((native, True), (jobs, False)):
+        with _route(spark, on):
+            counts = merge(DeltaTable.forPath(spark, path), _source(spark)).execute().collect()
+        entry = DeltaTable.forPath(spark, path).history(1).collect()[0]
+        results[on] = (
+            tuple(counts[0]),
+            _rows(spark, path),
+            _changes(spark, path, entry["version"]),
+            {k: entry["operationMetrics"][k] for k in ROW_METRICS},
+        )
+    assert _by_delta_rs(native) and not _by_delta_rs(jobs)
+    assert results[True] == results[False]
+    assert not any(r[0] == 6 for r in results[True][1])  # deleted, not matched by the source
+    # The route's remove actions name the vector of the file they replace.
+    removes = [a["remove"] for _, a in _log.read_commit(native, 5) or [] if "remove" in a]
+    assert any("deletionVector" in r and r["deletionVector"] for r in removes)
 
 
 def test_a_lost_race_is_a_typed_conflict_and_nothing_is_committed(spark, table_path, monkeypatch):
@@ -304,3 +330,39 @@ def test_the_exact_core_translates(spark, expression: str, sql: str):
 def test_what_is_outside_the_core_does_not_translate(spark, expression: str):
     with pytest.raises(_merge_sql.Untranslatable):
         _merge_sql.condition(spark, expression, _scope())
+
+
+def test_a_parquet_source_is_read_by_pyarrow_with_sparks_rows(spark, tmp_path):
+    # A bare spark.read.parquet(path) source is read from its files without a Spark job.
+    plain = str(tmp_path / "plain")
+    _source(spark).repartition(2).write.parquet(plain)
+    df = spark.read.parquet(plain).alias("s")
+    direct = _merge_native._parquet_files_read_directly(df, 100)
+    assert direct is not None
+    assert direct.schema.names == list(COLUMNS)
+    assert sorted(map(repr, direct.to_pylist())) == sorted(map(repr, df.toArrow().to_pylist()))
+    with pytest.raises(_merge_sql.Untranslatable):
+        _merge_native._parquet_files_read_directly(df, len(SOURCE) - 1)
+    # Anything but the bare relation goes through Spark.
+    assert _merge_native._parquet_files_read_directly(df.select("id").alias("s"), 100) is None
+    parted = str(tmp_path / "parted")
+    _source(spark).write.partitionBy("kind").parquet(parted)
+    assert _merge_native._parquet_files_read_directly(spark.read.parquet(parted), 100) is None
+    stamped = str(tmp_path / "stamped")
+    spark.range(3).selectExpr("id", "timestamp'2024-01-01 00:00:00' AS at").write.parquet(stamped)
+    assert _merge_native._parquet_files_read_directly(spark.read.parquet(stamped), 100) is None
+
+
+def test_a_parquet_source_gives_the_same_table_on_both_routes(spark, table_path, tmp_path):
+    source = str(tmp_path / "source")
+    _source(spark).write.parquet(source)
+    native = _make(table_path())
+    jobs = table_path()
+    shutil.copytree(native, jobs)
+    for path, on in ((native, True), (jobs, False)):
+        with _route(spark, on):
+            read = spark.read.parquet(source).alias("s")
+            _upsert(DeltaTable.forPath(spark, path), read).execute()
+    assert _by_delta_rs(native) and not _by_delta_rs(jobs)
+    assert _rows(spark, native) == _rows(spark, jobs)
+    assert _changes(spark, native, 3) == _changes(spark, jobs, 3)

@@ -15,10 +15,11 @@ other MERGE runs as Spark jobs, which stay the route for large sources.
   :data:`MAX_SOURCE_BYTES` its size, estimated by Spark's plan statistics before and
   measured in Arrow after collecting;
 * the table uses no feature delta-rs would write differently or that deltaflow's layer
-  handles itself: no column mapping, deletion vectors, generated or identity columns,
+  handles itself: no column mapping, generated or identity columns,
   CHECK constraints, invariants, append-only, clustering, type widening, variant or
   timestamp_ntz columns, NOT NULL columns; the change data feed is fine (delta-rs writes
-  the same change rows);
+  the same change rows), and so are deletion vectors (delta-rs's scan applies them and it
+  rewrites the touched files whole, where the Spark jobs would write new vectors);
 * no schema evolution; both aliases given and distinct; every name a plain identifier;
 * every condition and assignment translates exactly (:mod:`._merge_sql`); ``*All``
   clauses find each target column in the source with the same type;
@@ -77,8 +78,13 @@ SPLIT_KEY = "deltaflow.mergeMetricsSplit"
 # Commit-info key: delta-spark's operationParameters (delta-rs's own win under the
 # protocol's key).
 PARAMETERS_KEY = "deltaflow.operationParameters"
-_FEATURES_OK = frozenset({"changeDataFeed"})
-_WRITER_FEATURES_OK = frozenset({"appendOnly", "invariants", "checkConstraints", "changeDataFeed"})
+# Deletion vectors: delta-rs's MERGE scan applies them, and it rewrites the touched files
+# whole (its remove actions carry the old vector), which the protocol allows a writer.
+_FEATURES_OK = frozenset({"changeDataFeed", "deletionVectors"})
+_READER_FEATURES_OK = frozenset({"deletionVectors"})
+_WRITER_FEATURES_OK = frozenset(
+    {"appendOnly", "invariants", "checkConstraints", "changeDataFeed", "deletionVectors"}
+)
 _DELTA_RS_METRICS = {
     "num_source_rows": "numSourceRows",
     "num_target_rows_inserted": "numTargetRowsInserted",
@@ -182,11 +188,14 @@ def _check_table(snapshot: Snapshot) -> None:
     used = features_in_use(snapshot.configuration, snapshot.schema)
     if used - _FEATURES_OK:
         raise Untranslatable(f"the table uses {sorted(used - _FEATURES_OK)}")
-    if snapshot.reader_features or set(snapshot.writer_features) - _WRITER_FEATURES_OK:
-        raise Untranslatable(
-            f"table features {sorted({*snapshot.reader_features, *snapshot.writer_features})}"
-        )
-    if snapshot.min_reader_version > 1 or snapshot.column_mapping_mode != "none":
+    unsupported = (set(snapshot.reader_features) - _READER_FEATURES_OK) | (
+        set(snapshot.writer_features) - _WRITER_FEATURES_OK
+    )
+    if unsupported:
+        raise Untranslatable(f"table features {sorted(unsupported)}")
+    if snapshot.column_mapping_mode != "none" or (
+        snapshot.min_reader_version == 2  # reader v2 is column mapping's
+    ):
         raise Untranslatable("column mapping")
     if any(not f.get("nullable", True) for f in snapshot.schema.get("fields", [])):
         raise Untranslatable("a NOT NULL column")
@@ -236,18 +245,106 @@ def _split(kinds: set[str], matched: str, by_source: str, what: str) -> str:
 
 def _collect(source: DataFrame, limit: int) -> pa.Table:
     """The source as Arrow, or Untranslatable when it is over the limits."""
-    try:
-        estimate = int(source._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
-    except Exception:
-        estimate = 0
-    # Spark's estimate is Long.MaxValue when it knows nothing (a local or RDD source):
-    # the bounded collect below decides then.
-    if 4 * MAX_SOURCE_BYTES < estimate < 2**62:  # Arrow is larger than compressed Parquet
-        raise Untranslatable(f"a source estimated at {estimate} bytes")
-    table = source.limit(limit + 1).toArrow()
+    table = _parquet_files_read_directly(source, limit)
+    if table is None:
+        try:
+            estimate = int(source._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+        except Exception:
+            estimate = 0
+        # Spark's estimate is Long.MaxValue when it knows nothing (a local or RDD source):
+        # the bounded collect below decides then.
+        if 4 * MAX_SOURCE_BYTES < estimate < 2**62:  # Arrow is larger than compressed Parquet
+            raise Untranslatable(f"a source estimated at {estimate} bytes")
+        table = source.limit(limit + 1).toArrow()
     if table.num_rows > limit or table.nbytes > MAX_SOURCE_BYTES:
         raise Untranslatable(f"a source of over {limit} rows or {MAX_SOURCE_BYTES} bytes")
     return table
+
+
+def _parquet_files_read_directly(source: DataFrame, limit: int) -> pa.Table | None:
+    """A source that is a plain ``spark.read.parquet(path)`` (aliased, nothing else) read
+    from its local files with pyarrow, or None to collect it through Spark.
+
+    Collecting through Spark is a Spark job, and a fresh session's first one costs seconds
+    (scheduling, code generation, JIT); pyarrow reads the same files in the driver. Taken
+    only where pyarrow gives exactly Spark's rows: local files, no partition columns or
+    read options, no Spark-legacy calendar files, and per file the same column names and
+    Spark types as the DataFrame (nothing Spark would convert, such as timestamps)."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    try:
+        files = _plain_parquet_files(source)
+    except Exception:  # not a classic DataFrame, or Spark's classes changed
+        return None
+    if not files:
+        return None
+    wanted = [(f.name, f.dataType) for f in source.schema.fields]
+    if any(t.typeName() not in _DIRECT_TYPES for _, t in wanted):
+        return None
+    try:
+        footers = [pq.ParquetFile(f) for f in files]
+        if sum(p.metadata.num_rows for p in footers) > limit:
+            raise Untranslatable(f"a source of over {limit} rows")
+        size = sum(
+            p.metadata.row_group(i).total_byte_size
+            for p in footers
+            for i in range(p.metadata.num_row_groups)
+        )
+        if size > MAX_SOURCE_BYTES:  # uncompressed: close to its Arrow size
+            raise Untranslatable(f"a source of over {MAX_SOURCE_BYTES} bytes")
+        parts = []
+        for parquet in footers:
+            meta = parquet.schema_arrow.metadata or {}
+            if any(k.startswith(b"org.apache.spark.legacy") for k in meta):
+                return None
+            part = parquet.read()
+            got = [(f.name, f.dataType) for f in from_arrow_schema(part.schema).fields]
+            if got != wanted:
+                return None
+            parts.append(part.replace_schema_metadata(None))
+    except (OSError, ValueError, TypeError, NotImplementedError) as exc:
+        log.debug("the MERGE source is collected through Spark: %s", exc)
+        return None
+    import pyarrow as pa
+
+    return pa.concat_tables(parts)
+
+
+# Spark types pyarrow reads from Parquet exactly as Spark does (no time zone, no rebase).
+_DIRECT_TYPES = frozenset(
+    {"byte", "short", "integer", "long", "float", "double", "string", "boolean", "binary"}
+    | {"decimal", "date"}
+)
+
+
+def _plain_parquet_files(source: DataFrame) -> list[str] | None:
+    """The local paths of the files behind a bare Parquet relation, else None."""
+    from urllib.parse import unquote, urlparse
+
+    plan = source._jdf.queryExecution().analyzed()
+    while plan.getClass().getSimpleName() == "SubqueryAlias":
+        plan = plan.child()
+    if plan.getClass().getSimpleName() != "LogicalRelation":
+        return None
+    relation = plan.relation()
+    if (
+        relation.getClass().getSimpleName() != "HadoopFsRelation"
+        or relation.fileFormat().getClass().getSimpleName() != "ParquetFileFormat"
+        or relation.partitionSchema().length() > 0
+        or relation.bucketSpec().isDefined()
+    ):
+        return None
+    keys = str(relation.options().keys().mkString("\u0001")).lower().split("\u0001")
+    if set(keys) - {"", "path", "paths"}:
+        return None
+    paths = []
+    for uri in relation.location().inputFiles():
+        parsed = urlparse(str(uri))
+        if parsed.scheme != "file":
+            return None
+        paths.append(unquote(parsed.path))
+    return paths
 
 
 def _run(spec: MergeSpec, plan: _Plan, source: pa.Table, started: float) -> MergeMetrics | None:
