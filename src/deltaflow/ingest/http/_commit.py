@@ -52,11 +52,13 @@ from deltaflow.ingest.http._config import ServeConfig, TableConfig
 from deltaflow.ingest.http.errors import IngestCommitError, ServeConfigError
 from deltaflow.table import _auto_compact, _commit, _generated, _partitions, _stats, _uri
 from deltaflow.table._snapshot import load_snapshot, table_exists
-from deltaflow.table.errors import UnsupportedFeatureError
+from deltaflow.table.errors import ConcurrentWriteError, UnsupportedFeatureError
 
 log = logging.getLogger("deltaflow.serve")
 
 _AUTO_COMPACT = _auto_compact.AutoCompactSettings(background=True)
+# Conflicts a group's blind append resolves by committing again on the new version.
+_METADATA_CONFLICTS = frozenset({"MetadataChanged", "ProtocolChanged"})
 
 COMMIT_INFO_KEY = "deltaflow.ingest"
 
@@ -186,24 +188,24 @@ class TableWriter:
         group = uuid.uuid4().hex
         combined = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         files = self._write_files(combined, group)
-        before = self.table.version()
         marker = json.dumps({"group": group, "keys": keys}, separators=(",", ":"))
-        request = _commit.CommitRequest(
-            table_uri=self.config.uri,
-            schema=self.schema_json,
-            partition_columns=self.partition_by,
-            adds=files,
-            read_version=before,
-            commit_info={COMMIT_INFO_KEY: marker},
-            table=self.table,
-            # Acknowledgements wait for the commit: a compaction the table asks for
-            # (delta.autoOptimize.autoCompact) runs on a background thread instead.
-            auto_compact=_AUTO_COMPACT,
-        )
+        before = self.table.version()
         try:
-            # delta-rs, or deltaflow's log writer for tables delta-rs cannot write
-            # (identity columns, clustering): _commit routes by the table's features.
-            _commit.commit(request)
+            try:
+                self._commit_files(files, marker, before)
+            except ConcurrentWriteError as exc:
+                # Another writer changed the metadata or protocol (ALTER TABLE ... SET
+                # TBLPROPERTIES): delta-rs refuses a commit read before it. The files
+                # are blind appends, so they commit as they are on the new version.
+                if (
+                    getattr(exc, "kind", None) not in _METADATA_CONFLICTS
+                    or self._find_group(group, before) is not None
+                ):
+                    raise
+                log.info("table %s: metadata changed under serve; recommitting", self.config.name)
+                self._refresh()
+                before = self.table.version()
+                self._commit_files(files, marker, before)
         except Exception as exc:
             version = self._find_group(group, before)
             if version is not None:
@@ -229,6 +231,30 @@ class TableWriter:
             _fsync_path(os.path.join(log_dir, f"{version:020d}.json"))
             _fsync_path(log_dir)
         return version
+
+    def _commit_files(self, files: list[_commit.AddedFile], marker: str, read_version: int) -> None:
+        request = _commit.CommitRequest(
+            table_uri=self.config.uri,
+            schema=self.schema_json,
+            partition_columns=self.partition_by,
+            adds=files,
+            read_version=read_version,
+            commit_info={COMMIT_INFO_KEY: marker},
+            table=self.table,
+            # Acknowledgements wait for the commit: a compaction the table asks for
+            # (delta.autoOptimize.autoCompact) runs on a background thread instead.
+            auto_compact=_AUTO_COMPACT,
+        )
+        # delta-rs, or deltaflow's log writer for tables delta-rs cannot write (identity
+        # columns, clustering): _commit routes by the table's features.
+        _commit.commit(request)
+
+    def _refresh(self) -> None:
+        """Take the table's new metadata and protocol (another writer's ALTER)."""
+        self.table.update_incremental()
+        snapshot = load_snapshot(self.config.uri)
+        self._check_commit_route()
+        self.num_indexed = _stats.num_indexed_cols(snapshot.configuration)
 
     def _find_group(self, group: str, before: int) -> int | None:
         """The version after ``before`` whose commit carries ``group``, if any."""

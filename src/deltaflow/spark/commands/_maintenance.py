@@ -141,7 +141,13 @@ def vacuum(
     check_retention: bool = True,
     commit_info: Mapping[str, Any] | None = None,
 ) -> list[Row]:
-    """Delete files no longer referenced and older than the retention (``VACUUM``).
+    """Delete the table directory's files that no version inside the retention
+    references and that are older than the retention (``VACUUM``, delta-spark's full mode).
+
+    That covers files the log removed, files never committed (a crashed writer's or
+    stream attempt's), expired ``_change_data/`` files and orphaned deletion vectors;
+    other ``_``- or ``.``-prefixed directories are left alone. A file younger than the
+    retention is never deleted, so a concurrent writer's uncommitted files are safe.
 
     Without ``retention_hours`` the table's ``delta.deletedFileRetentionDuration`` (7 days
     by default) applies. A shorter one is refused with :class:`RetentionTooShortError`
@@ -180,26 +186,40 @@ def vacuum(
     table = _writable(snapshot.uri)
     readers = _vacuum_guard.guard(snapshot.uri, snapshot.version, snapshot.configuration)
     keep = list(readers.keep_versions) or None
+    plan: dict[str, Any] = {
+        "retention_hours": hours,
+        "enforce_retention_duration": check_retention,
+    }
+    # Full mode, as delta-spark: every file in the table directory that no version inside
+    # the retention references and that is older than the retention by its modification
+    # time (crashed writers' files, expired _change_data/ files), not only the files the
+    # log removed. delta-rs's full mode does that, except that it takes live deletion
+    # vector files for orphans: on tables with deletion vectors delta-rs runs in its lite
+    # mode and deltaflow deletes the other files it lists, deletion vectors excepted; so
+    # it does on object stores, where delta-rs also lists directory marker objects (the
+    # table's own ``prefix/``), which must not be deleted.
+    full = _uri.is_local(snapshot.uri) and not Protocol.of(snapshot).features & {"deletionVectors"}
     unguarded = None
     if keep:  # to say what the leases keep: the plan without them (lists, deletes nothing)
-        unguarded = table.vacuum(
-            retention_hours=hours, dry_run=True, enforce_retention_duration=check_retention
-        )
-    files = table.vacuum(
-        retention_hours=hours,
+        unguarded = _full_plan(table, plan, None)
+    orphans = [] if full and not unwritable else _full_plan(table, plan, keep)
+    removed = table.vacuum(
+        **plan,
         dry_run=dry_run or unwritable,
-        enforce_retention_duration=check_retention,
+        full=full,
         post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
         commit_properties=CommitProperties(custom_metadata=dict(commit_info))
         if commit_info
         else None,
         keep_versions=keep,
     )
+    files = sorted(set(removed) | set(orphans))
     _report_readers(snapshot.uri, readers, unguarded, files, dry_run=dry_run)
     if not dry_run and not unwritable:
         _upkeep(snapshot.uri, table)
-    if unwritable and not dry_run:
-        _delete_files(snapshot.uri, files)
+    if not dry_run:
+        # delta-rs's run deleted (and logged) what it listed; the rest is deltaflow's.
+        _delete_files(snapshot.uri, files if unwritable else sorted(set(orphans) - set(removed)))
     if dry_run:
         return [(_file_uri(snapshot.uri, f),) for f in sorted(files)]
     # delta-rs leaves _-prefixed directories alone, so the staging directories of
@@ -208,6 +228,20 @@ def vacuum(
     for lease in readers.expired:  # their readers died without releasing them
         _reader_leases.delete_lease(snapshot.uri, lease.lease_id)
     return [(snapshot.uri,)]
+
+
+def _full_plan(table: _DeltaRsTable, plan: Mapping[str, Any], keep: list[int] | None) -> list[str]:
+    """The files delta-rs's full-mode VACUUM would delete, minus deletion vector files:
+    delta-rs 1.6.6's full mode does not count the deletion vectors a version references
+    as referenced (it would delete live ones), so an orphaned DV file stays (docs/sql.md);
+    and directory markers (names ending in ``/``), which are no files of the table."""
+    files = table.vacuum(**plan, dry_run=True, full=True, keep_versions=keep)
+    return [
+        f for f in files if f and not f.endswith("/") and not _DV_FILE.search(f.rsplit("/", 1)[-1])
+    ]
+
+
+_DV_FILE = re.compile(r"deletion_vector_[0-9a-fA-F-]{36}\.bin$")
 
 
 def _report_readers(
