@@ -226,9 +226,7 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
     return result
 
 
-def table_steps(
-    spark, uri: str, data, changes, checkpoint: str
-) -> dict[str, Callable[[], object]]:
+def table_steps(spark, uri: str, data, changes, checkpoint: str) -> dict[str, Callable[[], object]]:
     """Write a new table at ``uri``, scan it, stream it into a copy, MERGE ``changes``
     into it: in this order (the stream reads the table before the MERGE rewrites it)."""
     import deltaflow
