@@ -21,7 +21,7 @@ import shutil
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deltaflow.pipelines._analysis import ResolvedDataset
 from deltaflow.pipelines._declarations import Dataset, Flow
@@ -169,9 +169,11 @@ class CatalogPublisher:
         # The builder checked the declaration already (properties, columns): what is left
         # can only fail on the storage or the catalog.
         if self._pool is None:
-            builder.execute()
+            _create(builder, dataset.name, path)
         else:
-            self._pending[dataset.name.lower()] = self._pool.submit(builder.execute)
+            self._pending[dataset.name.lower()] = self._pool.submit(
+                _create, builder, dataset.name, path
+            )
 
     def created_in_background(self, name: str) -> bool:
         """True when dataset ``name``'s table was created (or is being created) in the
@@ -215,3 +217,17 @@ class CatalogPublisher:
 
 
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+
+
+def _create(builder: Any, name: str, path: str) -> None:
+    """Run the table's builder; a file-system refusal as a typed error naming the dataset."""
+    try:
+        builder.execute()
+    except OSError as exc:
+        raise PipelineStorageError(
+            f"dataset {name!r}: its Delta table could not be created at {path}:"
+            f" {exc.strerror or exc}. Point `path=` at a directory the pipeline can write"
+            " (or drop it to keep the table under the pipeline's storage).",
+            storage=path,
+            setting="path",
+        ) from exc

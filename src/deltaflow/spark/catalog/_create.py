@@ -248,8 +248,9 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
             "DeltaTable.create needs .tableName(name) or .location(path) (or both).",
             option="location",
         )
-    registered = catalog_location(spark, spec.name) if spec.name else None
     in_catalog = bool(spec.name) and spark.catalog.tableExists(spec.name)
+    # Looked up only when there is an entry: a missing one costs Spark an exception.
+    registered = catalog_location(spark, spec.name) if in_catalog and spec.name else None
     if spec.location:
         uri = _uri.normalize_uri(spec.location)
     elif registered:
