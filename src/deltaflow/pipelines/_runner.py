@@ -199,8 +199,8 @@ def run_update(
             else:
                 scheduler = _Scheduler(spark, resolution, settings, storage, log, runnable)
                 reports = scheduler.run(publisher.wait)
-            # A table no selected flow writes was still created, or its error fails the
-            # update as it did before any flow ran.
+            # Every table exists now (also those no selected flow writes); a creation
+            # error is raised, failing the update as when tables were created up front.
             publisher.wait_all()
     except Exception as exc:
         error = typed_error(exc) or exc
