@@ -243,3 +243,41 @@ def test_full_refresh_reprocesses_from_scratch_and_once_flows_run_once(
         h["operation"] == "WRITE" and h["operationParameters"].get("mode") == "Overwrite"
         for h in history
     )
+
+
+def test_a_table_that_cannot_be_created_fails_the_update_with_its_error(spark, tmp_path):
+    """Tables are created in the background while the flows start: a creation that fails
+    still fails the update (its error raised, the update FAILED in the event log); the
+    flow into that table fails, an independent flow still completes."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    with dp.collect() as declared:
+
+        @dp.materialized_view(path=str(blocker / "broken"))
+        def broken() -> Any:
+            return spark.range(3)
+
+        @dp.materialized_view
+        def fine() -> Any:
+            return spark.range(5)
+
+    settings = _settings(tmp_path)
+    with pytest.raises(dp.PipelineStorageError) as caught:
+        dp.run_update(spark, declared.graph(), settings)
+    assert caught.value.setting == "path"
+    assert caught.value.storage == str(blocker / "broken")
+    events = dp.read_events(str(tmp_path / "storage" / "system" / "events"))
+    states = [
+        e["details"]["update_progress"]["state"]
+        for e in events
+        if e["event_type"] == "update_progress"
+    ]
+    assert states[-1] == "FAILED"
+    flows = {
+        e["origin"]["flow_name"]: e["details"]["flow_progress"]["status"]
+        for e in events
+        if e["event_type"] == "flow_progress"
+    }
+    assert flows == {"broken": "FAILED", "fine": "COMPLETED"}
+    fine = sorted(r["id"] for r in _rows(str(tmp_path / "storage" / "tables" / "fine")))
+    assert fine == list(range(5))

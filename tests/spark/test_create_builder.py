@@ -100,6 +100,35 @@ def test_create_at_a_location_with_types_partitions_properties_and_comment(spark
     assert os.path.isdir(os.path.join(path, "kind=k"))
 
 
+def test_session_defaults_apply_to_builder_tables_unless_set(spark, table_path):
+    """delta-spark's ``spark.databricks.delta.properties.defaults.*`` reach tables the
+    builder creates; a property the builder sets itself wins."""
+    prefix = "spark.databricks.delta.properties.defaults."
+    spark.conf.set(prefix + "appendOnly", "true")
+    spark.conf.set(prefix + "enableChangeDataFeed", "true")
+    try:
+        defaulted, explicit = table_path("defaulted"), table_path("explicit")
+        DeltaTable.create(spark).location(defaulted).addColumn("id", "INT").execute()
+        (
+            DeltaTable.create(spark)
+            .location(explicit)
+            .addColumn("id", "INT")
+            .property("delta.appendOnly", "false")
+            .execute()
+        )
+    finally:
+        spark.conf.unset(prefix + "appendOnly")
+        spark.conf.unset(prefix + "enableChangeDataFeed")
+    assert deltalake.DeltaTable(defaulted).metadata().configuration == {
+        "delta.appendOnly": "true",
+        "delta.enableChangeDataFeed": "true",
+    }
+    assert deltalake.DeltaTable(explicit).metadata().configuration == {
+        "delta.appendOnly": "false",
+        "delta.enableChangeDataFeed": "true",
+    }
+
+
 def test_add_columns_takes_a_struct_type_or_fields(spark, table_path):
     path = table_path("fields")
     schema = StructType([StructField("a", LongType(), False), StructField("b", StringType())])

@@ -73,9 +73,15 @@ class Resolution:
 
 
 class Publisher(Protocol):
-    """Makes a resolved dataset readable by name for the flows that read it."""
+    """Makes a resolved dataset readable by name for the flows that read it. A table's
+    creation may still be running when :meth:`publish` returns: :meth:`wait` for it
+    before reading the table."""
 
     def publish(self, resolved: ResolvedDataset, views: Mapping[str, DataFrame]) -> None: ...
+
+    def created_in_background(self, name: str) -> bool: ...
+
+    def wait(self, name: str) -> None: ...
 
 
 class _NotResolvedYet(Exception):
@@ -88,10 +94,13 @@ class _RecordingReader:
     """``dlt.read`` during analysis: records the name; a resolved dataset reads as
     itself (a table or temporary view by name), an unresolved one defers the flow."""
 
-    def __init__(self, spark: SparkSession, graph: Graph, published: set[str]) -> None:
+    def __init__(
+        self, spark: SparkSession, graph: Graph, published: set[str], publisher: Publisher
+    ) -> None:
         self._spark = spark
         self._graph = graph
         self._published = published
+        self._publisher = publisher
         self.reads: list[str] = []
         self.streamed = False
 
@@ -101,6 +110,10 @@ class _RecordingReader:
             self.reads.append(dataset.name)
             if dataset.name.lower() not in self._published:
                 raise _NotResolvedYet(dataset.name)
+            try:
+                self._publisher.wait(dataset.name)
+            except Exception as exc:
+                raise _CreationFailed(exc) from exc
         self.streamed = self.streamed or streaming
         reader = self._spark.readStream if streaming else self._spark.read
         return reader.table(name)
@@ -137,7 +150,7 @@ def resolve(spark: SparkSession, graph: Graph, publisher: Publisher) -> Resoluti
         progress = False
         for flow in list(pending):
             try:
-                resolved = _analyse(spark, graph, flow, published)
+                resolved = _analyse(spark, graph, flow, published, publisher)
             except _NotResolvedYet as wait:
                 waiting[flow.name] = wait.name
                 continue
@@ -151,17 +164,57 @@ def resolve(spark: SparkSession, graph: Graph, publisher: Publisher) -> Resoluti
     return Resolution(graph, datasets, flows, _dependency_order(graph, flows))
 
 
-def _analyse(spark: SparkSession, graph: Graph, flow: AnyFlow, published: set[str]) -> ResolvedFlow:
+def _analyse(
+    spark: SparkSession, graph: Graph, flow: AnyFlow, published: set[str], publisher: Publisher
+) -> ResolvedFlow:
     _flow_session.check_confs(
         spark, flow.name, _flow_session.flow_confs(flow, graph.dataset(flow.target))
     )
-    reader = _RecordingReader(spark, graph, published)
+    waited: set[str] = set()
+    while True:
+        try:
+            return _analysed(spark, graph, flow, published, publisher)
+        except _CreationFailed as failed:
+            raise failed.error from None
+        except _BeingCreated as created:
+            # The query read a dataset's table by name while it may still have been
+            # being created (the publisher creates tables in the background): once it
+            # exists, again. Missing after that: the read's own error.
+            if created.name in waited:
+                raise created.error from None
+            waited.add(created.name)
+            publisher.wait(created.name)
+
+
+class _BeingCreated(Exception):
+    """A read of dataset ``name``'s table failed while its creation may have been running;
+    ``error``: what to raise when it is still missing once created."""
+
+    def __init__(self, name: str, error: GraphValidationError) -> None:
+        super().__init__(name)
+        self.name = name
+        self.error = error
+
+
+class _CreationFailed(Exception):
+    """A dataset's table creation failed while a query read it: raised as its own error,
+    not as the query function's."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _analysed(
+    spark: SparkSession, graph: Graph, flow: AnyFlow, published: set[str], publisher: Publisher
+) -> ResolvedFlow:
+    reader = _RecordingReader(spark, graph, published, publisher)
     if isinstance(flow, AutoCdcFlow):
         df = _cdc.target_frame(reader.read(flow.source, streaming=True), flow)
     elif isinstance(flow, AutoCdcSnapshotFlow):
         df = _snapshot_source(reader, flow)
     else:
-        df = _run_query(spark, graph, flow, reader, published)
+        df = _run_query(spark, graph, flow, reader, published, publisher)
         target = graph.dataset(flow.target)
         rules = (target.expectations if target is not None else ()) + flow.expectations
         check_constraints(df, rules, flow.name)
@@ -184,7 +237,12 @@ def _snapshot_source(reader: _RecordingReader, flow: AutoCdcSnapshotFlow) -> Dat
 
 
 def _run_query(
-    spark: SparkSession, graph: Graph, flow: Flow, reader: _RecordingReader, published: set[str]
+    spark: SparkSession,
+    graph: Graph,
+    flow: Flow,
+    reader: _RecordingReader,
+    published: set[str],
+    publisher: Publisher,
 ) -> DataFrame:
     from pyspark.errors import AnalysisException
 
@@ -199,13 +257,16 @@ def _run_query(
                 if dataset is not None and dataset.name.lower() not in published:
                     raise _NotResolvedYet(dataset.name) from None
                 if name is not None:
-                    raise GraphValidationError(
+                    missing = GraphValidationError(
                         f"flow {flow.name!r} ({flow.location}) reads {name!r}, which is"
                         " neither a dataset of this pipeline nor an existing table. Declare"
                         " it, or fix the name.",
                         flow=flow.name,
                         problem="missing_input",
-                    ) from cause
+                    )
+                    if dataset is not None and publisher.created_in_background(dataset.name):
+                        raise _BeingCreated(dataset.name, missing) from None
+                    raise missing from cause
             raise
     if not _is_dataframe(df):
         raise GraphValidationError(
@@ -221,7 +282,7 @@ def _run_query(
 def _call_user(flow_name: str, func: Callable[[], Any]) -> Any:
     try:
         return func()
-    except (_NotResolvedYet, GraphValidationError):
+    except (_NotResolvedYet, _CreationFailed, GraphValidationError):
         raise
     except Exception as exc:
         raise UserQueryError(

@@ -114,8 +114,10 @@ def dry_run(spark: SparkSession, graph: Graph, settings: PipelineSettings) -> Re
     spark.sql(f"CREATE DATABASE `{database}`")
     try:
         with _session_for(spark, settings, database):
-            resolution = resolve(spark, graph, CatalogPublisher(spark, storage))
+            publisher = CatalogPublisher(spark, storage)
+            resolution = resolve(spark, graph, publisher)
             _check_flow_shapes(resolution)
+            publisher.wait_all()
             return resolution
     finally:
         spark.sql(f"DROP DATABASE IF EXISTS `{database}` CASCADE")
@@ -181,6 +183,8 @@ def run_update(
             _progress(log, "SETTING_UP_TABLES")
             resolution = resolve(spark, graph, publisher)
             _check_flow_shapes(resolution)
+            if reset:
+                publisher.wait_all()  # a full refresh overwrites the tables
             _truncate(spark, resolution, storage, reset)
             for resolved in resolution.flows.values():
                 _flow_definition(log, resolution, resolved)
@@ -190,9 +194,14 @@ def run_update(
                 from deltaflow.pipelines._continuous import Continuous
 
                 assert stop is not None
+                publisher.wait_all()
                 reports = Continuous(spark, resolution, settings, storage, log, runnable).run(stop)
             else:
-                reports = _Scheduler(spark, resolution, settings, storage, log, runnable).run()
+                scheduler = _Scheduler(spark, resolution, settings, storage, log, runnable)
+                reports = scheduler.run(publisher.wait)
+            # Every table exists now (also those no selected flow writes); a creation
+            # error is raised, failing the update as when tables were created up front.
+            publisher.wait_all()
     except Exception as exc:
         error = typed_error(exc) or exc
         _progress(log, "FAILED", error=str(error))
@@ -257,12 +266,14 @@ def _session_for(spark: SparkSession, settings: PipelineSettings, database: str)
 
 @contextlib.contextmanager
 def _publishing(spark: SparkSession, storage: Storage, graph: Graph) -> Iterator[CatalogPublisher]:
-    """The update's publisher; private datasets leave the catalog when the update ends,
-    however it ends."""
-    publisher = CatalogPublisher(spark, storage, graph)
+    """The update's publisher, creating new tables in the background while the flows are
+    analysed and start (each flow waits for its own table); private datasets leave the
+    catalog when the update ends, however it ends."""
+    publisher = CatalogPublisher(spark, storage, graph, background=True)
     try:
         yield publisher
     finally:
+        publisher.close()
         publisher.unpublish_private(graph.datasets.values())
 
 
@@ -365,7 +376,10 @@ class _Scheduler(UpdateDriver):
     """Runs the selected flows: each once its upstream flows completed, up to
     ``pipelines.maxConcurrentFlows`` at a time; downstream of a failure is skipped."""
 
-    def run(self) -> dict[str, FlowReport]:
+    def run(self, table_ready: Callable[[str], None]) -> dict[str, FlowReport]:
+        """``table_ready(dataset)``: returns once the dataset's table exists (raises its
+        creation's error); each flow calls it for its target before its first attempt."""
+        self._table_ready = table_ready
         reports: dict[str, FlowReport] = {}
         upstream = {
             n: [u for u in self._resolution.upstream(n) if u in self._runnable]
@@ -405,6 +419,13 @@ class _Scheduler(UpdateDriver):
         resolved = self._resolution.flows[name]
         policy = self._policy
         attempt = 0
+        try:
+            if resolved.flow.target in self._resolution.datasets:
+                self._table_ready(resolved.flow.target)
+        except Exception as exc:
+            error = typed_error(exc) or exc
+            self._progress(name, "FAILED", attempt=1, error=error)
+            return FlowReport(name, resolved.flow.target, "FAILED", 1, error=str(error))
         while True:
             attempt += 1
             self._progress(name, "RUNNING", attempt=attempt)

@@ -20,8 +20,9 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deltaflow.pipelines._analysis import ResolvedDataset
 from deltaflow.pipelines._declarations import Dataset, Flow
@@ -113,10 +114,27 @@ class CatalogPublisher:
     change files on every commit, so they keep the feed off unless asked.
     """
 
-    def __init__(self, spark: SparkSession, storage: Storage, graph: Graph | None = None) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        storage: Storage,
+        graph: Graph | None = None,
+        *,
+        background: bool = False,
+    ) -> None:
         self._spark = spark
         self._storage = storage
         self._graph = graph
+        # background: a new table's creation (its first commit and catalog entry, a
+        # Spark SQL statement: tens of ms, seconds on a loaded machine) runs in a thread
+        # while the graph's other flows are analysed and the first flows start; whoever
+        # needs the table waits for it (:meth:`wait`).
+        self._pool = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline-publish")
+            if background
+            else None
+        )
+        self._pending: dict[str, Future[object]] = {}
 
     def publish(self, resolved: ResolvedDataset, views: Mapping[str, DataFrame]) -> None:
         dataset = resolved.dataset
@@ -159,7 +177,36 @@ class CatalogPublisher:
             builder = builder.property(key, value)
         if dataset.comment:
             builder = builder.comment(dataset.comment)
-        builder.execute()
+        # The builder checked the declaration already (properties, columns): what is left
+        # can only fail on the storage or the catalog.
+        if self._pool is None:
+            _create(builder, dataset.name, path)
+        else:
+            self._pending[dataset.name.lower()] = self._pool.submit(
+                _create, builder, dataset.name, path
+            )
+
+    def created_in_background(self, name: str) -> bool:
+        """True when dataset ``name``'s table was created (or is being created) in the
+        background: a read of it by name may have come too early."""
+        return name.lower() in self._pending
+
+    def wait(self, name: str) -> None:
+        """Return once dataset ``name``'s table exists and is in the catalog; its creation's
+        error if it failed. Datasets published synchronously (or unknown) return at once."""
+        future = self._pending.get(name.lower())
+        if future is not None:
+            future.result()
+
+    def wait_all(self) -> None:
+        """Every table created (the first creation error raised)."""
+        for future in list(self._pending.values()):
+            future.result()
+
+    def close(self) -> None:
+        """Wait for creations still running (errors are for :meth:`wait`), stop the thread."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     def unpublish_private(self, datasets: Iterable[Dataset]) -> None:
         """Private datasets leave the catalog when an update ends; their Delta tables
@@ -181,3 +228,17 @@ class CatalogPublisher:
 
 
 CHANGE_DATA_FEED = "delta.enableChangeDataFeed"
+
+
+def _create(builder: Any, name: str, path: str) -> None:
+    """Run the table's builder; a file-system refusal as a typed error naming the dataset."""
+    try:
+        builder.execute()
+    except OSError as exc:
+        raise PipelineStorageError(
+            f"dataset {name!r}: its Delta table could not be created at {path}:"
+            f" {exc.strerror or exc}. Point `path=` at a directory the pipeline can write"
+            " (or drop it to keep the table under the pipeline's storage).",
+            storage=path,
+            setting="path",
+        ) from exc

@@ -248,8 +248,9 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
             "DeltaTable.create needs .tableName(name) or .location(path) (or both).",
             option="location",
         )
-    registered = catalog_location(spark, spec.name) if spec.name else None
     in_catalog = bool(spec.name) and spark.catalog.tableExists(spec.name)
+    # Looked up only when there is an entry: a missing one costs Spark an exception.
+    registered = catalog_location(spark, spec.name) if in_catalog and spec.name else None
     if spec.location:
         uri = _uri.normalize_uri(spec.location)
     elif registered:
@@ -301,14 +302,29 @@ def _with_session_defaults(spark: SparkSession, spec: TableSpec) -> TableSpec:
     own = {k.lower() for k, _ in spec.properties}
     defaults = [
         (f"delta.{key[len(DEFAULTS_PREFIX) :]}", str(value))
-        for key, value in spark.conf.getAll.items()
-        if key.startswith(DEFAULTS_PREFIX)
-        and f"delta.{key[len(DEFAULTS_PREFIX) :]}".lower() not in own
+        for key, value in _settings_starting_with(spark, DEFAULTS_PREFIX).items()
+        if f"delta.{key[len(DEFAULTS_PREFIX) :]}".lower() not in own
     ]
     if not defaults:
         return spec
     checked = _checked_properties(dict(defaults), spec.location or spec.name or "new table")
     return dataclasses.replace(spec, properties=(*checked, *spec.properties))
+
+
+def _settings_starting_with(spark: SparkSession, prefix: str) -> dict[str, str]:
+    """The session's SQL settings whose keys start with ``prefix``. ``spark.conf.getAll``
+    walks every setting through py4j, one round trip each (~60 of them, tens of ms per
+    table created); here the keys come back joined in one call and only the matching
+    values are read. Spark Connect (no JVM session here) takes ``getAll``."""
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jsession is None:
+        return {k: str(v) for k, v in spark.conf.getAll.items() if k.startswith(prefix)}
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    confs = jsession.sessionState().conf()
+    every = jvm.scala.jdk.javaapi.CollectionConverters.asJava(confs.getAllConfs())
+    keys = str(jvm.java.lang.String.join("\u0000", every.keySet())).split("\u0000")
+    return {key: str(every.get(key)) for key in keys if key.startswith(prefix)}
 
 
 def create_log(spec: TableSpec, uri: str, *, path_only: bool) -> None:
