@@ -172,7 +172,9 @@ def recompute(spark: SparkSession, shape: _mv_plan.QueryShape, folding: Folding)
         if fold.function != "count_star":
             aggregates.append(F.count(f"__v{i}").alias(_cnt(i)))
         if fold.needs_sum:
-            aggregates.append(F.sum(F.col(f"__v{i}").cast("bigint")).alias(_sum(i)))
+            # 0, not NULL, for only NULLs: what the fold adds up (sum() derives NULL).
+            total = F.sum(F.col(f"__v{i}").cast("bigint"))
+            aggregates.append(F.coalesce(total, F.lit(0).cast("bigint")).alias(_sum(i)))
     state = inputs.groupBy(*[F.col(f"`{k}`") for k in folding.keys]).agg(*aggregates)
     return state.select(*_view_columns(folding, lambda c: F.col(f"`{c}`")))
 
