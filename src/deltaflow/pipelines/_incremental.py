@@ -270,7 +270,10 @@ class ViewRefresh:
         if plan.technique == GROUP_AGGREGATE and self._folding is not None:
             folded = _mv_fold.deltas(self._spark, shape, self._folding, changes)
             folded = folded.localCheckpoint()  # the change rows read once
-            _mv_fold.merge(self._spark, self._target, self._folding, folded)
+            if _table_bytes(self._target) > REWRITE_LIMIT_BYTES:
+                _mv_fold.merge(self._spark, self._target, self._folding, folded)
+            else:
+                _mv_fold.rewrite(self._spark, self._target, self._folding, folded)
             self._save_state(shape)
             return folded.count()
         if plan.technique == GROUP_AGGREGATE:
