@@ -5,11 +5,11 @@ data feed on: ``id``, ``key = id // 100`` (groups of 100 rows), ``amount`` (DOUB
 ``qty`` (INT). The view is a grouped aggregate over it, one of two (``--only``):
 
 - ``fold`` (the default): count(*), count(qty), sum(qty), avg(qty) per key: decomposable,
-  folded from the change rows alone (GROUP_AGGREGATE, FOLD_CHANGE_ROWS), with the
-  pipeline's default cost model (no configuration);
+  folded from the change rows alone (GROUP_AGGREGATE, FOLD_CHANGE_ROWS);
 - ``groups``: count, sum, avg, min, max of ``amount`` per key: the touched groups are
-  recomputed from the source (RECOMPUTE_TOUCHED_GROUPS), opted in with
-  ``pipelines.incrementalRefresh.maxChangeFraction = 0.25``.
+  recomputed from the source (RECOMPUTE_TOUCHED_GROUPS).
+
+Both opt in with ``pipelines.incrementalRefresh.maxChangeFraction = 0.25``.
 
 The view is refreshed once (complete), then 1% of the source's rows are updated, and
 the next refresh is timed two ways on copies of the same pipeline storage, in one
@@ -54,7 +54,9 @@ def main() -> dict[str, object]:
     root = fresh_dir(DATA_DIR / "mv_refresh")
     source = str(root / "source")
     spark.range(rows, numPartitions=40).selectExpr(
-        "id", "id DIV 100 AS key", "CAST(id % 997 AS DOUBLE) AS amount",
+        "id",
+        "id DIV 100 AS key",
+        "CAST(id % 997 AS DOUBLE) AS amount",
         "CAST(id % 997 AS INT) AS qty",
     ).write.format("delta").option("delta.enableChangeDataFeed", "true").save(source)
 
@@ -81,11 +83,8 @@ def main() -> dict[str, object]:
     graph = declared.graph()
 
     def update(storage: Path, complete: bool) -> dp.UpdateReport:
-        # complete: 0 forces a recompute; fold: the default cost model; groups: opt in.
-        configuration = {}
-        if complete or view == "groups":
-            fraction = "0" if complete else "0.25"
-            configuration = {"pipelines.incrementalRefresh.maxChangeFraction": fraction}
+        fraction = "0" if complete else "0.25"  # 0: recompute (the default); 0.25: opt in
+        configuration = {"pipelines.incrementalRefresh.maxChangeFraction": fraction}
         settings = dp.PipelineSettings(
             name="mv",
             storage=str(storage),

@@ -319,14 +319,17 @@ def test_decomposable_aggregates_fold_from_the_change_rows(spark: Any, tmp_path:
     assert plan["technique"] == "GROUP_AGGREGATE", plan
     visible = spark.read.format("delta").load(table).select(*sums().columns)
     expected = _expected(sums)
-    got = sorted((tuple(r) for r in visible.collect()), key=lambda r: tuple((v is None, v) for v in r))
+    got = sorted(
+        (tuple(r) for r in visible.collect()), key=lambda r: tuple((v is None, v) for v in r)
+    )
     assert got == expected
     assert [r for r in got if r[0] == "a"] == [("a", 2, 0, None, None)]
     assert not [r for r in got if r[0] in ("c", "d")]
     events = [
         e
         for e in dp.read_events(f"{settings.storage}/system/events")
-        if e["event_type"] == "planning_information" and e["origin"]["update_id"] == second.update_id
+        if e["event_type"] == "planning_information"
+        and e["origin"]["update_id"] == second.update_id
     ]
     info = events[0]["details"]["planning_information"]["technique_information"]
     assert {"group_aggregate_method": "FOLD_CHANGE_ROWS"} in info
@@ -342,10 +345,9 @@ def test_decomposable_aggregates_fold_from_the_change_rows(spark: Any, tmp_path:
     assert folded == again
 
 
-def test_cost_model_defaults_per_technique(spark: Any, tmp_path: Path) -> None:
-    """With the knob unset, a decomposable view refreshes incrementally only while the
-    change files are a small part of the source; a large change is recomputed, and the
-    event log says why."""
+def test_cost_model_rejects_a_large_change(spark: Any, tmp_path: Path) -> None:
+    """A decomposable view is refreshed incrementally only while the change files are a
+    small part of the source; a large change is recomputed, and the event log says why."""
     from pyspark.sql import functions as F
 
     source = str(tmp_path / "ints")
@@ -354,10 +356,15 @@ def test_cost_model_defaults_per_technique(spark: Any, tmp_path: Path) -> None:
     ).option("delta.enableChangeDataFeed", "true").save(source)
 
     def sums() -> Any:
-        return spark.read.format("delta").load(source).groupBy("kind").agg(F.sum("amount").alias("t"))
+        return (
+            spark.read.format("delta").load(source).groupBy("kind").agg(F.sum("amount").alias("t"))
+        )
 
     settings = dp.PipelineSettings(
-        name="mv", storage=str(tmp_path / "storage"), database=f"mv_{uuid.uuid4().hex[:8]}",
+        name="mv",
+        storage=str(tmp_path / "storage"),
+        database=f"mv_{uuid.uuid4().hex[:8]}",
+        configuration={"pipelines.incrementalRefresh.maxChangeFraction": "0.05"},
         development=True,
     )
     graph = _graph({"sums": sums})

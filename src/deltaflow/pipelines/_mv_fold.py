@@ -79,8 +79,10 @@ def folding(shape: _mv_plan.QueryShape, columns: list[str]) -> Folding | None:
     keys: list[str] = []
     folds: list[Fold] = []
     for e in _mv_plan._seq(aggregate.aggregateExpressions()):
-        if any(e.semanticEquals(g) or (_mv_plan._alias(e) and e.child().semanticEquals(g))
-               for g in groupings):
+        if any(
+            e.semanticEquals(g) or (_mv_plan._alias(e) and e.child().semanticEquals(g))
+            for g in groupings
+        ):
             keys.append(str(e.name()))
             continue
         fold = _fold(e)
@@ -179,8 +181,9 @@ def recompute(spark: SparkSession, shape: _mv_plan.QueryShape, folding: Folding)
     return state.select(*_view_columns(folding, lambda c: F.col(f"`{c}`")))
 
 
-def deltas(spark: SparkSession, shape: _mv_plan.QueryShape, folding: Folding,
-           changes: DataFrame) -> DataFrame:
+def deltas(
+    spark: SparkSession, shape: _mv_plan.QueryShape, folding: Folding, changes: DataFrame
+) -> DataFrame:
     """Per touched group, what the changes add to each helper column (negative for
     what they take away), from the change rows alone."""
     from pyspark.sql import functions as F
