@@ -182,7 +182,10 @@ class ViewRefresh:
                 "EXPECTATIONS_ON_TARGET",
                 "the view has expectations, which are checked over the whole result",
             )
-        self._folding = _mv_fold.folding(shape, self._df.columns)
+        # Helper columns only where a fold may be chosen: with incremental refresh off
+        # (the default) the view's table holds the query's columns alone.
+        if self._limit(True) > 0:
+            self._folding = _mv_fold.folding(shape, self._df.columns)
         folded = self._folding is not None
         state = self._load_state()
         if state is None:
@@ -191,7 +194,10 @@ class ViewRefresh:
                 "no previous refresh is recorded (the first refresh, or after a full refresh)",
             )
         if state.get("fingerprint") != shape.fingerprint or state.get("folded") != folded:
-            return complete("DEFINITION_CHANGED", "the view's definition changed")
+            return complete(
+                "DEFINITION_CHANGED",
+                "the view's definition changed (or whether it keeps fold helper columns)",
+            )
         moved = _data_changed_since(self._target, int(state["target_version"]))
         if moved is not None:
             return complete(
