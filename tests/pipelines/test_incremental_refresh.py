@@ -272,3 +272,116 @@ def test_streaming_table_gets_a_change_feed_and_its_view_refreshes_incrementally
         lambda: spark.read.format("delta").load(orders).groupBy("kind").sum("amount")
     )
     assert _rows(spark, f"{settings.storage}/tables/totals") == expected
+
+
+@pytest.mark.parametrize("commit", ["WRITE", "MERGE"])
+def test_decomposable_aggregates_fold_from_the_change_rows(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, commit: str
+) -> None:
+    """count / sum / avg over integers: the refresh folds the change rows' deltas into the
+    view's helper columns (no source scan); deletes, group moves, NULL keys and values and
+    a vanishing group end up exactly as a recompute. A small view is rewritten (WRITE),
+    a large one MERGEd (forced here by the size limit)."""
+    from pyspark.sql import functions as F
+
+    if commit == "MERGE":
+        monkeypatch.setattr(_incremental, "REWRITE_LIMIT_BYTES", -1)
+
+    source = str(tmp_path / "ints")
+    rows = [(1, "a", 5), (2, "a", None), (3, "b", 7), (4, None, 1), (5, "c", 9), (6, "d", None)]
+    schema = "id BIGINT, kind STRING, amount INT"
+    spark.createDataFrame(rows, schema).write.format("delta").option(
+        "delta.enableChangeDataFeed", "true"
+    ).save(source)
+
+    def sums() -> Any:
+        return (
+            spark.read.format("delta")
+            .load(source)
+            .where("id <> 99")
+            .groupBy("kind")
+            .agg(
+                F.count("*").alias("n"),
+                F.count("amount").alias("counted"),
+                F.sum("amount").alias("total"),
+                F.avg("amount").alias("mean"),
+            )
+        )
+
+    graph, settings = _graph({"sums": sums}), _settings(tmp_path)
+    table = f"{settings.storage}/tables/sums"
+    dp.run_update(spark, graph, settings).raise_for_failure()
+
+    spark.createDataFrame([(7, None, None), (8, "e", 3), (99, "a", 1000)], schema).write.format(
+        "delta"
+    ).mode("append").save(source)
+    spark.sql(f"UPDATE delta.`{source}` SET amount = NULL WHERE id = 1")  # 'a': only NULLs
+    spark.sql(f"UPDATE delta.`{source}` SET kind = 'b', amount = 2 WHERE id = 5")  # 'c' moves
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE id = 6")  # 'd' vanishes
+    spark.sql(f"UPDATE delta.`{source}` SET amount = 4 WHERE id = 4")  # NULL key, new value
+
+    second = dp.run_update(spark, graph, settings)
+    second.raise_for_failure()
+    plan = _plans(settings, second.update_id)["sums"]
+    assert plan["technique"] == "GROUP_AGGREGATE", plan
+    visible = spark.read.format("delta").load(table).select(*sums().columns)
+    expected = _expected(sums)
+    got = sorted(
+        (tuple(r) for r in visible.collect()), key=lambda r: tuple((v is None, v) for v in r)
+    )
+    assert got == expected
+    assert [r for r in got if r[0] == "a"] == [("a", 2, 0, None, None)]
+    assert not [r for r in got if r[0] in ("c", "d")]
+    events = [
+        e
+        for e in dp.read_events(f"{settings.storage}/system/events")
+        if e["event_type"] == "planning_information"
+        and e["origin"]["update_id"] == second.update_id
+    ]
+    info = events[0]["details"]["planning_information"]["technique_information"]
+    assert {"group_aggregate_method": "FOLD_CHANGE_ROWS"} in info
+    # The fold is one commit (after the table's creation and first recompute).
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()
+    assert len(history) == 3
+    assert history[0]["operation"] == commit
+
+    # A full refresh writes the same table (helper columns included).
+    folded = sorted(map(tuple, spark.read.format("delta").load(table).collect()), key=str)
+    dp.run_update(spark, graph, settings, full_refresh_all=True).raise_for_failure()
+    again = sorted(map(tuple, spark.read.format("delta").load(table).collect()), key=str)
+    assert folded == again
+
+
+def test_cost_model_rejects_a_large_change(spark: Any, tmp_path: Path) -> None:
+    """A decomposable view is refreshed incrementally only while the change files are a
+    small part of the source; a large change is recomputed, and the event log says why."""
+    from pyspark.sql import functions as F
+
+    source = str(tmp_path / "ints")
+    spark.range(0, 50).selectExpr("id", "id % 5 AS kind", "CAST(id AS INT) AS amount").write.format(
+        "delta"
+    ).option("delta.enableChangeDataFeed", "true").save(source)
+
+    def sums() -> Any:
+        return (
+            spark.read.format("delta").load(source).groupBy("kind").agg(F.sum("amount").alias("t"))
+        )
+
+    settings = dp.PipelineSettings(
+        name="mv",
+        storage=str(tmp_path / "storage"),
+        database=f"mv_{uuid.uuid4().hex[:8]}",
+        configuration={"pipelines.incrementalRefresh.maxChangeFraction": "0.05"},
+        development=True,
+    )
+    graph = _graph({"sums": sums})
+    dp.run_update(spark, graph, settings).raise_for_failure()
+    spark.sql(f"UPDATE delta.`{source}` SET amount = amount + 1")  # every row: a large change
+    second = dp.run_update(spark, graph, settings)
+    second.raise_for_failure()
+    plan = _plans(settings, second.update_id)["sums"]
+    assert plan["technique"] == "COMPLETE_RECOMPUTE"
+    assert plan["issues"] == ["INCREMENTAL_PLAN_REJECTED_BY_COST_MODEL"]
+    assert "CHANGESET_SIZE_THRESHOLD_EXCEEDED" in plan["message"]
+    got = spark.read.format("delta").load(f"{settings.storage}/tables/sums").select("kind", "t")
+    assert sorted(map(tuple, got.collect())) == sorted(map(tuple, sums().collect()))

@@ -189,7 +189,8 @@ class FlowRun:
         elif plan.incremental:
             outcome = Outcome(rows=refresh.apply())
         else:
-            outcome = self._write_batch(flow, df, mode="overwrite", app=None)
+            recompute = refresh.recompute_query()
+            outcome = self._write_batch(flow, recompute, mode="overwrite", app=None)
             refresh.recomputed()
         outcome.planning = plan
         return outcome

@@ -77,6 +77,8 @@ class QueryShape:
     fingerprint: str = ""
     relation: Any = None  # the JVM source relation node that substitute() replaces
     plan: Any = None  # the analysed JVM plan
+    aggregate: Any = None  # the GROUP BY node (GROUP_AGGREGATE)
+    top: bool = False  # the GROUP BY is the query's top node (no projection above it)
 
 
 def analyse(df: DataFrame) -> QueryShape:
@@ -123,7 +125,17 @@ def analyse(df: DataFrame) -> QueryShape:
             return QueryShape(None, found)
         keys = found
         technique = GROUP_AGGREGATE
-    return QueryShape(technique, None, source, keys, _fingerprint(plan, source, df), node, plan)
+    return QueryShape(
+        technique,
+        None,
+        source,
+        keys,
+        _fingerprint(plan, source, df),
+        node,
+        plan,
+        aggregate,
+        aggregate is not None and projections_above == 0,
+    )
 
 
 def substitute(spark: SparkSession, shape: QueryShape, rows: DataFrame) -> DataFrame:
@@ -131,6 +143,16 @@ def substitute(spark: SparkSession, shape: QueryShape, rows: DataFrame) -> DataF
     source's columns (by name, extra columns ignored)."""
     from pyspark.sql import DataFrame
 
+    jvm = spark._jvm
+    assert jvm is not None
+    rebuilt = swap_relation(spark, shape, shape.plan, rows)
+    session = rows._jdf.sparkSession()
+    return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(session, rebuilt), spark)
+
+
+def swap_relation(spark: SparkSession, shape: QueryShape, plan: Any, rows: DataFrame) -> Any:
+    """``plan`` (the query's plan or a part of it holding the source relation) with
+    ``rows`` in the source relation's place."""
     jvm = spark._jvm
     assert jvm is not None and shape.relation is not None
     replacement = rows._jdf.queryExecution().analyzed()
@@ -146,9 +168,7 @@ def substitute(spark: SparkSession, shape: QueryShape, rows: DataFrame) -> DataF
     ]
     logical = jvm.org.apache.spark.sql.catalyst.plans.logical
     swapped = logical.Project(_scala_seq(jvm, aliases), replacement)
-    rebuilt = _rebuild(jvm, shape.plan, shape.relation, swapped)
-    session = rows._jdf.sparkSession()
-    return DataFrame(jvm.org.apache.spark.sql.classic.Dataset.ofRows(session, rebuilt), spark)
+    return _rebuild(jvm, plan, shape.relation, swapped)
 
 
 def _rebuild(jvm: Any, node: Any, old: Any, new: Any) -> Any:
