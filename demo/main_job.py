@@ -282,8 +282,12 @@ def _announce_s3(store: ObjectStore) -> str:
     print(f"  S3 endpoint {store.endpoint}, bucket {store.bucket}; exported {names}")
     print(f"  tables under {root}/ (bronze, silver, gold, dims)")
     print(
-        "  stream checkpoints, landing files and the declared pipeline's storage stay on "
-        "local disk: the pyspark wheel has no hadoop-aws, so Spark cannot write them to s3://"
+        "  stream checkpoints stay on local disk: the pyspark wheel has no hadoop-aws, so "
+        "Spark cannot write them to s3://"
+    )
+    print(
+        "  also local in this demo: the landing folder, the saved model and the declared "
+        "pipeline's storage (stage 7 reads bronze from s3://)"
     )
     return root
 
