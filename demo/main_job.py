@@ -273,7 +273,7 @@ def tables_root_for(config: DemoConfig, store: ObjectStore | None) -> Iterator[s
         try:
             yield _announce_s3(started_store)
         finally:
-            print("\nStopping the S3 gateway (its data is thrown away with the next run).")
+            print("\nStopping the S3 gateway (its files stay in the data dir until the next run).")
 
 
 def _announce_s3(store: ObjectStore) -> str:
