@@ -37,8 +37,9 @@ jar: check-java $(STAMP)
 	$(PY) -m deltaflow.spark._jar
 
 # `make demo CONSOLE=1` leaves the web console up at the end (http://127.0.0.1:8765/).
+# `make demo STORAGE=s3` puts the tables on a SeaweedFS S3 gateway the demo starts and stops.
 demo: jar
-	$(PY) demo/main_job.py $(if $(CONSOLE),--console)
+	$(PY) demo/main_job.py $(if $(CONSOLE),--console) $(if $(STORAGE),--storage $(STORAGE))
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench demo

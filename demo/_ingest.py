@@ -28,6 +28,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -97,8 +99,11 @@ class IngestServer:
         return int(self.process.returncode)
 
 
-def write_serve_config(config_dir: Path, table_path: Path, max_delay_ms: float) -> Path:
+def write_serve_config(config_dir: Path, table_uri: str, max_delay_ms: float) -> Path:
     config_dir.mkdir(parents=True, exist_ok=True)
+    # A local table as a plain path (as a user would write it); s3:// as it is.
+    parsed = urllib.parse.urlparse(table_uri)
+    table_path = urllib.request.url2pathname(parsed.path) if parsed.scheme == "file" else table_uri
     path = config_dir / "serve.toml"
     path.write_text(
         "[server]\n"

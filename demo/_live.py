@@ -58,9 +58,13 @@ class LiveResult:
 
 
 def run_live(
-    spark: SparkSession, data_dir: Path, generator: DeviceEventGenerator, settings: LiveSettings
+    spark: SparkSession,
+    data_dir: Path,
+    generator: DeviceEventGenerator,
+    settings: LiveSettings,
+    tables_root: str,
 ) -> LiveResult:
-    paths = _pipeline.PipelinePaths.under(data_dir)
+    paths = _pipeline.PipelinePaths.under(data_dir, tables_root)
     speed = settings.rate / generator.events_per_second
     print(
         f"\nLive: trackers send for {settings.seconds:.0f}s at up to {settings.rate:,.0f} "
@@ -126,7 +130,7 @@ def create_silver_and_gold(spark: SparkSession, paths: _pipeline.PipelinePaths) 
     silver_schema = StructType.fromDDL(_ingest.BRONZE_DDL)
     (
         DeltaTable.create(spark)
-        .location(paths.silver.as_uri())
+        .location(paths.silver)
         .addColumns(silver_schema)
         .partitionedBy("event_date")
         .comment("device events: valid GPS, one row per event_id")
@@ -134,7 +138,7 @@ def create_silver_and_gold(spark: SparkSession, paths: _pipeline.PipelinePaths) 
     )
     (
         DeltaTable.create(spark)
-        .location(paths.gold.as_uri())
+        .location(paths.gold)
         .addColumn("minute", "TIMESTAMP")
         .addColumn("state", "STRING")
         .addColumn("event_type", "STRING")
@@ -187,7 +191,7 @@ def _report_while_running(
         # passed its end, so ask late enough for the first live minutes to have closed.
         if not asked and elapsed >= settings.seconds * 3 / 4:
             asked = True
-            minutes, answer = gold_question(spark, paths.gold.as_uri())
+            minutes, answer = gold_question(spark, paths.gold)
             if minutes:
                 print(
                     f"  [{elapsed:4.0f}s] gold, read while the streams run: {answer:,} "
@@ -234,10 +238,10 @@ def _all_progress(before: list[dict[str, Any]], query: StreamingQuery) -> list[d
     return before + [p for p in query.recentProgress if p["batchId"] not in seen]
 
 
-def _read(uri: Path, columns: list[str] | None = None) -> pa.Table:
+def _read(uri: str, columns: list[str] | None = None) -> pa.Table:
     import deltalake
 
-    return deltalake.DeltaTable(str(uri)).to_pyarrow_table(columns=columns)
+    return deltalake.DeltaTable(uri).to_pyarrow_table(columns=columns)
 
 
 def report_ingest(stats: _ingest.FeedStats, paths: _pipeline.PipelinePaths) -> int:
@@ -309,7 +313,7 @@ def report_streaming(
         figures = _pipeline.batch_figures(reports)
         latency = ""
         if name in sources:
-            waits = _pipeline.commit_latencies_ms(reports, sources[name].as_uri())
+            waits = _pipeline.commit_latencies_ms(reports, sources[name])
             latency = (
                 f"p50 {_ingest.percentile(waits, 50) / 1000:.1f}s, "
                 f"p90 {_ingest.percentile(waits, 90) / 1000:.1f}s"

@@ -51,19 +51,23 @@ EVENT_COLUMNS = (
 
 @dataclass(frozen=True)
 class PipelinePaths:
+    """Landing files and checkpoints are local paths; the tables are URIs (file:// or s3://)."""
+
     landing: Path
-    bronze: Path
-    silver: Path
-    gold: Path
+    bronze: str
+    silver: str
+    gold: str
     checkpoints: Path
 
     @classmethod
-    def under(cls, data_dir: Path) -> PipelinePaths:
+    def under(cls, data_dir: Path, tables_root: str) -> PipelinePaths:
+        # Checkpoints stay on local disk even when the tables are on S3: the pyspark wheel
+        # has no hadoop-aws, so Spark's checkpoint files cannot go to s3://.
         return cls(
             landing=data_dir / "landing" / "device_events",
-            bronze=data_dir / "bronze" / "live_events",
-            silver=data_dir / "silver" / "events",
-            gold=data_dir / "gold" / "events_per_minute",
+            bronze=f"{tables_root}/bronze/live_events",
+            silver=f"{tables_root}/silver/events",
+            gold=f"{tables_root}/gold/events_per_minute",
             checkpoints=data_dir / "checkpoints",
         )
 
@@ -107,13 +111,13 @@ def start_queries(
     )
     plans = (
         ("landing", landing, paths.bronze),
-        ("silver", silver_frame(spark, paths.bronze.as_uri()), paths.silver),
-        ("gold", gold_frame(spark, paths.silver.as_uri()), paths.gold),
+        ("silver", silver_frame(spark, paths.bronze), paths.silver),
+        ("gold", gold_frame(spark, paths.silver), paths.gold),
     )
     queries: dict[str, StreamingQuery] = {}
     try:
         for name, frame, target in plans:
-            queries[name] = _sink(frame, name, checkpoints, trigger).start(target.as_uri())
+            queries[name] = _sink(frame, name, checkpoints, trigger).start(target)
             # One at a time: each start forks Python workers for planning, and on a busy
             # machine several at once can miss Spark's connect-back timeout.
             wait_for_first_batch(queries[name], name)

@@ -11,7 +11,6 @@ MERGE's version shows exactly what changed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -147,11 +146,11 @@ def devices_in(table: pa.Table, column: str, value: str) -> int:
     return int(pc.sum(pc.equal(table[column], value).cast(pa.int64())).as_py() or 0)
 
 
-def run_registry(spark: SparkSession, data_dir: Path, backfill_uri: str) -> RegistryResult:
+def run_registry(spark: SparkSession, tables_root: str, backfill_uri: str) -> RegistryResult:
     """Create the registry, MERGE both rounds, show and check the second round's changes."""
     import deltalake
 
-    uri = (data_dir / "dims" / "device_registry").as_uri()
+    uri = f"{tables_root}/dims/device_registry"
     events = deltalake.DeltaTable(backfill_uri).to_pyarrow_table(
         columns=["device_id", "user_id", "state", "event_time"]
     )

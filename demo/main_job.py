@@ -51,12 +51,18 @@ from demo import _declared, _live, _registry
 from demo._checks import DemoCheckError, DemoRunError
 
 from deltaflow.testing import DeviceEventGenerator, to_spark
+from deltaflow.testing._seaweedfs import ObjectStoreStartError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from deltaflow.testing._seaweedfs import ObjectStore
+
 DEFAULT_DATA_DIR = "./data/demo"
 DATA_DIR_ENV = "DELTAFLOW_DEMO_DIR"
+STORAGE_ENV = "DELTAFLOW_DEMO_STORAGE"
+STORAGES = ("local", "s3")
+S3_PREFIX = "demo"  # the tables go under s3://<bucket>/demo/ in S3 mode
 # Written into the data dir so a later run knows it may wipe it.
 MARKER = ".deltaflow-demo"
 TABLE = "bronze/device_events"
@@ -88,6 +94,7 @@ class DemoConfig:
     trigger_seconds: float = 1.0
     report_seconds: float = 5.0
     console_port: int | None = None  # --console: leave the web console up at the end
+    storage: str = "local"  # "s3": the tables on a SeaweedFS S3 gateway the demo starts
 
 
 @dataclass(frozen=True)
@@ -160,7 +167,18 @@ def parse_args(argv: Sequence[str] | None) -> DemoConfig:
         help="at the end, serve the web console over the demo's tables on 127.0.0.1:PORT "
         "(default 8765) until Ctrl-C",
     )
+    parser.add_argument(
+        "--storage",
+        choices=STORAGES,
+        default=os.environ.get(STORAGE_ENV, "local"),
+        help="where the tables go: the data dir (local), or s3://... on a SeaweedFS S3 "
+        f"gateway the demo starts and stops (s3) (default: ${STORAGE_ENV} or local)",
+    )
     args = parser.parse_args(argv)
+    if args.storage not in STORAGES:
+        parser.error(f"--storage (or ${STORAGE_ENV}) must be one of {', '.join(STORAGES)}")
+    if args.storage == "s3" and args.console is not None:
+        parser.error("--console serves local tables only; drop --console or --storage s3")
     if args.commits < 2:
         parser.error("--commits must be at least 2 (time travel needs an earlier version)")
     if args.events_per_commit < 1 or args.devices < 1:
@@ -181,19 +199,33 @@ def parse_args(argv: Sequence[str] | None) -> DemoConfig:
         trigger_seconds=args.trigger_seconds,
         report_seconds=args.report_seconds,
         console_port=args.console,
+        storage=args.storage,
     )
 
 
-def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
-    """Run the demo; returns the process exit code. Pass ``spark`` to reuse a session."""
+def main(
+    argv: Sequence[str] | None = None,
+    spark: SparkSession | None = None,
+    object_store: ObjectStore | None = None,
+) -> int:
+    """Run the demo; returns the process exit code. Pass ``spark`` to reuse a session, and
+    with ``--storage s3`` ``object_store`` to reuse a running S3 server (its AWS_*
+    variables must be in the environment before ``spark`` started)."""
     config = parse_args(argv)
     try:
         prepare_data_dir(config.data_dir)
         print_banner(config)
-        with session_for(config, spark) as session:
-            run_demo(config, session)
+        # The gateway first: its AWS_* variables must be exported before the JVM starts.
+        with (
+            tables_root_for(config, object_store) as tables_root,
+            session_for(config, spark) as session,
+        ):
+            run_demo(config, session, tables_root)
     except (DemoCheckError, DemoRunError) as err:
         print(f"\nDEMO FAILED: {err}", file=sys.stderr)
+        return 1
+    except ObjectStoreStartError as err:
+        print(f"\nDEMO FAILED: the S3 gateway did not start: {err}", file=sys.stderr)
         return 1
     except DataDirNotOursError as err:
         print(f"demo: {err}", file=sys.stderr)
@@ -214,6 +246,50 @@ def serve_console(data_dir: Path, port: int) -> None:
 
 class DataDirNotOursError(RuntimeError):
     pass
+
+
+@contextlib.contextmanager
+def tables_root_for(config: DemoConfig, store: ObjectStore | None) -> Iterator[str]:
+    """Where the tables go: the data dir's URI, or ``s3://<bucket>/demo`` on a SeaweedFS
+    S3 gateway started here (data under ``<data dir>/seaweedfs``) and stopped on the way
+    out, also on Ctrl-C or a failure."""
+    if config.storage == "local":
+        yield config.data_dir.as_uri()
+        return
+    if store is not None:
+        yield _announce_s3(store)
+        return
+    from deltaflow.testing import _seaweedfs
+
+    # Export the endpoint and credentials first (a free port chosen now): Spark's JVM, its
+    # Python workers and `deltaflow serve` read them from the environment they start with.
+    _seaweedfs.plan_environment()
+    data_dir = config.data_dir / "seaweedfs"
+    data_dir.mkdir()
+    started = time.perf_counter()
+    print("\nStarting a SeaweedFS S3 gateway ...", end=" ", flush=True)
+    with _seaweedfs.start_seaweedfs(data_dir) as started_store:
+        print(f"{time.perf_counter() - started:.1f}s   (its log: {data_dir / 'weed.log'})")
+        try:
+            yield _announce_s3(started_store)
+        finally:
+            print("\nStopping the S3 gateway (its files stay in the data dir until the next run).")
+
+
+def _announce_s3(store: ObjectStore) -> str:
+    root = f"s3://{store.bucket}/{S3_PREFIX}"
+    names = ", ".join(sorted(store.env))
+    print(f"  S3 endpoint {store.endpoint}, bucket {store.bucket}; exported {names}")
+    print(f"  tables under {root}/ (bronze, silver, gold, dims)")
+    print(
+        "  stream checkpoints stay on local disk: the pyspark wheel has no hadoop-aws, so "
+        "Spark cannot write them to s3://"
+    )
+    print(
+        "  also local in this demo: the landing folder, the saved model and the declared "
+        "pipeline's storage (stage 7 reads bronze from s3://)"
+    )
+    return root
 
 
 def prepare_data_dir(data_dir: Path) -> None:
@@ -286,8 +362,9 @@ def jvm_stderr_to(log_path: Path) -> Iterator[None]:
         os.close(saved)
 
 
-def run_demo(config: DemoConfig, spark: SparkSession) -> DemoResult:
-    table_uri = (config.data_dir / TABLE).as_uri()
+def run_demo(config: DemoConfig, spark: SparkSession, tables_root: str | None = None) -> DemoResult:
+    tables_root = tables_root or config.data_dir.as_uri()
+    table_uri = f"{tables_root}/{TABLE}"
     generator = DeviceEventGenerator(seed=config.seed, devices=config.devices, start=START)
     total_events = config.commits * config.events_per_commit
     window = question_window(generator.start, generator.time_of(total_events))
@@ -306,8 +383,8 @@ def run_demo(config: DemoConfig, spark: SparkSession) -> DemoResult:
     versions = show_history(table_uri)
     total_rows = time_travel(spark, table_uri, config)
 
-    _live.run_live(spark, config.data_dir, generator, _live_settings(config))
-    _registry.run_registry(spark, config.data_dir, table_uri)
+    _live.run_live(spark, config.data_dir, generator, _live_settings(config), tables_root)
+    _registry.run_registry(spark, tables_root, table_uri)
     _declared.run_declared(spark, config.data_dir, table_uri)
     return DemoResult(
         table_uri=table_uri,
