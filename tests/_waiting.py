@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from deltaflow.testing import _seaweedfs
+
 
 def wait_while_running(
     ready: Callable[[], bool],
@@ -22,15 +24,7 @@ def wait_while_running(
 ) -> None:
     """Return once ``ready()`` is true; fail when ``process`` exits or ``timeout`` passes.
     ``what`` names the awaited condition, ``detail()`` adds a log tail to a failure."""
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s\n{detail()}")
-        try:
-            code = process.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            continue
-        raise AssertionError(f"{what}: the process exited with {code}\n{detail()}")
+    _seaweedfs.wait_while_running(ready, process, timeout, what, detail, error=AssertionError)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:

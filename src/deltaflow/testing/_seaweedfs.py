@@ -219,15 +219,17 @@ def wait_while_running(
     timeout: float,
     what: str,
     detail: Callable[[], str] = lambda: "",
+    error: type[Exception] = ObjectStoreStartError,
 ) -> None:
-    """Return once ``ready()`` is true; raise when ``process`` exits or ``timeout`` passes.
-    The pause between checks waits on the process, so an exit ends the wait at once."""
+    """Return once ``ready()`` is true; raise ``error`` when ``process`` exits or
+    ``timeout`` passes. The pause between checks waits on the process, so an exit ends the
+    wait at once (tests pass ``AssertionError``)."""
     deadline = time.monotonic() + timeout
     while not ready():
         if time.monotonic() > deadline:
-            raise ObjectStoreStartError(f"{what}: not within {timeout} s\n{detail()}")
+            raise error(f"{what}: not within {timeout} s\n{detail()}")
         try:
             code = process.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
             continue
-        raise ObjectStoreStartError(f"{what}: the process exited with {code}\n{detail()}")
+        raise error(f"{what}: the process exited with {code}\n{detail()}")
