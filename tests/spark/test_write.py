@@ -261,6 +261,15 @@ def test_replace_where_on_partition_column(spark: Any, events: tuple[str, Any]) 
     rows = read_all(spark, path)
     assert [r["id"] for r in rows if r["day"] == dt.date(2024, 1, 2)] == [100]
     assert len(rows) == 7
+    # History names it as delta-spark does: an overwrite with its predicate (the raw log
+    # keeps delta-rs's parameters, mode Append).
+    entry = spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").collect()[0]
+    assert entry["operation"] == "WRITE"
+    assert entry["operationParameters"] == {
+        "mode": "Overwrite",
+        "partitionBy": '["day"]',
+        "predicate": "day = DATE'2024-01-02'",
+    }
 
 
 def test_replace_where_on_data_column_rewrites_files(spark: Any, events: tuple[str, Any]) -> None:

@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 # Commit-info key naming the operation where delta-rs wrote its own name ("WRITE",
 # "CREATE TABLE"; it refuses to be told another): history() reads this one first.
 OPERATION_KEY = "deltaflow.operation"
+# Commit-info key: delta-spark's operationParameters where delta-rs records its own under
+# the protocol's key and takes no others there (history() shows these instead).
+HISTORY_PARAMETERS_KEY = "deltaflow.operationParameters"
 
 # delta-rs retries a commit whose version was taken after re-checking conflicts;
 # 15 attempts cover bursts of concurrent appenders without hiding a livelock.

@@ -75,9 +75,7 @@ MAX_SOURCE_BYTES = 256 * 2**20
 # Commit-info key: which clause kinds delta-rs's update / delete counts belong to, so that
 # history() can give delta-spark's metric names (delta-rs records its own).
 SPLIT_KEY = "deltaflow.mergeMetricsSplit"
-# Commit-info key: delta-spark's operationParameters (delta-rs's own win under the
-# protocol's key).
-PARAMETERS_KEY = "deltaflow.operationParameters"
+PARAMETERS_KEY = _commit.HISTORY_PARAMETERS_KEY
 # Deletion vectors: delta-rs's MERGE scan applies them, and it rewrites the touched files
 # whole (its remove actions carry the old vector), which the protocol allows a writer.
 _FEATURES_OK = frozenset({"changeDataFeed", "deletionVectors"})
@@ -525,7 +523,7 @@ def _file_metrics(actions: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def history_parameters(commit: Mapping[str, Any]) -> dict[str, Any] | None:
-    """delta-spark's operationParameters the route recorded (delta-rs records its own
-    under the protocol's key, and takes no others there); None when not the route's."""
+    """delta-spark's operationParameters a delta-rs commit recorded beside its own (the
+    MERGE route, a replaceWhere overwrite); None when it recorded none."""
     params = commit.get(PARAMETERS_KEY)
-    return dict(params) if SPLIT_KEY in commit and isinstance(params, dict) else None
+    return dict(params) if isinstance(params, dict) else None

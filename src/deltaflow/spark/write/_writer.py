@@ -537,8 +537,16 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         request = commit_request(self.plan, [*adds, *rewritten])
         if self.plan.replace_where is not None:
             # With explicit removes: delta-rs derives none of its own (so it records mode
-            # Append); delta-spark's WRITE parameters name the replaceWhere predicate.
-            info = {"operationParameters": {"predicate": self.plan.replace_where}}
+            # Append in the log's parameters, and takes no other mode there); delta-spark's
+            # WRITE parameters go beside them for history() (as the MERGE route's do).
+            info = {
+                "operationParameters": {"predicate": self.plan.replace_where},
+                _commit.HISTORY_PARAMETERS_KEY: {
+                    "mode": "Overwrite",
+                    "partitionBy": json.dumps(list(self.plan.partition_columns)),
+                    "predicate": self.plan.replace_where,
+                },
+            }
             request = replace(request, removes=removes, mode="append", commit_info=info)
         started = time.perf_counter()
         result = _commit.commit(request)
