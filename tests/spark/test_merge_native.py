@@ -132,9 +132,9 @@ def _by_source(table: Any, source: Any) -> Any:
     )
 
 
-@pytest.mark.parametrize("merge", [_upsert, _by_source], ids=["upsert", "by-source"])
-def test_both_routes_give_the_same_table_metrics_and_changes(spark, table_path, merge: Merge):
-    native = _make(table_path())
+def _on_both_routes(spark, table_path, native: str, merge: Merge) -> dict[bool, tuple]:
+    """``merge`` run on ``native`` by the delta-rs route (True) and on a copy as Spark jobs
+    (False): (counts, rows, changes, operation, parameters, row metrics) of each."""
     jobs = table_path()
     shutil.copytree(native, jobs)
     results = {}
@@ -151,6 +151,13 @@ def test_both_routes_give_the_same_table_metrics_and_changes(spark, table_path, 
             {k: entry["operationMetrics"][k] for k in ROW_METRICS},
         )
     assert _by_delta_rs(native) and not _by_delta_rs(jobs)
+    return results
+
+
+@pytest.mark.parametrize("merge", [_upsert, _by_source], ids=["upsert", "by-source"])
+def test_both_routes_give_the_same_table_metrics_and_changes(spark, table_path, merge: Merge):
+    native = _make(table_path())
+    results = _on_both_routes(spark, table_path, native, merge)
     assert results[True] == results[False]
     assert results[True][3] == "MERGE"
     assert int(results[True][0][0]) > 0 and results[True][2]  # something changed, with CDF
@@ -237,20 +244,10 @@ def test_deletion_vectors_take_the_route_and_match_the_spark_jobs(spark, table_p
     DeltaTable.forPath(spark, native).delete("id IN (1, 6)")
     assert RsTable(native).protocol().reader_features == ["deletionVectors"]
     assert any("deletionVector" in a.get("add", {}) for _, a in _log.read_commit(native, 4) or [])
-    jobs = table_path()
-    shutil.copytree(native, jobs)
-    results = {}
-    for path, on in ((native, True), (jobs, False)):
-        with _route(spark, on):
-            counts = merge(DeltaTable.forPath(spark, path), _source(spark)).execute().collect()
-        entry = DeltaTable.forPath(spark, path).history(1).collect()[0]
-        results[on] = (
-            tuple(counts[0]),
-            _rows(spark, path),
-            _changes(spark, path, entry["version"]),
-            {k: entry["operationMetrics"][k] for k in ROW_METRICS},
-        )
-    assert _by_delta_rs(native) and not _by_delta_rs(jobs)
+    results = {
+        on: (r[0], r[1], r[2], r[5])  # counts, rows, changes, row metrics
+        for on, r in _on_both_routes(spark, table_path, native, merge).items()
+    }
     assert results[True] == results[False]
     assert not any(r[0] == 6 for r in results[True][1])  # deleted, not matched by the source
     # The route's remove actions name the vector of the file they replace.
