@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import pyarrow as pa
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -57,6 +58,18 @@ class _Served:
     config: TableConfig
     parser: RecordParser
     committer: GroupCommitter
+    max_event_bytes: int
+
+    def current_parser(self) -> RecordParser:
+        """The parser of the schema the writer serves now (it follows ADD COLUMNS)."""
+        schema = self.committer.writer.arrow_schema
+        if self.parser.schema is not schema:
+            self.parser = RecordParser(
+                schema,
+                unknown_fields=self.config.unknown_fields,
+                max_event_bytes=self.max_event_bytes,
+            )
+        return self.parser
 
 
 class IngestService:
@@ -84,7 +97,7 @@ class IngestService:
                 writer.table.version(),
                 committer.remembered_keys,
             )
-            self.tables[name] = _Served(table, parser, committer)
+            self.tables[name] = _Served(table, parser, committer, config.max_event_bytes)
             self.metrics.gauge(
                 "deltaflow_ingest_pending_bytes", committer.pending_bytes_now, table=name
             )
@@ -181,10 +194,14 @@ class IngestService:
             )
         content_type = request.headers.get("content-type", "")
         try:
-            if len(body) > _PARSE_IN_THREAD_BYTES:
-                table = await asyncio.to_thread(served.parser.parse, body, content_type)
-            else:
-                table = served.parser.parse(body, content_type)
+            try:
+                table = await self._parse(served, body, content_type)
+            except BodyError as exc:
+                # A field the table does not have may be a column another writer has just
+                # added (ALTER TABLE ... ADD COLUMNS): look once, and parse again if so.
+                if not _unknown_fields(exc) or not await committer.refresh_schema():
+                    raise
+                table = await self._parse(served, body, content_type)
         except BodyError as exc:
             self.metrics.inc(
                 "deltaflow_ingest_rejected_records_total", len(exc.records), table=name
@@ -206,6 +223,12 @@ class IngestService:
             self.metrics.inc("deltaflow_ingest_bytes_total", len(body), table=name)
         self.metrics.observe("deltaflow_ingest_ack_seconds", time.monotonic() - started, table=name)
         return _ok(name, ack)
+
+    async def _parse(self, served: _Served, body: bytes, content_type: str) -> pa.Table:
+        parser = served.current_parser()
+        if len(body) > _PARSE_IN_THREAD_BYTES:
+            return await asyncio.to_thread(parser.parse, body, content_type)
+        return parser.parse(body, content_type)
 
     async def table_info(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -236,6 +259,10 @@ class IngestService:
             405: f"{request.method} is not allowed on {request.url.path!r}.",
         }.get(exc.status_code, str(exc.detail))
         return _error(exc.status_code, codes.get(exc.status_code, "http_error"), message)
+
+
+def _unknown_fields(error: BodyError) -> bool:
+    return any(r.reason.startswith("unknown field") for r in error.records)
 
 
 def _authenticate(request: Request, table: TableConfig) -> Response | None:

@@ -115,8 +115,11 @@ class TableWriter:
         self.num_indexed = _stats.num_indexed_cols(snapshot.configuration)
         self.delta_schema: Schema = self.table.schema()
         self.schema_json: dict[str, Any] = json.loads(self.delta_schema.to_json())
+        # Read by the event loop (parsers follow it), replaced by this writer's thread.
         self.arrow_schema = pa.schema(self.delta_schema.to_arrow())
         self._check_configured_schema(snapshot.schema)
+        # Set when another writer changed the schema in a way serve cannot follow.
+        self._schema_refusal: str | None = None
 
     def _open(self) -> DeltaTable:
         config = self.config
@@ -185,8 +188,14 @@ class TableWriter:
 
     def commit_group(self, tables: list[pa.Table], keys: list[tuple[str, int]]) -> int:
         """Write ``tables`` as files and commit them once; returns the commit's version."""
+        if self._schema_refusal is not None:
+            raise IngestCommitError(
+                self._schema_refusal, table=self.config.name, table_uri=self.config.uri
+            )
         group = uuid.uuid4().hex
-        combined = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        # Requests parsed before an ADD COLUMNS was taken lack the new columns: NULL there.
+        conformed = [_conform(t, self.arrow_schema) for t in tables]
+        combined = pa.concat_tables(conformed) if len(conformed) > 1 else conformed[0]
         files = self._write_files(combined, group)
         marker = json.dumps({"group": group, "keys": keys}, separators=(",", ":"))
         before = self.table.version()
@@ -204,6 +213,10 @@ class TableWriter:
                     raise
                 log.info("table %s: metadata changed under serve; recommitting", self.config.name)
                 self._refresh()
+                if self._schema_refusal is not None:
+                    raise IngestCommitError(
+                        self._schema_refusal, table=self.config.name, table_uri=self.config.uri
+                    ) from exc
                 before = self.table.version()
                 self._commit_files(files, marker, before)
         except Exception as exc:
@@ -212,6 +225,8 @@ class TableWriter:
                 log.warning("commit of group %s raised but is in the log: %s", group, exc)
                 return version
             _delete(self.config.uri, files)
+            if isinstance(exc, IngestCommitError):
+                raise
             raise IngestCommitError(
                 f"could not commit to table {self.config.name!r} ({self.config.uri}): {exc}."
                 " Nothing of this request was written; retry it (with the same"
@@ -255,6 +270,47 @@ class TableWriter:
         snapshot = load_snapshot(self.config.uri)
         self._check_commit_route()
         self.num_indexed = _stats.num_indexed_cols(snapshot.configuration)
+        self._adopt_schema()
+
+    def refresh_schema(self) -> bool:
+        """Look for columns another writer added since the last commit (ALTER TABLE ...
+        ADD COLUMNS); True when the schema changed and parsers should follow."""
+        self.table.update_incremental()
+        return self._adopt_schema()
+
+    def _adopt_schema(self) -> bool:
+        """Serve the table's current schema when it only adds nullable columns to the
+        one served; otherwise refuse every further commit (the data would be written
+        with the old types) with a message that says to restart."""
+        schema = self.table.schema()
+        fields = json.loads(schema.to_json())
+        if fields == self.schema_json:
+            return False
+        problem = _incompatible(self.schema_json, fields)
+        arrow = pa.schema(schema.to_arrow())
+        if problem is None:
+            from deltaflow.ingest.http._parse import check_supported
+
+            try:
+                check_supported(arrow, self.config.uri)
+            except UnsupportedFeatureError as exc:
+                problem = str(exc)
+        if problem is not None:
+            self._schema_refusal = (
+                f"the schema of table {self.config.name!r} ({self.config.uri}) was changed by"
+                f" another writer in a way a running serve cannot follow: {problem}. Nothing"
+                " of this request was written; restart deltaflow serve to serve the new"
+                " schema, then retry."
+            )
+            log.error("%s", self._schema_refusal)
+            return False
+        served = {f["name"] for f in self.schema_json["fields"]}
+        added = [f["name"] for f in fields["fields"] if f["name"] not in served]
+        self.delta_schema, self.schema_json, self.arrow_schema = schema, fields, arrow
+        log.info(
+            "table %s: serving the columns added by another writer: %s", self.config.name, added
+        )
+        return True
 
     def _find_group(self, group: str, before: int) -> int | None:
         """The version after ``before`` whose commit carries ``group``, if any."""
@@ -417,6 +473,15 @@ class GroupCommitter:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
+    async def refresh_schema(self) -> bool:
+        """The writer's :meth:`TableWriter.refresh_schema`, on its own thread."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, self.writer.refresh_schema)
+        except Exception as exc:  # the request is answered as it was; say why here
+            log.warning("table %s: could not re-read its schema: %s", self.name, exc)
+            return False
+
     def overloaded(self) -> bool:
         return self.pending_bytes >= self.max_pending_bytes
 
@@ -525,6 +590,36 @@ class GroupCommitter:
         if self._task is not None:
             await self._task
         self._executor.shutdown(wait=True)
+
+
+def _incompatible(served: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """Why ``current`` is not ``served`` plus nullable columns (anywhere), or None."""
+    now = {f["name"]: f for f in current["fields"]}
+    for before in served["fields"]:
+        after = now.pop(before["name"], None)
+        if after is None:
+            return f"column {before['name']!r} was renamed or dropped"
+        if before["type"] != after["type"] or before["nullable"] != after["nullable"]:
+            return (
+                f"column {before['name']!r} changed from {json.dumps(before['type'])}"
+                f" (nullable {before['nullable']}) to {json.dumps(after['type'])}"
+                f" (nullable {after['nullable']})"
+            )
+    required = [name for name, f in now.items() if not f["nullable"]]
+    if required:
+        return f"the added columns {required} are NOT NULL"
+    return None
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s columns: those it lacks (added since it was parsed) NULL."""
+    if table.schema.names == schema.names:
+        return table
+    columns = [
+        table.column(f.name) if f.name in table.schema.names else pa.nulls(table.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _marker(info: dict[str, Any]) -> dict[str, Any] | None:
