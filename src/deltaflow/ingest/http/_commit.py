@@ -442,6 +442,7 @@ class GroupCommitter:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, f"deltaflow-commit-{self.name}")
         self._task: asyncio.Task[None] | None = None
         self.healthy = True
+        self._schema_checked = float("-inf")
 
     def remember(self, keys: list[tuple[str, int, int]]) -> None:
         for key, version, rows in keys:
@@ -474,7 +475,12 @@ class GroupCommitter:
         return self._task is not None and not self._task.done()
 
     async def refresh_schema(self) -> bool:
-        """The writer's :meth:`TableWriter.refresh_schema`, on its own thread."""
+        """The writer's :meth:`TableWriter.refresh_schema`, on its own thread; at most
+        once a second, so a client that keeps sending a wrong field costs no log reads."""
+        now = time.monotonic()
+        if now - self._schema_checked < 1.0:
+            return False
+        self._schema_checked = now
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._executor, self.writer.refresh_schema)
