@@ -43,6 +43,7 @@ demo: jar
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench demo
+	$(VENV)/bin/ruff format --check src tests bench demo
 	$(VENV)/bin/mypy
 
 # Two test processes, whole files to each (module fixtures stay in one process).
