@@ -78,9 +78,8 @@ def test_ctas_is_one_commit_with_the_data_and_reads_back_everywhere(spark, table
         " AS SELECT id, id % 2 AS part, CAST(id AS STRING) AS s FROM range(6)"
     )
     log = deltalake.DeltaTable(path)
-    # delta-rs writes a table's first files with its metadata only when every property
-    # is a Delta one; with 'k' the metadata comes one commit before the data.
-    assert log.version() == 1
+    # The table and its data in one commit, the user's own property 'k' included.
+    assert log.version() == 0
     assert log.metadata().partition_columns == ["part"]
     assert log.metadata().description == "ctas"
     assert log.metadata().configuration["k"] == "v"

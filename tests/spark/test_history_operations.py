@@ -7,6 +7,8 @@ import json
 import os
 import uuid
 
+from deltalake import DeltaTable as DeltaRsTable
+
 from deltaflow import DeltaTable
 
 CREATE_KEYS = ["clusterBy", "description", "isManaged", "partitionBy", "properties"]
@@ -142,3 +144,17 @@ def test_create_and_replace_table_parameters(spark, table_path):
     assert first["partitionBy"] == '["p"]' and first["description"] == "first"
     assert json.loads(first["properties"]) == {"owner.team": "a"}
     assert _logged_operations(path)[1] == "REPLACE TABLE"
+
+
+def test_ctas_with_custom_properties_is_one_commit(spark, table_path):
+    path = table_path("ctas_props")
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` USING delta TBLPROPERTIES ('owner.team' = 'a')"
+        " AS SELECT id FROM range(4)"
+    )
+    history = _history(spark, path)
+    assert [op for _, op, _ in history] == ["CREATE TABLE AS SELECT"]
+    assert json.loads(history[0][2]["properties"]) == {"owner.team": "a"}
+    table = DeltaRsTable(path)
+    assert table.version() == 0 and table.metadata().configuration == {"owner.team": "a"}
+    assert sorted(r["id"] for r in table.to_pyarrow_table().to_pylist()) == [0, 1, 2, 3]

@@ -31,3 +31,17 @@ def test_insert_into_an_s3_table_by_path(spark, object_store):
     assert rs.version() == 2
     history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").collect()
     assert [r["version"] for r in history] == [2, 1, 0]
+
+
+def test_ctas_with_custom_properties_on_s3_is_one_commit(spark, object_store):
+    uri = object_store.uri()
+    spark.sql(
+        f"CREATE TABLE delta.`{uri}` USING delta TBLPROPERTIES ('owner.team' = 'data')"
+        " AS SELECT id FROM range(3)"
+    )
+    rs = DeltaTable(uri, storage_options=object_store.storage_options)
+    assert rs.version() == 0
+    assert rs.metadata().configuration["owner.team"] == "data"
+    assert sorted(r["id"] for r in rs.to_pyarrow_table().to_pylist()) == [0, 1, 2]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").collect()
+    assert [r["operation"] for r in history] == ["CREATE TABLE AS SELECT"]

@@ -299,7 +299,9 @@ def _commit_once(request: CommitRequest) -> CommitResult:
     properties = _commit_properties(request)
     schema = Schema.from_json(json.dumps(request.schema))
     if request.read_version is None:
-        if _log_write.needs_log_writer(request):
+        if _log_write.needs_log_writer(request) or _custom_properties(request):
+            # delta-rs creates a table with files only when every property is a Delta one
+            # (CTAS ... TBLPROPERTIES ('owner.team' = ...)): the log writer, one commit.
             return _log_write.commit_write(request)
         if _create_with_own_protocol(request):
             return CommitResult(0, False, len(request.adds))
@@ -395,6 +397,10 @@ def _commit_once(request: CommitRequest) -> CommitResult:
     version = _latest_version(location, request, table)
     configuration = dict(table.metadata().configuration)
     return CommitResult(version, False, len(request.adds), configuration)
+
+
+def _custom_properties(request: CommitRequest) -> bool:
+    return any(not key.lower().startswith("delta.") for key in request.configuration or {})
 
 
 # How long a commit that removes files waits for a running compaction to finish.

@@ -338,10 +338,6 @@ private[spark] case class CreateRequest(
     base ++ parts + (CreateSpecOption -> json.writeValueAsString(spec))
   }
 
-  /** TBLPROPERTIES that are not Delta's own (`delta.*`). */
-  def hasCustomProperties: Boolean =
-    tableProperties.keys.exists(k => !k.toLowerCase.startsWith("delta."))
-
   /** The catalog entry: name, location, OPTIONS, managed or not. */
   def register(): Unit = {
     if (pathOnly) return
@@ -410,18 +406,10 @@ private[spark] class StagedDeltaTable(request: CreateRequest)
       override def build(): Write = new V1Write {
         override def toInsertableRelation: InsertableRelation = (data: DataFrame, _: Boolean) => {
           val options = info.options().asCaseSensitiveMap().asScala.toMap
-          if (request.hasCustomProperties) {
-            // delta-rs creates a table together with its first files only when every
-            // property is a Delta one: with the user's own, metadata first, then the data.
-            request.commitLog()
-            DeltaBatchWrite.save(data, SaveMode.Append, request.options ++ options +
-              ("path" -> request.location))
-          } else {
-            val mode = if (request.mode == "create") SaveMode.ErrorIfExists else SaveMode.Overwrite
-            val params = request.writeParameters(request.location) ++ options ++
-              (if (request.mode == "create") Map.empty else Map("overwriteSchema" -> "true"))
-            DeltaBatchWrite.save(data, mode, params)
-          }
+          val mode = if (request.mode == "create") SaveMode.ErrorIfExists else SaveMode.Overwrite
+          val params = request.writeParameters(request.location) ++ options ++
+            (if (request.mode == "create") Map.empty else Map("overwriteSchema" -> "true"))
+          DeltaBatchWrite.save(data, mode, params)
           written = true
         }
       }
