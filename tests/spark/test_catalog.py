@@ -196,6 +196,14 @@ def test_partition_overwrites_static_and_dynamic(spark):
         "overwrite"
     ).option("partitionOverwriteMode", "dynamic").save(location)
     assert _rows(location, "id", "part") == [(11, "a"), (20, "b"), (30, "c"), (40, "d")]
+    # History names it as delta-spark does (the raw log keeps delta-rs's mode Append).
+    entry = spark.sql(f"DESCRIBE HISTORY delta.`{location}` LIMIT 1").collect()[0]
+    assert entry["operation"] == "WRITE"
+    assert entry["operationParameters"] == {
+        "mode": "Overwrite",
+        "partitionBy": '["part"]',
+        "isDynamicPartitionOverwrite": "true",
+    }
     with pytest.raises(InvalidOptionError, match="partitionOverwriteMode"):
         spark.range(1).write.format("delta").mode("overwrite").option(
             "partitionOverwriteMode", "sometimes"

@@ -126,8 +126,19 @@ def commit_request(
         auto_compact=plan.options.auto_compact,
     )
     if plan.dynamic_overwrite and plan.read_version is not None:
-        # Explicit removes of the touched partitions' files; delta-rs derives none.
-        request = replace(request, removes=partition_removes(plan, adds), mode="append")
+        # Explicit removes of the touched partitions' files; delta-rs derives none (and
+        # records mode Append): delta-spark's WRITE parameters go beside its own.
+        info = {
+            **request.commit_info,
+            _commit.HISTORY_PARAMETERS_KEY: {
+                "mode": "Overwrite",
+                "partitionBy": json.dumps(list(plan.partition_columns)),
+                "isDynamicPartitionOverwrite": True,
+            },
+        }
+        request = replace(
+            request, removes=partition_removes(plan, adds), mode="append", commit_info=info
+        )
     return replace(request, **overrides) if overrides else request
 
 
