@@ -93,7 +93,9 @@ def declare(
     return declared.graph()
 
 
-def run_declared(spark: SparkSession, data_dir: Path, bronze_uri: str) -> DeclaredResult:
+def run_declared(
+    spark: SparkSession, data_dir: Path, bronze_uri: str, tables_root: str | None = None
+) -> DeclaredResult:
     import deltalake
 
     events = deltalake.DeltaTable(bronze_uri).to_pyarrow_table()
@@ -101,12 +103,14 @@ def run_declared(spark: SparkSession, data_dir: Path, bronze_uri: str) -> Declar
         events.select(["device_id", "user_id", "state", "event_time"]).sort_by("event_time")
     )
     snapshots = [rounds.first, _full_second_snapshot(rounds.first, rounds.second)]
-    storage = data_dir / "pipeline"
-    settings = dp.PipelineSettings(name="fitness", storage=str(storage), database="fitness")
+    storage, configuration = _storage(data_dir, tables_root)
+    settings = dp.PipelineSettings(
+        name="fitness", storage=storage, database="fitness", configuration=configuration
+    )
     # A session reused from an earlier run (main(spark=...), the tests) still has the names
     # registered at that run's storage, and a pipeline keeps a name that is registered.
     spark.sql("DROP DATABASE IF EXISTS fitness CASCADE")
-    print("\nDeclarative pipeline (deltaflow.pipelines; storage pipeline/, database fitness)")
+    print(f"\nDeclarative pipeline (deltaflow.pipelines; storage {storage}, database fitness)")
     model = _scoring.train(events)
     model_path = _scoring.save(model, data_dir)
     report = dp.run_update(spark, declare(spark, bronze_uri, snapshots, model), settings)
@@ -115,7 +119,7 @@ def run_declared(spark: SparkSession, data_dir: Path, bronze_uri: str) -> Declar
         print(f"  {name:<22} {flow.status:<10} {rows}")
     check(report.state == "COMPLETED", f"the pipeline update ended {report.state}: {report}")
 
-    quality = _data_quality(storage / "system" / "events")
+    quality = _data_quality(f"{storage}/system/events")
     print("  data quality (event log, details:flow_progress.data_quality):")
     for rule in quality:
         print(
@@ -131,15 +135,15 @@ def run_declared(spark: SparkSession, data_dir: Path, bronze_uri: str) -> Declar
         f"the event log counts {by_name} but the bronze data has {off_wrist:,} events off"
         f" the wrist and {low_battery:,} with a low battery",
     )
-    silver = deltalake.DeltaTable(str(storage / "tables" / "silver_events")).to_pyarrow_table()
-    gold = deltalake.DeltaTable(str(storage / "tables" / "gold_state_counts")).to_pyarrow_table()
+    silver = deltalake.DeltaTable(f"{storage}/tables/silver_events").to_pyarrow_table()
+    gold = deltalake.DeltaTable(f"{storage}/tables/gold_state_counts").to_pyarrow_table()
     check(
         silver.num_rows == events.num_rows - off_wrist
         and pc.sum(gold["count"]).as_py() == silver.num_rows,
         f"silver holds {silver.num_rows:,} rows and gold counts {pc.sum(gold['count']).as_py():,};"
         f" expected {events.num_rows - off_wrist:,} for both",
     )
-    history = deltalake.DeltaTable(str(storage / "tables" / "device_history")).to_pyarrow_table()
+    history = deltalake.DeltaTable(f"{storage}/tables/device_history").to_pyarrow_table()
     closed = pc.sum(pc.is_valid(history["__END_AT"])).as_py() or 0
     current = history.num_rows - closed
     print(
@@ -157,15 +161,25 @@ def run_declared(spark: SparkSession, data_dir: Path, bronze_uri: str) -> Declar
     )
     print("  OK: expectations, silver, gold and the SCD 2 history agree with the raw data")
     _scoring.print_summary(
-        spark, model, report.flows["gold_event_kinds"].rows_written, storage / "tables", model_path
+        spark, model, report.flows["gold_event_kinds"].rows_written, f"{storage}/tables", model_path
     )
     return DeclaredResult(off_wrist, silver.num_rows, history.num_rows)
 
 
-def _data_quality(event_log: Path) -> list[dict[str, Any]]:
+def _storage(data_dir: Path, tables_root: str | None) -> tuple[str, dict[str, str]]:
+    """The pipeline's storage: beside the other tables on an object store (its stream
+    checkpoints on local disk: Spark has no s3:// here), else under the data dir."""
+    if tables_root is None or tables_root.startswith("file:"):
+        return str(data_dir / "pipeline"), {}
+    return f"{tables_root}/pipeline", {
+        "pipelines.checkpointRoot": str(data_dir / "pipeline-checkpoints")
+    }
+
+
+def _data_quality(event_log: str) -> list[dict[str, Any]]:
     """The expectations of the update's completed flows, from the event log."""
     rules: list[dict[str, Any]] = []
-    for event in dp.read_events(str(event_log)):
+    for event in dp.read_events(event_log):
         progress = event["details"].get("flow_progress") or {}
         if progress.get("status") == "COMPLETED" and "data_quality" in progress:
             rules.extend(progress["data_quality"]["expectations"])

@@ -157,7 +157,7 @@ def print_summary(
     spark: SparkSession,
     model: TrainedModel,
     scored: int | None,
-    tables: Path,
+    tables: str,
     model_path: Path,
 ) -> dict[str, int]:
     """Print the scoring summary; check each number against the Delta tables read by Arrow."""
@@ -182,8 +182,8 @@ def print_summary(
         + ", ".join(f"{kind} {n:,}" for kind, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     )
 
-    features = deltalake.DeltaTable(str(tables / "event_features")).to_pyarrow_table()
-    gold = deltalake.DeltaTable(str(tables / "gold_event_kinds")).to_pyarrow_table()
+    features = deltalake.DeltaTable(f"{tables}/event_features").to_pyarrow_table()
+    gold = deltalake.DeltaTable(f"{tables}/gold_event_kinds").to_pyarrow_table()
     saved = model_path.read_bytes()
     check(
         hashlib.sha256(saved).hexdigest()[:12] == model.model_id and len(saved) == len(model.blob),

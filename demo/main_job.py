@@ -287,7 +287,7 @@ def _announce_s3(store: ObjectStore) -> str:
     )
     print(
         "  also local in this demo: the landing folder, the saved model and the declared "
-        "pipeline's storage (stage 7 reads bronze from s3://)"
+        "pipeline's stream checkpoints (its tables and event log are under pipeline/)"
     )
     return root
 
@@ -385,7 +385,7 @@ def run_demo(config: DemoConfig, spark: SparkSession, tables_root: str | None = 
 
     _live.run_live(spark, config.data_dir, generator, _live_settings(config), tables_root)
     _registry.run_registry(spark, tables_root, table_uri)
-    _declared.run_declared(spark, config.data_dir, table_uri)
+    _declared.run_declared(spark, config.data_dir, table_uri, tables_root)
     return DemoResult(
         table_uri=table_uri,
         total_rows=total_rows,

@@ -53,7 +53,13 @@ def test_demo_puts_its_tables_on_the_object_store(spark, object_store, tmp_path,
     assert all(table.to_pyarrow_dataset().count_rows() > 0 for table in live.values())
     registry = deltalake.DeltaTable(f"{root}/dims/device_registry", storage_options=options)
     assert registry.version() >= 2
+    # The declared pipeline's tables and event log are on the store too.
+    silver = deltalake.DeltaTable(f"{root}/pipeline/tables/silver_events", storage_options=options)
+    assert silver.to_pyarrow_dataset().count_rows() > 0
+    events = deltalake.DeltaTable(f"{root}/pipeline/system/events", storage_options=options)
+    assert events.to_pyarrow_dataset().count_rows() > 0
     # Nothing of those tables on local disk; the checkpoints are there.
-    for local in ("bronze", "silver", "gold", "dims"):
+    for local in ("bronze", "silver", "gold", "dims", "pipeline"):
         assert not (data_dir / local).exists()
+    assert any((data_dir / "pipeline-checkpoints").iterdir())
     assert (data_dir / "checkpoints" / "gold").is_dir()
