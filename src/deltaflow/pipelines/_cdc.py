@@ -163,10 +163,16 @@ class CdcBatches:
             latest = joined.filter(
                 F.col(f"s.{_STATE_SEQ}").isNull() | (F.col(f"e.{_SEQ}") > F.col(f"s.{_STATE_SEQ}"))
             ).select("e.*")
-        # Both MERGEs read the guarded events: reduced and joined once, not twice.
+        # Both writes read the guarded events: reduced and joined once, not twice.
         latest = latest.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            self._merge_scd1(latest)
+            if self._target_is_empty():
+                # The first load (or the first after a truncate): nothing to match, so an
+                # append, not a MERGE (a replay after a crash finds rows and MERGEs).
+                data = [c for c in latest.columns if c not in (_SEQ, _DELETE, _TRUNCATE)]
+                self._append(latest.filter(~F.col(_DELETE)).select(*[f"`{c}`" for c in data]))
+            else:
+                self._merge_scd1(latest)
             self._record_state(latest, exists=state is not None)
         finally:
             latest.unpersist()
@@ -195,6 +201,18 @@ class CdcBatches:
             )
             .execute()
         )
+
+    def _target_is_empty(self) -> bool:
+        """No live file in the target: nothing an event could match."""
+        from deltalake import DeltaTable as DeltaRsTable
+
+        from deltaflow.table import _uri
+
+        location = _uri.delta_rs_uri(_uri.normalize_uri(self._target))
+        return not DeltaRsTable(location).file_uris()
+
+    def _append(self, rows: DataFrame) -> None:
+        rows.write.format("delta").mode("append").save(self._target)
 
     def _latest_per_key(self, events: DataFrame) -> DataFrame:
         """One event per key: the newest; with ``ignore_null_updates``, a column that
@@ -249,13 +267,28 @@ class CdcBatches:
     # ---- SCD type 2 ---------------------------------------------------------------------
 
     def _apply_scd2(self, events: DataFrame) -> None:
-        from deltaflow.spark.dml._delta_table import DeltaTable
+        from pyspark import StorageLevel
 
         target = self._spark.read.format("delta").load(self._target)
         data = [c for c in target.columns if c not in (START, END)]
+        if self._target_is_empty():
+            # The first load: the events' history is all there is, appended (a replay
+            # after a crash finds it stored and MERGEs nothing new).
+            empty = target.limit(0)
+            history = _history(self._timeline(events, empty, data), self._flow, data, self._keys)
+            self._append(history.select(*[f"`{c}`" for c in [*data, START, END]]))
+            return
         existing = target.join(
             events.select(*self._key_columns()).distinct(), self._keys, "left_semi"
-        )
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            self._merge_scd2(events, existing, data)
+        finally:
+            existing.unpersist()
+
+    def _merge_scd2(self, events: DataFrame, existing: DataFrame, data: list[str]) -> None:
+        from deltaflow.spark.dml._delta_table import DeltaTable
+
         history = _history(self._timeline(events, existing, data), self._flow, data, self._keys)
         changes = self._changes(history, existing, data)
         # Every conjunct null-safe (``__START_AT`` is never NULL, so ``<=>`` means ``=``):
