@@ -51,6 +51,40 @@ def test_update_and_delete_return_counts_and_write_history(spark, people):
     assert history == 3
 
 
+def test_a_bare_predicate_is_the_whole_condition(spark, people):
+    """IN, NOT IN, BETWEEN, LIKE and IS [NOT] NULL alone as a condition or a value: the
+    parser places them at their operator, yet the left operand is part of the text."""
+    spark.sql(f"INSERT INTO {people} VALUES (4, NULL, 60)")
+    counts = [
+        spark.sql(statement).collect()[0][0]
+        for statement in (
+            f"UPDATE {people} SET age = age + 1 WHERE id IN (1, 3)",
+            f"UPDATE {people} SET age = age + 10 WHERE id NOT IN (1, 2, 3)",
+            f"UPDATE {people} SET age = 0 WHERE age BETWEEN 39 AND 41",
+            f"UPDATE {people} SET name = 'x' || name WHERE name LIKE 'a%'",
+            f"UPDATE {people} SET name = 'none' WHERE name IS NULL",
+            f"UPDATE {people} SET name = CAST(id IN (3) AS STRING) WHERE id = 3",
+        )
+    ]
+    assert counts == [2, 1, 1, 1, 1, 1]
+    assert _rows(spark, people) == [
+        (1, "xann", 31),
+        (2, "bob", 0),
+        (3, "true", 51),
+        (4, "none", 70),
+    ]
+    assert spark.sql(f"DELETE FROM {people} WHERE id IN (2, 4)").collect()[0][0] == 2
+    source = _name()
+    spark.sql(f"CREATE TABLE {source} (id BIGINT, name STRING) USING delta")
+    spark.sql(f"INSERT INTO {source} VALUES (1, NULL), (3, 'c')")
+    merged = spark.sql(
+        f"MERGE INTO {people} AS t USING {source} AS s ON t.id = s.id"
+        " WHEN MATCHED AND s.name IS NULL THEN DELETE"
+    ).collect()[0]
+    assert merged["num_deleted_rows"] == 1
+    assert _rows(spark, people) == [(3, "true", 51)]
+
+
 def test_merge_with_every_clause_kind(spark, people):
     source = _name()
     spark.sql(f"CREATE TABLE {source} (id BIGINT, name STRING, age INT) USING delta")

@@ -108,12 +108,28 @@ object SqlDml {
     case other => (other, None)
   }
 
-  /** The SQL text the user wrote for `e` (the parser records where it is). */
+  /**
+   * The SQL text the user wrote for `e` (the parser records where it is). A predicate's
+   * own origin starts at its operator (`IN (1, 9)`, `IS NULL`, `BETWEEN 1 AND 3`, `LIKE`
+   * of `id IN (1, 9)`), so the span is that of the whole tree: from the first position any
+   * node of it starts at to the last one any ends at.
+   */
   def text(e: Expression): String = {
-    val o = e.origin
-    (o.sqlText, o.startIndex, o.stopIndex) match {
-      case (Some(sql), Some(start), Some(stop)) if start >= 0 && stop < sql.length => sql.substring(start, stop + 1)
-      case _ => e.sql
+    val spans = e.collect {
+      case node if node.origin.sqlText.isDefined && node.origin.startIndex.isDefined &&
+          node.origin.stopIndex.isDefined =>
+        (node.origin.sqlText.get, node.origin.startIndex.get, node.origin.stopIndex.get)
+    }
+    e.origin.sqlText match {
+      case Some(sql) =>
+        val own = spans.filter(_._1 == sql)
+        val start = own.map(_._2).minOption
+        val stop = own.map(_._3).maxOption
+        (start, stop) match {
+          case (Some(a), Some(b)) if a >= 0 && b < sql.length => sql.substring(a, b + 1)
+          case _ => e.sql
+        }
+      case None => e.sql
     }
   }
 
