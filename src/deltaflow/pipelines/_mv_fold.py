@@ -63,9 +63,9 @@ class Folding:
         names = [ROWS]
         for i, fold in enumerate(self.folds):
             if fold.function != "count_star":
-                names.append(_cnt(i))
+                names.append(cnt_name(i))
             if fold.needs_sum:
-                names.append(_sum(i))
+                names.append(sum_name(i))
         return names
 
 
@@ -119,11 +119,11 @@ def _fold(e: Any) -> Fold | None:
     return None
 
 
-def _cnt(i: int) -> str:
+def cnt_name(i: int) -> str:
     return f"{HELPER_PREFIX}cnt_{i}"
 
 
-def _sum(i: int) -> str:
+def sum_name(i: int) -> str:
     return f"{HELPER_PREFIX}sum_{i}"
 
 
@@ -172,11 +172,11 @@ def recompute(spark: SparkSession, shape: _mv_plan.QueryShape, folding: Folding)
     aggregates = [F.count(F.lit(1)).alias(ROWS)]
     for i, fold in enumerate(folding.folds):
         if fold.function != "count_star":
-            aggregates.append(F.count(f"__v{i}").alias(_cnt(i)))
+            aggregates.append(F.count(f"__v{i}").alias(cnt_name(i)))
         if fold.needs_sum:
             # 0, not NULL, for only NULLs: what the fold adds up (sum() derives NULL).
             total = F.sum(F.col(f"__v{i}").cast("bigint"))
-            aggregates.append(F.coalesce(total, F.lit(0).cast("bigint")).alias(_sum(i)))
+            aggregates.append(F.coalesce(total, F.lit(0).cast("bigint")).alias(sum_name(i)))
     state = inputs.groupBy(*[F.col(f"`{k}`") for k in folding.keys]).agg(*aggregates)
     return state.select(*_view_columns(folding, lambda c: F.col(f"`{c}`")))
 
@@ -198,10 +198,10 @@ def deltas(
         value = F.col(f"__v{i}")
         if fold.function != "count_star":
             counted = F.when(value.isNotNull(), sign).otherwise(F.lit(0))
-            aggregates.append(F.sum(counted).cast("bigint").alias(_cnt(i)))
+            aggregates.append(F.sum(counted).cast("bigint").alias(cnt_name(i)))
         if fold.needs_sum:
             summed = F.coalesce(value.cast("bigint") * sign, F.lit(0).cast("bigint"))
-            aggregates.append(F.sum(summed).alias(_sum(i)))
+            aggregates.append(F.sum(summed).alias(sum_name(i)))
     return signed.groupBy(*[F.col(f"`{k}`") for k in folding.keys]).agg(*aggregates)
 
 
@@ -241,10 +241,10 @@ def _derived(folding: Folding, helper: dict[str, str]) -> dict[str, str]:
 def _aggregate_sql(fold: Fold, i: int, helper: dict[str, str]) -> str:
     if fold.function == "count_star":
         return helper[ROWS]
-    count = helper[_cnt(i)]
+    count = helper[cnt_name(i)]
     if fold.function == "count":
         return count
-    total = helper[_sum(i)]
+    total = helper[sum_name(i)]
     if fold.function == "sum":
         return f"CASE WHEN {count} > 0 THEN {total} END"
     return f"CASE WHEN {count} > 0 THEN CAST({total} AS DOUBLE) / CAST({count} AS DOUBLE) END"
