@@ -295,7 +295,7 @@ class ViewRefresh:
                 self._driver, source.uri, plan.previous_version + 1, source.version, self._target
             )
             self._save_state(shape)
-            return result.groups_changed
+            return result.rows  # the view is rewritten whole
         if self._plain_changes:
             changes = _mv_changes.plain_change_rows(
                 self._spark, source.uri, plan.previous_version + 1, source.version

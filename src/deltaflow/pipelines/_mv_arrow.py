@@ -57,8 +57,8 @@ class DriverFold:
 
 @dataclass(frozen=True)
 class FoldResult:
-    groups_changed: int  # groups the changes touched
-    rows: int  # rows the view holds now
+    change_rows: int  # change rows folded in
+    rows: int  # rows the view holds now (all written)
     seconds: dict[str, float]  # per phase, for the log and the benchmark
 
 
@@ -112,22 +112,22 @@ def fold(plan: DriverFold, source_uri: str, start: int, end: int, target_uri: st
     source = load_snapshot(source_uri, version=end)
     view = load_snapshot(target_uri)
     clock.lap("snapshots")
-    deltas = _change_deltas(plan, source, start, end)
+    changes = _signed_changes(plan, source, start, end)
     clock.lap("change rows")
     state = _view_state(plan.folding, view)
     clock.lap("view read")
-    folded = _sum_per_group(plan.folding, pa.concat_tables([state, deltas.cast(state.schema)]))
-    new = _view_rows(plan.folding, folded, view)
+    # One aggregation over the view's helper values and the changes' signed ones together.
+    stacked = pa.concat_tables([state, changes.cast(state.schema)])
+    new = _view_rows(plan.folding, _sum_per_group(plan.folding, stacked), view)
     clock.lap("fold")
     _overwrite(view, new)
     clock.lap("commit")
-    groups = deltas.num_rows
-    log.info("driver fold into %s: %d groups changed, %s", target_uri, groups, clock)
-    return FoldResult(groups, new.num_rows, clock.seconds)
+    log.info("driver fold of %d change rows into %s: %s", changes.num_rows, target_uri, clock)
+    return FoldResult(changes.num_rows, new.num_rows, clock.seconds)
 
 
-def _change_deltas(plan: DriverFold, source: Snapshot, start: int, end: int) -> pa.Table:
-    """Per touched group (keys named as the view's), the helper columns' deltas."""
+def _signed_changes(plan: DriverFold, source: Snapshot, start: int, end: int) -> pa.Table:
+    """The change rows as keys (named as the view's) and signed helper values."""
     from deltaflow.table import _cdf
 
     files = _cdf.plan_changes(source, _cdf.ChangeRange(start, end))
@@ -149,7 +149,7 @@ def _change_deltas(plan: DriverFold, source: Snapshot, start: int, end: int) -> 
         parts.append(_signed(plan, rows, sign))
     if not parts:
         return _signed(plan, wanted.empty_table(), pa.array([], pa.int64()))
-    return _sum_per_group(plan.folding, pa.concat_tables(parts))
+    return pa.concat_tables(parts)
 
 
 def _signed(plan: DriverFold, rows: pa.Table, sign: Any) -> pa.Table:
