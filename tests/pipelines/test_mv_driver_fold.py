@@ -163,9 +163,13 @@ def test_fold_on_driver_is_the_default_for_a_small_change(spark: Any, tmp_path: 
     def filtered() -> Any:
         return _filtered(spark, source)
 
+    def counts() -> Any:
+        return spark.read.format("delta").load(source).groupBy("kind").count()
+
     with dp.collect() as declared:
         dp.materialized_view(name="sums")(query)
         dp.materialized_view(name="filtered")(filtered)
+        dp.materialized_view(name="counts")(counts)
     graph = declared.graph()
     settings, _ = _update(spark, graph, tmp_path)
     spark.sql(f"UPDATE delta.`{source}` SET amount = amount + 1 WHERE id < 20")
@@ -182,6 +186,7 @@ def test_fold_on_driver_is_the_default_for_a_small_change(spark: Any, tmp_path: 
     }
     assert chosen == {
         "sums": "MAINTENANCE_TYPE_GROUP_AGGREGATE",
+        "counts": "MAINTENANCE_TYPE_GROUP_AGGREGATE",
         "filtered": "MAINTENANCE_TYPE_COMPLETE_RECOMPUTE",
     }
     assert {"group_aggregate_method": "FOLD_CHANGE_ROWS_ON_DRIVER"} in plans["sums"]
@@ -194,6 +199,17 @@ def test_fold_on_driver_is_the_default_for_a_small_change(spark: Any, tmp_path: 
     assert _sorted(got.collect()) == _sorted(query().collect())
     columns = spark.read.format("delta").load(f"{storage}/tables/filtered").columns
     assert columns == _filtered(spark, source).columns
+    # Helpers a view column equals are not stored: counts alone keep none; the sums
+    # keep only the sum helpers (the row and non-NULL counts are n and counted).
+    counted = spark.read.format("delta").load(f"{storage}/tables/counts")
+    assert counted.columns == ["kind", "count"]
+    assert _sorted(counted.collect()) == _sorted(counts().collect())
+    helpers = [
+        c
+        for c in spark.read.format("delta").load(f"{storage}/tables/sums").columns
+        if c not in query().columns
+    ]
+    assert helpers == [f"__deltaflow_mv_{h}" for h in ("cnt_2", "sum_2", "cnt_3", "sum_3")]
 
 
 def _filtered(spark: Any, source: str) -> Any:

@@ -442,14 +442,14 @@ class ViewRefresh:
                 state: dict[str, Any] = json.load(handle)
         except (FileNotFoundError, ValueError):
             return None
-        # Format 2 records whether the view holds fold helper columns; an older
-        # record is not trusted (its view has none), so the view is recomputed once.
-        return state if state.get("format") == 2 else None
+        # Format 3 records whether the view holds fold helper columns (and keeps none a
+        # view column equals); an older record is not trusted: the view is recomputed once.
+        return state if state.get("format") == 3 else None
 
     def _save_state(self, shape: QueryShape) -> None:
         assert shape.source is not None
         state = {
-            "format": 2,
+            "format": 3,
             "fingerprint": shape.fingerprint,
             "folded": self._folding is not None,
             "source_uri": shape.source.uri,

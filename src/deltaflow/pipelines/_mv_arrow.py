@@ -180,13 +180,23 @@ def _sum_per_group(folding: Folding, rows: pa.Table) -> pa.Table:
 
 
 def _view_state(folding: Folding, view: Snapshot) -> pa.Table:
-    """The view's keys and helper columns, as stored."""
+    """The view's keys and helper values, under the helpers' names."""
     from deltaflow.table import _uri
 
     schema = _arrow_schema(view.schema)
-    wanted = pa.schema([schema.field(c) for c in (*folding.keys, *folding.helpers())])
+    helpers = folding.helpers()
+    stored = [*folding.keys, *(folding.stored(h) for h in helpers)]
+    wanted = pa.schema([schema.field(c) for c in dict.fromkeys(stored)])
     paths = [_uri.join(view.uri, f.path) for f in view.files(stats=False)]
-    return _read(paths, wanted) if paths else wanted.empty_table()
+    table = _read(paths, wanted) if paths else wanted.empty_table()
+    # Helpers kept in the view's own columns are read from them, under their names.
+    return pa.table(
+        [
+            pc.cast(table.column(c), pa.int64()) if i >= len(folding.keys) else table.column(c)
+            for i, c in enumerate(stored)
+        ],
+        names=[*folding.keys, *helpers],
+    )
 
 
 def _view_rows(folding: Folding, state: pa.Table, view: Snapshot) -> pa.Table:

@@ -12,6 +12,10 @@ columns (the usual incremental view maintenance bookkeeping):
   count is 0, as Spark's sum of only NULLs is) and ``avg`` (sum / count as DOUBLE, which
   is Spark's avg of integers) are derived.
 
+A helper equal to one of the view's own columns is not stored twice
+(:meth:`Folding.stored`): a ``count(*)`` column is the row count, a ``count(x)`` column
+the non-NULL count, so a view of counts alone keeps no helper column.
+
 A complete recompute writes the same columns (:func:`recompute`), so either technique
 leaves the same table. Floating-point and decimal sums are not folded (a float sum's
 value depends on the order of addition, so a fold could differ from a recompute in the
@@ -67,6 +71,22 @@ class Folding:
             if fold.needs_sum:
                 names.append(sum_name(i))
         return names
+
+    def stored(self, helper: str) -> str:
+        """The table column holding ``helper``: a view column always equal to it where
+        there is one (a ``count(*)`` is the row count, a ``count(x)`` its non-NULL
+        count), else the helper column itself."""
+        for i, fold in enumerate(self.folds):
+            if (helper == ROWS and fold.function == "count_star") or (
+                helper == cnt_name(i) and fold.function == "count"
+            ):
+                return fold.name
+        return helper
+
+    def extra_columns(self) -> list[str]:
+        """The helper columns the table holds besides the view's own (none for a view
+        of counts alone)."""
+        return [h for h in self.helpers() if self.stored(h) == h]
 
 
 def folding(shape: _mv_plan.QueryShape, columns: list[str]) -> Folding | None:
@@ -211,19 +231,20 @@ def merge(spark: SparkSession, target: str, folding: Folding, changes: DataFrame
     from deltaflow.tables import DeltaTable
 
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in folding.keys)
-    helpers = folding.helpers()
-    summed = {h: f"(t.`{h}` + s.`{h}`)" for h in helpers}
-    update = {f"`{h}`": summed[h] for h in helpers}
+    helpers, extra = folding.helpers(), folding.extra_columns()
+    summed = {h: f"(t.`{folding.stored(h)}` + s.`{h}`)" for h in helpers}
+    update = {f"`{h}`": summed[h] for h in extra}
     update.update(_derived(folding, summed))
     fresh = {h: f"s.`{h}`" for h in helpers}
     insert = {f"`{k}`": f"s.`{k}`" for k in folding.keys}
-    insert.update({f"`{h}`": fresh[h] for h in helpers})
+    insert.update({f"`{h}`": fresh[h] for h in extra})
     insert.update(_derived(folding, fresh))
+    rows = folding.stored(ROWS)
     (
         DeltaTable.forPath(spark, target)
         .alias("t")
         .merge(changes.alias("s"), on)
-        .whenMatchedDelete(condition=f"t.`{ROWS}` + s.`{ROWS}` = 0")
+        .whenMatchedDelete(condition=f"t.`{rows}` + s.`{ROWS}` = 0")
         .whenMatchedUpdate(set=update)
         .whenNotMatchedInsert(condition=f"s.`{ROWS}` > 0", values=insert)
         .run()
@@ -262,7 +283,7 @@ def _view_columns(folding: Folding, column: Any) -> list[Column]:
             out.append(F.expr(derived[name]).cast(types[name]).alias(name))
         else:
             out.append(column(name))
-    return out + [column(h) for h in folding.helpers()]
+    return out + [column(h) for h in folding.extra_columns()]
 
 
 def rewrite(spark: SparkSession, target: str, folding: Folding, changes: DataFrame) -> None:
@@ -276,14 +297,17 @@ def rewrite(spark: SparkSession, target: str, folding: Folding, changes: DataFra
         term = F.col(f"t.`{k}`").eqNullSafe(F.col(f"s.`{k}`"))
         on = term if on is None else on & term
     joined = view.alias("t").join(changes.alias("s"), on, "full_outer")
-    in_view = F.col(f"t.`{ROWS}`").isNotNull()
+    in_view = F.col(f"t.`{folding.stored(ROWS)}`").isNotNull()
     zero = F.lit(0).cast("bigint")
     columns = [
         F.when(in_view, F.col(f"t.`{k}`")).otherwise(F.col(f"s.`{k}`")).alias(k)
         for k in folding.keys
     ]
     columns += [
-        (F.coalesce(F.col(f"t.`{h}`"), zero) + F.coalesce(F.col(f"s.`{h}`"), zero)).alias(h)
+        (
+            F.coalesce(F.col(f"t.`{folding.stored(h)}`"), zero)
+            + F.coalesce(F.col(f"s.`{h}`"), zero)
+        ).alias(h)
         for h in folding.helpers()
     ]
     state = joined.select(*columns).where(F.col(f"`{ROWS}`") > 0)
