@@ -11,6 +11,9 @@ log as a ``planning_information`` event, as Lakeflow does:
   and after the change) are recomputed from the source, and replace those groups' rows;
   a group left with no rows disappears. Any deterministic aggregate works (count, sum,
   avg, min, max, count distinct...), since whole groups are recomputed.
+  Decomposable aggregates are folded from the change rows instead (:mod:`._mv_fold`),
+  on the driver with Arrow when keys and inputs are plain source columns
+  (:mod:`._mv_arrow`: no Spark job, the one technique on by default).
 - ``COMPLETE_RECOMPUTE``: the query again over the whole source, one overwrite, as before.
   Chosen when the shape does not allow anything else (:mod:`._mv_plan`), the view has
   expectations, there is no record of a previous refresh (first run, full refresh), the
@@ -18,7 +21,7 @@ log as a ``planning_information`` event, as Lakeflow does:
   change feed does not cover the versions since (not enabled, VACUUMed, log cleaned up),
   its schema changed, or the changes are large enough that recomputing is cheaper.
 
-An incremental refresh is one MERGE commit into the view. The record of what the view
+An incremental refresh is one commit into the view (an overwrite or a MERGE). The record of what the view
 reflects (``<checkpoints>/<flow>/materialized_view.json``: the definition's fingerprint,
 the source version, the view's version written) is replaced after that commit. It names
 the view version it belongs to, so a refresh killed between the commit and the record
