@@ -21,9 +21,10 @@ log as a ``planning_information`` event, as Lakeflow does:
   change feed does not cover the versions since (not enabled, VACUUMed, log cleaned up),
   its schema changed, or the changes are large enough that recomputing is cheaper.
 
-An incremental refresh is one commit into the view (an overwrite or a MERGE). The record of what the view
-reflects (``<checkpoints>/<flow>/materialized_view.json``: the definition's fingerprint,
-the source version, the view's version written) is replaced after that commit. It names
+An incremental refresh is one commit into the view (an overwrite or a MERGE). The record
+of what the view reflects (``<checkpoints>/<flow>/materialized_view.json``: the
+definition's fingerprint, the source version, the view's version written) is replaced
+after that commit. It names
 the view version it belongs to, so a refresh killed between the commit and the record
 is noticed (the view moved past the recorded version) and the next refresh recomputes
 in full: never a change applied twice, never one missed.

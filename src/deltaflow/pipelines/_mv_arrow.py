@@ -190,9 +190,13 @@ def _view_state(folding: Folding, view: Snapshot) -> pa.Table:
     paths = [_uri.join(view.uri, f.path) for f in view.files(stats=False)]
     table = _read(paths, wanted) if paths else wanted.empty_table()
     # Helpers kept in the view's own columns are read from them, under their names.
+    zero = pa.scalar(0, pa.int64())
     return pa.table(
         [
-            pc.cast(table.column(c), pa.int64()) if i >= len(folding.keys) else table.column(c)
+            # A sum column is NULL where its helper is 0 (only NULLs summed).
+            pc.fill_null(pc.cast(table.column(c), pa.int64()), zero)
+            if i >= len(folding.keys)
+            else table.column(c)
             for i, c in enumerate(stored)
         ],
         names=[*folding.keys, *helpers],

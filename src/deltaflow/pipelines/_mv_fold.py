@@ -62,6 +62,8 @@ class Folding:
     folds: tuple[Fold, ...]
     aggregate: Any
     columns: tuple[str, ...]  # the view's columns, in order
+    # helper -> the view column holding it, where one does (see :func:`_kept_in_view`)
+    in_view: tuple[tuple[str, str], ...] = ()
 
     def helpers(self) -> list[str]:
         names = [ROWS]
@@ -73,19 +75,13 @@ class Folding:
         return names
 
     def stored(self, helper: str) -> str:
-        """The table column holding ``helper``: a view column always equal to it where
-        there is one (a ``count(*)`` is the row count, a ``count(x)`` its non-NULL
-        count), else the helper column itself."""
-        for i, fold in enumerate(self.folds):
-            if (helper == ROWS and fold.function == "count_star") or (
-                helper == cnt_name(i) and fold.function == "count"
-            ):
-                return fold.name
-        return helper
+        """The table column holding ``helper``: a view column that gives it, else the
+        helper column itself (:func:`_kept_in_view`)."""
+        return dict(self.in_view).get(helper, helper)
 
     def extra_columns(self) -> list[str]:
-        """The helper columns the table holds besides the view's own (none for a view
-        of counts alone)."""
+        """The helper columns the table holds besides the view's own (none when the
+        view's columns give every helper)."""
         return [h for h in self.helpers() if self.stored(h) == h]
 
 
@@ -111,7 +107,35 @@ def folding(shape: _mv_plan.QueryShape, columns: list[str]) -> Folding | None:
         folds.append(fold)
     if len(keys) != len(groupings) or not folds:
         return None
-    return Folding(tuple(keys), tuple(groupings), tuple(folds), aggregate, tuple(columns))
+    return Folding(
+        tuple(keys),
+        tuple(groupings),
+        tuple(folds),
+        aggregate,
+        tuple(columns),
+        _kept_in_view(tuple(folds)),
+    )
+
+
+def _kept_in_view(folds: tuple[Fold, ...]) -> tuple[tuple[str, str], ...]:
+    """Helpers a view column gives, so they are not stored twice: a ``count(*)`` column
+    is the row count; a ``count(x)`` column is the non-NULL count of any aggregate of
+    the same ``x``; a ``sum(x)`` column is the sum of ``x`` (NULL, when only NULLs were
+    summed, read as 0: what the helper holds then). Readers then see no helper column
+    for views such as ``count(*), count(x), sum(x), avg(x)``."""
+    kept: dict[str, str] = {}
+    for i, fold in enumerate(folds):
+        if fold.function == "count_star":
+            kept.setdefault(ROWS, fold.name)
+            continue
+        for other in folds:
+            if other.child is None or not other.child.semanticEquals(fold.child):
+                continue
+            if other.function == "count":
+                kept.setdefault(cnt_name(i), other.name)
+            if other.function == "sum" and fold.needs_sum:
+                kept.setdefault(sum_name(i), other.name)
+    return tuple(kept.items())
 
 
 def _fold(e: Any) -> Fold | None:
@@ -232,7 +256,7 @@ def merge(spark: SparkSession, target: str, folding: Folding, changes: DataFrame
 
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in folding.keys)
     helpers, extra = folding.helpers(), folding.extra_columns()
-    summed = {h: f"(t.`{folding.stored(h)}` + s.`{h}`)" for h in helpers}
+    summed = {h: f"(coalesce(t.`{folding.stored(h)}`, 0) + s.`{h}`)" for h in helpers}
     update = {f"`{h}`": summed[h] for h in extra}
     update.update(_derived(folding, summed))
     fresh = {h: f"s.`{h}`" for h in helpers}
