@@ -127,7 +127,11 @@ def test_fold_on_driver_equals_a_recompute(spark: Any, tmp_path: Path, on_driver
             spark.read.format("delta")
             .load(source)
             .groupBy("kind")
-            .agg(F.sum("amount").alias("total"), F.avg("region").alias("area"))
+            .agg(
+                F.sum("amount").alias("total"),
+                F.avg("region").alias("area"),
+                F.count("kind").alias("kinds"),  # a count of strings
+            )
         )
 
     with dp.collect() as declared:

@@ -82,6 +82,8 @@ def driver_fold(shape: _mv_plan.QueryShape, folding: Folding) -> DriverFold | No
             return None
         return names.get(int(expression.exprId().id()))
 
+    if not all(_groups_alike(g.dataType()) for g in folding.groupings):
+        return None
     keys = [column(g) for g in folding.groupings]
     inputs = [None if f.child is None else column(f.child) for f in folding.folds]
     if any(k is None for k in keys) or any(
@@ -89,6 +91,27 @@ def driver_fold(shape: _mv_plan.QueryShape, folding: Folding) -> DriverFold | No
     ):
         return None
     return DriverFold(folding, tuple(k for k in keys if k is not None), tuple(inputs))
+
+
+# Key types pyarrow groups exactly as Spark does. Not floats (Spark makes NaN and -0.0
+# one group each), collated strings (equal by their collation), nested types.
+_KEY_TYPES = (
+    "BOOLEAN",
+    "TINYINT",
+    "SMALLINT",
+    "INT",
+    "BIGINT",
+    "STRING",
+    "BINARY",
+    "DATE",
+    "TIMESTAMP",
+    "TIMESTAMP_NTZ",
+)
+
+
+def _groups_alike(data_type: Any) -> bool:
+    sql = str(data_type.sql())
+    return sql in _KEY_TYPES or sql.startswith("DECIMAL(")
 
 
 def readable(snapshot: Snapshot) -> bool:
@@ -163,9 +186,9 @@ def _signed(plan: DriverFold, rows: pa.Table, sign: Any) -> pa.Table:
     for i, (fold, column) in enumerate(zip(folding.folds, plan.input_columns, strict=True)):
         if column is None:
             continue
-        value = pc.cast(rows.column(column), pa.int64())
-        arrays[cnt_name(i)] = pc.if_else(pc.is_valid(value), sign, zero)
-        if fold.needs_sum:
+        arrays[cnt_name(i)] = pc.if_else(pc.is_valid(rows.column(column)), sign, zero)
+        if fold.needs_sum:  # an integer column (only those are folded)
+            value = pc.cast(rows.column(column), pa.int64())
             arrays[sum_name(i)] = pc.fill_null(pc.multiply(value, sign), zero)
     return pa.table(arrays)
 
