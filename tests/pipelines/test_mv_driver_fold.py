@@ -278,3 +278,33 @@ def test_a_fold_killed_after_its_commit_is_repaired(
     assert _planned(settings, report.update_id)["method"] == "FOLD_CHANGE_ROWS_ON_DRIVER"
     got = spark.read.format("delta").load(view).select(*query().columns)
     assert _sorted(got.collect()) == _sorted(query().collect())
+
+
+def test_only_plain_columns_and_exact_key_types_fold_on_the_driver(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Keys pyarrow would group differently from Spark (floats: NaN, -0.0), computed keys
+    or inputs, and filters below the GROUP BY are left to Spark."""
+    from pyspark.sql import functions as F
+
+    from deltaflow.pipelines import _mv_arrow, _mv_fold, _mv_plan
+
+    source = str(tmp_path / "typed")
+    spark.createDataFrame(
+        [(1, "a", 1.5, 2)], "id BIGINT, kind STRING, ratio DOUBLE, amount INT"
+    ).write.format("delta").save(source)
+    table = spark.read.format("delta").load(source)
+
+    def driver(df: Any) -> Any:
+        shape = _mv_plan.analyse(df)
+        folding = _mv_fold.folding(shape, df.columns)
+        assert folding is not None
+        return _mv_arrow.driver_fold(shape, folding)
+
+    plain = driver(table.groupBy("kind", "id").agg(F.sum("amount").alias("t")))
+    assert plain is not None and plain.key_columns == ("kind", "id")
+    assert plain.input_columns == ("amount",)
+    assert driver(table.groupBy("ratio").agg(F.sum("amount").alias("t"))) is None
+    assert driver(table.groupBy(F.upper("kind")).agg(F.count("*").alias("n"))) is None
+    assert driver(table.groupBy("kind").agg(F.sum(F.col("amount") + 1).alias("t"))) is None
+    assert driver(table.where("id > 0").groupBy("kind").agg(F.count("*").alias("n"))) is None
