@@ -239,20 +239,15 @@ class ViewRefresh:
         limit = self._limit(plan.on_driver)
         if change_bytes > limit * max(source_bytes, 1):
             plan.technique = COMPLETE_RECOMPUTE
-            reason = (
-                f"the changes ({change_bytes} bytes) are over {limit:.0%}"
-                f" of the source ({source_bytes} bytes): CHANGESET_SIZE_THRESHOLD_EXCEEDED"
-                if limit > 0
-                else f"{shape.technique} is off by default ({MAX_CHANGE_FRACTION_KEY} unset:"
-                " only a fold over plain columns on the driver beat a recompute in the"
-                " measured cases); set it, e.g. to 0.25, in the pipeline's configuration to"
-                " refresh from the change data feed"
-            )
+            reason = _over_limit(limit, change_bytes, source_bytes, self._configured())
             plan.issues = [Issue("INCREMENTAL_PLAN_REJECTED_BY_COST_MODEL", reason)]
             return plan
         assert shape.technique is not None
         plan.technique = shape.technique
         return plan
+
+    def _configured(self) -> bool:
+        return bool(self._spark.conf.get(MAX_CHANGE_FRACTION_KEY, None))
 
     def _on_driver(self) -> bool:
         return str(self._spark.conf.get(FOLD_ON_DRIVER_KEY, "true")).lower() != "false"
@@ -525,6 +520,23 @@ def _null_safe(left: str, right: str, cols: list[str]) -> Any:
         term = F.col(f"{left}.`{c}`").eqNullSafe(F.col(f"{right}.`{c}`"))
         condition = term if condition is None else condition & term
     return condition
+
+
+def _over_limit(limit: float, change_bytes: int, source_bytes: int, configured: bool) -> str:
+    """The cost model's reason for recomputing."""
+    if limit > 0:
+        return (
+            f"the changes ({change_bytes} bytes) are over {limit:.0%} of the source"
+            f" ({source_bytes} bytes): CHANGESET_SIZE_THRESHOLD_EXCEEDED"
+        )
+    if configured:
+        return f"incremental refresh is off ({MAX_CHANGE_FRACTION_KEY} is 0)"
+    return (
+        f"this refresh is incremental only when opted in ({MAX_CHANGE_FRACTION_KEY} is"
+        " unset: by default only a fold over plain columns on the driver runs, the one"
+        " technique that beat a recompute in the measured cases); set it, e.g. to 0.25, in"
+        " the pipeline's configuration to refresh from the change data feed"
+    )
 
 
 def _source_snapshot(shape: QueryShape) -> Any:
