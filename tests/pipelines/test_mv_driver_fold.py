@@ -279,6 +279,11 @@ def test_a_fold_killed_after_its_commit_is_repaired(
     got = spark.read.format("delta").load(view).select(*query().columns)
     assert _sorted(got.collect()) == _sorted(query().collect())
 
+    spark.sql(f"DELETE FROM delta.`{source}`")  # every group vanishes: an empty view
+    settings, report = _update(spark, graph, tmp_path, **config)
+    assert _planned(settings, report.update_id)["method"] == "FOLD_CHANGE_ROWS_ON_DRIVER"
+    assert spark.read.format("delta").load(view).count() == 0
+
 
 def test_only_plain_columns_and_exact_key_types_fold_on_the_driver(
     spark: Any, tmp_path: Path
