@@ -9,13 +9,17 @@ data feed on: ``id``, ``key = id // 100`` (groups of 100 rows), ``amount`` (DOUB
 - ``groups``: count, sum, avg, min, max of ``amount`` per key: the touched groups are
   recomputed from the source (RECOMPUTE_TOUCHED_GROUPS).
 
-Both opt in with ``pipelines.incrementalRefresh.maxChangeFraction = 0.25``.
+Both opt in with ``pipelines.incrementalRefresh.maxChangeFraction = 0.25`` (the fold over
+plain columns is on by default, at up to 10% of the source's bytes in change files).
 
 The view is refreshed once (complete), then 1% of the source's rows are updated, and
 the next refresh is timed two ways on copies of the same pipeline storage, in one
 process, alternated:
 
 - ``incremental``: the pipeline's choice, GROUP_AGGREGATE (checked in the event log);
+  for ``fold`` the fold on the driver with Arrow (FOLD_CHANGE_ROWS_ON_DRIVER);
+- ``spark_fold`` (``fold`` only): the same fold run by Spark
+  (``pipelines.incrementalRefresh.foldOnDriver = false``);
 - ``complete``: the same update with ``pipelines.incrementalRefresh.maxChangeFraction = 0``,
   so the cost model picks COMPLETE_RECOMPUTE.
 
@@ -82,9 +86,17 @@ def main() -> dict[str, object]:
 
     graph = declared.graph()
 
-    def update(storage: Path, complete: bool) -> dp.UpdateReport:
-        fraction = "0" if complete else "0.25"  # 0: recompute (the default); 0.25: opt in
-        configuration = {"pipelines.incrementalRefresh.maxChangeFraction": fraction}
+    def spark_jobs() -> int:
+        """The next Spark job id (ids are sequential; the pipeline sets no job groups),
+        one call to the status tracker: the jobs run between two calls."""
+        return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1) + 1
+
+    def update(storage: Path, complete: bool, on_driver: bool = True) -> dp.UpdateReport:
+        fraction = "0" if complete else "0.25"  # 0: recompute; 0.25: opt in
+        configuration = {
+            "pipelines.incrementalRefresh.maxChangeFraction": fraction,
+            "pipelines.incrementalRefresh.foldOnDriver": str(on_driver).lower(),
+        }
         settings = dp.PipelineSettings(
             name="mv",
             storage=str(storage),
@@ -115,21 +127,40 @@ def main() -> dict[str, object]:
         # with the helper columns a fold needs; the complete variant drops them).
         update(prepared, complete=False)
         spark.sql(f"UPDATE delta.`{source}` SET amount = amount + 1, qty = qty + 1 WHERE {where}")
-        work = {"incremental": root / "work_incremental", "complete": root / "work_complete"}
+        variants = (
+            ("incremental", "spark_fold", "complete")
+            if view == "fold"
+            else (
+                "incremental",
+                "complete",
+            )
+        )
+        work = {v: root / f"work_{v}" for v in variants}
         chosen: dict[str, str] = {}
+        jobs: dict[str, int] = {}
 
-        def refresh(variant: str, prepared: Path, work: dict[str, Path], chosen: dict[str, str]):
+        def refresh(
+            variant: str,
+            prepared: Path,
+            work: dict[str, Path],
+            chosen: dict[str, str],
+            jobs: dict[str, int],
+        ) -> None:
             storage = work[variant]
             shutil.rmtree(storage, ignore_errors=True)
             shutil.copytree(prepared, storage)
-            report = update(storage, complete=variant == "complete")
+            before = spark_jobs()
+            report = update(
+                storage, complete=variant == "complete", on_driver=variant != "spark_fold"
+            )
+            jobs[variant] = spark_jobs() - before
             chosen[variant] = technique(storage, report.update_id)
 
         print(f"== {name} 1% change, {rows:,} rows (load {loadavg()})", flush=True)
         timings = run_side_by_side(
             {
-                v: (lambda v=v, p=prepared, w=work, c=chosen: refresh(v, p, w, c))
-                for v in ("incremental", "complete")
+                v: (lambda v=v, p=prepared, w=work, c=chosen, j=jobs: refresh(v, p, w, c, j))
+                for v in variants
             },
             args.reps,
         )
@@ -137,15 +168,16 @@ def main() -> dict[str, object]:
         # The query's columns: a folded view also holds its helper columns.
         columns = [c for c in views["complete"].columns if not c.startswith("__deltaflow_mv_")]
         views = {v: df.select(*columns) for v, df in views.items()}
-        same = (
-            views["incremental"].exceptAll(views["complete"]).count() == 0
-            and views["complete"].exceptAll(views["incremental"]).count() == 0
+        same = all(
+            views[v].exceptAll(views["complete"]).count() == 0
+            and views["complete"].exceptAll(views[v]).count() == 0
+            for v in variants
         )
         ratio = timings.median("complete") / timings.median("incremental")
         results[name] = {
-            "incremental_s": round(timings.median("incremental"), 2),
-            "complete_s": round(timings.median("complete"), 2),
+            **{f"{v}_s": round(timings.median(v), 2) for v in variants},
             "speedup": round(ratio, 2),
+            "spark_jobs": jobs,
             "techniques": chosen,
             "same_result": same,
             "load": loadavg(),

@@ -11,6 +11,9 @@ log as a ``planning_information`` event, as Lakeflow does:
   and after the change) are recomputed from the source, and replace those groups' rows;
   a group left with no rows disappears. Any deterministic aggregate works (count, sum,
   avg, min, max, count distinct...), since whole groups are recomputed.
+  Decomposable aggregates are folded from the change rows instead (:mod:`._mv_fold`),
+  on the driver with Arrow when keys and inputs are plain source columns
+  (:mod:`._mv_arrow`: no Spark job, the one technique on by default).
 - ``COMPLETE_RECOMPUTE``: the query again over the whole source, one overwrite, as before.
   Chosen when the shape does not allow anything else (:mod:`._mv_plan`), the view has
   expectations, there is no record of a previous refresh (first run, full refresh), the
@@ -18,9 +21,10 @@ log as a ``planning_information`` event, as Lakeflow does:
   change feed does not cover the versions since (not enabled, VACUUMed, log cleaned up),
   its schema changed, or the changes are large enough that recomputing is cheaper.
 
-An incremental refresh is one MERGE commit into the view. The record of what the view
-reflects (``<checkpoints>/<flow>/materialized_view.json``: the definition's fingerprint,
-the source version, the view's version written) is replaced after that commit. It names
+An incremental refresh is one commit into the view (an overwrite or a MERGE). The record
+of what the view reflects (``<checkpoints>/<flow>/materialized_view.json``: the
+definition's fingerprint, the source version, the view's version written) is replaced
+after that commit. It names
 the view version it belongs to, so a refresh killed between the commit and the record
 is noticed (the view moved past the recorded version) and the next refresh recomputes
 in full: never a change applied twice, never one missed.
@@ -33,7 +37,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from deltaflow.pipelines import _mv_fold, _mv_plan
+from deltaflow.pipelines import _mv_arrow, _mv_changes, _mv_fold, _mv_plan
 from deltaflow.pipelines._mv_plan import GROUP_AGGREGATE, ROW_BASED, Issue, QueryShape
 
 if TYPE_CHECKING:
@@ -43,24 +47,26 @@ NO_OP = "NO_OP"
 COMPLETE_RECOMPUTE = "COMPLETE_RECOMPUTE"
 TECHNIQUES = (COMPLETE_RECOMPUTE, NO_OP, ROW_BASED, GROUP_AGGREGATE)
 
-# Above this share of the source's bytes in change files, a recompute is cheaper: the
-# incremental refresh reads the changes and still scans the source for the touched
-# groups, then rewrites the view's files holding them (Lakeflow's cost model rejects
-# such plans as CHANGESET_SIZE_THRESHOLD_EXCEEDED too). The pipeline's configuration
-# can move it (it is set on the session for the update). The default is 0, so a changed
-# source is recomputed: measured side by side (docs/benchmarks.md, bench_mv_refresh.py),
-# the incremental techniques were 2.5-4.5x slower than a recompute even at a 1% change,
-# since recomputing the touched groups still scans the source. An unchanged source is
-# still a NO_OP (checked before this limit). Raise it to opt in.
+# Above this share of the source's bytes in change files, a recompute is cheaper (Lakeflow's
+# cost model rejects such plans as CHANGESET_SIZE_THRESHOLD_EXCEEDED too). The pipeline's
+# configuration can move it (it is set on the session for the update) for every
+# incremental technique; unset, each technique has its own default below.
 MAX_CHANGE_FRACTION_KEY = "pipelines.incrementalRefresh.maxChangeFraction"
+# The default for a decomposable GROUP BY over plain source columns folded on the driver
+# (:mod:`._mv_arrow`): no Spark job, so it beat a recompute 2-9x at 1% changed (10M source
+# rows, 100k groups; bench_mv_refresh.py, docs/benchmarks.md). Its work grows with the
+# change rows and the view, a recompute's with the source: at 10% of the source's bytes
+# in change files the fold still reads far less than the scan.
+DRIVER_FOLD_CHANGE_FRACTION = 0.1
+# The default for every other incremental technique (the Spark fold, the touched groups
+# recomputed, ROW_BASED): 0, so a changed source is recomputed. Measured side by side,
+# they were slower than a recompute even at a 1% change (0.2-0.8x): each pays the fixed
+# cost of several Spark jobs, and recomputing touched groups still scans the source.
+# An unchanged source is still a NO_OP (checked before this limit). Set the key to opt in.
 MAX_CHANGE_FRACTION = "0"
-# A decomposable GROUP BY (:mod:`._mv_fold`) reads only the change rows and rewrites the
-# view from them: no source scan. Its default limit (when the key above is not set), kept
-# apart so the cost model can turn it on alone. Still 0: measured side by side at 10M
-# source rows with 1% changed (bench_mv_refresh.py, docs/benchmarks.md) the fold took
-# 1.3-2.3x a recompute's time, whose scan of two columns is cheap; the fold's fixed cost
-# (planning the change feed, the change rows, the view read and rewritten) dominates.
-FOLD_CHANGE_FRACTION = 0.0
+# Set to false in the pipeline's configuration to fold with Spark instead of on the
+# driver (the benchmark's comparison; a way out should the driver's memory be short).
+FOLD_ON_DRIVER_KEY = "pipelines.incrementalRefresh.foldOnDriver"
 
 # A view up to this size is rewritten whole by an incremental refresh (one overwrite,
 # two Spark jobs); a larger one is MERGEd, whose fixed cost (several jobs) is then paid
@@ -83,6 +89,7 @@ class Plan:
     previous_version: int | None = None  # of the source, as the view reflects it
     change_bytes: int | None = None
     folded: bool = False  # GROUP_AGGREGATE folded from the change rows (no source scan)
+    on_driver: bool = False  # ... on the driver with Arrow (:mod:`._mv_arrow`), no Spark job
 
     @property
     def incremental(self) -> bool:
@@ -93,6 +100,11 @@ class Plan:
         if self.issues:
             text += ": " + "; ".join(i.message for i in self.issues)
         return text + "."
+
+    def _group_method(self) -> str:
+        if not self.folded:
+            return "RECOMPUTE_TOUCHED_GROUPS"
+        return "FOLD_CHANGE_ROWS_ON_DRIVER" if self.on_driver else "FOLD_CHANGE_ROWS"
 
     def details(self, target: str) -> dict[str, Any]:
         options = [self.technique]
@@ -113,13 +125,7 @@ class Plan:
             )
         if self.shape is not None and self.shape.technique == GROUP_AGGREGATE:
             # deltaflow's own detail: how the touched groups get their new rows.
-            techniques.append(
-                {
-                    "group_aggregate_method": "FOLD_CHANGE_ROWS"
-                    if self.folded
-                    else "RECOMPUTE_TOUCHED_GROUPS"
-                }
-            )
+            techniques.append({"group_aggregate_method": self._group_method()})
         details: dict[str, Any] = {
             "technique_information": techniques,
             "target_table_information": {"table_name": target},
@@ -161,6 +167,7 @@ class ViewRefresh:
         self._plan: Plan | None = None
         self._plain_changes = False
         self._folding: _mv_fold.Folding | None = None
+        self._driver: _mv_arrow.DriverFold | None = None
 
     # ---- planning --------------------------------------------------------------------
 
@@ -182,10 +189,15 @@ class ViewRefresh:
                 "EXPECTATIONS_ON_TARGET",
                 "the view has expectations, which are checked over the whole result",
             )
-        # Helper columns only where a fold may be chosen: with incremental refresh off
-        # (the default) the view's table holds the query's columns alone.
-        if self._limit(True) > 0:
-            self._folding = _mv_fold.folding(shape, self._df.columns)
+        # Helper columns only where a fold may be chosen: with incremental refresh off for
+        # the view the table holds the query's columns alone.
+        folding = _mv_fold.folding(shape, self._df.columns)
+        if folding is not None and self._on_driver():
+            self._driver = _mv_arrow.driver_fold(shape, folding)
+            if self._driver is not None and not _mv_arrow.readable(_source_snapshot(shape)):
+                self._driver = None
+        if folding is not None and self._limit(self._driver is not None) > 0:
+            self._folding = folding
         folded = self._folding is not None
         state = self._load_state()
         if state is None:
@@ -198,7 +210,7 @@ class ViewRefresh:
                 "DEFINITION_CHANGED",
                 "the view's definition changed (or whether it keeps fold helper columns)",
             )
-        moved = _data_changed_since(self._target, int(state["target_version"]))
+        moved = _mv_changes.data_changed_since(self._target, int(state["target_version"]))
         if moved is not None:
             return complete(
                 "TARGET_CHANGED",
@@ -214,37 +226,51 @@ class ViewRefresh:
                 f"the source {source.name} is at version {source.version}, before version"
                 f" {previous} that the view reflects",
             )
-        problem = _change_feed_issue(source.uri, previous + 1, source.version)
+        problem = _mv_changes.change_feed_issue(source.uri, previous + 1, source.version)
         if isinstance(problem, Issue):
             plan.technique, plan.issues = COMPLETE_RECOMPUTE, [problem]
             return plan
         change_bytes, source_bytes, plain = problem
         plan.change_bytes = change_bytes
         self._plain_changes = plain
-        limit = self._limit(folded)
+        if not (plain and self._driver_fold_fits(change_bytes)):
+            self._driver = None
+        plan.on_driver = folded and self._driver is not None
+        limit = self._limit(plan.on_driver)
         if change_bytes > limit * max(source_bytes, 1):
             plan.technique = COMPLETE_RECOMPUTE
-            reason = (
-                f"the changes ({change_bytes} bytes) are over {limit:.0%}"
-                f" of the source ({source_bytes} bytes): CHANGESET_SIZE_THRESHOLD_EXCEEDED"
-                if limit > 0
-                else f"incremental refresh is off ({MAX_CHANGE_FRACTION_KEY} is 0, the"
-                " default: a recompute was faster in every measured case); set it, e.g. to"
-                " 0.25, in the pipeline's configuration to refresh from the change data feed"
-            )
+            reason = _over_limit(limit, change_bytes, source_bytes, self._configured())
             plan.issues = [Issue("INCREMENTAL_PLAN_REJECTED_BY_COST_MODEL", reason)]
             return plan
         assert shape.technique is not None
         plan.technique = shape.technique
         return plan
 
-    def _limit(self, folded: bool) -> float:
+    def _configured(self) -> bool:
+        return bool(self._spark.conf.get(MAX_CHANGE_FRACTION_KEY, None))
+
+    def _on_driver(self) -> bool:
+        return str(self._spark.conf.get(FOLD_ON_DRIVER_KEY, "true")).lower() != "false"
+
+    def _driver_fold_fits(self, change_bytes: int) -> bool:
+        """Whether the changes and the view are small enough to fold in memory, and the
+        view's table one :mod:`._mv_arrow` writes."""
+        if self._driver is None or change_bytes > _mv_arrow.DRIVER_LIMIT_BYTES:
+            return False
+        from deltaflow.table._snapshot import load_snapshot
+
+        view = load_snapshot(self._target)
+        if not _mv_arrow.readable(view):
+            return False
+        return sum(f.size for f in view.files(stats=False)) <= _mv_arrow.DRIVER_LIMIT_BYTES
+
+    def _limit(self, on_driver: bool) -> float:
         """The largest share of the source's bytes in change files an incremental
         refresh is chosen for: the configured one, else the technique's default."""
         configured = self._spark.conf.get(MAX_CHANGE_FRACTION_KEY, None)
         if configured:
             return float(configured)
-        return FOLD_CHANGE_FRACTION if folded else float(MAX_CHANGE_FRACTION)
+        return DRIVER_FOLD_CHANGE_FRACTION if on_driver else float(MAX_CHANGE_FRACTION)
 
     def recompute_query(self) -> DataFrame:
         """What a complete recompute writes: the query, with the helper columns a
@@ -263,8 +289,14 @@ class ViewRefresh:
         assert plan is not None and plan.incremental and plan.shape is not None
         shape, source = plan.shape, plan.shape.source
         assert source is not None and plan.previous_version is not None
+        if plan.technique == GROUP_AGGREGATE and plan.on_driver and self._driver is not None:
+            result = _mv_arrow.fold(
+                self._driver, source.uri, plan.previous_version + 1, source.version, self._target
+            )
+            self._save_state(shape)
+            return result.rows  # the view is rewritten whole
         if self._plain_changes:
-            changes = _plain_change_rows(
+            changes = _mv_changes.plain_change_rows(
                 self._spark, source.uri, plan.previous_version + 1, source.version
             )
         else:
@@ -278,7 +310,7 @@ class ViewRefresh:
         if plan.technique == GROUP_AGGREGATE and self._folding is not None:
             folded = _mv_fold.deltas(self._spark, shape, self._folding, changes)
             folded = folded.localCheckpoint()  # the change rows read once
-            if _table_bytes(self._target) > REWRITE_LIMIT_BYTES:
+            if _mv_changes.table_bytes(self._target) > REWRITE_LIMIT_BYTES:
                 _mv_fold.merge(self._spark, self._target, self._folding, folded)
             else:
                 _mv_fold.rewrite(self._spark, self._target, self._folding, folded)
@@ -374,7 +406,7 @@ class ViewRefresh:
 
         rows = rows.localCheckpoint()  # computed once, counted cheaply
         written = rows.count()
-        if _table_bytes(self._target) > REWRITE_LIMIT_BYTES:
+        if _mv_changes.table_bytes(self._target) > REWRITE_LIMIT_BYTES:
             source = _deletes(touched, self._df).unionByName(rows.withColumn(_OP, F.lit("insert")))
             self._merge(keys, source)
             return written
@@ -409,19 +441,19 @@ class ViewRefresh:
                 state: dict[str, Any] = json.load(handle)
         except (FileNotFoundError, ValueError):
             return None
-        # Format 2 records whether the view holds fold helper columns; an older
-        # record is not trusted (its view has none), so the view is recomputed once.
-        return state if state.get("format") == 2 else None
+        # Format 3 records whether the view holds fold helper columns (and keeps none a
+        # view column equals); an older record is not trusted: the view is recomputed once.
+        return state if state.get("format") == 3 else None
 
     def _save_state(self, shape: QueryShape) -> None:
         assert shape.source is not None
         state = {
-            "format": 2,
+            "format": 3,
             "fingerprint": shape.fingerprint,
             "folded": self._folding is not None,
             "source_uri": shape.source.uri,
             "source_version": shape.source.version,
-            "target_version": _latest_version(self._target),
+            "target_version": _mv_changes.latest_version(self._target),
         }
         os.makedirs(os.path.dirname(self._state_path), exist_ok=True)
         with open(self._state_path + ".tmp", "w") as out:
@@ -480,12 +512,6 @@ def _key_ranges(touched: DataFrame, keys: tuple[str, ...]) -> Any:
     return predicate
 
 
-def _table_bytes(uri: str) -> int:
-    from deltaflow.table._snapshot import load_snapshot
-
-    return sum(f.size for f in load_snapshot(uri).files(stats=False))
-
-
 def _null_safe(left: str, right: str, cols: list[str]) -> Any:
     from pyspark.sql import functions as F
 
@@ -496,107 +522,28 @@ def _null_safe(left: str, right: str, cols: list[str]) -> Any:
     return condition
 
 
-def _change_feed_issue(uri: str, start: int, end: int) -> Issue | tuple[int, int, bool]:
-    """Why the source's change feed cannot give versions ``start``..``end``, or the
-    bytes of its change files and of the source, and whether Spark's Parquet reader can
-    read those files as they are (:func:`_plain_change_rows`)."""
-    from deltaflow.table import _cdf
-    from deltaflow.table._log import read_commit
-    from deltaflow.table._snapshot import load_snapshot
-    from deltaflow.table.errors import (
-        ChangeDataFilesMissingError,
-        ChangeDataNotRecordedError,
-        VersionNotFoundError,
+def _over_limit(limit: float, change_bytes: int, source_bytes: int, configured: bool) -> str:
+    """The cost model's reason for recomputing."""
+    if limit > 0:
+        return (
+            f"the changes ({change_bytes} bytes) are over {limit:.0%} of the source"
+            f" ({source_bytes} bytes): CHANGESET_SIZE_THRESHOLD_EXCEEDED"
+        )
+    if configured:
+        return f"incremental refresh is off ({MAX_CHANGE_FRACTION_KEY} is 0)"
+    return (
+        f"this refresh is incremental only when opted in ({MAX_CHANGE_FRACTION_KEY} is"
+        " unset: by default only a fold over plain columns on the driver runs, the one"
+        " technique that beat a recompute in the measured cases); set it, e.g. to 0.25, in"
+        " the pipeline's configuration to refresh from the change data feed"
     )
 
-    snapshot = load_snapshot(uri, version=end)
-    schema = json.dumps(snapshot.schema, sort_keys=True)
-    for version in range(start, end + 1):
-        for _, action in read_commit(uri, version) or ():
-            meta = action.get("metaData")
-            if meta and json.dumps(json.loads(meta["schemaString"]), sort_keys=True) != schema:
-                return Issue(
-                    "SOURCE_SCHEMA_CHANGED", f"the source's schema changed at version {version}"
-                )
-    try:
-        files = _cdf.plan_changes(snapshot, _cdf.ChangeRange(start, end))
-        _cdf.check_files_exist(uri, files)
-    except ChangeDataNotRecordedError:
-        return Issue(
-            "CDF_NOT_ENABLED",
-            f"the source's change data feed was not enabled for all of versions {start} to"
-            f" {end} (set delta.enableChangeDataFeed = true on it)",
-        )
-    except (ChangeDataFilesMissingError, VersionNotFoundError) as error:
-        return Issue(
-            "CHANGE_DATA_UNAVAILABLE",
-            "the source's changes since the last refresh are gone (VACUUM or log"
-            f" cleanup): {error}",
-        )
-    source_bytes = sum(f.size for f in snapshot.files(stats=False))
-    plain = (
-        uri.startswith("file:")
-        and not snapshot.partition_columns
-        and snapshot.column_mapping_mode == "none"
-        and all(f.selection == _cdf.RowSelection() for f in files)
-    )
-    return sum(f.size for f in files), source_bytes, plain
 
-
-def _plain_change_rows(spark: SparkSession, uri: str, start: int, end: int) -> DataFrame:
-    """The change rows of versions ``start`` to ``end``, read by Spark's
-    Parquet reader straight from the files the table layer plans (change files as they
-    are, added / removed data files as inserts / deletes). Only for what needs no more:
-    local files, no partition columns, no column mapping, no deletion vectors (checked
-    while planning); the change feed reader does the rest, row by row in Python."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
-
-    from deltaflow.table import _cdf, _schema
+def _source_snapshot(shape: QueryShape) -> Any:
     from deltaflow.table._snapshot import load_snapshot
 
-    snapshot = load_snapshot(uri, version=end)
-    files = _cdf.plan_changes(snapshot, _cdf.ChangeRange(start, end))
-    schema = StructType.fromJson(_schema.logical_schema(snapshot.schema))
-    columns = [F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in schema.fields]
-    parts: list[DataFrame] = []
-    for kind, change_type in (("cdc", None), ("add", "insert"), ("remove", "delete")):
-        paths = [_cdf.file_uri(uri, f.path) for f in files if f.kind == kind]
-        if not paths:
-            continue
-        df = spark.read.parquet(*paths)
-        kind_column = F.col(_cdf.CHANGE_TYPE) if change_type is None else F.lit(change_type)
-        parts.append(df.select(*columns, kind_column.alias(_cdf.CHANGE_TYPE)))
-    if not parts:
-        return spark.createDataFrame([], schema.add(_cdf.CHANGE_TYPE, "string"))
-    rows = parts[0]
-    for part in parts[1:]:
-        rows = rows.unionByName(part)
-    return rows
-
-
-def _data_changed_since(uri: str, version: int) -> int | None:
-    """The first version after ``version`` that changed the table's data or metadata
-    (compaction, ``dataChange=false``, does not count); None if there is none."""
-    from deltaflow.table._log import read_commit
-
-    latest = _latest_version(uri)
-    if latest < version:
-        return latest
-    for v in range(version + 1, latest + 1):
-        for _, action in read_commit(uri, v) or ():
-            if "metaData" in action or "protocol" in action:
-                return v
-            for kind in ("add", "remove", "cdc"):
-                if kind in action and action[kind].get("dataChange", True):
-                    return v
-    return None
-
-
-def _latest_version(uri: str) -> int:
-    from deltaflow.table._snapshot import load_snapshot
-
-    return load_snapshot(uri, check_readable=False).version
+    assert shape.source is not None
+    return load_snapshot(shape.source.uri, version=shape.source.version, check_readable=False)
 
 
 def _uri(path: str) -> str:

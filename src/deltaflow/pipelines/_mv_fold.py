@@ -12,6 +12,10 @@ columns (the usual incremental view maintenance bookkeeping):
   count is 0, as Spark's sum of only NULLs is) and ``avg`` (sum / count as DOUBLE, which
   is Spark's avg of integers) are derived.
 
+A helper equal to one of the view's own columns is not stored twice
+(:meth:`Folding.stored`): a ``count(*)`` column is the row count, a ``count(x)`` column
+the non-NULL count, so a view of counts alone keeps no helper column.
+
 A complete recompute writes the same columns (:func:`recompute`), so either technique
 leaves the same table. Floating-point and decimal sums are not folded (a float sum's
 value depends on the order of addition, so a fold could differ from a recompute in the
@@ -58,15 +62,27 @@ class Folding:
     folds: tuple[Fold, ...]
     aggregate: Any
     columns: tuple[str, ...]  # the view's columns, in order
+    # helper -> the view column holding it, where one does (see :func:`_kept_in_view`)
+    in_view: tuple[tuple[str, str], ...] = ()
 
     def helpers(self) -> list[str]:
         names = [ROWS]
         for i, fold in enumerate(self.folds):
             if fold.function != "count_star":
-                names.append(_cnt(i))
+                names.append(cnt_name(i))
             if fold.needs_sum:
-                names.append(_sum(i))
+                names.append(sum_name(i))
         return names
+
+    def stored(self, helper: str) -> str:
+        """The table column holding ``helper``: a view column that gives it, else the
+        helper column itself (:func:`_kept_in_view`)."""
+        return dict(self.in_view).get(helper, helper)
+
+    def extra_columns(self) -> list[str]:
+        """The helper columns the table holds besides the view's own (none when the
+        view's columns give every helper)."""
+        return [h for h in self.helpers() if self.stored(h) == h]
 
 
 def folding(shape: _mv_plan.QueryShape, columns: list[str]) -> Folding | None:
@@ -91,7 +107,35 @@ def folding(shape: _mv_plan.QueryShape, columns: list[str]) -> Folding | None:
         folds.append(fold)
     if len(keys) != len(groupings) or not folds:
         return None
-    return Folding(tuple(keys), tuple(groupings), tuple(folds), aggregate, tuple(columns))
+    return Folding(
+        tuple(keys),
+        tuple(groupings),
+        tuple(folds),
+        aggregate,
+        tuple(columns),
+        _kept_in_view(tuple(folds)),
+    )
+
+
+def _kept_in_view(folds: tuple[Fold, ...]) -> tuple[tuple[str, str], ...]:
+    """Helpers a view column gives, so they are not stored twice: a ``count(*)`` column
+    is the row count; a ``count(x)`` column is the non-NULL count of any aggregate of
+    the same ``x``; a ``sum(x)`` column is the sum of ``x`` (NULL, when only NULLs were
+    summed, read as 0: what the helper holds then). Readers then see no helper column
+    for views such as ``count(*), count(x), sum(x), avg(x)``."""
+    kept: dict[str, str] = {}
+    for i, fold in enumerate(folds):
+        if fold.function == "count_star":
+            kept.setdefault(ROWS, fold.name)
+            continue
+        for other in folds:
+            if other.child is None or not other.child.semanticEquals(fold.child):
+                continue
+            if other.function == "count":
+                kept.setdefault(cnt_name(i), other.name)
+            if other.function == "sum" and fold.needs_sum:
+                kept.setdefault(sum_name(i), other.name)
+    return tuple(kept.items())
 
 
 def _fold(e: Any) -> Fold | None:
@@ -119,11 +163,11 @@ def _fold(e: Any) -> Fold | None:
     return None
 
 
-def _cnt(i: int) -> str:
+def cnt_name(i: int) -> str:
     return f"{HELPER_PREFIX}cnt_{i}"
 
 
-def _sum(i: int) -> str:
+def sum_name(i: int) -> str:
     return f"{HELPER_PREFIX}sum_{i}"
 
 
@@ -172,11 +216,11 @@ def recompute(spark: SparkSession, shape: _mv_plan.QueryShape, folding: Folding)
     aggregates = [F.count(F.lit(1)).alias(ROWS)]
     for i, fold in enumerate(folding.folds):
         if fold.function != "count_star":
-            aggregates.append(F.count(f"__v{i}").alias(_cnt(i)))
+            aggregates.append(F.count(f"__v{i}").alias(cnt_name(i)))
         if fold.needs_sum:
             # 0, not NULL, for only NULLs: what the fold adds up (sum() derives NULL).
             total = F.sum(F.col(f"__v{i}").cast("bigint"))
-            aggregates.append(F.coalesce(total, F.lit(0).cast("bigint")).alias(_sum(i)))
+            aggregates.append(F.coalesce(total, F.lit(0).cast("bigint")).alias(sum_name(i)))
     state = inputs.groupBy(*[F.col(f"`{k}`") for k in folding.keys]).agg(*aggregates)
     return state.select(*_view_columns(folding, lambda c: F.col(f"`{c}`")))
 
@@ -198,10 +242,10 @@ def deltas(
         value = F.col(f"__v{i}")
         if fold.function != "count_star":
             counted = F.when(value.isNotNull(), sign).otherwise(F.lit(0))
-            aggregates.append(F.sum(counted).cast("bigint").alias(_cnt(i)))
+            aggregates.append(F.sum(counted).cast("bigint").alias(cnt_name(i)))
         if fold.needs_sum:
             summed = F.coalesce(value.cast("bigint") * sign, F.lit(0).cast("bigint"))
-            aggregates.append(F.sum(summed).alias(_sum(i)))
+            aggregates.append(F.sum(summed).alias(sum_name(i)))
     return signed.groupBy(*[F.col(f"`{k}`") for k in folding.keys]).agg(*aggregates)
 
 
@@ -211,19 +255,20 @@ def merge(spark: SparkSession, target: str, folding: Folding, changes: DataFrame
     from deltaflow.tables import DeltaTable
 
     on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in folding.keys)
-    helpers = folding.helpers()
-    summed = {h: f"(t.`{h}` + s.`{h}`)" for h in helpers}
-    update = {f"`{h}`": summed[h] for h in helpers}
+    helpers, extra = folding.helpers(), folding.extra_columns()
+    summed = {h: f"(coalesce(t.`{folding.stored(h)}`, 0) + s.`{h}`)" for h in helpers}
+    update = {f"`{h}`": summed[h] for h in extra}
     update.update(_derived(folding, summed))
     fresh = {h: f"s.`{h}`" for h in helpers}
     insert = {f"`{k}`": f"s.`{k}`" for k in folding.keys}
-    insert.update({f"`{h}`": fresh[h] for h in helpers})
+    insert.update({f"`{h}`": fresh[h] for h in extra})
     insert.update(_derived(folding, fresh))
+    rows = folding.stored(ROWS)
     (
         DeltaTable.forPath(spark, target)
         .alias("t")
         .merge(changes.alias("s"), on)
-        .whenMatchedDelete(condition=f"t.`{ROWS}` + s.`{ROWS}` = 0")
+        .whenMatchedDelete(condition=f"t.`{rows}` + s.`{ROWS}` = 0")
         .whenMatchedUpdate(set=update)
         .whenNotMatchedInsert(condition=f"s.`{ROWS}` > 0", values=insert)
         .run()
@@ -241,10 +286,10 @@ def _derived(folding: Folding, helper: dict[str, str]) -> dict[str, str]:
 def _aggregate_sql(fold: Fold, i: int, helper: dict[str, str]) -> str:
     if fold.function == "count_star":
         return helper[ROWS]
-    count = helper[_cnt(i)]
+    count = helper[cnt_name(i)]
     if fold.function == "count":
         return count
-    total = helper[_sum(i)]
+    total = helper[sum_name(i)]
     if fold.function == "sum":
         return f"CASE WHEN {count} > 0 THEN {total} END"
     return f"CASE WHEN {count} > 0 THEN CAST({total} AS DOUBLE) / CAST({count} AS DOUBLE) END"
@@ -262,7 +307,7 @@ def _view_columns(folding: Folding, column: Any) -> list[Column]:
             out.append(F.expr(derived[name]).cast(types[name]).alias(name))
         else:
             out.append(column(name))
-    return out + [column(h) for h in folding.helpers()]
+    return out + [column(h) for h in folding.extra_columns()]
 
 
 def rewrite(spark: SparkSession, target: str, folding: Folding, changes: DataFrame) -> None:
@@ -276,14 +321,17 @@ def rewrite(spark: SparkSession, target: str, folding: Folding, changes: DataFra
         term = F.col(f"t.`{k}`").eqNullSafe(F.col(f"s.`{k}`"))
         on = term if on is None else on & term
     joined = view.alias("t").join(changes.alias("s"), on, "full_outer")
-    in_view = F.col(f"t.`{ROWS}`").isNotNull()
+    in_view = F.col(f"t.`{folding.stored(ROWS)}`").isNotNull()
     zero = F.lit(0).cast("bigint")
     columns = [
         F.when(in_view, F.col(f"t.`{k}`")).otherwise(F.col(f"s.`{k}`")).alias(k)
         for k in folding.keys
     ]
     columns += [
-        (F.coalesce(F.col(f"t.`{h}`"), zero) + F.coalesce(F.col(f"s.`{h}`"), zero)).alias(h)
+        (
+            F.coalesce(F.col(f"t.`{folding.stored(h)}`"), zero)
+            + F.coalesce(F.col(f"s.`{h}`"), zero)
+        ).alias(h)
         for h in folding.helpers()
     ]
     state = joined.select(*columns).where(F.col(f"`{ROWS}`") > 0)
