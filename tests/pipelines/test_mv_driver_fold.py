@@ -313,3 +313,39 @@ def test_only_plain_columns_and_exact_key_types_fold_on_the_driver(
     assert driver(table.groupBy(F.upper("kind")).agg(F.count("*").alias("n"))) is None
     assert driver(table.groupBy("kind").agg(F.sum(F.col("amount") + 1).alias("t"))) is None
     assert driver(table.where("id > 0").groupBy("kind").agg(F.count("*").alias("n"))) is None
+
+
+def test_a_sum_leaving_bigint_fails_as_spark_does_and_stores_nothing_wrapped(
+    spark: Any, tmp_path: Path
+) -> None:
+    """pyarrow's BIGINT sums wrap around; the driver fold adds up in DECIMAL(38, 0) and
+    hands a total outside BIGINT to Spark's fold, whose overflow error (ANSI) fails the
+    flow as a recompute would, with the view as it was."""
+    source = str(tmp_path / "big")
+    big = 2**62
+    spark.createDataFrame([(1, "a", big)], "id BIGINT, kind STRING, amount BIGINT").write.format(
+        "delta"
+    ).option("delta.enableChangeDataFeed", "true").save(source)
+
+    def sums() -> Any:
+        return spark.read.format("delta").load(source).groupBy("kind").sum("amount")
+
+    graph = _graph(sums)
+    config = {"pipelines.incrementalRefresh.maxChangeFraction": "100"}
+    settings, _ = _update(spark, graph, tmp_path, **config)
+    view = f"{settings.storage}/tables/sums"
+    spark.createDataFrame([(2, "a", big)], "id BIGINT, kind STRING, amount BIGINT").write.format(
+        "delta"
+    ).mode("append").save(source)
+    settings = dp.PipelineSettings(
+        name="mv",
+        storage=settings.storage,
+        database=_database(tmp_path),
+        configuration=config,
+        development=True,
+    )
+    report = dp.run_update(spark, graph, settings)
+    assert report.state == "FAILED", report
+    assert "overflow" in str(report.flows["sums"].error).lower(), report.flows["sums"]
+    stored = spark.read.format("delta").load(view).collect()
+    assert [r["sum(amount)"] for r in stored] == [big]

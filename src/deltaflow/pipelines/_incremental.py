@@ -33,12 +33,15 @@ in full: never a change applied twice, never one missed.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.pipelines import _mv_arrow, _mv_changes, _mv_fold, _mv_plan
 from deltaflow.pipelines._mv_plan import GROUP_AGGREGATE, ROW_BASED, Issue, QueryShape
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -290,11 +293,17 @@ class ViewRefresh:
         shape, source = plan.shape, plan.shape.source
         assert source is not None and plan.previous_version is not None
         if plan.technique == GROUP_AGGREGATE and plan.on_driver and self._driver is not None:
-            result = _mv_arrow.fold(
-                self._driver, source.uri, plan.previous_version + 1, source.version, self._target
-            )
-            self._save_state(shape)
-            return result.rows  # the view is rewritten whole
+            try:
+                first = plan.previous_version + 1
+                result = _mv_arrow.fold(
+                    self._driver, source.uri, first, source.version, self._target
+                )
+            except _mv_arrow.SumOutOfRange as exc:
+                # Spark's own sums decide: its error under ANSI, as a recompute would raise.
+                log.info("view %s: the driver fold stopped (%s); folding in Spark", self._flow, exc)
+            else:
+                self._save_state(shape)
+                return result.rows  # the view is rewritten whole
         if self._plain_changes:
             changes = _mv_changes.plain_change_rows(
                 self._spark, source.uri, plan.previous_version + 1, source.version

@@ -44,6 +44,13 @@ log = logging.getLogger(__name__)
 DRIVER_LIMIT_BYTES = 256 * 1024 * 1024
 
 _ADDED = ("insert", "update_postimage")  # change types that add a row's values
+# Sums are added up as DECIMAL(38, 0): pyarrow's BIGINT sums wrap around where Spark's
+# (ANSI) fail, so a total outside BIGINT is caught when cast back, not stored wrong.
+_WIDE = pa.decimal128(38, 0)
+
+
+class SumOutOfRange(ArithmeticError):
+    """A folded sum left BIGINT's range: the Spark path (and its error) decides."""
 
 
 @dataclass(frozen=True)
@@ -188,8 +195,9 @@ def _signed(plan: DriverFold, rows: pa.Table, sign: Any) -> pa.Table:
             continue
         arrays[cnt_name(i)] = pc.if_else(pc.is_valid(rows.column(column)), sign, zero)
         if fold.needs_sum:  # an integer column (only those are folded)
-            value = pc.cast(rows.column(column), pa.int64())
-            arrays[sum_name(i)] = pc.fill_null(pc.multiply(value, sign), zero)
+            value = pc.cast(rows.column(column), _WIDE)
+            signed = pc.if_else(pc.equal(sign, 1), value, pc.negate(value))
+            arrays[sum_name(i)] = pc.fill_null(signed, pa.scalar(0, _WIDE))
     return pa.table(arrays)
 
 
@@ -199,7 +207,18 @@ def _sum_per_group(folding: Folding, rows: pa.Table) -> pa.Table:
     summed = rows.group_by(list(folding.keys), use_threads=True).aggregate(
         [(h, "sum") for h in helpers]
     )
-    return summed.rename_columns([*folding.keys, *helpers]).select([*folding.keys, *helpers])
+    summed = summed.rename_columns([*folding.keys, *helpers]).select([*folding.keys, *helpers])
+    for h in _sum_helpers(folding):
+        try:
+            narrow = pc.cast(summed.column(h), pa.int64())
+        except pa.ArrowInvalid as exc:
+            raise SumOutOfRange(f"the sum {h} is outside BIGINT's range") from exc
+        summed = summed.set_column(summed.schema.get_field_index(h), h, narrow)
+    return summed
+
+
+def _sum_helpers(folding: Folding) -> set[str]:
+    return {sum_name(i) for i, fold in enumerate(folding.folds) if fold.needs_sum}
 
 
 def _view_state(folding: Folding, view: Snapshot) -> pa.Table:
@@ -212,18 +231,19 @@ def _view_state(folding: Folding, view: Snapshot) -> pa.Table:
     wanted = pa.schema([schema.field(c) for c in dict.fromkeys(stored)])
     paths = [_uri.join(view.uri, f.path) for f in view.files(stats=False)]
     table = _read(paths, wanted) if paths else wanted.empty_table()
-    # Helpers kept in the view's own columns are read from them, under their names.
-    zero = pa.scalar(0, pa.int64())
-    return pa.table(
-        [
-            # A sum column is NULL where its helper is 0 (only NULLs summed).
-            pc.fill_null(pc.cast(table.column(c), pa.int64()), zero)
-            if i >= len(folding.keys)
-            else table.column(c)
-            for i, c in enumerate(stored)
-        ],
-        names=[*folding.keys, *helpers],
-    )
+    # Helpers kept in the view's own columns are read from them, under their names; sums
+    # as DECIMAL(38, 0), like the changes' (see _WIDE).
+    sums = _sum_helpers(folding)
+    names = [*folding.keys, *helpers]
+    columns = []
+    for i, (name, c) in enumerate(zip(names, stored, strict=True)):
+        if i < len(folding.keys):
+            columns.append(table.column(c))
+            continue
+        kind = _WIDE if name in sums else pa.int64()
+        # A sum column is NULL where its helper is 0 (only NULLs summed).
+        columns.append(pc.fill_null(pc.cast(table.column(c), kind), pa.scalar(0, kind)))
+    return pa.table(columns, names=names)
 
 
 def _view_rows(folding: Folding, state: pa.Table, view: Snapshot) -> pa.Table:
