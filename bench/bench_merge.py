@@ -31,6 +31,11 @@ fails (e.g. runs out of memory) is reported as failed with its error, not retrie
 
 ``--keys range``: the source's ids are one contiguous run of the target's ids instead of
 spread over it (so key-range file pruning can skip most of the target's files).
+
+``--mixed-keys``: the ON clause is ``t.device = s.device AND t.id <=> s.id`` in every
+variant (a plain ``=`` beside a null-safe ``<=>``; delta-rs alone hash-joins on the
+5000-value ``device`` only, deltaflow's route rewrites the ``=`` null-safe, see
+docs/sql.md).
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ from pathlib import Path
 from _common import DATA_DIR, fresh_dir, loadavg, machine, parse_args, save_result
 
 TARGET_FILES = 40
+ON = "t.id = s.id"
+MIXED_ON = "t.device = s.device AND t.id <=> s.id"
 
 
 def make_data(target_rows: int, source_rows: int, *, range_keys: bool) -> tuple[Path, Path]:
@@ -85,7 +92,7 @@ def _rows(ids, rng, generation: int):
     )
 
 
-def run_variant(variant: str, target: str, source: str) -> None:
+def run_variant(variant: str, target: str, source: str, on: str = ON) -> None:
     """Runs in a child process: one MERGE, then prints a JSON line with its figures."""
     start = time.perf_counter()
     if variant.startswith("deltaflow"):
@@ -110,7 +117,7 @@ def run_variant(variant: str, target: str, source: str) -> None:
         (
             deltaflow.DeltaTable.forPath(spark, target)
             .alias("t")
-            .merge(src.alias("s"), "t.id = s.id")
+            .merge(src.alias("s"), on)
             .whenMatchedUpdateAll()
             .whenNotMatchedInsertAll()
             .execute()
@@ -129,7 +136,7 @@ def run_variant(variant: str, target: str, source: str) -> None:
         src_table = pq.read_table(source)
         metrics = (
             DeltaTable(target)
-            .merge(src_table, "t.id = s.id", source_alias="s", target_alias="t")
+            .merge(src_table, _datafusion(on), source_alias="s", target_alias="t")
             .when_matched_update_all()
             .when_not_matched_insert_all()
             .execute()
@@ -150,13 +157,19 @@ def run_variant(variant: str, target: str, source: str) -> None:
     print("RESULT " + json.dumps(figures))
 
 
-def measure(variant: str, target: Path, source: Path, work: Path) -> dict[str, object]:
+def _datafusion(on: str) -> str:
+    return on.replace("<=>", "IS NOT DISTINCT FROM")
+
+
+def measure(
+    variant: str, target: Path, source: Path, work: Path, on: str = ON
+) -> dict[str, object]:
     copy = work / variant
     if copy.exists():
         shutil.rmtree(copy)
     shutil.copytree(target, copy)
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--variant", variant, str(copy), str(source)],
+        [sys.executable, __file__, "--variant", variant, str(copy), str(source), on],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -238,6 +251,10 @@ def main() -> dict[str, object]:
     range_keys = "--range-keys" in sys.argv
     if range_keys:
         sys.argv.remove("--range-keys")
+    mixed_keys = "--mixed-keys" in sys.argv
+    if mixed_keys:
+        sys.argv.remove("--mixed-keys")
+    on = MIXED_ON if mixed_keys else ON
     args = parse_args(__doc__ or "")
     target_rows = 1_000_000 if args.quick else 10_000_000
     source_rows = target_rows // 100
@@ -254,9 +271,10 @@ def main() -> dict[str, object]:
     reps = args.reps if "--reps" in sys.argv else 1  # one run each unless asked
     for rep in range(reps):  # variants interleaved, so load hits each alike
         for variant in variants:
-            results.append({"rep": rep, **measure(variant, target, source, work)})
+            results.append({"rep": rep, **measure(variant, target, source, work, on)})
             print("VARIANT " + json.dumps(results[-1]), flush=True)  # kept if cut short
-    print(f"\n### MERGE {source_rows} source rows into {target_rows} target rows (1% matched)\n")
+    print(f"\n### MERGE {source_rows} source rows into {target_rows} target rows (1% matched)")
+    print(f"ON {on}\n")
     print(
         "| variant | seconds | session start s | source + MERGE s | after s | peak RSS (MiB)"
         " | RSS after session start (MiB) | peak - session (MiB) | peak per kind (MiB)"
@@ -287,16 +305,17 @@ def main() -> dict[str, object]:
         "target_rows": target_rows,
         "source_rows": source_rows,
         "range_keys": range_keys,
+        "on": on,
         "results": results,
         "machine": machine(),
     }
     name = "merge_quick" if args.quick else "merge"
-    save_result(name + ("_range" if range_keys else ""), result)
+    save_result(name + ("_range" if range_keys else "") + ("_mixed" if mixed_keys else ""), result)
     return result
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--variant":
-        run_variant(sys.argv[2], sys.argv[3], sys.argv[4])
+        run_variant(*sys.argv[2:6])
     else:
         main()

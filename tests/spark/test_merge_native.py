@@ -132,6 +132,19 @@ def _by_source(table: Any, source: Any) -> Any:
     )
 
 
+def _mixed_keys(table: Any, source: Any) -> Any:
+    """``=`` beside ``<=>``: the delta-rs route rewrites the ``=`` null-safe (same matches);
+    the source's null kind must still match nothing."""
+    extra = source.sparkSession.createDataFrame([(1, None, 11, "nullkind")], SCHEMA)
+    return (
+        table.alias("t")
+        .merge(source.unionByName(extra).alias("s"), "t.kind = s.kind AND t.id <=> s.id")
+        .whenMatchedUpdate(set={"value": "s.value", "note": "s.note"})
+        .whenNotMatchedInsertAll()
+        .whenNotMatchedBySourceDelete("t.value IS NULL")
+    )
+
+
 def _on_both_routes(spark, table_path, native: str, merge: Merge) -> dict[bool, tuple]:
     """``merge`` run on ``native`` by the delta-rs route (True) and on a copy as Spark jobs
     (False): (counts, rows, changes, operation, parameters, row metrics) of each."""
@@ -154,7 +167,9 @@ def _on_both_routes(spark, table_path, native: str, merge: Merge) -> dict[bool, 
     return results
 
 
-@pytest.mark.parametrize("merge", [_upsert, _by_source], ids=["upsert", "by-source"])
+@pytest.mark.parametrize(
+    "merge", [_upsert, _by_source, _mixed_keys], ids=["upsert", "by-source", "mixed-keys"]
+)
 def test_both_routes_give_the_same_table_metrics_and_changes(spark, table_path, merge: Merge):
     native = _make(table_path())
     results = _on_both_routes(spark, table_path, native, merge)
@@ -308,6 +323,25 @@ def test_the_exact_core_translates(spark, expression: str, sql: str):
     assert _merge_sql.condition(spark, expression, _scope()) == sql
 
 
+def test_an_on_clause_mixing_equality_and_null_safe_keys_hashes_on_all_of_them(spark):
+    sql, keys = _merge_sql.join_condition(
+        spark, "t.kind = src.kind AND t.id <=> src.id AND t.value > 0", _scope()
+    )
+    assert sql == (
+        '((("t"."kind" IS NOT DISTINCT FROM "s"."kind") AND ("t"."kind" IS NOT NULL)'
+        ' AND ("s"."kind" IS NOT NULL)) AND ("t"."id" IS NOT DISTINCT FROM "s"."id")'
+        ' AND ("t"."value" > 0))'
+    )
+    assert keys == (_merge_sql.JoinKey('"t"."kind"', "kind", "string"),)
+    source = pa.table({"kind": ["b", "a", None, "c"]})
+    assert _merge_sql.key_bounds(keys, source) == """ AND ("t"."kind" BETWEEN 'a' AND 'c')"""
+    quoted = pa.table({"kind": ["it's", "b"]})
+    assert _merge_sql.key_bounds(keys, quoted) == ""  # no bound rather than a doubtful one
+    # Only equalities: left as they are (DataFusion hashes on them).
+    plain = _merge_sql.join_condition(spark, "t.kind = src.kind AND t.id = src.id", _scope())
+    assert plain == ('(("t"."kind" = "s"."kind") AND ("t"."id" = "s"."id"))', ())
+
+
 @pytest.mark.parametrize(
     "expression",
     [
@@ -322,11 +356,14 @@ def test_the_exact_core_translates(spark, expression: str, sql: str):
         "id = 1",
         "t.value = 1.5",
         "t.id IN (src.id)",
+        "t.id <=> src.id AND t.kind = src.kind AND t.value",
     ],
 )
 def test_what_is_outside_the_core_does_not_translate(spark, expression: str):
     with pytest.raises(_merge_sql.Untranslatable):
         _merge_sql.condition(spark, expression, _scope())
+    with pytest.raises(_merge_sql.Untranslatable):
+        _merge_sql.join_condition(spark, expression, _scope())
 
 
 def test_a_parquet_source_is_read_by_pyarrow_with_sparks_rows(spark, tmp_path):

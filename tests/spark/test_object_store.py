@@ -171,8 +171,11 @@ def test_an_endpoint_that_does_not_answer_is_a_retryable_typed_error(object_stor
     from deltaflow.table._snapshot import table_exists
 
     silent = f"http://127.0.0.1:{_object_store.free_port()}"
+    # The store's whole settings, not only the endpoint: run alone, no Spark session has
+    # exported the credentials into the environment, and their absence would be the error.
+    options = {**object_store.storage_options, "AWS_ENDPOINT_URL": silent}
     with pytest.raises(ObjectStoreError) as caught:
-        table_exists(object_store.uri(), storage_options={"AWS_ENDPOINT_URL": silent})
+        table_exists(object_store.uri(), storage_options=options)
     assert caught.value.kind == "unreachable"
     assert caught.value.retryable
 

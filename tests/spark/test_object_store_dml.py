@@ -174,6 +174,21 @@ def test_dml_with_deletion_vectors(spark, object_store):
     assert pa.table(live).num_rows == 1
     assert _rows(spark, uri) == _rs_rows(object_store, uri) == expected
 
+    # A new vector on the compacted file; VACUUM with no retention deletes every vector
+    # before it (no version inside the retention uses them) and keeps this live one.
+    before = {f for f in _list(object_store, uri) if "deletion_vector_" in f}
+    table.delete("id = 4")
+    live_dvs = {f for f in _list(object_store, uri) if "deletion_vector_" in f} - before
+    assert before and len(live_dvs) == 1
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        spark.sql(f"VACUUM delta.`{uri}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    assert {f for f in _list(object_store, uri) if "deletion_vector_" in f} == live_dvs
+    expected = [r for r in expected if r[0] != 4]
+    assert _rows(spark, uri) == _rs_rows(object_store, uri) == expected
+
 
 def test_sql_dml_forms(spark, object_store):
     uri = _make(spark, object_store.uri(), CDF)

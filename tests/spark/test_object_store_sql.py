@@ -1,6 +1,7 @@
 """SQL statements that name an ``s3://`` table by path (``delta.`s3://...```), against a
 real S3 server (SeaweedFS, ``tests/_object_store.py``): INSERT INTO ... VALUES / SELECT,
-SELECT and DESCRIBE HISTORY work as they do on local paths."""
+INSERT OVERWRITE (whole table, static and dynamic partitions), SELECT and DESCRIBE HISTORY
+work as they do on local paths."""
 
 from __future__ import annotations
 
@@ -45,3 +46,40 @@ def test_ctas_with_custom_properties_on_s3_is_one_commit(spark, object_store):
     assert sorted(r["id"] for r in rs.to_pyarrow_table().to_pylist()) == [0, 1, 2]
     history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").collect()
     assert [r["operation"] for r in history] == ["CREATE TABLE AS SELECT"]
+
+
+def test_insert_overwrite_an_s3_table_by_path(spark, object_store):
+    uri = object_store.uri()
+    rows = [(1, "a"), (2, "a"), (3, "b")]
+    spark.createDataFrame(rows, "id long, name string").write.format("delta").save(uri)
+
+    spark.sql(f"INSERT OVERWRITE delta.`{uri}` VALUES (7, 'c'), (8, 'b')")
+
+    expected = [(7, "c"), (8, "b")]
+    assert _rows(spark, uri) == expected
+    rs = DeltaTable(uri, storage_options=object_store.storage_options)
+    assert sorted(tuple(r.values()) for r in rs.to_pyarrow_table().to_pylist()) == expected
+    assert rs.version() == 1
+    assert [h["operation"] for h in rs.history()] == ["WRITE", "CREATE TABLE"]
+
+
+def test_insert_overwrite_a_partition_of_an_s3_table_by_path(spark, object_store):
+    uri = object_store.uri()
+    rows = [(1, "a"), (2, "a"), (3, "b")]
+    frame = spark.createDataFrame(rows, "id long, name string")
+    frame.write.format("delta").partitionBy("name").save(uri)
+
+    spark.sql(f"INSERT OVERWRITE delta.`{uri}` PARTITION (name = 'a') VALUES (10)")
+    assert _rows(spark, uri) == [(3, "b"), (10, "a")]
+
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    try:  # replaces the partitions the new rows fall in: b, not a
+        spark.sql(f"INSERT OVERWRITE delta.`{uri}` VALUES (20, 'b'), (21, 'c')")
+    finally:
+        spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+
+    expected = [(10, "a"), (20, "b"), (21, "c")]
+    assert _rows(spark, uri) == expected
+    rs = DeltaTable(uri, storage_options=object_store.storage_options)
+    assert sorted(tuple(r.values()) for r in rs.to_pyarrow_table().to_pylist()) == expected
+    assert rs.metadata().partition_columns == ["name"]

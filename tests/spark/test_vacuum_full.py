@@ -120,9 +120,11 @@ def test_full_vacuum_keeps_the_deletion_vectors_versions_reference(
     assert any(p.name.startswith("deletion_vector_") for p in committed)
     cdc = {p for p in committed if "_change_data" in p.parts}
     crashed, kept = _crash_leftovers(root), _never_deleted(root)
-    # delta-rs's full mode cannot tell live deletion vectors from orphans: DV files are
-    # only ever deleted as removed files (docs/sql.md).
-    kept.add(_plant(root, f"deletion_vector_{uuid.uuid4()}.bin", old=True))
+    # A crashed writer's deletion vectors: old ones go, a young one stays; the live ones
+    # (old by their modification time) stay.
+    crashed.add(_plant(root, f"deletion_vector_{uuid.uuid4()}.bin", old=True))
+    crashed.add(_plant(root, f"ab/deletion_vector_{uuid.uuid4()}.bin", old=True))
+    kept.add(_plant(root, f"deletion_vector_{uuid.uuid4()}.bin", old=False))
     expected = crashed | cdc
 
     assert _dry_run(spark, path) == {normalize_uri(str(p)) for p in expected}
@@ -130,6 +132,48 @@ def test_full_vacuum_keeps_the_deletion_vectors_versions_reference(
     assert not any(p.exists() for p in expected)
     assert all(p.exists() for p in kept | (committed - cdc))
     assert _rows(spark, path) == before
+
+
+def _deletion_vectors(root: Path) -> set[Path]:
+    return set(root.rglob("deletion_vector_*.bin"))
+
+
+def test_vacuum_deletes_a_deletion_vector_no_version_inside_the_retention_references(
+    spark: Any, table_path: Any, no_retention_check: None
+) -> None:
+    from deltalake import DeltaTable as RsTable
+    from deltalake import QueryBuilder
+
+    path = table_path()
+    root = Path(path)
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` (id long) USING delta"
+        " TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+    )
+    spark.range(8).coalesce(1).write.format("delta").mode("append").save(path)
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 1")
+    replaced = _deletion_vectors(root)
+    # The second DELETE on the same file replaces its vector: the first one is referenced
+    # only by a tombstone from now on, which RETAIN 0 HOURS puts outside the retention.
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 2")
+    live = _deletion_vectors(root) - replaced
+    assert replaced and live
+    before = _rows(spark, path)
+
+    dry = _dry_run_with(spark, path, 0)
+    assert {normalize_uri(str(p)) for p in replaced} <= dry
+    assert not {normalize_uri(str(p)) for p in live} & dry
+    spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
+    assert _deletion_vectors(root) == live
+    assert _rows(spark, path) == before == [(i,) for i in range(8) if i not in (1, 2)]
+    # delta-rs's DataFusion reader applies the vectors: the live one must be there.
+    result = QueryBuilder().register("t", RsTable(path)).execute("SELECT id FROM t")
+    assert sorted(result.read_all().column("id").to_pylist()) == [r[0] for r in before]
+
+
+def _dry_run_with(spark: Any, path: str, hours: int) -> set[str]:
+    sql = f"VACUUM delta.`{path}` RETAIN {hours} HOURS DRY RUN"
+    return {r.path for r in spark.sql(sql).collect()}
 
 
 @pytest.mark.slow

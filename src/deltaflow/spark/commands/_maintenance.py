@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
@@ -31,6 +32,7 @@ from deltaflow.table import (
     _cluster_optimize,
     _clustering,
     _compaction_lease,
+    _dv_references,
     _log_upkeep,
     _log_write,
     _partitions,
@@ -199,10 +201,14 @@ def vacuum(
     # it does on object stores, where delta-rs also lists directory marker objects (the
     # table's own ``prefix/``), which must not be deleted.
     full = _uri.is_local(snapshot.uri) and not Protocol.of(snapshot).features & {"deletionVectors"}
+    # Tombstones removed since then keep their deletion vectors (computed before delta-rs
+    # lists, so the cutoff errs early: more kept, never less).
+    removed_since_ms = int(time.time() * 1000 - (minimum if hours is None else hours) * 3.6e6)
+    dvs = _DvFiles(snapshot.uri, removed_since_ms)
     unguarded = None
     if keep:  # to say what the leases keep: the plan without them (lists, deletes nothing)
-        unguarded = _full_plan(table, plan, None)
-    orphans = [] if full and not unwritable else _full_plan(table, plan, keep)
+        unguarded = _full_plan(table, plan, None, dvs)
+    orphans = [] if full and not unwritable else _full_plan(table, plan, keep, dvs)
     removed = table.vacuum(
         **plan,
         dry_run=dry_run or unwritable,
@@ -230,18 +236,41 @@ def vacuum(
     return [(snapshot.uri,)]
 
 
-def _full_plan(table: _DeltaRsTable, plan: Mapping[str, Any], keep: list[int] | None) -> list[str]:
-    """The files delta-rs's full-mode VACUUM would delete, minus deletion vector files:
-    delta-rs 1.6.6's full mode does not count the deletion vectors a version references
-    as referenced (it would delete live ones), so an orphaned DV file stays (docs/sql.md);
-    and directory markers (names ending in ``/``), which are no files of the table."""
+def _full_plan(
+    table: _DeltaRsTable, plan: Mapping[str, Any], keep: list[int] | None, dvs: _DvFiles
+) -> list[str]:
+    """The files delta-rs's full-mode VACUUM would delete, minus the deletion vector files
+    a version inside the retention references (delta-rs 1.6.6's full mode counts no
+    deletion vector as referenced, so it would delete live ones; with reader leases
+    (``keep``) every deletion vector file stays, the leased versions' are not replayed),
+    and minus directory markers (names ending in ``/``), which are no files of the table."""
     files = table.vacuum(**plan, dry_run=True, full=True, keep_versions=keep)
-    return [
-        f for f in files if f and not f.endswith("/") and not _DV_FILE.search(f.rsplit("/", 1)[-1])
-    ]
+    out = []
+    for f in files:
+        if not f or f.endswith("/"):
+            continue
+        if _DV_FILE.search(f.rsplit("/", 1)[-1]) and (keep or dvs.referenced(f)):
+            continue
+        out.append(f)
+    return out
 
 
 _DV_FILE = re.compile(r"deletion_vector_[0-9a-fA-F-]{36}\.bin$")
+
+
+class _DvFiles:
+    """The deletion vector files the log references inside the retention, read from the
+    log once, when delta-rs's plan first lists a deletion vector file."""
+
+    def __init__(self, table_uri: str, removed_since_ms: int) -> None:
+        self._uri = table_uri
+        self._since = removed_since_ms
+        self._files: set[str] | None = None
+
+    def referenced(self, path: str) -> bool:
+        if self._files is None:
+            self._files = _dv_references.referenced_files(self._uri, self._since)
+        return _dv_references.file_key(_file_uri(self._uri, path)) in self._files
 
 
 def _report_readers(

@@ -51,7 +51,14 @@ from deltaflow.spark.dml._merge_builder import (
     MergeClause,
     MergeSpec,
 )
-from deltaflow.spark.dml._merge_sql import SOURCE, TARGET, Scope, Untranslatable
+from deltaflow.spark.dml._merge_sql import (
+    SOURCE,
+    TARGET,
+    JoinKey,
+    Scope,
+    Untranslatable,
+    key_bounds,
+)
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
 from deltaflow.table import _commit, _log, _log_upkeep
 from deltaflow.table._protocol import features_in_use
@@ -104,6 +111,7 @@ class _Plan:
 
     snapshot: Snapshot
     predicate: str
+    keys: tuple[JoinKey, ...]  # ON clause keys rewritten null-safe, bounded in _run
     clauses: tuple[tuple[str, str | None, dict[str, str] | None], ...]
     updated_by: str  # "matched", "notMatchedBySource" or "" (no update clause)
     deleted_by: str
@@ -157,7 +165,7 @@ def _plan(spark: SparkSession, spec: MergeSpec) -> _Plan:
         **dict.fromkeys(NOT_MATCHED_KINDS, Scope(dict([s_side]))),
         **dict.fromkeys(BY_SOURCE_KINDS, Scope(dict([t_side]))),
     }
-    predicate = _merge_sql.condition(spark, spec.condition, both)
+    predicate, keys = _merge_sql.join_condition(spark, spec.condition, both)
     clauses = []
     for clause in spec.clauses:
         scope = scopes[clause.kind]
@@ -169,7 +177,7 @@ def _plan(spark: SparkSession, spec: MergeSpec) -> _Plan:
     kinds: set[str] = {c.kind for c in spec.clauses}
     updated_by = _split(kinds, "matchedUpdate", "notMatchedBySourceUpdate", "updates")
     deleted_by = _split(kinds, "matchedDelete", "notMatchedBySourceDelete", "deletes")
-    return _Plan(snapshot, predicate, tuple(clauses), updated_by, deleted_by)
+    return _Plan(snapshot, predicate, keys, tuple(clauses), updated_by, deleted_by)
 
 
 def _source_alias(source: DataFrame) -> str | None:
@@ -358,7 +366,7 @@ def _run(spec: MergeSpec, plan: _Plan, source: pa.Table, started: float) -> Merg
     }
     merger = table.merge(
         source,
-        plan.predicate,
+        plan.predicate + key_bounds(plan.keys, source),
         source_alias=SOURCE,
         target_alias=TARGET,
         # The source is in memory: delta-rs may read its key ranges to skip target files.

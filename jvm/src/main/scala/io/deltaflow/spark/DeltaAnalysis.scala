@@ -41,7 +41,8 @@ class DeltaAnalysis(session: SparkSession) extends Rule[LogicalPlan] {
   }
 
   private def isDelta(plan: LogicalPlan): Boolean = plan match {
-    case relation: DataSourceV2Relation => relation.table.isInstanceOf[DeltaTable]
+    case relation: DataSourceV2Relation =>
+      relation.table.isInstanceOf[DeltaTable] || relation.table.isInstanceOf[LocatedPythonTable]
     case _ => false
   }
 

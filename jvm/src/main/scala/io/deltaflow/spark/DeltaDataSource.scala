@@ -83,7 +83,7 @@ object DeltaDataSource {
       entry: Option[org.apache.spark.sql.catalyst.catalog.CatalogTable]): Table = {
     val info = TableInfo.load(properties)
     if (info.exists && info.route == "python")
-      new LocatedPythonTable(PythonDelegate.table(properties), info.uri)
+      new LocatedPythonTable(PythonDelegate.table(properties), info)
     else new DeltaTable(info, properties, entry)
   }
 }

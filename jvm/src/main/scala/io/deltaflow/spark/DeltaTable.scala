@@ -146,24 +146,35 @@ class DeltaWriteBuilder(info: TableInfo, writeInfo: LogicalWriteInfo)
  * whose writes always know the table's location. A SQL `INSERT INTO delta.`s3://b/t``
  * writes with no options at all, so the Python writer would not know where the table is;
  * the location comes from the table here, as `df.write.save(uri)` passes it.
+ *
+ * Writes go the way [[DeltaTable]]'s do ([[DeltaWriteBuilder]]: batches through
+ * [[DeltaBatchWrite]], which hands the brain's `python` route to the Python data source
+ * with the location; streams to the Python sink), and the table reports the Delta
+ * table's partition columns: `INSERT OVERWRITE ... PARTITION (p = v)` and dynamic
+ * partition overwrites then mean what they do on a local table (a Python data source
+ * reports no partitioning and takes only whole-table overwrites).
  */
-class LocatedPythonTable(delegate: Table with SupportsRead with SupportsWrite, uri: String)
+class LocatedPythonTable(delegate: Table with SupportsRead with SupportsWrite, info: TableInfo)
   extends Table with SupportsRead with SupportsWrite {
   // The Python source's name: SQL DML (dml/SqlDml.scala) knows these tables by it.
   override def name(): String = delegate.name()
   override def schema(): StructType = delegate.schema()
-  override def partitioning(): Array[Transform] = delegate.partitioning()
+  override def partitioning(): Array[Transform] =
+    info.partitionColumns.map(c => Expressions.identity(c): Transform).toArray
   override def properties(): util.Map[String, String] = delegate.properties()
-  override def capabilities(): util.Set[TableCapability] = delegate.capabilities()
+  override def capabilities(): util.Set[TableCapability] =
+    (delegate.capabilities().asScala ++ Set(TableCapability.V1_BATCH_WRITE,
+      TableCapability.TRUNCATE, TableCapability.OVERWRITE_BY_FILTER,
+      TableCapability.OVERWRITE_DYNAMIC)).asJava
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder =
     delegate.newScanBuilder(options)
 
   override def newWriteBuilder(writeInfo: LogicalWriteInfo): WriteBuilder = {
     val options = new util.HashMap[String, String](writeInfo.options().asCaseSensitiveMap())
-    if (!writeInfo.options().containsKey("path")) options.put("path", uri)
+    if (!writeInfo.options().containsKey("path")) options.put("path", info.uri)
     val located = new CaseInsensitiveStringMap(options)
-    delegate.newWriteBuilder(new LogicalWriteInfo {
+    new DeltaWriteBuilder(info, new LogicalWriteInfo {
       override def options(): CaseInsensitiveStringMap = located
       override def queryId(): String = writeInfo.queryId()
       override def schema(): StructType = writeInfo.schema()
