@@ -11,12 +11,35 @@ retention may still need it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
 from deltaflow.table import _log_commit, _uri
 from deltaflow.table._deletion_vectors import DeletionVectorDescriptor
+
+_DV_FILE = re.compile(r"deletion_vector_[0-9a-fA-F-]{36}\.bin$")
+
+
+def is_dv_file(path: str) -> bool:
+    """Whether ``path`` names a deletion vector file (by the name writers give them)."""
+    return bool(_DV_FILE.search(path.rsplit("/", 1)[-1]))
+
+
+class DvFiles:
+    """The deletion vector files the log references inside the retention, read from the
+    log once, when first asked (a VACUUM plan with no deletion vector file never reads)."""
+
+    def __init__(self, table_uri: str, removed_since_ms: int) -> None:
+        self._uri = table_uri
+        self._since = removed_since_ms
+        self._files: set[str] | None = None
+
+    def referenced(self, file_uri: str) -> bool:
+        if self._files is None:
+            self._files = referenced_files(self._uri, self._since)
+        return file_key(file_uri) in self._files
 
 
 def referenced_files(table_uri: str, removed_since_ms: int) -> set[str]:

@@ -204,11 +204,11 @@ def vacuum(
     # Tombstones removed since then keep their deletion vectors (computed before delta-rs
     # lists, so the cutoff errs early: more kept, never less).
     removed_since_ms = int(time.time() * 1000 - (minimum if hours is None else hours) * 3.6e6)
-    dvs = _DvFiles(snapshot.uri, removed_since_ms)
+    dvs = _dv_references.DvFiles(snapshot.uri, removed_since_ms)
     unguarded = None
     if keep:  # to say what the leases keep: the plan without them (lists, deletes nothing)
-        unguarded = _full_plan(table, plan, None, dvs)
-    orphans = [] if full and not unwritable else _full_plan(table, plan, keep, dvs)
+        unguarded = _full_plan(table, snapshot.uri, plan, None, dvs)
+    orphans = [] if full and not unwritable else _full_plan(table, snapshot.uri, plan, keep, dvs)
     removed = table.vacuum(
         **plan,
         dry_run=dry_run or unwritable,
@@ -237,7 +237,11 @@ def vacuum(
 
 
 def _full_plan(
-    table: _DeltaRsTable, plan: Mapping[str, Any], keep: list[int] | None, dvs: _DvFiles
+    table: _DeltaRsTable,
+    table_uri: str,
+    plan: Mapping[str, Any],
+    keep: list[int] | None,
+    dvs: _dv_references.DvFiles,
 ) -> list[str]:
     """The files delta-rs's full-mode VACUUM would delete, minus the deletion vector files
     a version inside the retention references (delta-rs 1.6.6's full mode counts no
@@ -249,28 +253,10 @@ def _full_plan(
     for f in files:
         if not f or f.endswith("/"):
             continue
-        if _DV_FILE.search(f.rsplit("/", 1)[-1]) and (keep or dvs.referenced(f)):
+        if _dv_references.is_dv_file(f) and (keep or dvs.referenced(_file_uri(table_uri, f))):
             continue
         out.append(f)
     return out
-
-
-_DV_FILE = re.compile(r"deletion_vector_[0-9a-fA-F-]{36}\.bin$")
-
-
-class _DvFiles:
-    """The deletion vector files the log references inside the retention, read from the
-    log once, when delta-rs's plan first lists a deletion vector file."""
-
-    def __init__(self, table_uri: str, removed_since_ms: int) -> None:
-        self._uri = table_uri
-        self._since = removed_since_ms
-        self._files: set[str] | None = None
-
-    def referenced(self, path: str) -> bool:
-        if self._files is None:
-            self._files = _dv_references.referenced_files(self._uri, self._since)
-        return _dv_references.file_key(_file_uri(self._uri, path)) in self._files
 
 
 def _report_readers(
