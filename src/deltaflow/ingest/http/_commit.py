@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, Schema
 
+from deltaflow.ingest.http import _schema_change
 from deltaflow.ingest.http._config import ServeConfig, TableConfig
 from deltaflow.ingest.http.errors import IngestCommitError, ServeConfigError
 from deltaflow.table import _auto_compact, _commit, _generated, _partitions, _stats, _uri
@@ -194,7 +195,7 @@ class TableWriter:
             )
         group = uuid.uuid4().hex
         # Requests parsed before an ADD COLUMNS was taken lack the new columns: NULL there.
-        conformed = [_conform(t, self.arrow_schema) for t in tables]
+        conformed = [_schema_change.conform(t, self.arrow_schema) for t in tables]
         combined = pa.concat_tables(conformed) if len(conformed) > 1 else conformed[0]
         files = self._write_files(combined, group)
         marker = json.dumps({"group": group, "keys": keys}, separators=(",", ":"))
@@ -286,15 +287,8 @@ class TableWriter:
         fields = json.loads(schema.to_json())
         if fields == self.schema_json:
             return False
-        problem = _incompatible(self.schema_json, fields)
         arrow = pa.schema(schema.to_arrow())
-        if problem is None:
-            from deltaflow.ingest.http._parse import check_supported
-
-            try:
-                check_supported(arrow, self.config.uri)
-            except UnsupportedFeatureError as exc:
-                problem = str(exc)
+        problem = _schema_change.why_not_followed(self.schema_json, fields, arrow, self.config.uri)
         if problem is not None:
             self._schema_refusal = (
                 f"the schema of table {self.config.name!r} ({self.config.uri}) was changed by"
@@ -596,36 +590,6 @@ class GroupCommitter:
         if self._task is not None:
             await self._task
         self._executor.shutdown(wait=True)
-
-
-def _incompatible(served: dict[str, Any], current: dict[str, Any]) -> str | None:
-    """Why ``current`` is not ``served`` plus nullable columns (anywhere), or None."""
-    now = {f["name"]: f for f in current["fields"]}
-    for before in served["fields"]:
-        after = now.pop(before["name"], None)
-        if after is None:
-            return f"column {before['name']!r} was renamed or dropped"
-        if before["type"] != after["type"] or before["nullable"] != after["nullable"]:
-            return (
-                f"column {before['name']!r} changed from {json.dumps(before['type'])}"
-                f" (nullable {before['nullable']}) to {json.dumps(after['type'])}"
-                f" (nullable {after['nullable']})"
-            )
-    required = [name for name, f in now.items() if not f["nullable"]]
-    if required:
-        return f"the added columns {required} are NOT NULL"
-    return None
-
-
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` with ``schema``'s columns: those it lacks (added since it was parsed) NULL."""
-    if table.schema.names == schema.names:
-        return table
-    columns = [
-        table.column(f.name) if f.name in table.schema.names else pa.nulls(table.num_rows, f.type)
-        for f in schema
-    ]
-    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _marker(info: dict[str, Any]) -> dict[str, Any] | None:
