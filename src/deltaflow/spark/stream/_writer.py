@@ -55,6 +55,10 @@ log = logging.getLogger("deltaflow.stream")
 # The commitInfo field naming the streaming query and batch of a sink commit.
 STREAM_COMMIT_INFO_KEY = "deltaflow.stream"
 # Options of the streaming query, not write options of the table.
+# A pipeline flow's identity (``deltaflow.pipelines``): the Delta sink's app transaction id
+# instead of the query id, the one the flow's foreachBatch writes use too. Internal.
+FLOW_IDENTITY_OPTION = "deltaflow.pipelines.flowIdentity"
+
 STREAM_ONLY_OPTIONS = (
     "checkpointLocation",
     "queryName",
