@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from deltalake import DeltaTable as DeltaRsTable
 
 from deltaflow import pipelines as dp
@@ -54,14 +55,20 @@ def _ids(storage: Path) -> list[int]:
     return sorted(r["id"] for r in table.to_pyarrow_table().to_pylist())
 
 
+@pytest.mark.parametrize("native", ["auto", "false"], ids=["jvm_sink", "python_writer"])
 def test_replayed_batches_are_written_and_counted_once_on_either_route(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, native: str
 ) -> None:
+    """native=false: the streams go through the Python stream writer (the route object
+    stores take), which takes the flow's identity as well."""
     landing = tmp_path / "landing"
     storage = tmp_path / "storage"
     checkpoint = storage / "checkpoints" / "silver"
     settings = dp.PipelineSettings(
-        name="quality", storage=str(storage), database=f"q_{uuid.uuid4().hex[:8]}"
+        name="quality",
+        storage=str(storage),
+        database=f"q_{uuid.uuid4().hex[:8]}",
+        configuration={"deltaflow.write.nativeWrite": native},
     )
     by_foreach_batch = _graph(spark, landing, with_fail_rule=True)
     by_sink = _graph(spark, landing, with_fail_rule=False)

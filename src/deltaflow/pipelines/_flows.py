@@ -158,7 +158,7 @@ class FlowRun:
             assert sink is not None
             query = writer.format(sink.format).options(**sink.options).start()
         elif self._rules and _observed_stream.observable(
-            self._flow_spark, self._rules, self._trigger.interval is None
+            self._rules, self._trigger.interval is None
         ):
             return self._observed(flow, df, checkpoint)
         elif self._rules:

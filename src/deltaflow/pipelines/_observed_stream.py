@@ -58,12 +58,12 @@ def start_keeping_progress(spark: SparkSession, start: Callable[[], Any]) -> Any
                 spark.conf.set(_RETENTION, before)
 
 
-def observable(spark: SparkSession, rules: tuple[Expectation, ...], triggered: bool) -> bool:
+def observable(rules: tuple[Expectation, ...], triggered: bool) -> bool:
     """Whether a flow with ``rules`` can take this route: no ``fail`` rule (those are
-    checked before anything is written), a triggered update, and the JVM sink (the
-    Python stream writer does not take the flow's identity)."""
-    native = str(spark.conf.get("deltaflow.write.nativeWrite", "true")).lower() != "false"
-    return bool(rules) and triggered and native and not _expectations.has_fail_rule(rules)
+    checked before anything is written) and a triggered update. Either stream writer
+    (the JVM sink, or the Python one for object stores and ``nativeWrite=false``) takes
+    the flow's identity as its app id."""
+    return bool(rules) and triggered and not _expectations.has_fail_rule(rules)
 
 
 class ObservedStream:
