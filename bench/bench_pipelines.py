@@ -16,7 +16,13 @@
    same changes applied by one hand-written MERGE (newest event per key). A pass at
    10k keys runs first, untimed, so that no variant pays the JVM's warm-up alone.
 
-``--only overhead`` / ``--only cdc`` runs one part.
+3. **Expectation routes** (``--only routes``, not in the default run). The overhead's
+   steady state with silver written by the Delta stream sink (rules counted as observed
+   metrics, the default for ``expect`` / ``expect_or_drop``) against the same update with
+   the flow forced onto ``foreachBatch`` (the route of ``expect_or_fail`` flows), in one
+   process, alternated: what the sink route saves per update.
+
+``--only overhead`` / ``--only cdc`` / ``--only routes`` runs one part.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ def main() -> dict[str, object]:
             "id", "id % 1000 AS key", "CASE WHEN id % 100 = 0 THEN -1 ELSE id % 97 END AS amount"
         ).write.format("delta").mode("append").save(bronze)
 
-    for i in range(10 if args.only in (None, "overhead") else 0):
+    for i in range(10 if args.only in (None, "overhead", "routes") else 0):
         append(i)
 
     def graph() -> dp.Graph:
@@ -149,6 +155,12 @@ def main() -> dict[str, object]:
         result["steady_pipeline_s"] = steady.median("pipeline update")
         result["steady_hand_written_s"] = steady.median("hand-written")
         result["steady_overhead"] = round(ratio, 3)
+    if args.only == "routes":
+        print(f"== expectation routes, steady state (load {loadavg()})", flush=True)
+        routes = _routes(spark, root, pipeline_graph, append, args.reps)
+        for name in routes.seconds:
+            print(f"  {name}: {routes.median(name):.3f} s", flush=True)
+        result["routes"] = {name: routes.median(name) for name in routes.seconds}
     if args.only in (None, "cdc"):
         keys = args.keys or max(rows // 5, 1000)
         print(f"== AUTO CDC warm-up, {min(keys, 10_000):,} keys (load {loadavg()})", flush=True)
@@ -158,6 +170,42 @@ def main() -> dict[str, object]:
     result["load_after"] = loadavg()
     save_result("pipelines", result)
     return result
+
+
+def _routes(spark, root, graph, append, reps: int) -> Timings:
+    """Steady-state updates of one graph in two storages, silver by the sink and (a patch
+    of the route's test) by ``foreachBatch``, alternated; bronze commits 10+ added."""
+    from deltaflow import pipelines as dp
+    from deltaflow.pipelines import _observed_stream
+
+    observable = _observed_stream.observable
+    variants = {"silver by the stream sink": True, "silver by foreachBatch": False}
+    stores = {name: fresh_dir(root / f"route{i}") for i, name in enumerate(variants)}
+    databases = {name: f"bench_{uuid.uuid4().hex[:8]}" for name in variants}
+
+    def update(name: str) -> None:
+        sink = variants[name]
+        _observed_stream.observable = observable if sink else (lambda *a: False)
+        try:
+            settings = dp.PipelineSettings(
+                name="bench", storage=str(stores[name]), database=databases[name]
+            )
+            assert dp.run_update(spark, graph, settings).state == "COMPLETED"
+        finally:
+            _observed_stream.observable = observable
+
+    for name in variants:
+        update(name)  # the tables created
+    timings = Timings({name: [] for name in variants})
+    for rep in range(reps + 1):
+        append(10 + rep)
+        order = list(variants) if rep % 2 == 0 else list(reversed(variants))
+        for name in order:
+            start = time.perf_counter()
+            update(name)
+            if rep:  # the first is a warm-up
+                timings.seconds[name].append(time.perf_counter() - start)
+    return timings
 
 
 def _auto_cdc(spark, root, keys: int) -> tuple[int, dict[str, dict[str, float]]]:

@@ -1,7 +1,7 @@
 """Run by test_pipeline_chaos.py: one triggered update of a four-dataset pipeline.
 
 ``<landing> <storage> <database>``: bronze (JSON files, one per micro-batch), silver (an
-expect_or_drop rule, so the idempotent foreachBatch path), latest (AUTO CDC SCD 1 from
+expect_or_drop rule, so the Delta sink under the flow's identity), latest (AUTO CDC SCD 1 from
 silver: the newest event per key) and counts (a materialized view over silver). Prints
 ``EVENT <flow> <status>`` as flows progress and ``UPDATE <state>`` at the end.
 """

@@ -281,3 +281,65 @@ def test_a_table_that_cannot_be_created_fails_the_update_with_its_error(spark, t
     assert flows == {"broken": "FAILED", "fine": "COMPLETED"}
     fine = sorted(r["id"] for r in _rows(str(tmp_path / "storage" / "tables" / "fine")))
     assert fine == list(range(5))
+
+
+def test_reads_by_path_of_a_pipeline_table_wait_for_it_and_order_the_flows(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Flows reading a dataset's table by path (batch and stream), declared before it:
+    analysed once the table exists (not failed because it did not yet, or was still being
+    created in the background), counted as its inputs, and run after its flow."""
+    landing = tmp_path / "landing"
+    _land(spark, landing, [(1, "a", 10.0), (2, "b", 3.0)])
+    source = str(tmp_path / "storage" / "tables" / "orders")
+    with dp.collect() as declared:
+
+        @dp.materialized_view
+        def per_kind() -> Any:
+            return spark.read.format("delta").load(source).groupBy("kind").count()
+
+        @dp.table
+        def mirrored() -> Any:
+            return spark.readStream.format("delta").load(source)
+
+        @dp.table
+        def orders() -> Any:
+            return spark.readStream.schema("id BIGINT, kind STRING, amount DOUBLE").json(
+                str(landing)
+            )
+
+    graph = declared.graph()
+    settings = _settings(tmp_path)
+    report = dp.run_update(spark, graph, settings)
+    assert report.state == "COMPLETED", report
+    events = dp.read_events(str(tmp_path / "storage" / "system" / "events"))
+    inputs = {
+        e["origin"]["flow_name"]: e["details"]["flow_definition"]["input_datasets"]
+        for e in events
+        if e["event_type"] == "flow_definition"
+    }
+    assert inputs == {"per_kind": ["orders"], "mirrored": ["orders"], "orders": []}
+    storage = tmp_path / "storage" / "tables"
+    assert {r["kind"]: r["count"] for r in _rows(str(storage / "per_kind"))} == {"a": 1, "b": 1}
+    assert sorted(r["id"] for r in _rows(str(storage / "mirrored"))) == [1, 2]
+
+
+def test_a_query_failing_for_its_own_reason_still_fails_with_its_error(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Put back behind the other flows and analysed again, a broken query still fails
+    the update with its own error, not a cycle."""
+    with dp.collect() as declared:
+
+        @dp.materialized_view
+        def broken() -> Any:
+            raise ValueError("no such thing")
+
+        @dp.materialized_view
+        def fine() -> Any:
+            return spark.range(2)
+
+    with pytest.raises(dp.UserQueryError) as caught:
+        dp.run_update(spark, declared.graph(), _settings(tmp_path))
+    assert caught.value.flow == "broken"
+    assert isinstance(caught.value.__cause__, ValueError)

@@ -8,14 +8,18 @@ error says which.
 
 Reads are found two ways: ``dlt.read`` / ``read_stream`` calls, and the relations in the
 analysed plan (catalog tables by name, temporary views by name), so
-``spark.read.table("bronze")`` counts as reading ``bronze``. A dataset becomes readable
+``spark.read.table("bronze")`` counts as reading ``bronze``; so does a read by path of a
+dataset's table (``spark.read.format("delta").load(<its location>)``). A query that
+fails while other flows are still unresolved is put back too (it may read by path a
+table they create), and analysed again, once the tables being created exist, before its
+error is final. A dataset becomes readable
 once resolved: :class:`Publisher` makes it so (a real run creates its Delta table and
 registers it in the catalog; a dry run does the same in a scratch database).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -83,6 +87,15 @@ class Publisher(Protocol):
 
     def wait(self, name: str) -> None: ...
 
+    def settle(self) -> bool:
+        """Wait for every creation running in the background (their errors are left for
+        :meth:`wait`); True when there were any."""
+        ...
+
+    def locations(self, datasets: Iterable[Dataset]) -> Mapping[str, str]:
+        """Normalized table location -> dataset name, for reads by path."""
+        ...
+
 
 class _NotResolvedYet(Exception):
     def __init__(self, name: str) -> None:
@@ -145,14 +158,23 @@ def resolve(spark: SparkSession, graph: Graph, publisher: Publisher) -> Resoluti
             publisher.publish(resolved, views)
             published.add(key)
 
+    locations = publisher.locations(graph.datasets.values())
     publish_ready()  # streaming tables with no flows yet, declared schemas
     while pending:
         progress = False
+        failed: list[UserQueryError] = []
         for flow in list(pending):
             try:
-                resolved = _analyse(spark, graph, flow, published, publisher)
+                resolved = _analyse(spark, graph, flow, published, publisher, locations)
             except _NotResolvedYet as wait:
                 waiting[flow.name] = wait.name
+                continue
+            except UserQueryError as error:
+                # It may read by path a table that a flow still pending creates: again
+                # after them; its error when no other flow resolves.
+                if len(pending) == 1:
+                    raise
+                failed.append(error)
                 continue
             flows[flow.name] = resolved
             pending.remove(flow)
@@ -160,27 +182,41 @@ def resolve(spark: SparkSession, graph: Graph, publisher: Publisher) -> Resoluti
             progress = True
             publish_ready()
         if not progress:
+            if failed:
+                raise failed[0]
             raise _cycle(graph, [f.name for f in pending], waiting)
     return Resolution(graph, datasets, flows, _dependency_order(graph, flows))
 
 
 def _analyse(
-    spark: SparkSession, graph: Graph, flow: AnyFlow, published: set[str], publisher: Publisher
+    spark: SparkSession,
+    graph: Graph,
+    flow: AnyFlow,
+    published: set[str],
+    publisher: Publisher,
+    locations: Mapping[str, str],
 ) -> ResolvedFlow:
     _flow_session.check_confs(
         spark, flow.name, _flow_session.flow_confs(flow, graph.dataset(flow.target))
     )
     waited: set[str] = set()
+    settled = False
     while True:
         try:
-            return _analysed(spark, graph, flow, published, publisher)
+            return _analysed(spark, graph, flow, published, publisher, locations, waited)
         except _CreationFailed as failed:
             raise failed.error from None
+        except UserQueryError:
+            # A read by path (not seen by the reader, not waited for) of a table still
+            # being created fails: once every creation under way ended, once more.
+            if settled or not publisher.settle():
+                raise
+            settled = True
         except _BeingCreated as created:
             # The query read a dataset's table by name while it may still have been
             # being created (the publisher creates tables in the background): once it
             # exists, again. Missing after that: the read's own error.
-            if created.name in waited:
+            if created.name in waited and created.error is not None:
                 raise created.error from None
             waited.add(created.name)
             publisher.wait(created.name)
@@ -188,9 +224,10 @@ def _analyse(
 
 class _BeingCreated(Exception):
     """A read of dataset ``name``'s table failed while its creation may have been running;
-    ``error``: what to raise when it is still missing once created."""
+    ``error``: what to raise when it is still missing once created (None: a read by path,
+    which reads an empty stream rather than failing)."""
 
-    def __init__(self, name: str, error: GraphValidationError) -> None:
+    def __init__(self, name: str, error: GraphValidationError | None) -> None:
         super().__init__(name)
         self.name = name
         self.error = error
@@ -206,7 +243,13 @@ class _CreationFailed(Exception):
 
 
 def _analysed(
-    spark: SparkSession, graph: Graph, flow: AnyFlow, published: set[str], publisher: Publisher
+    spark: SparkSession,
+    graph: Graph,
+    flow: AnyFlow,
+    published: set[str],
+    publisher: Publisher,
+    locations: Mapping[str, str],
+    waited: set[str],
 ) -> ResolvedFlow:
     reader = _RecordingReader(spark, graph, published, publisher)
     if isinstance(flow, AutoCdcFlow):
@@ -218,7 +261,14 @@ def _analysed(
         target = graph.dataset(flow.target)
         rules = (target.expectations if target is not None else ()) + flow.expectations
         check_constraints(df, rules, flow.name)
-    inputs = dict.fromkeys(reader.reads + _plan_reads(graph, df))
+    by_name, by_path = _plan_reads(graph, df, locations)
+    for name in by_path:
+        # Streams by path of a table not created yet read as empty, without columns.
+        if name.lower() not in published:
+            raise _NotResolvedYet(name)
+        if name not in waited and publisher.created_in_background(name):
+            raise _BeingCreated(name, None)
+    inputs = dict.fromkeys(reader.reads + by_name + by_path)
     return ResolvedFlow(
         flow=flow,
         inputs=tuple(inputs),
@@ -304,22 +354,53 @@ def _missing_relation(error: Exception) -> str | None:
     return parts[-1] if parts and parts[-1] else None
 
 
-def _plan_reads(graph: Graph, df: DataFrame) -> list[str]:
-    """Datasets of ``graph`` that ``df``'s analysed plan reads by name: catalog tables
-    (batch or stream) and temporary views (not looked into: the view is the input)."""
-    found: list[str] = []
+def _plan_reads(
+    graph: Graph, df: DataFrame, locations: Mapping[str, str]
+) -> tuple[list[str], list[str]]:
+    """Datasets of ``graph`` that ``df``'s analysed plan reads: catalog tables and
+    temporary views by name (a view not looked into: the view is the input), and tables
+    by their location (batch or stream)."""
+    by_name: list[str] = []
+    by_path: list[str] = []
     stack = [df._jdf.queryExecution().analyzed()]
     while stack:
         node = stack.pop()
         name = _relation_name(node)
         dataset = graph.dataset(name) if name else None
         if dataset is not None:
-            found.append(dataset.name)
+            by_name.append(dataset.name)
             if node.getClass().getSimpleName() == "View":
                 continue
+        elif (located := _path_read(node, locations)) is not None:
+            by_path.append(located)
         children = node.children()
         stack.extend(children.apply(i) for i in range(children.size()))
-    return found
+    return by_name, by_path
+
+
+def _path_read(node: Any, locations: Mapping[str, str]) -> str | None:
+    """The dataset a read by path reads, if it is one: deltaflow's tables name themselves
+    ``delta.`<uri>``` when not read through the catalog; a stream's source keeps its
+    ``path`` option."""
+    from deltaflow.table import _uri
+
+    kind = node.getClass().getSimpleName()
+    try:
+        if kind in ("DataSourceV2Relation", "StreamingRelationV2"):
+            name = str(node.table().name())
+            if not (name.startswith("delta.`") and name.endswith("`")):
+                return None
+            path = name[len("delta.`") : -1]
+        elif kind == "StreamingRelation":
+            option = node.dataSource().options().get("path")
+            if not option.isDefined():
+                return None
+            path = str(option.get())
+        else:
+            return None
+        return locations.get(_uri.normalize_uri(path))
+    except Exception:  # a relation of another connector, a path that is no URI
+        return None
 
 
 def _relation_name(node: Any) -> str | None:

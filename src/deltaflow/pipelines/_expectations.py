@@ -68,7 +68,7 @@ def check_constraints(df: DataFrame, expectations: tuple[Expectation, ...], flow
             ) from None
 
 
-def _counting(
+def counting(
     expectations: tuple[Expectation, ...],
 ) -> tuple[list[Column], Column | None, list[Column]]:
     """The rules' flags, the keep condition (None: no ``drop`` rule) and the aggregate
@@ -86,7 +86,7 @@ def _counting(
     return flags, keep, aggregate
 
 
-def _counts_of(
+def counts_of(
     counted: Any, expectations: tuple[Expectation, ...], dataset: str
 ) -> tuple[int, int, tuple[ExpectationCounts, ...]]:
     rows = int(counted["rows"] or 0)
@@ -127,7 +127,7 @@ class Observed:
         self._expectations = expectations
         self._dataset = dataset
         self._observation = Observation()
-        _, keep, aggregate = _counting(expectations)
+        _, keep, aggregate = counting(expectations)
         observed = df.observe(self._observation, *aggregate)
         self.kept = observed if keep is None else observed.filter(keep)
 
@@ -142,7 +142,7 @@ class Observed:
                 0,
                 0,
             )
-        rows, kept, counts = _counts_of(counted, self._expectations, self._dataset)
+        rows, kept, counts = counts_of(counted, self._expectations, self._dataset)
         return Checked(self.kept, counts, rows, kept)
 
 
@@ -169,8 +169,8 @@ def apply(
 ) -> Checked:
     """The rows to write (``drop`` rules applied) and each expectation's counts, from one
     aggregate. Call on a persisted DataFrame: it is read again to be written."""
-    flags, keep, aggregate = _counting(expectations)
-    rows, kept_rows, counts = _counts_of(df.agg(*aggregate).collect()[0], expectations, dataset)
+    flags, keep, aggregate = counting(expectations)
+    rows, kept_rows, counts = counts_of(df.agg(*aggregate).collect()[0], expectations, dataset)
     for expectation, flag, count in zip(expectations, flags, counts, strict=True):
         if expectation.action == "fail" and count.failed_records:
             offending = df.filter(~flag).limit(1).collect()[0].asDict(recursive=True)

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError, typed_error
-from deltaflow.pipelines import _cdc, _cdc_snapshot, _expectations, _flow_session, _incremental
+from deltaflow.pipelines import (
+    _cdc,
+    _cdc_snapshot,
+    _expectations,
+    _flow_session,
+    _incremental,
+    _observed_stream,
+)
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow
 from deltaflow.pipelines._declarations import AutoCdcFlow, AutoCdcSnapshotFlow, Flow
 from deltaflow.pipelines._event_log import EventLog
@@ -150,12 +157,44 @@ class FlowRun:
             sink = self._resolution.graph.sink(flow.target)
             assert sink is not None
             query = writer.format(sink.format).options(**sink.options).start()
+        elif self._rules and _observed_stream.observable(
+            self._rules, self._trigger.interval is None
+        ):
+            return self._observed(flow, df, checkpoint)
         elif self._rules:
-            batches = _CheckedBatches(self, flow, _flow_identity(checkpoint))
+            identity = _flow_identity(checkpoint)
+            written = _observed_stream.last_written_batch(checkpoint, self._path(flow), identity)
+            batches = _CheckedBatches(self, flow, identity, written)
             return Running(writer.foreachBatch(batches).start(), batches.outcome)
         else:
             query = writer.format("delta").option("mergeSchema", "true").start(self._path(flow))
         return Running(query, lambda: Outcome(rows=_input_rows(query)))
+
+    def _observed(self, flow: Flow, df: DataFrame, checkpoint: str) -> Running:
+        """Rules without ``fail``: the Delta sink writes, the rules counted as the stream's
+        observed metrics (:mod:`._observed_stream`)."""
+        from deltaflow.spark.stream._writer import FLOW_IDENTITY_OPTION
+
+        identity = _flow_identity(checkpoint)
+        path = self._path(flow)
+        written = _observed_stream.last_written_batch(checkpoint, path, identity)
+        stream = _observed_stream.ObservedStream(df, self._rules, dataset=flow.target)
+        writer = self._trigger.apply(
+            stream.kept.writeStream.queryName(flow.name)
+            .option("checkpointLocation", checkpoint)
+            .format("delta")
+            .option("mergeSchema", "true")
+            .option(FLOW_IDENTITY_OPTION, identity)
+        )
+        query = _observed_stream.start_keeping_progress(
+            self._flow_spark, lambda: writer.start(path)
+        )
+
+        def outcome() -> Outcome:
+            kept, counts, _ = stream.counts(query, written)
+            return Outcome(rows=kept, expectations=counts)
+
+        return Running(query, outcome)
 
     def _auto_cdc(self, flow: AutoCdcFlow) -> Running:
         source = self._flow_spark.readStream.table(flow.source)
@@ -243,12 +282,15 @@ class FlowRun:
 
 class _CheckedBatches:
     """foreachBatch of a streaming flow with expectations: each micro-batch counted,
-    filtered and appended idempotently (``txnAppId`` / ``txnVersion``)."""
+    filtered and appended idempotently (``txnAppId`` / ``txnVersion``). Batches up to
+    ``written`` (already in the table when the flow started: replays after a crash) are
+    not counted again, whether or not their rules were checked before the write."""
 
-    def __init__(self, run: FlowRun, flow: Flow, identity: str) -> None:
+    def __init__(self, run: FlowRun, flow: Flow, identity: str, written: int) -> None:
         self._run = run
         self._flow = flow
         self._identity = identity
+        self._written = written
         self._lock = threading.Lock()
         self._rows = 0
         self._counts: dict[str, list[int]] = {}
@@ -257,6 +299,14 @@ class _CheckedBatches:
         outcome = self._run._write_batch(
             self._flow, batch, mode="append", app=(self._identity, batch_id)
         )
+        if batch_id <= self._written:
+            outcome = Outcome(
+                rows=0,
+                expectations=tuple(
+                    _expectations.ExpectationCounts(c.name, c.dataset, 0, 0)
+                    for c in outcome.expectations
+                ),
+            )
         with self._lock:
             self._rows += outcome.rows or 0
             for c in outcome.expectations:

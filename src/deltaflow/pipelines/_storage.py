@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -197,6 +197,24 @@ class CatalogPublisher:
         future = self._pending.get(name.lower())
         if future is not None:
             future.result()
+
+    def settle(self) -> bool:
+        """Wait for every creation running in the background (their errors are left for
+        :meth:`wait`); True when there were any."""
+        futures = list(self._pending.values())
+        if futures:
+            wait(futures)
+        return bool(futures)
+
+    def locations(self, datasets: Iterable[Dataset]) -> dict[str, str]:
+        """Normalized table location -> dataset name (tables only), for reads by path."""
+        from deltaflow.table import _uri
+
+        return {
+            _uri.normalize_uri(self._storage.table_path(d)): d.name
+            for d in datasets
+            if d.kind != "temporary_view"
+        }
 
     def wait_all(self) -> None:
         """Every table created (the first creation error raised)."""

@@ -33,7 +33,7 @@ from deltaflow.spark._options import (
 )
 from deltaflow.spark.errors import BridgeError
 from deltaflow.spark.read._native import HADOOP_SCHEMES, NATIVE_SCAN_CONF, native_scan_mode
-from deltaflow.spark.stream._writer import STREAM_ONLY_OPTIONS, commit_batch
+from deltaflow.spark.stream._writer import FLOW_IDENTITY_OPTION, STREAM_ONLY_OPTIONS, commit_batch
 from deltaflow.spark.write import _files, _generated
 from deltaflow.spark.write._native import (
     _ESCAPE,
@@ -486,11 +486,11 @@ def check_sink(args: dict[str, Any]) -> dict[str, Any]:
                 " txnAppId and txnVersion on batch writes inside foreachBatch instead.",
                 option=key,
             )
-    stream_only = {k.lower() for k in STREAM_ONLY_OPTIONS} | {"path"}
+    stream_only = {k.lower() for k in STREAM_ONLY_OPTIONS} | {"path", FLOW_IDENTITY_OPTION.lower()}
     write = {k: v for k, v in options.items() if k.lower() not in stream_only}
     parse_write_options({**write, "path": path})
     _check_sink_target(_uri.normalize_uri(path), str(args["checkpointLocation"]))
-    return {"path": path, "writeOptions": write}
+    return {"path": path, "writeOptions": write, "appId": _get(options, FLOW_IDENTITY_OPTION)}
 
 
 def _stream_has_run(checkpoint: str) -> bool:

@@ -55,6 +55,10 @@ log = logging.getLogger("deltaflow.stream")
 # The commitInfo field naming the streaming query and batch of a sink commit.
 STREAM_COMMIT_INFO_KEY = "deltaflow.stream"
 # Options of the streaming query, not write options of the table.
+# A pipeline flow's identity (``deltaflow.pipelines``): the Delta sink's app transaction id
+# instead of the query id, the one the flow's foreachBatch writes use too. Internal.
+FLOW_IDENTITY_OPTION = "deltaflow.pipelines.flowIdentity"
+
 STREAM_ONLY_OPTIONS = (
     "checkpointLocation",
     "queryName",
@@ -73,8 +77,10 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         overwrite: bool,
         options: WriteOptions,
         checkpoint_location: str | None,
+        app_id: str | None = None,
     ) -> None:
         self.table_uri = table_uri
+        self.app_id = app_id  # None: the query's id, from its checkpoint
         self.schema_json = schema.jsonValue()
         self.mode = "overwrite" if overwrite else "append"
         self.options = options
@@ -130,6 +136,8 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         delete_files(self.table_uri, adds)
 
     def _app_id(self) -> str:
+        if self.app_id is not None:
+            return self.app_id
         return query_id(self.checkpoint_location, self.table_uri)
 
 
@@ -247,7 +255,7 @@ def stream_writer(
     options: Mapping[str, str], schema: StructType, overwrite: bool
 ) -> DeltaStreamWriter:
     """The writer for ``DeltaDataSource.streamWriter``."""
-    stream_only = {name.lower() for name in STREAM_ONLY_OPTIONS}
+    stream_only = {name.lower() for name in STREAM_ONLY_OPTIONS} | {FLOW_IDENTITY_OPTION.lower()}
     raw = {k: v for k, v in dict(options).items() if k.lower() not in stream_only}
     lowered = {k.lower(): v for k, v in dict(options).items()}
     try:
@@ -258,6 +266,7 @@ def stream_writer(
             overwrite,
             parsed,
             lowered.get("checkpointlocation"),
+            lowered.get(FLOW_IDENTITY_OPTION.lower()),
         )
         # Planned here, in the worker that runs streamWriter(): a schema violation or bad
         # option must reach the driver typed. Raised later, while Spark pickles the writer,

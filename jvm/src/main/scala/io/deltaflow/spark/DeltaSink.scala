@@ -19,12 +19,15 @@ import org.apache.spark.sql.streaming.OutputMode
  * nothing is written, and the replayed batch still runs, into Spark's `noop` sink, so a
  * stateful query's state stores commit it. Files of an attempt that died before its
  * commit are never referenced (VACUUM removes them). Output mode complete overwrites.
+ *
+ * `appId`: the app transaction's id instead of the query id (a pipeline flow's identity,
+ * which its foreachBatch writes use too, so either way a batch is written once).
  */
 class DeltaSink(path: String, writeOptions: Map[String, String], partitionColumns: Seq[String],
-    outputMode: OutputMode) extends Sink with Logging {
+    outputMode: OutputMode, appId: Option[String] = None) extends Sink with Logging {
 
   override def addBatch(batchId: Long, data: DataFrame): Unit = {
-    val queryId = data.sparkSession.sparkContext.getLocalProperty(QueryIdKey)
+    val queryId = appId.getOrElse(data.sparkSession.sparkContext.getLocalProperty(QueryIdKey))
     val batch = org.apache.spark.sql.deltaflow.MicroBatches.asBatch(data)
     val options = writeOptions ++
       Map("path" -> path, "txnAppId" -> queryId, "txnVersion" -> batchId.toString) ++
@@ -66,6 +69,7 @@ object DeltaSink {
     val checked = Brain.call("sink.check", args)
     val writeOptions = checked.get("writeOptions").properties().asScala
       .map(e => e.getKey -> e.getValue.asText()).toMap
-    new DeltaSink(checked.get("path").asText(), writeOptions, partitionColumns, outputMode)
+    val appId = Option(checked.get("appId")).filterNot(_.isNull).map(_.asText())
+    new DeltaSink(checked.get("path").asText(), writeOptions, partitionColumns, outputMode, appId)
   }
 }
