@@ -19,7 +19,8 @@ registers it in the catalog; a dry run does the same in a scratch database).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -331,7 +332,8 @@ def _run_query(
 
 def _call_user(flow_name: str, func: Callable[[], Any]) -> Any:
     try:
-        return func()
+        with _quiet_query_errors():
+            return func()
     except (_NotResolvedYet, _CreationFailed, GraphValidationError):
         raise
     except Exception as exc:
@@ -339,6 +341,28 @@ def _call_user(flow_name: str, func: Callable[[], Any]) -> Any:
             f"the query function of flow {flow_name!r} raised {type(exc).__name__}: {exc}",
             flow=flow_name,
         ) from exc
+
+
+@contextlib.contextmanager
+def _quiet_query_errors() -> Iterator[None]:
+    """pyspark logs every analysis error of a SQL or DataFrame query at ERROR, as JSON on
+    stderr, before raising it. Analysing a dataset whose input is still being created is
+    expected to fail and is retried; a real failure is raised and reported with its
+    message either way, so the log line says nothing the update does not."""
+    from pyspark.logger import PySparkLogger
+
+    loggers = [
+        PySparkLogger.getLogger(name)
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+    ]
+    before = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
+    try:
+        yield
+    finally:
+        for logger, disabled in zip(loggers, before, strict=True):
+            logger.disabled = disabled
 
 
 def _is_dataframe(value: Any) -> bool:
