@@ -30,6 +30,7 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from _common import (
@@ -118,20 +119,7 @@ def main() -> dict[str, object]:
             "pipeline update": lambda: pipeline(storage, database),
             "hand-written": lambda: by_hand(out),
         }
-        for run in variants.values():  # the first update creates the tables
-            run()
-        timings = Timings({name: [] for name in variants})
-        for rep in range(reps + 1):
-            append(10 + rep)
-            order = list(variants) if rep % 2 == 0 else list(reversed(variants))
-            for name in order:
-                start = time.perf_counter()
-                variants[name]()
-                elapsed = time.perf_counter() - start
-                if rep:  # the first is a warm-up
-                    timings.seconds[name].append(elapsed)
-                print(f"  steady rep {rep} {name}: {elapsed:.3f}s", flush=True)
-        return timings
+        return _steady_reps(variants, append, reps, label="steady rep")
 
     result: dict[str, object] = {"rows": rows, "reps": args.reps}
     if args.only in (None, "overhead"):
@@ -194,17 +182,32 @@ def _routes(spark, root, graph, append, reps: int) -> Timings:
         finally:
             _observed_stream.observable = observable
 
-    for name in variants:
-        update(name)  # the tables created
+    return _steady_reps({name: lambda n=name: update(n) for name in variants}, append, reps)
+
+
+def _steady_reps(
+    variants: dict[str, Callable[[], None]],
+    append: Callable[[int], None],
+    reps: int,
+    label: str | None = None,
+) -> Timings:
+    """Each variant run once (its tables created), then ``reps`` + 1 rounds: one bronze
+    commit appended (commits 10+), every variant timed on it, order alternated; the first
+    round is a warm-up."""
+    for run in variants.values():
+        run()
     timings = Timings({name: [] for name in variants})
     for rep in range(reps + 1):
         append(10 + rep)
         order = list(variants) if rep % 2 == 0 else list(reversed(variants))
         for name in order:
             start = time.perf_counter()
-            update(name)
-            if rep:  # the first is a warm-up
-                timings.seconds[name].append(time.perf_counter() - start)
+            variants[name]()
+            elapsed = time.perf_counter() - start
+            if rep:
+                timings.seconds[name].append(elapsed)
+            if label is not None:
+                print(f"  {label} {rep} {name}: {elapsed:.3f}s", flush=True)
     return timings
 
 

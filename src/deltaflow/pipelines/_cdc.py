@@ -107,6 +107,9 @@ class CdcBatches:
         self._state = state_path
         self._keys = [column_name(k) for k in flow.keys]
         self.rows = 0
+        # Once the target was seen holding rows, later batches skip the log load that
+        # asks (only a truncate empties it again).
+        self._filled = False
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark import StorageLevel
@@ -151,6 +154,7 @@ class CdcBatches:
             truncated_at = events.filter(F.col(_TRUNCATE)).agg(F.max(_SEQ)).collect()[0][0]
             if truncated_at is not None:
                 DeltaTable.forPath(self._spark, self._target).delete()
+                self._filled = False
                 self._reset_state()
                 events = events.filter(F.col(_SEQ) > F.lit(truncated_at))
             events = events.filter(~F.col(_TRUNCATE))
@@ -208,8 +212,10 @@ class CdcBatches:
 
         from deltaflow.table import _uri
 
-        location = _uri.delta_rs_uri(_uri.normalize_uri(self._target))
-        return not DeltaRsTable(location).file_uris()
+        if not self._filled:
+            location = _uri.delta_rs_uri(_uri.normalize_uri(self._target))
+            self._filled = bool(DeltaRsTable(location).file_uris())
+        return not self._filled
 
     def _append(self, rows: DataFrame) -> None:
         rows.write.format("delta").mode("append").save(self._target)

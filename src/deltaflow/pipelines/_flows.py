@@ -191,7 +191,7 @@ class FlowRun:
         )
 
         def outcome() -> Outcome:
-            kept, counts, _ = stream.counts(query, written)
+            kept, counts = stream.counts(query, written)
             return Outcome(rows=kept, expectations=counts)
 
         return Running(query, outcome)

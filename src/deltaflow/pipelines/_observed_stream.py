@@ -81,31 +81,25 @@ class ObservedStream:
 
     def counts(
         self, query: Any, after: int
-    ) -> tuple[int, tuple[_expectations.ExpectationCounts, ...], bool]:
-        """Rows kept, each rule's counts over batches with ids above ``after`` (those at
-        or below were already written: replays the sink skipped), and whether every such
-        batch's report was still there."""
+    ) -> tuple[int, tuple[_expectations.ExpectationCounts, ...]]:
+        """Rows kept and each rule's counts over batches with ids above ``after`` (those
+        at or below were already written: replays the sink skipped)."""
         totals: dict[str, int] = {}
-        seen: set[int] = set()
-        last = after
         for progress in query.recentProgress:
             batch = int(_field(progress, "batchId"))
             metrics = (_field(progress, "observedMetrics") or {}).get(self.name)
             if batch <= after or metrics is None:
                 continue
-            seen.add(batch)
-            last = max(last, batch)
             row = metrics.asDict() if hasattr(metrics, "asDict") else dict(metrics)
             for key, value in row.items():
                 totals[key] = totals.get(key, 0) + int(value or 0)
-        complete = seen == set(range(after + 1, last + 1))
         if not totals:
             zero = tuple(
                 _expectations.ExpectationCounts(e.name, self._dataset, 0, 0) for e in self._rules
             )
-            return 0, zero, complete
+            return 0, zero
         _, kept, counts = _expectations.counts_of(totals, self._rules, self._dataset)
-        return kept, counts, complete
+        return kept, counts
 
 
 def _field(progress: Any, name: str) -> Any:

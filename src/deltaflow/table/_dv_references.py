@@ -51,7 +51,7 @@ def referenced_files(table_uri: str, removed_since_ms: int) -> set[str]:
     version = _log_commit.latest_version(log_dir)
     live: dict[tuple[str, str], Mapping[str, Any]] = {}
     removed: dict[tuple[str, str], Mapping[str, Any]] = {}
-    checkpoint = _log_commit._newest_checkpoint(log_dir, version)
+    checkpoint = _log_commit.newest_checkpoint(log_dir, version)
     start = 0
     if checkpoint is not None:
         start = checkpoint[0] + 1
@@ -98,16 +98,8 @@ def _replay(
 
 def _checkpoint_actions(files: list[str]) -> Iterable[Mapping[str, Any]]:
     """The add and remove actions of a (possibly multi-part or v2) checkpoint."""
-    sources = list(files)
-    for path in files:  # v2 checkpoints keep their file actions in sidecar files
-        table = _log_commit._read_parquet(path)
-        if "sidecar" in table.column_names:
-            folder = path.rsplit("/", 1)[0]
-            for row in table.column("sidecar").to_pylist():
-                if row:
-                    sources.append(_uri.join(folder, f"_sidecars/{row['path']}"))
-    for path in sources:
-        table = _log_commit._read_parquet(path)
+    for path in _log_commit.checkpoint_parts(files):
+        table = _log_commit.read_parquet(path)
         for kind in ("add", "remove"):
             if kind not in table.column_names:
                 continue

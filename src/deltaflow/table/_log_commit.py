@@ -440,7 +440,7 @@ def add_actions_of(table_uri: str, version: int, paths: Iterable[str]) -> dict[s
     log_dir = log_location(table_uri)
     wanted = {unquote(p): p for p in paths}
     found: dict[str, dict[str, Any]] = {}
-    checkpoint = _newest_checkpoint(log_dir, version)
+    checkpoint = newest_checkpoint(log_dir, version)
     floor = checkpoint[0] if checkpoint else -1
     for v in range(version, floor, -1):
         if not wanted:
@@ -458,7 +458,7 @@ def add_actions_of(table_uri: str, version: int, paths: Iterable[str]) -> dict[s
     return found
 
 
-def _newest_checkpoint(log_dir: str, version: int) -> tuple[int, list[str]] | None:
+def newest_checkpoint(log_dir: str, version: int) -> tuple[int, list[str]] | None:
     by_version: dict[int, list[str]] = {}
     for name in _list_names(log_dir):
         if ".checkpoint" in name and name.endswith(".parquet") and name[:20].isdigit():
@@ -471,19 +471,25 @@ def _newest_checkpoint(log_dir: str, version: int) -> tuple[int, list[str]] | No
     return best, sorted(by_version[best])
 
 
+def checkpoint_parts(files: list[str]) -> list[str]:
+    """A checkpoint's files and, for a v2 checkpoint, the sidecar files that hold its
+    file actions."""
+    parts = list(files)
+    for path in files:
+        table = read_parquet(path)
+        if "sidecar" in table.column_names:
+            folder = path.rsplit("/", 1)[0]
+            for row in table.column("sidecar").to_pylist():
+                if row:
+                    parts.append(_uri.join(folder, f"_sidecars/{row['path']}"))
+    return parts
+
+
 def _adds_from_checkpoint(files: list[str], wanted: dict[str, str]) -> dict[str, dict[str, Any]]:
 
     found: dict[str, dict[str, Any]] = {}
-    sources = list(files)
-    for path in files:  # v2 checkpoints keep their adds in sidecar files
-        table = _read_parquet(path)
-        if "sidecar" in table.column_names:
-            for row in table.column("sidecar").to_pylist():
-                if row:
-                    folder = path.rsplit("/", 1)[0]
-                    sources.append(_uri.join(folder, f"_sidecars/{row['path']}"))
-    for path in sources:
-        table = _read_parquet(path, columns=["add"])
+    for path in checkpoint_parts(files):
+        table = read_parquet(path, columns=["add"])
         for add in table.column("add").to_pylist():
             if add and unquote(add["path"]) in wanted:
                 clean = {k: v for k, v in add.items() if v is not None}
@@ -494,7 +500,7 @@ def _adds_from_checkpoint(files: list[str], wanted: dict[str, str]) -> dict[str,
     return found
 
 
-def _read_parquet(path: str, columns: list[str] | None = None) -> Any:
+def read_parquet(path: str, columns: list[str] | None = None) -> Any:
     import pyarrow.parquet as pq
 
     fs, inner = _uri.filesystem(path)

@@ -486,7 +486,7 @@ def check_sink(args: dict[str, Any]) -> dict[str, Any]:
                 " txnAppId and txnVersion on batch writes inside foreachBatch instead.",
                 option=key,
             )
-    stream_only = {k.lower() for k in STREAM_ONLY_OPTIONS} | {"path", FLOW_IDENTITY_OPTION.lower()}
+    stream_only = {k.lower() for k in STREAM_ONLY_OPTIONS} | {"path"}
     write = {k: v for k, v in options.items() if k.lower() not in stream_only}
     parse_write_options({**write, "path": path})
     _check_sink_target(_uri.normalize_uri(path), str(args["checkpointLocation"]))

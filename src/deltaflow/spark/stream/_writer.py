@@ -54,16 +54,16 @@ log = logging.getLogger("deltaflow.stream")
 
 # The commitInfo field naming the streaming query and batch of a sink commit.
 STREAM_COMMIT_INFO_KEY = "deltaflow.stream"
-# Options of the streaming query, not write options of the table.
 # A pipeline flow's identity (``deltaflow.pipelines``): the Delta sink's app transaction id
 # instead of the query id, the one the flow's foreachBatch writes use too. Internal.
 FLOW_IDENTITY_OPTION = "deltaflow.pipelines.flowIdentity"
-
+# Options of the streaming query, not write options of the table.
 STREAM_ONLY_OPTIONS = (
     "checkpointLocation",
     "queryName",
     "asyncProgressTrackingEnabled",
     "asyncProgressTrackingCheckpointIntervalMs",
+    FLOW_IDENTITY_OPTION,
 )
 
 
@@ -255,7 +255,7 @@ def stream_writer(
     options: Mapping[str, str], schema: StructType, overwrite: bool
 ) -> DeltaStreamWriter:
     """The writer for ``DeltaDataSource.streamWriter``."""
-    stream_only = {name.lower() for name in STREAM_ONLY_OPTIONS} | {FLOW_IDENTITY_OPTION.lower()}
+    stream_only = {name.lower() for name in STREAM_ONLY_OPTIONS}
     raw = {k: v for k, v in dict(options).items() if k.lower() not in stream_only}
     lowered = {k.lower(): v for k, v in dict(options).items()}
     try:
