@@ -3,6 +3,7 @@ its checkpoint under the root, in the API and in a real browser while it runs.""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,31 @@ def test_a_failed_streams_last_error(spark: Any, console: Console, root: Path) -
         assert "marker-7431" in (browser.text(f"{section} .last-error") or "")
     finally:
         browser.close()
+
+
+def test_a_pipeline_flows_commits_pair_with_its_checkpoint(spark: Any, tmp_path: Path) -> None:
+    """A pipeline's flow commits under its identity, not the query id: the console pairs
+    the commits with the checkpoint by that identity (one stream, not two)."""
+    from deltaflow import pipelines as dp
+    from deltaflow.console._checkpoints import Checkpoint
+    from deltaflow.console._streams import streams
+    from deltaflow.console._table_state import TableState
+
+    landing, storage = tmp_path / "landing", tmp_path / "storage"
+    spark.createDataFrame([(1,), (2,)], "id BIGINT").write.json(str(landing))
+    with dp.collect() as declared:
+
+        @dp.table
+        def silver() -> Any:
+            return spark.readStream.schema("id BIGINT").json(str(landing))
+
+    settings = dp.PipelineSettings(
+        name="p", storage=str(storage), database=f"console_{uuid.uuid4().hex[:8]}"
+    )
+    assert dp.run_update(spark, declared.graph(), settings).state == "COMPLETED"
+    table = TableState("tables/silver", str(storage / "tables" / "silver"), str(storage))
+    checkpoint = Checkpoint(str(storage / "checkpoints" / "silver"), "checkpoints/silver")
+    [stream] = streams([table], [checkpoint])
+    assert stream["app_id"] == (storage / "checkpoints/silver/deltaflow-flow-id").read_text()
+    assert (stream["checkpoint"], stream["tables"]) == ("checkpoints/silver", ["tables/silver"])
+    assert [(b["batch_id"], b["rows"]) for b in stream["batches"]] == [(0, 2)]

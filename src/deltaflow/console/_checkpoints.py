@@ -1,8 +1,9 @@
 """Streaming queries seen through their checkpoints (when they lie under the roots).
 
 A Structured Streaming checkpoint holds ``metadata`` (the query id: the app id its Delta
-sink commits with), ``offsets/<batch>`` (written when a batch starts: its start time and
-each source's end offset) and ``commits/<batch>`` (written when it finished). For Delta
+sink commits with; a pipeline flow's commits are keyed by the flow's identity, kept beside
+it in ``deltaflow-flow-id``), ``offsets/<batch>`` (written when a batch starts: its start
+time and each source's end offset) and ``commits/<batch>`` (written when it finished). For Delta
 sources the offset names the table (``reservoirId``, the table's metaData id) and the
 version read up to, so the console can tell, per batch, how long it took, how long
 the data it read had waited (end-to-end latency), and how far the query is behind.
@@ -16,6 +17,8 @@ import os
 import threading
 from dataclasses import dataclass
 from typing import Any
+
+from deltaflow.pipelines._flow_identity import IDENTITY_FILE
 
 # Batches read per checkpoint (Spark keeps 100 by default: spark.sql.streaming.minBatchesToRetain).
 RECENT_BATCHES = 100
@@ -44,6 +47,8 @@ class Checkpoint:
         self.path = path
         self.id = checkpoint_id
         self.query_id = _query_id(path)
+        # The app id of the query's sink commits, which pairs the checkpoint with them.
+        self.app_id = _flow_identity(path) or self.query_id
         self._batches: dict[int, Batch] = {}
         self._lock = threading.Lock()
 
@@ -98,6 +103,14 @@ def _query_id(path: str) -> str | None:
         with open(os.path.join(path, "metadata"), encoding="utf-8") as f:
             return str(json.loads(f.readline())["id"])
     except (OSError, ValueError, KeyError):
+        return None
+
+
+def _flow_identity(path: str) -> str | None:
+    try:
+        with open(os.path.join(path, IDENTITY_FILE), encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
         return None
 
 

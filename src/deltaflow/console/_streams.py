@@ -1,9 +1,10 @@
 """Streaming queries: from the commits their Delta sinks write and their checkpoints.
 
 A deltaflow (or delta-spark) streaming sink commits every micro-batch with an app
-transaction: ``txn.appId`` is the query's id (kept in its checkpoint), ``txn.version`` is
-the batch id. So the tables' recent commits name every query that writes them, with the
-rows and commit time of each batch. Where the query's checkpoint lies under a root too
+transaction: ``txn.appId`` is the query's id (kept in its checkpoint; for a pipeline's
+flow, the flow's identity kept beside it), ``txn.version`` is the batch id. So the tables'
+recent commits name every query that writes them, with the rows and commit time of each
+batch. Where the query's checkpoint lies under a root too
 (:mod:`deltaflow.console._checkpoints`), each batch also gets its processing time, the
 end-to-end latency of the data it read from Delta sources, and the query its backlog.
 """
@@ -36,7 +37,7 @@ def streams(tables: list[TableState], checkpoints: list[Checkpoint]) -> list[dic
                 found[app_id]["sinks"].add(state.id)
     by_uuid = _tables_by_uuid(tables)
     for checkpoint in checkpoints:
-        key = checkpoint.query_id or checkpoint.id
+        key = checkpoint.app_id or checkpoint.id
         entry = _entry(found, key)
         entry["checkpoint"] = checkpoint.id
         entry["last_error"] = checkpoint.last_error()
@@ -54,7 +55,7 @@ def readers(tables: list[TableState], checkpoints: list[Checkpoint]) -> dict[str
         for source in batches[-1].sources if batches else ():
             state = by_uuid.get(source.table_id) if source is not None else None
             if state is not None:
-                out.setdefault(state.id, []).append(checkpoint.query_id or checkpoint.id)
+                out.setdefault(state.id, []).append(checkpoint.app_id or checkpoint.id)
     return out
 
 

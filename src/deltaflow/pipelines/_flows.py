@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from deltaflow.pipelines import (
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow
 from deltaflow.pipelines._declarations import AutoCdcFlow, AutoCdcSnapshotFlow, Flow
 from deltaflow.pipelines._event_log import EventLog
+from deltaflow.pipelines._flow_identity import flow_identity, stream_identity
 from deltaflow.pipelines._reads import reading_with
 from deltaflow.pipelines._storage import Storage
 from deltaflow.pipelines.errors import ExpectationViolationError, GraphValidationError
@@ -149,6 +149,8 @@ class FlowRun:
         return self._storage.table_path(self._resolution.datasets[flow.target].dataset)
 
     def _stream(self, flow: Flow, df: DataFrame, to_sink: bool) -> Running:
+        from deltaflow.spark.stream._writer import FLOW_IDENTITY_OPTION
+
         checkpoint = self._storage.checkpoint(flow.name)
         writer = self._trigger.apply(
             df.writeStream.queryName(f"{flow.name}").option("checkpointLocation", checkpoint)
@@ -157,25 +159,29 @@ class FlowRun:
             sink = self._resolution.graph.sink(flow.target)
             assert sink is not None
             query = writer.format(sink.format).options(**sink.options).start()
-        elif self._rules and _observed_stream.observable(
-            self._rules, self._trigger.interval is None
-        ):
-            return self._observed(flow, df, checkpoint)
-        elif self._rules:
-            identity = _flow_identity(checkpoint)
+            return Running(query, lambda: Outcome(rows=_input_rows(query)))
+        # Every route into the table writes under the flow's identity (:mod:`._flow_identity`).
+        identity = stream_identity(checkpoint, self._path(flow))
+        if self._rules and _observed_stream.observable(self._rules, self._trigger.interval is None):
+            return self._observed(flow, df, checkpoint, identity)
+        if self._rules:
             written = _observed_stream.last_written_batch(checkpoint, self._path(flow), identity)
             batches = _CheckedBatches(self, flow, identity, written)
             return Running(writer.foreachBatch(batches).start(), batches.outcome)
-        else:
-            query = writer.format("delta").option("mergeSchema", "true").start(self._path(flow))
-        return Running(query, lambda: Outcome(rows=_input_rows(query)))
+        written = _observed_stream.last_written_batch(checkpoint, self._path(flow), identity)
+        plain = (
+            writer.format("delta")
+            .option("mergeSchema", "true")
+            .option(FLOW_IDENTITY_OPTION, identity)
+            .start(self._path(flow))
+        )
+        return Running(plain, lambda: Outcome(rows=_input_rows(plain, after=written)))
 
-    def _observed(self, flow: Flow, df: DataFrame, checkpoint: str) -> Running:
+    def _observed(self, flow: Flow, df: DataFrame, checkpoint: str, identity: str) -> Running:
         """Rules without ``fail``: the Delta sink writes, the rules counted as the stream's
         observed metrics (:mod:`._observed_stream`)."""
         from deltaflow.spark.stream._writer import FLOW_IDENTITY_OPTION
 
-        identity = _flow_identity(checkpoint)
         path = self._path(flow)
         written = _observed_stream.last_written_batch(checkpoint, path, identity)
         stream = _observed_stream.ObservedStream(df, self._rules, dataset=flow.target)
@@ -242,7 +248,7 @@ class FlowRun:
         marker = os.path.join(checkpoint, "once-completed")
         if os.path.exists(marker):
             return Outcome(rows=0)
-        outcome = self._write_batch(flow, df, mode="append", app=(_flow_identity(checkpoint), 0))
+        outcome = self._write_batch(flow, df, mode="append", app=(flow_identity(checkpoint), 0))
         with open(marker, "w") as out:
             out.write("1\n")
         return outcome
@@ -343,27 +349,19 @@ def await_stream(query: Any, flow: str) -> None:
         )
 
 
-def _flow_identity(checkpoint: str) -> str:
-    """The identity of a flow's checkpoint, made with it: the app id of its idempotent
-    writes. A full refresh deletes the checkpoint, so batch ids restarting at 0 write
-    under a new identity instead of being taken for replays."""
-    os.makedirs(checkpoint, exist_ok=True)
-    path = os.path.join(checkpoint, "deltaflow-flow-id")
-    if not os.path.exists(path):
-        with open(path + ".tmp", "w") as out:
-            out.write(f"deltaflow-pipeline-flow-{uuid.uuid4()}")
-        os.replace(path + ".tmp", path)
-    with open(path) as source:
-        return source.read().strip()
-
-
-def _input_rows(query: Any) -> int:
+def _input_rows(query: Any, after: int = -1) -> int:
     """Rows the stream read over its recent progress reports (Spark keeps the last
-    ``spark.sql.streaming.numRecentProgressUpdates``, 100 by default)."""
+    ``spark.sql.streaming.numRecentProgressUpdates``, 100 by default), in batches with ids
+    above ``after`` (those at or below were written before: replays the sink skipped)."""
     total = 0
     for progress in query.recentProgress:
-        value = progress.get("numInputRows") if isinstance(progress, dict) else None
-        total += int(value if value is not None else getattr(progress, "numInputRows", 0))
+        batch, rows = (
+            (progress.get("batchId"), progress.get("numInputRows"))
+            if isinstance(progress, dict)
+            else (getattr(progress, "batchId", None), getattr(progress, "numInputRows", 0))
+        )
+        if batch is None or int(batch) > after:
+            total += int(rows or 0)
     return total
 
 
