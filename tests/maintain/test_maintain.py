@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from deltaflow import maintain
-from deltaflow.spark.commands import _maintenance
+from deltaflow.spark.commands import _describe
 from tests._waiting import wait_until
 from tests.table.dv_fixtures import add_deletion_vectors
 
@@ -103,7 +103,7 @@ def test_cli_once_compacts_small_files_keeping_the_rows(tmp_path: Path) -> None:
     assert len(DeltaTable(str(table)).file_uris()) == 2  # one per partition
     assert DeltaTable(str(healthy)).version() == healthy_version  # left alone
     # The history (DESCRIBE HISTORY's rows, and delta-rs's) says it was automatic.
-    newest = _maintenance.history(str(table), 1)[0]
+    newest = _describe.history(str(table), 1)[0]
     assert newest[4] == "OPTIMIZE"
     assert newest[5]["auto"] == "true"
     commit = DeltaTable(str(table)).history(1)[0]
@@ -216,7 +216,7 @@ def test_a_clustered_table_is_clustered_incrementally(spark, tmp_path: Path) -> 
 
     assert [a.action for a in report.ran()] == ["OPTIMIZE"], report.actions
     assert rows(table) == before
-    newest = _maintenance.history(str(table), 1)[0]
+    newest = _describe.history(str(table), 1)[0]
     assert newest[4] == "OPTIMIZE"
     assert newest[5]["auto"] == "true" and json.loads(newest[5]["clusterBy"]) == ["x", "y"]
     version = DeltaTable(str(table)).version()

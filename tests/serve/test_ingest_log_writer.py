@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from deltaflow.ingest.http._commit import COMMIT_INFO_KEY, TableWriter
+from deltaflow.ingest.http._table_writer import COMMIT_INFO_KEY, TableWriter
 from deltaflow.table import _commit, _log_write
 from deltaflow.table.errors import UnsupportedFeatureError
 from tests.serve.conftest import TOKEN, make_config, read_table

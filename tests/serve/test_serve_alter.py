@@ -95,7 +95,7 @@ def test_one_group_of_requests_parsed_before_and_after_the_alter(
     import pyarrow as pa
     from deltalake.schema import Field
 
-    from deltaflow.ingest.http._commit import TableWriter
+    from deltaflow.ingest.http._table_writer import TableWriter
     from tests.serve.conftest import TOKEN, make_config
 
     monkeypatch.setenv("DF_TEST_TOKENS", TOKEN)

@@ -156,7 +156,7 @@ def test_a_table_only_deltaflows_log_writer_commits_is_served_on_s3(s3, tmp_path
     import pyarrow as pa
     import pyarrow.fs as pafs
 
-    from deltaflow.ingest.http._commit import TableWriter
+    from deltaflow.ingest.http._table_writer import TableWriter
 
     uri = s3.uri("clustered")
     schema = {

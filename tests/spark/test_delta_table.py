@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 import deltaflow
 from deltaflow import ConcurrentWriteError, DeltaTable, TableNotFoundError
-from deltaflow.spark.commands import _maintenance
+from deltaflow.spark.commands import _vacuum
 from deltaflow.spark.dml import _delete_update
 from deltaflow.spark.errors import RetentionTooShortError
 from deltaflow.table.errors import UnsupportedFeatureError
@@ -353,11 +353,11 @@ def test_vacuum_retention_check(spark, table_path):
     table.vacuum()  # default retention: the file removed just now stays
     assert all(p.exists() for p in removed)
 
-    spark.conf.set(_maintenance.RETENTION_CHECK_CONF, "false")
+    spark.conf.set(_vacuum.RETENTION_CHECK_CONF, "false")
     try:
         result = table.vacuum(0)
     finally:
-        spark.conf.unset(_maintenance.RETENTION_CHECK_CONF)
+        spark.conf.unset(_vacuum.RETENTION_CHECK_CONF)
     assert result.columns == ["path"]
     assert not any(p.exists() for p in removed)
     assert _rows(spark, path) == _sort([r for r in ALL_ROWS if r[0] >= 4])
@@ -419,12 +419,12 @@ def test_set_properties(spark, table_path):
 
 
 def test_retention_hours_parsing():
-    assert _maintenance.retention_hours_of({}) == 168.0
+    assert _vacuum.retention_hours_of({}) == 168.0
     assert (
-        _maintenance.retention_hours_of({"delta.deletedFileRetentionDuration": "interval 2 days"})
+        _vacuum.retention_hours_of({"delta.deletedFileRetentionDuration": "interval 2 days"})
         == 48.0
     )
     assert (
-        _maintenance.retention_hours_of({"delta.deletedFileRetentionDuration": "interval 1 week"})
+        _vacuum.retention_hours_of({"delta.deletedFileRetentionDuration": "interval 1 week"})
         == 168.0
     )

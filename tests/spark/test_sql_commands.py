@@ -16,7 +16,7 @@ from deltalake import DeltaTable as RsTable
 
 import deltaflow
 from deltaflow import InvalidOptionError, TableNotFoundError, VersionNotFoundError
-from deltaflow.spark.commands import _maintenance
+from deltaflow.spark.commands import _describe, _maintenance, _vacuum
 from deltaflow.spark.errors import RestoreFilesMissingError, RetentionTooShortError, SqlSyntaxError
 from deltaflow.table._uri import normalize_uri
 
@@ -74,7 +74,7 @@ def test_describe_history_newest_first_with_limit_by_path_name_and_quoted_path(
 ):
     name, path = catalog_table
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
-    assert history.schema == _schema(spark, _maintenance.HISTORY_SCHEMA)
+    assert history.schema == _schema(spark, _describe.HISTORY_SCHEMA)
     assert history.columns[:5] == ["version", "timestamp", "userId", "userName", "operation"]
     rows = history.collect()
     assert [r.version for r in rows] == [2, 1, 0]
@@ -88,7 +88,7 @@ def test_describe_history_newest_first_with_limit_by_path_name_and_quoted_path(
 def test_describe_detail_of_a_catalog_table_and_a_path(spark, catalog_table):
     name, path = catalog_table
     detail = spark.sql(f"DESCRIBE DETAIL {name}")
-    assert detail.schema == _schema(spark, _maintenance.DETAIL_SCHEMA)
+    assert detail.schema == _schema(spark, _describe.DETAIL_SCHEMA)
     row = detail.collect()[0]
     adds = _adds(path)
     assert (row.format, row.name) == ("delta", "spark_catalog.default.sqlcmd_t")
@@ -168,11 +168,11 @@ def test_vacuum_retention_check_dry_run_and_real_run(spark, table_path):
 
     error = _raises(spark, f"VACUUM delta.`{path}` RETAIN 0 HOURS", RetentionTooShortError)
     assert (error.retention_hours, error.minimum_hours) == (0.0, 168.0)
-    assert _maintenance.RETENTION_CHECK_CONF in str(error)
+    assert _vacuum.RETENTION_CHECK_CONF in str(error)
     kept = spark.sql(f"VACUUM delta.`{path}` DRY RUN").collect()  # table's 7 days
     assert kept == []
 
-    spark.conf.set(_maintenance.RETENTION_CHECK_CONF, "false")
+    spark.conf.set(_vacuum.RETENTION_CHECK_CONF, "false")
     try:
         dry = spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS DRY RUN")
         assert dry.columns == ["path"]
@@ -180,7 +180,7 @@ def test_vacuum_retention_check_dry_run_and_real_run(spark, table_path):
         assert all(p.exists() for p in removed)  # a dry run deletes nothing
         real = spark.sql(f"VACUUM '{path}' RETAIN 0 HOURS").collect()
     finally:
-        spark.conf.unset(_maintenance.RETENTION_CHECK_CONF)
+        spark.conf.unset(_vacuum.RETENTION_CHECK_CONF)
     assert [r.path for r in real] == [normalize_uri(path)]
     assert not any(p.exists() for p in removed)
     assert _ids(spark, path) == list(range(3, 8))
@@ -216,11 +216,11 @@ def test_restore_version_and_timestamp_with_metrics(spark, catalog_table):
 def test_restore_after_vacuum_names_the_missing_file_and_commits_nothing(spark, table_path):
     path = _make(spark, table_path(), partitioned=False)
     deltaflow.DeltaTable.forPath(spark, path).delete("id < 3")  # version 3
-    spark.conf.set(_maintenance.RETENTION_CHECK_CONF, "false")
+    spark.conf.set(_vacuum.RETENTION_CHECK_CONF, "false")
     try:
         spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS")
     finally:
-        spark.conf.unset(_maintenance.RETENTION_CHECK_CONF)
+        spark.conf.unset(_vacuum.RETENTION_CHECK_CONF)
     before = RsTable(path).version()  # VACUUM committed its start and end too
     error = _raises(spark, f"RESTORE delta.`{path}` VERSION AS OF 1", RestoreFilesMissingError)
     assert (error.version, error.missing) == (1, 1)

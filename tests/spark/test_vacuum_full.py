@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from deltaflow.spark.commands import _maintenance
+from deltaflow.spark.commands import _vacuum
 from deltaflow.table._uri import normalize_uri
 
 THREE_HOURS_AGO = time.time() - 3 * 3600
@@ -22,11 +22,11 @@ THREE_HOURS_AGO = time.time() - 3 * 3600
 
 @pytest.fixture
 def no_retention_check(spark: Any) -> Iterator[None]:
-    spark.conf.set(_maintenance.RETENTION_CHECK_CONF, "false")
+    spark.conf.set(_vacuum.RETENTION_CHECK_CONF, "false")
     try:
         yield
     finally:
-        spark.conf.unset(_maintenance.RETENTION_CHECK_CONF)
+        spark.conf.unset(_vacuum.RETENTION_CHECK_CONF)
 
 
 def _plant(root: Path, relative: str, *, old: bool) -> Path:

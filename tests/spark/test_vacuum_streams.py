@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from deltaflow.spark.commands import _maintenance
+from deltaflow.spark.commands import _vacuum
 from deltaflow.table import _reader_leases
 from deltaflow.table._reader_leases import LEASE_DIR, LeaseHolder
 from deltaflow.table._uri import normalize_uri
@@ -37,12 +37,12 @@ def _files(path: str, version: int | None = None) -> list[Path]:
 
 def _vacuum_now(spark, path: str, dry_run: bool = False) -> list[str]:
     """``VACUUM ... RETAIN 0 HOURS`` with delta-spark's retention check off."""
-    spark.conf.set(_maintenance.RETENTION_CHECK_CONF, "false")
+    spark.conf.set(_vacuum.RETENTION_CHECK_CONF, "false")
     try:
         dry = " DRY RUN" if dry_run else ""
         return [r.path for r in spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS{dry}").collect()]
     finally:
-        spark.conf.unset(_maintenance.RETENTION_CHECK_CONF)
+        spark.conf.unset(_vacuum.RETENTION_CHECK_CONF)
 
 
 @pytest.mark.parametrize("source_format", ["delta", "deltaflow_python"])
@@ -110,7 +110,7 @@ def test_vacuum_dry_run_reports_the_files_a_live_lease_keeps(spark, table_path, 
     try:
         spark.sql(f"OPTIMIZE delta.`{path}`")
         with caplog.at_level(logging.INFO, logger="deltaflow.maintenance"):
-            dry = _maintenance.vacuum(path, 0, dry_run=True, check_retention=False)
+            dry = _vacuum.vacuum(path, 0, dry_run=True, check_retention=False)
         assert dry == []
         (record,) = [r for r in caplog.records if hasattr(r, "kept_files")]
         kept = sorted(Path(path, f) for f in record.kept_files)  # type: ignore[attr-defined]

@@ -360,23 +360,23 @@ def run_log_cleanup(state: TableState, decision: Decision) -> str:
 
 
 def check_vacuum(state: TableState) -> Decision:
-    from deltaflow.spark.commands import _maintenance
+    from deltaflow.spark.commands import _vacuum
 
-    hours = _maintenance.retention_hours_of(state.snapshot.configuration)
+    hours = _vacuum.retention_hours_of(state.snapshot.configuration)
     if not state.check_vacuum:
         return Decision(False, "checked less than vacuum_check_seconds ago")
     # The VACUUM entry point itself (its dry run): whatever rules it keeps (retention,
     # files running streams still need) decide here too.
-    files = _maintenance.vacuum(state.uri, dry_run=True)
+    files = _vacuum.vacuum(state.uri, dry_run=True)
     if not files:
         return Decision(False, f"no file past the retention of {hours:g} hours")
     return Decision(True, f"{len(files)} files past the retention of {hours:g} hours")
 
 
 def run_vacuum(state: TableState, decision: Decision) -> str:
-    from deltaflow.spark.commands import _maintenance
+    from deltaflow.spark.commands import _vacuum
 
-    _maintenance.vacuum(state.uri, commit_info=marker(decision.why))
+    _vacuum.vacuum(state.uri, commit_info=marker(decision.why))
     state.changed()
     return "unreferenced files deleted (VACUUM START / END)"
 

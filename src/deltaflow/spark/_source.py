@@ -81,7 +81,8 @@ class DeltaDataSource(DataSource):
         # Imported here: the writer modules pull in pyarrow.dataset and pandas (~1 s of
         # start-up in every Python worker Spark starts for a read or a stream).
         from deltaflow.spark._options import SAVE_MODE_OPTION, parse_write_options
-        from deltaflow.spark.write._writer import DeltaBatchWriter, plan_write
+        from deltaflow.spark.write._plan import plan_write
+        from deltaflow.spark.write._writer import DeltaBatchWriter
 
         raw = _without(self.options, SAVE_MODE_OPTION)
         options = parse_write_options(raw)

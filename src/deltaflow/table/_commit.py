@@ -12,11 +12,12 @@ read) so that all of them follow one set of conflict rules, and every commit to 
 with a writer feature delta-rs refuses (``DELTA_RS_UNWRITABLE_FEATURES``: identity
 columns, clustering) go through :mod:`deltaflow.table._log_write` instead. A delta-rs
 refusal that slips through is an :class:`UnsupportedFeatureError`, never a conflict.
+Conflicts are named and typed in :mod:`._commit_conflicts`, what a commit records about
+itself in :mod:`._commit_info`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -25,53 +26,32 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import unquote
 
-from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake import CommitProperties, DeltaTable, Schema
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from deltaflow.table import (
     _auto_compact,
     _compaction_lease,
-    _compaction_log,
     _conditional_put,
     _log_commit,
     _log_upkeep,
     _uri,
 )
+from deltaflow.table._commit_conflicts import (
+    LEASE_WAIT_SECONDS,
+    MAX_APPEND_REBASES,
+    busy_error,
+    conflict_error,
+    conflict_kind,
+    past_compactions,
+)
+from deltaflow.table._commit_info import commit_properties, delta_rs_operation
 from deltaflow.table._object_store import object_store_error
 from deltaflow.table._protocol import Protocol, protocol_for_new_table
-from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
+from deltaflow.table.errors import TableAlreadyExistsError
 
 log = logging.getLogger(__name__)
-
-# Commit-info key naming the operation where delta-rs wrote its own name ("WRITE",
-# "CREATE TABLE"; it refuses to be told another): history() reads this one first.
-OPERATION_KEY = "deltaflow.operation"
-# Commit-info key: delta-spark's operationParameters where delta-rs records its own under
-# the protocol's key and takes no others there (history() shows these instead).
-HISTORY_PARAMETERS_KEY = "deltaflow.operationParameters"
-
-# delta-rs retries a commit whose version was taken after re-checking conflicts;
-# 15 attempts cover bursts of concurrent appenders without hiding a livelock.
-MAX_COMMIT_RETRIES = 15
-
-_CONFLICT_KINDS = (
-    "ConcurrentAppend",
-    "ConcurrentDeleteRead",
-    "ConcurrentDeleteDelete",
-    "MetadataChanged",
-    "ConcurrentTransaction",
-    "ProtocolChanged",
-)
-# delta-rs names the conflict only in its message; these phrases map it to delta-spark's kind.
-_CONFLICT_PHRASES = (
-    ("added new data", "ConcurrentAppend"),
-    ("deleted data this operation read", "ConcurrentDeleteRead"),
-    ("deleted the same data", "ConcurrentDeleteDelete"),
-    ("metadata changed", "MetadataChanged"),
-    ("protocol changed", "ProtocolChanged"),
-    ("concurrent transaction failed", "ConcurrentTransaction"),
-)
 
 
 @dataclass(frozen=True)
@@ -296,7 +276,7 @@ def _commit_once(request: CommitRequest) -> CommitResult:
         # names (STREAMING UPDATE, CREATE TABLE AS SELECT, a first write's WRITE, ...) need
         # deltaflow's log writer. Elsewhere history() reads OPERATION_KEY instead.
         return _log_write.commit_write(request)
-    properties = _commit_properties(request)
+    properties = commit_properties(request)
     schema = Schema.from_json(json.dumps(request.schema))
     if request.read_version is None:
         if _log_write.needs_log_writer(request) or _custom_properties(request):
@@ -310,7 +290,7 @@ def _commit_once(request: CommitRequest) -> CommitResult:
         parameters = {
             "partitionBy": json.dumps(list(request.partition_columns), separators=(",", ":"))
         }
-        properties = _commit_properties(request, parameters)
+        properties = commit_properties(request, parameters)
         try:
             create_table_with_add_actions(
                 location,
@@ -384,8 +364,8 @@ def _commit_once(request: CommitRequest) -> CommitResult:
         # lease keeps compactions out while this checks for them and commits.
         with _compaction_lease.holding(request.table_uri, LEASE_WAIT_SECONDS) as held:
             if not held:
-                raise _busy(request)
-            table = _past_compactions(request, table, location)
+                raise busy_error(request)
+            table = past_compactions(request, table, location)
             outcome = _transact(request, table, actions, schema, properties, pinned=True)
     else:
         outcome = _transact(request, table, actions, schema, properties, pinned=False)
@@ -401,10 +381,6 @@ def _commit_once(request: CommitRequest) -> CommitResult:
 
 def _custom_properties(request: CommitRequest) -> bool:
     return any(not key.lower().startswith("delta.") for key in request.configuration or {})
-
-
-# How long a commit that removes files waits for a running compaction to finish.
-LEASE_WAIT_SECONDS = 120.0
 
 
 def _transact(
@@ -444,49 +420,11 @@ def _transact(
             if unsupported is not None:  # a feature delta-rs cannot write, not a conflict
                 raise unsupported from exc
             if pinned or kind != "ConcurrentDeleteRead" or rebases >= MAX_APPEND_REBASES:
-                raise _conflict(request, kind, exc) from exc
+                raise conflict_error(request, kind, exc) from exc
             rebases += 1
             table = DeltaTable(location, storage_options=request.storage_options)
             if already_committed(table, request.app_id, request.app_version):
                 return CommitResult(None, True, 0)
-
-
-def _past_compactions(request: CommitRequest, table: DeltaTable, location: str) -> DeltaTable:
-    """The table to commit ``request`` on, given the compactions since its read version.
-
-    A whole-table overwrite that lost only to compactions commits on the newest version
-    (it replaces every row either way); removes of files a compaction replaced are a
-    ``ConcurrentDeleteRead`` (a DML is re-run then, spark/dml/_retry.py)."""
-    if request.read_version is None:
-        return table
-    replaced = _compaction_log.compacted_since(request.table_uri, request.read_version)
-    if not replaced.paths:
-        return table
-    if request.mode == "overwrite" and not request.removes and replaced.only_compactions:
-        return DeltaTable(location, storage_options=request.storage_options)
-    lost = sorted({unquote(r.path) for r in request.removes} & replaced.paths)
-    if lost or request.mode == "overwrite":
-        raise ConcurrentWriteError(
-            f"Commit to {request.table_uri} read files that a compaction since version"
-            f" {request.read_version} replaced (e.g. {(lost or sorted(replaced.paths))[0]})."
-            " Nothing was committed; retry the operation on the current version of the table.",
-            table_uri=request.table_uri,
-            kind="ConcurrentDeleteRead",
-            read_version=request.read_version,
-            attempts=1,
-        )
-    return table
-
-
-def _busy(request: CommitRequest) -> ConcurrentWriteError:
-    return _compaction_lease.busy(
-        "Commit", request.table_uri, request.read_version, LEASE_WAIT_SECONDS
-    )
-
-
-def delta_rs_operation(request: CommitRequest) -> str:
-    """The operation name delta-rs records for ``request`` (it takes no other)."""
-    return "CREATE TABLE" if request.read_version is None else "WRITE"
 
 
 def _create_with_own_protocol(request: CommitRequest) -> bool:
@@ -514,31 +452,6 @@ def _create_with_own_protocol(request: CommitRequest) -> bool:
     return True
 
 
-# A blind append that delta-rs fails for a concurrent delete is retried on the newest
-# version this many times (each attempt itself retries MAX_COMMIT_RETRIES times).
-MAX_APPEND_REBASES = 10
-
-
-def _conflict(request: CommitRequest, kind: str, exc: Exception) -> ConcurrentWriteError:
-    return ConcurrentWriteError(
-        f"Commit to {request.table_uri} conflicted with a concurrent writer ({kind}): {exc}."
-        " Nothing was committed; retry the operation on the current version of the table.",
-        table_uri=request.table_uri,
-        kind=kind,
-        read_version=request.read_version,
-        attempts=MAX_COMMIT_RETRIES,
-    )
-
-
-def conflict_kind(message: str) -> str:
-    """delta-spark's name for the conflict a delta-rs commit failure describes."""
-    lowered = message.lower()
-    for phrase, kind in _CONFLICT_PHRASES:
-        if phrase in lowered:
-            return kind
-    return next((k for k in _CONFLICT_KINDS if k.lower() in lowered), "Conflict")
-
-
 def _latest_version(
     location: str, request: CommitRequest, table: DeltaTable | None = None
 ) -> int | None:
@@ -554,49 +467,3 @@ def _latest_version(
     except Exception:
         log.warning("committed to %s but could not read back the version", request.table_uri)
         return None
-
-
-# Operations that write data as a WRITE does, recording its metrics.
-WRITE_OPERATIONS = frozenset(
-    {
-        "WRITE",
-        "CREATE TABLE AS SELECT",
-        "REPLACE TABLE AS SELECT",
-        "CREATE OR REPLACE TABLE AS SELECT",
-    }
-)
-
-
-def write_metrics(request: CommitRequest) -> dict[str, str]:
-    """delta-spark's WRITE metrics, from the files' stats (delta-rs records none)."""
-    rows = 0
-    for add in request.adds:
-        with contextlib.suppress(ValueError, TypeError):
-            rows += int(json.loads(add.stats).get("numRecords", 0))
-    return {
-        "numFiles": str(len(request.adds)),
-        "numOutputRows": str(rows),
-        "numOutputBytes": str(sum(a.size for a in request.adds)),
-    }
-
-
-def _commit_properties(
-    request: CommitRequest, parameters: dict[str, Any] | None = None
-) -> CommitProperties:
-    transactions = None
-    if request.app_id is not None and request.app_version is not None:
-        transactions = [Transaction(request.app_id, request.app_version)]
-    custom: dict[str, Any] = dict(request.commit_info)
-    if request.operation != delta_rs_operation(request):
-        custom.setdefault(OPERATION_KEY, request.operation)
-    if parameters:
-        custom["operationParameters"] = {**parameters, **custom.get("operationParameters", {})}
-    if request.user_metadata is not None:
-        custom["userMetadata"] = request.user_metadata
-    if "operationMetrics" not in custom and request.operation in WRITE_OPERATIONS:
-        custom["operationMetrics"] = write_metrics(request)
-    return CommitProperties(
-        custom_metadata=custom or None,
-        max_commit_retries=MAX_COMMIT_RETRIES,
-        app_transactions=transactions,
-    )

@@ -316,7 +316,7 @@ def _bare(value: Any) -> Any:
 def _write_version_zero(
     request: CommitRequest, draft: Draft, protocol: Protocol, name: str | None
 ) -> int:
-    from deltaflow.table._commit import WRITE_OPERATIONS, write_metrics
+    from deltaflow.table._commit_info import WRITE_OPERATIONS, write_metrics
 
     info = dict(request.commit_info)
     given = info.pop("operationParameters", None)
@@ -387,7 +387,7 @@ def _commit_change(
     parameters = {**parameters, **draft.parameters}
     metrics = info.pop("operationMetrics", None)
     if metrics is None:
-        from deltaflow.table._commit import WRITE_OPERATIONS, write_metrics
+        from deltaflow.table._commit_info import WRITE_OPERATIONS, write_metrics
 
         metrics = write_metrics(request) if request.operation in WRITE_OPERATIONS else {}
     info.pop("readVersion", None)

@@ -33,15 +33,11 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from deltaflow.ingest.http._commit import (
-    Acknowledgement,
-    GroupCommitter,
-    TableWriter,
-    describe_table,
-)
+from deltaflow.ingest.http._commit import Acknowledgement, GroupCommitter
 from deltaflow.ingest.http._config import ServeConfig, TableConfig
 from deltaflow.ingest.http._metrics import Metrics
 from deltaflow.ingest.http._parse import BodyError, RecordParser, check_supported
+from deltaflow.ingest.http._table_writer import TableWriter, describe_table
 from deltaflow.ingest.http.errors import IngestCommitError
 
 log = logging.getLogger("deltaflow.serve")

@@ -8,22 +8,22 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from deltaflow.spark.commands import _convert, _maintenance, _reorg
+from deltaflow.spark.commands import _convert, _describe, _maintenance, _reorg, _vacuum
 from deltaflow.table import _uri
 
 
 def history(args: dict[str, Any]) -> dict[str, Any]:
     limit = args.get("limit")
-    return _answer(_maintenance.history(_table(args), None if limit is None else int(limit)))
+    return _answer(_describe.history(_table(args), None if limit is None else int(limit)))
 
 
 def detail(args: dict[str, Any]) -> dict[str, Any]:
-    return _answer(_maintenance.detail(_table(args), args.get("name")))
+    return _answer(_describe.detail(_table(args), args.get("name")))
 
 
 def vacuum(args: dict[str, Any]) -> dict[str, Any]:
     hours = args.get("retentionHours")
-    rows = _maintenance.vacuum(
+    rows = _vacuum.vacuum(
         _table(args),
         None if hours is None else float(hours),
         dry_run=bool(args.get("dryRun")),

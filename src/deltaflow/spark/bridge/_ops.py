@@ -43,8 +43,9 @@ from deltaflow.spark.write._native import (
     plan_native_write,
     rows_in,
 )
-from deltaflow.spark.write._writer import WritePlan, commit_request
-from deltaflow.spark.write._writer import plan_write as plan_table_write
+from deltaflow.spark.write._plan import WritePlan
+from deltaflow.spark.write._plan import plan_write as plan_table_write
+from deltaflow.spark.write._writer import commit_request
 from deltaflow.table import (
     _commit,
     _constraints,

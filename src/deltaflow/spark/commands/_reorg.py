@@ -24,7 +24,7 @@ from deltaflow.errors import InvalidOptionError
 from deltaflow.spark._options import parse_write_options
 from deltaflow.spark.dml import _changes
 from deltaflow.spark.write import _replace_where
-from deltaflow.spark.write._writer import plan_write
+from deltaflow.spark.write._plan import plan_write
 from deltaflow.table import _commit, _compaction_lease, _log_commit, _predicates, _schema, _uri
 from deltaflow.table._snapshot import FileEntry, Snapshot, load_snapshot
 

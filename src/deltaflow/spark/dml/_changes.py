@@ -43,7 +43,7 @@ from deltaflow.table._snapshot import FileEntry, Snapshot
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from deltaflow.spark.write._writer import WritePlan
+    from deltaflow.spark.write._plan import WritePlan
 
 log = logging.getLogger("deltaflow.dml")
 

@@ -49,7 +49,7 @@ from deltaflow.spark._options import parse_write_options
 from deltaflow.spark.dml import _changes, _dv, _generated, _retry
 from deltaflow.spark.read._native import Fallback, NativeScan, plan_native_files
 from deltaflow.spark.write import _replace_where
-from deltaflow.spark.write._writer import WritePlan, plan_write
+from deltaflow.spark.write._plan import WritePlan, plan_write
 from deltaflow.table import _commit, _predicates, _schema, _uri
 from deltaflow.table._snapshot import FileEntry, Snapshot, load_snapshot
 from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError

@@ -18,7 +18,7 @@ from deltalake import DeltaTable as _DeltaRsTable
 from deltaflow.errors import InvalidOptionError, typed_error
 from deltaflow.spark import _arguments as args
 from deltaflow.spark.catalog import _create
-from deltaflow.spark.commands import _convert, _maintenance
+from deltaflow.spark.commands import _convert, _describe, _maintenance, _vacuum
 from deltaflow.spark.dml import _delete_update, _merge_builder
 from deltaflow.table import _log_upkeep, _uri
 from deltaflow.table._snapshot import load_snapshot, table_exists
@@ -207,7 +207,8 @@ class DeltaTable:
     # ---- inspection -----------------------------------------------------------------
     # history, detail, vacuum, restore and optimize run delta-spark's SQL statement when
     # the session has deltaflow's SQL extension (so they work the same from a Spark
-    # Connect client); otherwise the same rows (commands/_maintenance.py) are made here.
+    # Connect client); otherwise the same rows (commands/_describe.py, _vacuum.py,
+    # _maintenance.py) are made here.
 
     def history(self, limit: int | None = None) -> DataFrame:
         """Commits, newest first, with delta-spark's history columns (DESCRIBE HISTORY)."""
@@ -216,16 +217,16 @@ class DeltaTable:
         suffix = "" if limit is None else f" LIMIT {int(limit)}"
         return self._command(
             f"DESCRIBE HISTORY {self._sql_name()}{suffix}",
-            lambda: _maintenance.history(self._uri, limit),
-            _maintenance.HISTORY_SCHEMA,
+            lambda: _describe.history(self._uri, limit),
+            _describe.HISTORY_SCHEMA,
         )
 
     def detail(self) -> DataFrame:
         """One row describing the table, with delta-spark's DESCRIBE DETAIL columns."""
         return self._command(
             f"DESCRIBE DETAIL {self._sql_name()}",
-            lambda: _maintenance.detail(self._uri, self._name),
-            _maintenance.DETAIL_SCHEMA,
+            lambda: _describe.detail(self._uri, self._name),
+            _describe.DETAIL_SCHEMA,
         )
 
     # ---- maintenance ----------------------------------------------------------------
@@ -250,15 +251,15 @@ class DeltaTable:
         hours = None if retentionHours is None else float(retentionHours)
         retain = ""
         if hours is not None:
-            _maintenance.check_retention_value(self._uri, hours)
+            _vacuum.check_retention_value(self._uri, hours)
             retain = f" RETAIN {hours!r} HOURS"
-        check = self._spark.conf.get(_maintenance.RETENTION_CHECK_CONF, "true") or "true"
+        check = self._spark.conf.get(_vacuum.RETENTION_CHECK_CONF, "true") or "true"
         return self._command(
             f"VACUUM {self._sql_name()}{retain}",
-            lambda: _maintenance.vacuum(
+            lambda: _vacuum.vacuum(
                 self._uri, hours, check_retention=check.strip().lower() != "false"
             ),
-            _maintenance.VACUUM_SCHEMA,
+            _vacuum.VACUUM_SCHEMA,
         )
 
     def restoreToVersion(self, version: int) -> DataFrame:

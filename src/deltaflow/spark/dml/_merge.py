@@ -68,7 +68,7 @@ from deltaflow.spark.dml._merge_builder import (
     MergeSpec,
 )
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
-from deltaflow.spark.write._writer import WritePlan, plan_write
+from deltaflow.spark.write._plan import WritePlan, plan_write
 from deltaflow.table import _commit, _schema
 from deltaflow.table._snapshot import FileEntry, Snapshot
 

@@ -60,7 +60,7 @@ from deltaflow.spark.dml._merge_sql import (
     key_bounds,
 )
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
-from deltaflow.table import _commit, _log, _log_upkeep
+from deltaflow.table import _commit, _commit_conflicts, _commit_info, _log, _log_upkeep
 from deltaflow.table._protocol import features_in_use
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 from deltaflow.table.errors import ConcurrentWriteError
@@ -82,7 +82,7 @@ MAX_SOURCE_BYTES = 256 * 2**20
 # Commit-info key: which clause kinds delta-rs's update / delete counts belong to, so that
 # history() can give delta-spark's metric names (delta-rs records its own).
 SPLIT_KEY = "deltaflow.mergeMetricsSplit"
-PARAMETERS_KEY = _commit.HISTORY_PARAMETERS_KEY
+PARAMETERS_KEY = _commit_info.HISTORY_PARAMETERS_KEY
 # Deletion vectors: delta-rs's MERGE scan applies them, and it rewrites the touched files
 # whole (its remove actions carry the old vector), which the protocol allows a writer.
 _FEATURES_OK = frozenset({"changeDataFeed", "deletionVectors"})
@@ -386,7 +386,7 @@ def _run(spec: MergeSpec, plan: _Plan, source: pa.Table, started: float) -> Merg
     try:
         result = merger.execute()
     except CommitFailedError as exc:
-        kind = _commit.conflict_kind(str(exc))
+        kind = _commit_conflicts.conflict_kind(str(exc))
         raise ConcurrentWriteError(
             f"MERGE into {spec.uri} conflicted with a concurrent writer ({kind}): {exc}."
             " Nothing was committed; retry the MERGE on the current version of the table.",

@@ -41,13 +41,8 @@ from deltaflow.errors import DeltaflowError, RemoteDeltaflowError
 from deltaflow.spark._options import WriteOptions, parse_write_options
 from deltaflow.spark.errors import StreamIdentityError
 from deltaflow.spark.write._files import FileSetWriter, delete_files
-from deltaflow.spark.write._writer import (
-    DeltaCommitMessage,
-    WritePlan,
-    commit_request,
-    plan_write,
-    require_arrow_checks,
-)
+from deltaflow.spark.write._plan import WritePlan, plan_write, require_arrow_checks
+from deltaflow.spark.write._writer import DeltaCommitMessage, commit_request
 from deltaflow.table import _commit, _uri
 
 log = logging.getLogger("deltaflow.stream")

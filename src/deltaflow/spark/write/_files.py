@@ -22,7 +22,8 @@ from deltaflow.spark.write import _replace_where
 from deltaflow.table import _arrow, _commit, _constraints, _partitions, _schema, _stats, _uri
 
 if TYPE_CHECKING:
-    from deltaflow.spark.write._writer import DeltaCommitMessage, WritePlan
+    from deltaflow.spark.write._plan import WritePlan
+    from deltaflow.spark.write._writer import DeltaCommitMessage
 
 log = logging.getLogger("deltaflow.write")
 

@@ -63,7 +63,7 @@ from deltaflow.spark.read._native import (
     unescape_path_name,
 )
 from deltaflow.spark.write import _files
-from deltaflow.spark.write._writer import WritePlan, arrow_schema
+from deltaflow.spark.write._plan import WritePlan, arrow_schema
 from deltaflow.table import _commit, _partitions, _uri
 from deltaflow.table._footer_stats import footer_stats
 from deltaflow.table._snapshot import Snapshot, load_snapshot

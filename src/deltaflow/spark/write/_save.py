@@ -37,7 +37,7 @@ def save_delta(
     original_save: Any,
 ) -> None:
     from deltaflow.spark._options import parse_write_options
-    from deltaflow.spark.write._writer import plan_write
+    from deltaflow.spark.write._plan import plan_write
 
     location = path or state["path"]
     mode = (state["mode"] or "errorifexists").lower()

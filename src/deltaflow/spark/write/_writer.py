@@ -1,7 +1,7 @@
 """Batch writes: executors write Parquet files in parallel, the driver commits once.
 
-``plan_write`` runs on the driver before any data moves: it settles the table's
-schema and partitioning and refuses bad input early. ``write`` runs in each task
+``plan_write`` (:mod:`._plan`) runs on the driver before any data moves: it settles the
+table's schema and partitioning and refuses bad input early. ``write`` runs in each task
 and returns the files it wrote; ``commit`` turns all of them into one Delta
 commit. Files of a failed or aborted job are never referenced by the log;
 ``abort`` deletes them right away and VACUUM would remove any it missed.
@@ -9,95 +9,27 @@ commit. Files of a failed or aborted job are never referenced by the log;
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from deltaflow.errors import DeltaflowError, InvalidOptionError, RemoteDeltaflowError
-from deltaflow.spark._options import OPTIMIZE_WRITE_PROPERTY, WriteOptions
-from deltaflow.spark.write import _files, _generated, _replace_where
-from deltaflow.table import _commit, _constraints, _schema, _stats
-from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
-from deltaflow.table.errors import (
-    SchemaMismatchError,
-    TableAlreadyExistsError,
-    UnsupportedFeatureError,
-)
+from deltaflow.errors import DeltaflowError, RemoteDeltaflowError
+from deltaflow.spark.write import _files, _replace_where
+from deltaflow.spark.write._plan import WritePlan, arrow_schema, require_arrow_checks
+from deltaflow.table import _commit, _commit_info, _schema
+from deltaflow.table._snapshot import load_snapshot
 
 log = logging.getLogger("deltaflow.write")
 
 DEFAULT_MAX_ROWS_PER_FILE = _files.DEFAULT_MAX_ROWS_PER_FILE
-
-SUPPORTED_WRITER_FEATURES = frozenset(
-    {
-        "appendOnly",
-        "invariants",
-        # Every write path checks the rows (table/_constraints.py): the connector in Spark,
-        # the Python writer in Arrow, DML in Spark.
-        "checkConstraints",
-        "changeDataFeed",
-        "columnMapping",
-        "deletionVectors",
-        "timestampNtz",
-        "domainMetadata",
-        # Clustered tables: commits go through deltaflow's log writer (_clustered_commit).
-        "clustering",
-        "v2Checkpoint",
-        "vacuumProtocolCheck",
-        "typeWidening",
-        "typeWidening-preview",
-        # delta-rs lists variantType on every table-features protocol it creates (e.g. for
-        # deletion vectors). Spark cannot hand us variant columns to write, so a table
-        # with this feature is safe to write as long as it has none; conform() would fail
-        # on one rather than write it wrongly.
-        "variantType",
-        # The connector computes and checks them (spark/write/_generated.py); commits to
-        # identity tables move the high water mark (table/_generated_log.py).
-        "generatedColumns",
-        "identityColumns",
-    }
-)
-
-
-@dataclass(frozen=True)
-class WritePlan:
-    table_uri: str
-    mode: str  # "append" | "overwrite" | "error" | "ignore"
-    schema: dict[str, Any]  # the table schema after this write (logical, Delta JSON)
-    physical_schema: dict[str, Any]
-    partition_columns: tuple[str, ...]
-    read_version: int | None
-    new_columns: tuple[dict[str, Any], ...]
-    configuration: dict[str, str]
-    num_indexed_cols: int
-    options: WriteOptions
-    column_mapping: bool = False
-    skip: bool = False  # mode "ignore" on an existing table, or a duplicate app transaction
-    partition_physical: dict[str, str] = field(default_factory=dict)
-    replace_where: str | None = None  # only with mode "overwrite"
-    # What every row written must hold (NOT NULL columns, CHECK constraints); verified:
-    # the connector checked the rows already (the Python writer need not).
-    checks: tuple[_constraints.RowCheck, ...] = ()
-    checks_verified: bool = False
-    # Overwrite only the partitions the written rows fall in (partitionOverwriteMode).
-    dynamic_overwrite: bool = False
-    # Identity columns whose values this write generates (their high water marks move).
-    identity_generated: tuple[str, ...] = ()
-    # The table's schema as the log has it (identity metadata included), when it exists.
-    log_schema: dict[str, Any] | None = None
-    # Shuffle the rows by partition before writing (delta.autoOptimize.optimizeWrite).
-    optimize_write: bool = False
-    # The save mode the caller asked for, when ``mode`` differs (a new table's "error").
-    save_mode: str | None = None
 
 
 def commit_request(
@@ -130,7 +62,7 @@ def commit_request(
         # records mode Append): delta-spark's WRITE parameters go beside its own.
         info = {
             **request.commit_info,
-            _commit.HISTORY_PARAMETERS_KEY: {
+            _commit_info.HISTORY_PARAMETERS_KEY: {
                 "mode": "Overwrite",
                 "partitionBy": json.dumps(list(plan.partition_columns)),
                 "isDynamicPartitionOverwrite": True,
@@ -140,18 +72,6 @@ def commit_request(
             request, removes=partition_removes(plan, adds), mode="append", commit_info=info
         )
     return replace(request, **overrides) if overrides else request
-
-
-def should_optimize_write(options: WriteOptions, configuration: Mapping[str, str | None]) -> bool:
-    """delta-spark's precedence: the ``optimizeWrite`` write option, then the session's
-    ``spark.databricks.delta.optimizeWrite.enabled`` (both in ``options``), then the table's
-    ``delta.autoOptimize.optimizeWrite``."""
-    if options.optimize_write is not None:
-        return options.optimize_write
-    value = next(
-        (v for k, v in configuration.items() if k.lower() == OPTIMIZE_WRITE_PROPERTY.lower()), None
-    )
-    return (value or "").strip().lower() == "true"
 
 
 # Spark's SaveMode names, which delta-spark records as a WRITE's "mode".
@@ -214,302 +134,6 @@ class DeltaCommitMessage(WriterCommitMessage):
     num_rows: int
 
 
-def _all_nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(schema)
-
-    def visit(t: Any) -> None:
-        if isinstance(t, dict):
-            if t.get("type") == "struct":
-                for f in t["fields"]:
-                    f["nullable"] = True
-                    visit(f["type"])
-            elif t.get("type") == "array":
-                t["containsNull"] = True
-                visit(t["elementType"])
-            elif t.get("type") == "map":
-                t["valueContainsNull"] = True
-                visit(t["keyType"])
-                visit(t["valueType"])
-
-    visit(out)
-    return out
-
-
-def arrow_schema(schema: dict[str, Any]) -> pa.Schema:
-    """The Arrow schema Spark hands batches of a Delta (logical) schema in."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(StructType.fromJson(_schema.logical_schema(schema)), timezone="UTC")
-
-
-def plan_write(
-    uri: str,
-    incoming: dict[str, Any],
-    mode: str,
-    options: WriteOptions,
-    current: Snapshot | None = None,
-) -> WritePlan:
-    """Decide schema, partitioning and mode for writing ``incoming`` to ``uri``.
-
-    Runs on the driver twice per save: in ``write._save`` (so errors reach the
-    caller typed and skipped writes start no job) and when Spark plans the job.
-    ``current``: the table's latest snapshot when the caller has it loaded already.
-    """
-    if options.replace_where is not None and mode == "overwrite" and options.overwrite_schema:
-        raise InvalidOptionError(
-            "replaceWhere and overwriteSchema cannot be used together: replaceWhere keeps the"
-            " rows outside the predicate, which need the table's schema. Drop one of them.",
-            option="replaceWhere",
-        )
-    replace_where = options.replace_where if mode == "overwrite" else None
-    exists = current is not None or table_exists(uri)
-    if not exists:
-        return _plan_new_table(uri, incoming, mode, options, replace_where)
-    if mode == "error":
-        raise TableAlreadyExistsError(
-            f"Table {uri} already exists and the save mode is 'error'. Use mode('append') to add"
-            " rows or mode('overwrite') to replace them.",
-            table_uri=uri,
-        )
-    snapshot = current or load_snapshot(uri)
-    _check_writer_features(snapshot.uri, snapshot.writer_features)
-    if _commit.already_committed(snapshot.delta_table, options.txn_app_id, options.txn_version):
-        # A retry of a write that already committed: nothing to check, nothing to do.
-        return _skipped_plan(snapshot, options)
-    replace_schema = mode == "overwrite" and options.overwrite_schema
-    if mode == "overwrite" and snapshot.configuration.get("delta.appendOnly") == "true":
-        raise UnsupportedFeatureError(
-            f"Table {uri} is append-only (delta.appendOnly=true): overwrite is not allowed.",
-            table_uri=uri,
-            feature="appendOnly",
-        )
-    partitions = snapshot.partition_columns
-    new_columns: tuple[dict[str, Any], ...] = ()
-    if replace_schema:
-        schema = _replaced_schema(uri, snapshot, incoming, options)
-    else:
-        schema, new_columns = _checked_schema(uri, snapshot, incoming, options)
-    if replace_where is not None:
-        _replace_where.validate(
-            uri, replace_where, arrow_schema(schema), tuple(partitions), snapshot.configuration
-        )
-    column_mapping = snapshot.column_mapping_mode != "none" and not replace_schema
-    physical = _schema.physical_schema(schema) if column_mapping else _schema.logical_schema(schema)
-    physical_names = _schema.top_level_physical_names(schema) if column_mapping else {}
-    checks = tuple(
-        _constraints.table_checks(_schema.logical_schema(schema), snapshot.configuration)
-    )
-    return WritePlan(
-        table_uri=uri,
-        mode="append" if mode == "ignore" else mode,
-        schema=_schema.logical_schema(schema) if not column_mapping else schema,
-        physical_schema=physical,
-        partition_columns=tuple(partitions),
-        read_version=snapshot.version,
-        new_columns=new_columns,
-        configuration={},
-        num_indexed_cols=_stats.num_indexed_cols(snapshot.configuration),
-        options=options,
-        optimize_write=should_optimize_write(options, snapshot.configuration),
-        column_mapping=column_mapping,
-        skip=mode == "ignore",
-        partition_physical={p: physical_names.get(p, p) for p in partitions},
-        replace_where=replace_where,
-        checks=checks,
-        checks_verified=bool(checks)
-        and options.checked_constraints == _constraints.fingerprint(checks),
-        dynamic_overwrite=(
-            mode == "overwrite"
-            and options.partition_overwrite_mode == "dynamic"
-            and bool(partitions)
-            and not replace_schema
-        ),
-        identity_generated=(
-            ()
-            if replace_schema
-            else options.identity_generated or _generated.identity_generated(snapshot.schema)
-        ),
-        log_schema=None if replace_schema else snapshot.schema,
-    )
-
-
-def _replaced_schema(
-    uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
-) -> dict[str, Any]:
-    """``overwriteSchema``: the written data's schema replaces the table's."""
-    partitions = snapshot.partition_columns
-    schema = _all_nullable(incoming)
-    names = {f["name"].lower(): f["name"] for f in schema["fields"]}
-    wanted = tuple(names.get(p.lower(), p) for p in options.partition_by) or tuple(
-        names[p.lower()] for p in partitions if p.lower() in names
-    )
-    if [p.lower() for p in wanted] != [p.lower() for p in partitions]:
-        # delta-rs 1.6 keeps a table's partition columns on overwrite (it fails with
-        # "Partition column ... not found in schema"), so a repartitioning commit
-        # cannot be built yet.
-        raise UnsupportedFeatureError(
-            f"overwriteSchema cannot change the partition columns of table {uri} from"
-            f" {list(partitions)} to {list(wanted)} yet. Write the data to a new location"
-            " instead, or keep the partition columns.",
-            table_uri=uri,
-            feature="overwriteSchema-repartition",
-        )
-    return schema
-
-
-def _checked_schema(
-    uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
-) -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
-    """Schema enforcement: the data must fit the table (``mergeSchema`` may add columns);
-    the table's schema for this write and the columns it adds."""
-    partitions = snapshot.partition_columns
-    table_logical = _schema.logical_schema(snapshot.schema)
-    problems = _schema.struct_mismatches(incoming, table_logical, allow_new=options.merge_schema)
-    if problems:
-        raise SchemaMismatchError(
-            f"The data does not match the schema of table {uri}: {'; '.join(problems)}. To add"
-            " the new columns, write with .option('mergeSchema', 'true'); to replace the"
-            " schema, overwrite with .option('overwriteSchema', 'true').",
-            table_uri=uri,
-            columns=tuple(p.split(" (")[0] for p in problems),
-        )
-    schema, new_columns = _merged_schema(uri, snapshot, incoming, options)
-    if options.partition_by and tuple(c.lower() for c in options.partition_by) != tuple(
-        c.lower() for c in partitions
-    ):
-        raise SchemaMismatchError(
-            f"partitionBy {list(options.partition_by)} does not match the partition columns"
-            f" {list(partitions)} of table {uri}. Omit partitionBy, or overwrite with"
-            " .option('overwriteSchema', 'true') to repartition.",
-            table_uri=uri,
-            columns=tuple(options.partition_by),
-        )
-    return schema, new_columns
-
-
-def _plan_new_table(
-    uri: str,
-    incoming: dict[str, Any],
-    mode: str,
-    options: WriteOptions,
-    replace_where: str | None,
-) -> WritePlan:
-    """The plan of a write that creates the table (it does not exist yet)."""
-    mapping = {k.lower(): v for k, v in options.table_properties.items()}.get(
-        "delta.columnmapping.mode", "none"
-    )
-    if mapping.lower() != "none":
-        # delta-rs assigns the physical names when it creates the table; the files of
-        # this write would have to use them, but executors write before the commit.
-        raise UnsupportedFeatureError(
-            f"Creating column-mapped table {uri} with df.write is not supported yet."
-            " Create it first (deltalake.DeltaTable.create(uri, schema, configuration="
-            "{'delta.columnMapping.mode': 'name'})), then append with mode('append').",
-            table_uri=uri,
-            feature="columnMapping",
-        )
-    for column in options.partition_by:
-        if column.lower() not in {f["name"].lower() for f in incoming["fields"]}:
-            raise SchemaMismatchError(
-                f"partitionBy column '{column}' is not in the data written to {uri}. Columns:"
-                f" {', '.join(f['name'] for f in incoming['fields'])}.",
-                table_uri=uri,
-                columns=(column,),
-            )
-    schema = _all_nullable(incoming)
-    names = {f["name"].lower(): f["name"] for f in schema["fields"]}
-    partitions = tuple(names[c.lower()] for c in options.partition_by)
-    if replace_where is not None:
-        _replace_where.validate(
-            uri, replace_where, arrow_schema(schema), partitions, dict(options.table_properties)
-        )
-    return WritePlan(
-        table_uri=uri,
-        mode="append" if mode in ("error", "ignore") else mode,
-        save_mode=mode,
-        schema=schema,
-        physical_schema=schema,
-        partition_columns=partitions,
-        read_version=None,
-        new_columns=(),
-        configuration=dict(options.table_properties),
-        num_indexed_cols=_stats.num_indexed_cols(dict(options.table_properties)),
-        options=options,
-        replace_where=replace_where,
-        optimize_write=should_optimize_write(options, options.table_properties),
-    )
-
-
-def _merged_schema(
-    uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
-) -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
-    """The table's schema for this write, and the columns ``mergeSchema`` adds to it."""
-    table_logical = _schema.logical_schema(snapshot.schema)
-    if not options.merge_schema:
-        return snapshot.schema, ()
-    merged = _schema.merge_schemas(table_logical, incoming)
-    known = {f["name"].lower() for f in table_logical["fields"]}
-    new_columns = tuple(
-        _all_nullable({"type": "struct", "fields": [f]})["fields"][0]
-        for f in merged["fields"]
-        if f["name"].lower() not in known
-    )
-    nested_change = [
-        f["name"]
-        for f, g in zip(merged["fields"], table_logical["fields"], strict=False)
-        if f["type"] != g["type"]
-    ]
-    if nested_change:
-        raise UnsupportedFeatureError(
-            f"mergeSchema would add nested fields to {', '.join(nested_change)} of table"
-            f" {uri}; deltaflow can add top-level columns only so far.",
-            table_uri=uri,
-            feature="mergeSchema-nested",
-        )
-    if new_columns and snapshot.column_mapping_mode != "none":
-        raise UnsupportedFeatureError(
-            f"mergeSchema on column-mapped table {uri} is not supported yet.",
-            table_uri=uri,
-            feature="columnMapping",
-        )
-    schema = {**snapshot.schema, "fields": snapshot.schema["fields"] + list(new_columns)}
-    return schema, new_columns
-
-
-def _skipped_plan(snapshot: Snapshot, options: WriteOptions) -> WritePlan:
-    return WritePlan(
-        table_uri=snapshot.uri,
-        mode="append",
-        schema=snapshot.schema,
-        physical_schema=snapshot.schema,
-        partition_columns=snapshot.partition_columns,
-        read_version=snapshot.version,
-        new_columns=(),
-        configuration={},
-        num_indexed_cols=_stats.num_indexed_cols(snapshot.configuration),
-        options=options,
-        skip=True,
-    )
-
-
-def require_arrow_checks(plan: WritePlan) -> None:
-    """Refuse (typed, on the driver) a Python-path write whose table has a constraint the
-    Python writer cannot evaluate."""
-    if plan.checks and not plan.checks_verified and not plan.skip:
-        _constraints.ArrowChecks(plan.table_uri, plan.checks, arrow_schema(plan.schema))
-
-
-def _check_writer_features(uri: str, features: tuple[str, ...]) -> None:
-    for feature in features:
-        if feature not in SUPPORTED_WRITER_FEATURES:
-            raise UnsupportedFeatureError(
-                f"Table {uri} uses the Delta writer feature '{feature}', which deltaflow cannot"
-                " write yet; writing could break the table's guarantees, so nothing was written.",
-                table_uri=uri,
-                feature=feature,
-            )
-
-
 class DeltaBatchWriter(DataSourceArrowWriter):
     def __init__(self, plan: WritePlan, spark_schema: StructType) -> None:
         self.plan = plan
@@ -552,7 +176,7 @@ class DeltaBatchWriter(DataSourceArrowWriter):
             # WRITE parameters go beside them for history() (as the MERGE route's do).
             info = {
                 "operationParameters": {"predicate": self.plan.replace_where},
-                _commit.HISTORY_PARAMETERS_KEY: {
+                _commit_info.HISTORY_PARAMETERS_KEY: {
                     "mode": "Overwrite",
                     "partitionBy": json.dumps(list(self.plan.partition_columns)),
                     "predicate": self.plan.replace_where,
