@@ -177,8 +177,8 @@ class ViewRefresh:
         self._plain_changes = False
         self._folding: _mv_fold.Folding | None = None
         self._driver: _mv_arrow.DriverFold | None = None
-        # The view folds on the driver, its source a table _mv_arrow reads (for a
-        # recompute there; _driver: for this refresh's fold).
+        # The view folds on the driver (a recompute there reads any source; _driver:
+        # this refresh's fold, whose change rows _mv_arrow reads from plain tables only).
         self._arrow: _mv_arrow.DriverFold | None = None
         self._arrow_source: Snapshot | None = None
 
@@ -209,11 +209,11 @@ class ViewRefresh:
         # the view the table holds the query's columns alone.
         folding = _mv_fold.folding(shape, self._df.columns)
         if folding is not None and self._on_driver():
-            arrow = _mv_arrow.driver_fold(shape, folding)
-            source = _source_snapshot(shape) if arrow is not None else None
-            if source is not None and _mv_arrow.readable(source):
-                self._arrow, self._arrow_source = arrow, source
-        self._driver = self._arrow
+            self._arrow = _mv_arrow.driver_fold(shape, folding)
+            if self._arrow is not None:
+                self._arrow_source = _source_snapshot(shape)
+                if _mv_arrow.readable(self._arrow_source):
+                    self._driver = self._arrow
         if folding is not None and self._limit(self._driver is not None) > 0:
             self._folding = folding
         folded = self._folding is not None

@@ -13,16 +13,18 @@ several jobs (the change rows, the deltas, the view read, the overwrite) and los
 recompute (docs/benchmarks.md).
 
 A complete recompute of such a view is the same fold from nothing (:func:`recompute`):
-every row of the source's snapshot counts +1, read in chunks and summed per group as it
-goes, so a source of a few million rows is aggregated in tens of milliseconds where
-Spark's job costs a few hundred (the first refresh of a view, a changed definition, a
-change set too large to fold).
+every row of the source's snapshot counts +1, read in chunks through deltaflow's file
+reader (any source table: partitioned, column-mapped, with deletion vectors, on an object
+store) and summed per group as it goes, so a source of a few million rows is aggregated
+in tens of milliseconds where Spark's job costs a few hundred (the first refresh of a
+view, a full refresh, a change set too large to fold).
 
 The view's rows and the change rows are held in the driver's memory, so the cost model
 (:mod:`._incremental`) only picks this path for views and change sets under
 :data:`DRIVER_LIMIT_BYTES` (sources under :data:`RECOMPUTE_LIMIT_BYTES` for a
-recompute, which holds only partial sums); only local tables without partition columns,
-column mapping or deletion vectors are read here (the Spark fold handles the rest).
+recompute, which holds only partial sums). The view, and the source of a fold, must be
+local tables without partition columns, column mapping or deletion vectors (the Spark
+fold handles the rest).
 """
 
 from __future__ import annotations
@@ -189,29 +191,35 @@ def recompute(plan: DriverFold, source_uri: str, version: int, target_uri: str) 
 
 def _summed_source(plan: DriverFold, source: Snapshot) -> tuple[pa.Table, int]:
     """Every source row's helper values summed per group, a chunk of rows at a time (the
-    partial sums kept wide, narrowed once at the end); and the rows read."""
-    from deltaflow.table import _cdf
+    partial sums kept wide, narrowed once at the end); and the rows read. The rows come
+    through deltaflow's own file reader, so partition values, column mapping, deletion
+    vectors and object stores are read as a Spark scan of the table reads them."""
+    from pyspark.sql.types import StructType
 
-    wanted = _source_columns(plan, source)
-    paths = [_cdf.file_uri(source.uri, f.path) for f in source.files(stats=False)]
+    from deltaflow.spark.read import _reader
+
+    names = list(dict.fromkeys([*plan.key_columns, *(c for c in plan.input_columns if c)]))
+    fields = {f["name"]: f for f in source.schema["fields"]}
+    wanted = StructType.fromJson({"type": "struct", "fields": [fields[n] for n in names]})
+    tasks, _ = _reader.plan_scan(source, [])
+    layout = _reader.ReadLayout.build(source, wanted)
     partials: list[pa.Table] = []
     chunk: list[pa.RecordBatch] = []
     rows = pending = 0
 
     def sum_chunk() -> None:
-        table = pa.Table.from_batches(chunk, schema=wanted)
+        table = pa.Table.from_batches(chunk, schema=layout.target)
         ones = pa.repeat(pa.scalar(1, pa.int64()), table.num_rows)
         partials.append(_sum_per_group(plan.folding, _signed(plan, table, ones), narrow=False))
         chunk.clear()
 
-    if paths:
-        for batch in _scan(paths, wanted).to_batches():
-            chunk.append(batch)
-            rows += batch.num_rows
-            pending += batch.num_rows
-            if pending >= _CHUNK_ROWS:
-                sum_chunk()
-                pending = 0
+    for batch in _reader.read_tasks(source.uri, tasks, layout):
+        chunk.append(batch)
+        rows += batch.num_rows
+        pending += batch.num_rows
+        if pending >= _CHUNK_ROWS:
+            sum_chunk()
+            pending = 0
     if chunk or not partials:
         sum_chunk()
     return _sum_per_group(plan.folding, pa.concat_tables(partials)), rows
@@ -370,18 +378,13 @@ def _overwrite(view: Snapshot, rows: pa.Table) -> None:
 
 def _read(paths: list[str], schema: pa.Schema) -> pa.Table:
     """``schema``'s columns of the Parquet files ``paths`` (columns a file lacks: NULL)."""
-    return _scan(paths, schema).to_table()
-
-
-def _scan(paths: list[str], schema: pa.Schema) -> Any:
-    """The Parquet files ``paths`` (at least one) as a pyarrow dataset of ``schema``."""
     import pyarrow.dataset as ds
 
     from deltaflow.table import _uri
 
     fs, _ = _uri.filesystem(paths[0])
     local = [_uri.filesystem(p)[1] for p in paths]
-    return ds.dataset(local, schema=schema, format="parquet", filesystem=fs)
+    return ds.dataset(local, schema=schema, format="parquet", filesystem=fs).to_table()
 
 
 def _arrow_schema(delta_schema: dict[str, Any]) -> pa.Schema:
