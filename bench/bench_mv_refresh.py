@@ -24,7 +24,8 @@ process, alternated:
   so the cost model picks COMPLETE_RECOMPUTE, run by Spark (``foldOnDriver = false``);
 - ``driver_recompute`` (``fold`` only): the same COMPLETE_RECOMPUTE on the driver with
   Arrow (RECOMPUTE_ON_DRIVER, the default for such views: first refreshes, changes too
-  large to fold).
+  large to fold) where the source is under its size limit (64 MiB; ``--quick``'s 1M
+  rows are, the default 10M rows are not: then it is Spark's, as ``techniques`` says).
 
 Two kinds of 1% change: **recent** (the last 1% of ids: corrections to recent data, 1% of
 the groups touched) and **spread** (``id % 100 = 7``: one row in every group, so every
@@ -116,7 +117,10 @@ def main() -> dict[str, object]:
                 event["origin"]["update_id"] == update_id
             ):
                 info = event["details"]["planning_information"]["technique_information"]
-                return next(t["maintenance_type"] for t in info if t.get("is_chosen"))
+                chosen = next(t["maintenance_type"] for t in info if t.get("is_chosen"))
+                # A recompute on the driver says so (sources up to its size limit).
+                on_driver = any(t.get("recompute_method") for t in info)
+                return chosen + (" on the driver" if on_driver else "")
         raise AssertionError("no planning_information event")
 
     results: dict[str, dict[str, object]] = {}

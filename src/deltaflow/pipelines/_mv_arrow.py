@@ -53,8 +53,10 @@ log = logging.getLogger(__name__)
 DRIVER_LIMIT_BYTES = 256 * 1024 * 1024
 # The source's bytes up to which a complete recompute runs on the driver. Its rows are
 # read a chunk at a time (partial sums kept, not the rows), so memory is bounded by the
-# groups; the limit is about time: above it a Spark job on the executors is the better bet.
-RECOMPUTE_LIMIT_BYTES = 256 * 1024 * 1024
+# groups; the limit is about time. Measured on 2 cores (docs/benchmarks.md): 1M rows
+# (~10 MB) in ~0.03 s against ~0.28 s for Spark's job; 10M rows in 100k groups (106 MB)
+# about even with Spark (1.6-2.9 s each). Above this, executors are the better bet.
+RECOMPUTE_LIMIT_BYTES = 64 * 1024 * 1024
 _CHUNK_ROWS = 1 << 21  # source rows summed per partial aggregation
 
 _ADDED = ("insert", "update_postimage")  # change types that add a row's values
