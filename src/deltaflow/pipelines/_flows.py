@@ -234,8 +234,12 @@ class FlowRun:
         elif plan.incremental:
             outcome = Outcome(rows=refresh.apply())
         else:
-            recompute = refresh.recompute_query()
-            outcome = self._write_batch(flow, recompute, mode="overwrite", app=None)
+            rows = refresh.recompute_on_driver() if plan.recompute_on_driver else None
+            if rows is not None:
+                outcome = Outcome(rows=rows)
+            else:
+                recompute = refresh.recompute_query()
+                outcome = self._write_batch(flow, recompute, mode="overwrite", app=None)
             refresh.recomputed()
         outcome.planning = plan
         return outcome

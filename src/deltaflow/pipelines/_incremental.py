@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from deltaflow.table._snapshot import Snapshot
+
 NO_OP = "NO_OP"
 COMPLETE_RECOMPUTE = "COMPLETE_RECOMPUTE"
 TECHNIQUES = (COMPLETE_RECOMPUTE, NO_OP, ROW_BASED, GROUP_AGGREGATE)
@@ -93,6 +95,7 @@ class Plan:
     change_bytes: int | None = None
     folded: bool = False  # GROUP_AGGREGATE folded from the change rows (no source scan)
     on_driver: bool = False  # ... on the driver with Arrow (:mod:`._mv_arrow`), no Spark job
+    recompute_on_driver: bool = False  # COMPLETE_RECOMPUTE by :func:`_mv_arrow.recompute`
 
     @property
     def incremental(self) -> bool:
@@ -129,6 +132,9 @@ class Plan:
         if self.shape is not None and self.shape.technique == GROUP_AGGREGATE:
             # deltaflow's own detail: how the touched groups get their new rows.
             techniques.append({"group_aggregate_method": self._group_method()})
+        if self.recompute_on_driver:
+            # ... and how a recompute runs when it need not be a Spark job.
+            techniques.append({"recompute_method": "RECOMPUTE_ON_DRIVER"})
         details: dict[str, Any] = {
             "technique_information": techniques,
             "target_table_information": {"table_name": target},
@@ -171,12 +177,19 @@ class ViewRefresh:
         self._plain_changes = False
         self._folding: _mv_fold.Folding | None = None
         self._driver: _mv_arrow.DriverFold | None = None
+        # The view folds on the driver (a recompute there reads any source; _driver:
+        # this refresh's fold, whose change rows _mv_arrow reads from plain tables only).
+        self._arrow: _mv_arrow.DriverFold | None = None
+        self._arrow_source: Snapshot | None = None
 
     # ---- planning --------------------------------------------------------------------
 
     def plan(self) -> Plan:
-        self._plan = self._choose()
-        return self._plan
+        plan = self._choose()
+        if plan.technique == COMPLETE_RECOMPUTE:
+            plan.recompute_on_driver = self._recompute_fits()
+        self._plan = plan
+        return plan
 
     def _choose(self) -> Plan:
         shape = _mv_plan.analyse(self._df)
@@ -196,9 +209,11 @@ class ViewRefresh:
         # the view the table holds the query's columns alone.
         folding = _mv_fold.folding(shape, self._df.columns)
         if folding is not None and self._on_driver():
-            self._driver = _mv_arrow.driver_fold(shape, folding)
-            if self._driver is not None and not _mv_arrow.readable(_source_snapshot(shape)):
-                self._driver = None
+            self._arrow = _mv_arrow.driver_fold(shape, folding)
+            if self._arrow is not None:
+                self._arrow_source = _source_snapshot(shape)
+                if _mv_arrow.readable(self._arrow_source):
+                    self._driver = self._arrow
         if folding is not None and self._limit(self._driver is not None) > 0:
             self._folding = folding
         folded = self._folding is not None
@@ -274,6 +289,44 @@ class ViewRefresh:
         if configured:
             return float(configured)
         return DRIVER_FOLD_CHANGE_FRACTION if on_driver else float(MAX_CHANGE_FRACTION)
+
+    def _recompute_fits(self) -> bool:
+        """Whether this complete recompute runs on the driver (:func:`_mv_arrow.recompute`):
+        the view folds there, its source is small enough, and the view's table already
+        has the columns a recompute writes (helper columns only where incremental
+        refreshes may fold). A new or changed definition that adds, drops or retypes
+        columns is recomputed by Spark, which replaces the table's schema."""
+        if self._arrow is None or self._arrow_source is None:
+            return False
+        source_bytes = sum(f.size for f in self._arrow_source.files(stats=False))
+        if source_bytes > _mv_arrow.RECOMPUTE_LIMIT_BYTES:
+            return False
+        from deltaflow.table._snapshot import load_snapshot
+
+        view = load_snapshot(self._target)
+        return _mv_arrow.readable(view) and _columns(view.schema) == self._recompute_columns()
+
+    def _recompute_columns(self) -> list[tuple[str, str]]:
+        """(name, type) of each column a recompute writes: the query's, then the helper
+        columns the view keeps besides them (as :func:`_mv_fold.recompute` orders them)."""
+        query = _columns(json.loads(self._df.schema.json()))
+        helpers = self._folding.extra_columns() if self._folding is not None else []
+        return query + [(h, '"long"') for h in helpers]
+
+    def recompute_on_driver(self) -> int | None:
+        """A complete recompute planned on the driver: the view's rows written in one
+        commit, their number; None when the driver stopped (a sum outside BIGINT) and
+        the caller's Spark recompute decides (its overflow error, as for any recompute)."""
+        plan = self._plan
+        assert plan is not None and plan.recompute_on_driver and plan.shape is not None
+        assert self._arrow is not None and plan.shape.source is not None
+        source = plan.shape.source
+        try:
+            result = _mv_arrow.recompute(self._arrow, source.uri, source.version, self._target)
+        except _mv_arrow.SumOutOfRange as exc:
+            log.info("view %s: the driver recompute stopped (%s); using Spark", self._flow, exc)
+            return None
+        return result.rows
 
     def recompute_query(self) -> DataFrame:
         """What a complete recompute writes: the query, with the helper columns a
@@ -546,6 +599,11 @@ def _over_limit(limit: float, change_bytes: int, source_bytes: int, configured: 
         " technique that beat a recompute in the measured cases); set it, e.g. to 0.25, in"
         " the pipeline's configuration to refresh from the change data feed"
     )
+
+
+def _columns(schema: dict[str, Any]) -> list[tuple[str, str]]:
+    """A Spark or Delta schema's (JSON, one vocabulary) columns as (name, type JSON)."""
+    return [(f["name"], json.dumps(f["type"], sort_keys=True)) for f in schema["fields"]]
 
 
 def _source_snapshot(shape: QueryShape) -> Any:

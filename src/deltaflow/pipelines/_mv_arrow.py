@@ -12,10 +12,19 @@ groups that is a fraction of a second, where the Spark fold paid the fixed cost 
 several jobs (the change rows, the deltas, the view read, the overwrite) and lost to a
 recompute (docs/benchmarks.md).
 
+A complete recompute of such a view is the same fold from nothing (:func:`recompute`):
+every row of the source's snapshot counts +1, read in chunks through deltaflow's file
+reader (any source table: partitioned, column-mapped, with deletion vectors, on an object
+store) and summed per group as it goes, so a source of a few million rows is aggregated
+in tens of milliseconds where Spark's job costs a few hundred (the first refresh of a
+view, a full refresh, a change set too large to fold).
+
 The view's rows and the change rows are held in the driver's memory, so the cost model
 (:mod:`._incremental`) only picks this path for views and change sets under
-:data:`DRIVER_LIMIT_BYTES`; only local tables without partition columns, column mapping
-or deletion vectors are read here (the Spark fold handles the rest).
+:data:`DRIVER_LIMIT_BYTES` (sources under :data:`RECOMPUTE_LIMIT_BYTES` for a
+recompute, which holds only partial sums). The view, and the source of a fold, must be
+local tables without partition columns, column mapping or deletion vectors (the Spark
+fold handles the rest).
 """
 
 from __future__ import annotations
@@ -42,6 +51,13 @@ log = logging.getLogger(__name__)
 # The change files' and the view's bytes (each) up to which the fold runs on the driver:
 # both are read into memory there (decoded, a few times their Parquet size).
 DRIVER_LIMIT_BYTES = 256 * 1024 * 1024
+# The source's bytes up to which a complete recompute runs on the driver. Its rows are
+# read a chunk at a time (partial sums kept, not the rows), so memory is bounded by the
+# groups; the limit is about time. Measured on 2 cores (docs/benchmarks.md): 1M rows
+# (~10 MB) in ~0.03 s against ~0.28 s for Spark's job; 10M rows in 100k groups (106 MB)
+# about even with Spark (1.6-2.9 s each). Above this, executors are the better bet.
+RECOMPUTE_LIMIT_BYTES = 64 * 1024 * 1024
+_CHUNK_ROWS = 1 << 21  # source rows summed per partial aggregation
 
 _ADDED = ("insert", "update_postimage")  # change types that add a row's values
 # Sums are added up as DECIMAL(38, 0): pyarrow's BIGINT sums wrap around where Spark's
@@ -156,14 +172,67 @@ def fold(plan: DriverFold, source_uri: str, start: int, end: int, target_uri: st
     return FoldResult(changes.num_rows, new.num_rows, clock.seconds)
 
 
+def recompute(plan: DriverFold, source_uri: str, version: int, target_uri: str) -> FoldResult:
+    """The whole view from the source's snapshot at ``version`` (every row folded into
+    an empty view): one overwrite commit of its rows, replacing whatever it held."""
+    from deltaflow.table._snapshot import load_snapshot
+
+    clock = _Clock()
+    source = load_snapshot(source_uri, version=version)
+    view = load_snapshot(target_uri)
+    clock.lap("snapshots")
+    summed, rows = _summed_source(plan, source)
+    clock.lap("source read and summed")
+    new = _view_rows(plan.folding, summed, view)
+    clock.lap("view rows")
+    _overwrite(view, new)
+    clock.lap("commit")
+    log.info("driver recompute of %d source rows into %s: %s", rows, target_uri, clock)
+    return FoldResult(rows, new.num_rows, clock.seconds)
+
+
+def _summed_source(plan: DriverFold, source: Snapshot) -> tuple[pa.Table, int]:
+    """Every source row's helper values summed per group, a chunk of rows at a time (the
+    partial sums kept wide, narrowed once at the end); and the rows read. The rows come
+    through deltaflow's own file reader, so partition values, column mapping, deletion
+    vectors and object stores are read as a Spark scan of the table reads them."""
+    from pyspark.sql.types import StructType
+
+    from deltaflow.spark.read import _reader
+
+    names = list(dict.fromkeys([*plan.key_columns, *(c for c in plan.input_columns if c)]))
+    fields = {f["name"]: f for f in source.schema["fields"]}
+    wanted = StructType.fromJson({"type": "struct", "fields": [fields[n] for n in names]})
+    tasks, _ = _reader.plan_scan(source, [])
+    layout = _reader.ReadLayout.build(source, wanted)
+    partials: list[pa.Table] = []
+    chunk: list[pa.RecordBatch] = []
+    rows = pending = 0
+
+    def sum_chunk() -> None:
+        table = pa.Table.from_batches(chunk, schema=layout.target)
+        ones = pa.repeat(pa.scalar(1, pa.int64()), table.num_rows)
+        partials.append(_sum_per_group(plan.folding, _signed(plan, table, ones), narrow=False))
+        chunk.clear()
+
+    for batch in _reader.read_tasks(source.uri, tasks, layout):
+        chunk.append(batch)
+        rows += batch.num_rows
+        pending += batch.num_rows
+        if pending >= _CHUNK_ROWS:
+            sum_chunk()
+            pending = 0
+    if chunk or not partials:
+        sum_chunk()
+    return _sum_per_group(plan.folding, pa.concat_tables(partials)), rows
+
+
 def _signed_changes(plan: DriverFold, source: Snapshot, start: int, end: int) -> pa.Table:
     """The change rows as keys (named as the view's) and signed helper values."""
     from deltaflow.table import _cdf
 
     files = _cdf.plan_changes(source, _cdf.ChangeRange(start, end))
-    columns = list(dict.fromkeys([*plan.key_columns, *(c for c in plan.input_columns if c)]))
-    schema = _arrow_schema(source.schema)
-    wanted = pa.schema([schema.field(c) for c in columns])
+    wanted = _source_columns(plan, source)
     parts: list[pa.Table] = []
     for kind in ("cdc", "add", "remove"):
         paths = [_cdf.file_uri(source.uri, f.path) for f in files if f.kind == kind]
@@ -180,6 +249,13 @@ def _signed_changes(plan: DriverFold, source: Snapshot, start: int, end: int) ->
     if not parts:
         return _signed(plan, wanted.empty_table(), pa.array([], pa.int64()))
     return pa.concat_tables(parts)
+
+
+def _source_columns(plan: DriverFold, source: Snapshot) -> pa.Schema:
+    """The source columns the fold reads: the keys' and the aggregates' inputs."""
+    columns = list(dict.fromkeys([*plan.key_columns, *(c for c in plan.input_columns if c)]))
+    schema = _arrow_schema(source.schema)
+    return pa.schema([schema.field(c) for c in columns])
 
 
 def _signed(plan: DriverFold, rows: pa.Table, sign: Any) -> pa.Table:
@@ -201,14 +277,15 @@ def _signed(plan: DriverFold, rows: pa.Table, sign: Any) -> pa.Table:
     return pa.table(arrays)
 
 
-def _sum_per_group(folding: Folding, rows: pa.Table) -> pa.Table:
-    """``rows``' helper columns summed per group (NULL keys group together, as in SQL)."""
+def _sum_per_group(folding: Folding, rows: pa.Table, *, narrow: bool = True) -> pa.Table:
+    """``rows``' helper columns summed per group (NULL keys group together, as in SQL);
+    sums narrowed back to BIGINT unless ``narrow`` is False (a partial sum)."""
     helpers = folding.helpers()
     summed = rows.group_by(list(folding.keys), use_threads=True).aggregate(
         [(h, "sum") for h in helpers]
     )
     summed = summed.rename_columns([*folding.keys, *helpers]).select([*folding.keys, *helpers])
-    for h in _sum_helpers(folding):
+    for h in _sum_helpers(folding) if narrow else ():
         try:
             narrow = pc.cast(summed.column(h), pa.int64())
         except pa.ArrowInvalid as exc:

@@ -145,6 +145,7 @@ class CatalogPublisher:
 
         from deltaflow.spark.catalog._create import catalog_location
         from deltaflow.spark.dml._delta_table import DeltaTable
+        from deltaflow.spark.write._plan import all_nullable
         from deltaflow.table import _uri
         from deltaflow.table._snapshot import table_exists
 
@@ -163,11 +164,15 @@ class CatalogPublisher:
                 f" USING delta LOCATION '{location}'"
             )
             return
+        schema = json.loads(resolved.schema_json)
+        if resolved.kind == "materialized_view":
+            # Every refresh writes it so (as delta-spark's writes do): created the same.
+            schema = all_nullable(schema)
         builder = (
             DeltaTable.createIfNotExists(self._spark)
             .tableName(f"{self._storage.database}.{dataset.name}")
             .location(path)
-            .addColumns(StructType.fromJson(json.loads(resolved.schema_json)))
+            .addColumns(StructType.fromJson(schema))
         )
         if dataset.partition_cols:
             builder = builder.partitionedBy(*dataset.partition_cols)

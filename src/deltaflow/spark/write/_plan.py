@@ -101,7 +101,9 @@ def should_optimize_write(options: WriteOptions, configuration: Mapping[str, str
     return (value or "").strip().lower() == "true"
 
 
-def _all_nullable(schema: dict[str, Any]) -> dict[str, Any]:
+def all_nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` (Delta's JSON) with every field, element and value nullable: what a
+    write makes of the data's schema, as delta-spark's writes do."""
     out = copy.deepcopy(schema)
 
     def visit(t: Any) -> None:
@@ -225,7 +227,7 @@ def _replaced_schema(
 ) -> dict[str, Any]:
     """``overwriteSchema``: the written data's schema replaces the table's."""
     partitions = snapshot.partition_columns
-    schema = _all_nullable(incoming)
+    schema = all_nullable(incoming)
     names = {f["name"].lower(): f["name"] for f in schema["fields"]}
     wanted = tuple(names.get(p.lower(), p) for p in options.partition_by) or tuple(
         names[p.lower()] for p in partitions if p.lower() in names
@@ -303,7 +305,7 @@ def _plan_new_table(
                 table_uri=uri,
                 columns=(column,),
             )
-    schema = _all_nullable(incoming)
+    schema = all_nullable(incoming)
     names = {f["name"].lower(): f["name"] for f in schema["fields"]}
     partitions = tuple(names[c.lower()] for c in options.partition_by)
     if replace_where is not None:
@@ -337,7 +339,7 @@ def _merged_schema(
     merged = _schema.merge_schemas(table_logical, incoming)
     known = {f["name"].lower() for f in table_logical["fields"]}
     new_columns = tuple(
-        _all_nullable({"type": "struct", "fields": [f]})["fields"][0]
+        all_nullable({"type": "struct", "fields": [f]})["fields"][0]
         for f in merged["fields"]
         if f["name"].lower() not in known
     )
