@@ -118,3 +118,41 @@ def test_a_stopped_query_still_gets_its_records(spark, table_path, progress) -> 
     assert (record.num_output_rows, record.num_files) == (4, 1)
     assert record.sink_version == 0
     assert record.latency_ms is not None and record.latency_ms >= 0
+
+
+@pytest.mark.parametrize("native", ["auto", "false"], ids=["jvm_sink", "python_writer"])
+def test_a_stream_writing_under_another_identity_is_still_tracked(
+    spark, table_path, progress, native: str
+) -> None:
+    """A pipeline flow's sink keys its app transaction by the flow's identity, not the
+    query id; the commit still names the query, so its batches are paired with their
+    commits (delta-spark's operationParameters.queryId is the query's id too)."""
+    from deltaflow.spark.stream._writer import FLOW_IDENTITY_OPTION
+
+    source, sink, checkpoint = table_path("src"), table_path("dst"), table_path("chk")
+    append(source, 0, 6)
+    before = spark.conf.get("deltaflow.write.nativeWrite", None)
+    spark.conf.set("deltaflow.write.nativeWrite", native)
+    try:
+        query = (
+            spark.readStream.format("delta")
+            .load(source)
+            .writeStream.format("delta")
+            .option("checkpointLocation", checkpoint)
+            .option(FLOW_IDENTITY_OPTION, "flow-identity-1")
+            .trigger(availableNow=True)
+            .start(sink)
+        )
+        query.awaitTermination(TIMEOUT_S)
+    finally:
+        if before is None:
+            spark.conf.unset("deltaflow.write.nativeWrite")
+        else:
+            spark.conf.set("deltaflow.write.nativeWrite", before)
+    progress.wait_until(query, lambda batches: len(batches) >= 1, TIMEOUT_S)
+    (record,) = progress.batches(query)
+    assert (record.sink_version, record.num_output_rows) == (0, 6)
+    info = commit_info(sink, 0)
+    assert info["deltaflow.stream"]["queryId"] == str(query.id)
+    assert info["operationParameters"]["queryId"] == str(query.id)
+    assert DeltaTable(sink).transaction_version("flow-identity-1") == 0

@@ -308,7 +308,9 @@ class _PendingWrite:
     native: NativeWrite
     staging_uri: str
     job_id: str
-    stream: tuple[str, int] | None = None  # a sink's micro-batch: (query id, batch id)
+    # A sink's micro-batch: (app id, batch id, the query's id), the app id being the query
+    # id unless the stream writes under another identity (a pipeline flow's).
+    stream: tuple[str, int, str] | None = None
     table: DeltaTable | None = None  # the sink's table, as the plan saw it
 
 
@@ -351,7 +353,15 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
     write_options = parse_write_options(options)
     uri = _uri.normalize_uri(write_options.path)
     stream = args.get("stream")
-    batch = (str(stream["queryId"]), int(stream["batchId"])) if stream else None
+    batch = (
+        (
+            str(stream["queryId"]),
+            int(stream["batchId"]),
+            str(stream.get("streamQueryId") or stream["queryId"]),
+        )
+        if stream
+        else None
+    )
     table = _sink_table(uri, batch[0]) if batch else None
     current = snapshot_of_table(table, uri) if table is not None else None
     plan = plan_table_write(uri, incoming, mode, write_options, current)
@@ -556,11 +566,12 @@ def commit_write(args: dict[str, Any]) -> dict[str, Any]:
         )
     moved = collect_staged(pending.plan, pending.native, pending.staging_uri, pending.job_id)
     if pending.stream is not None:
-        query_id, batch_id = pending.stream
+        app_id, batch_id, query_id = pending.stream
         result = commit_batch(
             pending.plan,
             moved,
             query_id=query_id,
+            app_id=app_id,
             batch_id=batch_id,
             num_rows=rows_in(moved),
             table=pending.table,

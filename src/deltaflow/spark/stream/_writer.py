@@ -119,7 +119,14 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 # it, added columns, or moved its version on.
                 opts = replace(self.options, txn_app_id=app_id, txn_version=batchId)
                 plan = plan_write(self.table_uri, self.schema_json, self.mode, opts)
-            commit_batch(plan, adds, query_id=app_id, batch_id=batchId, num_rows=num_rows)
+            commit_batch(
+                plan,
+                adds,
+                query_id=self._query_id(app_id),
+                batch_id=batchId,
+                num_rows=num_rows,
+                app_id=app_id,
+            )
         except DeltaflowError as exc:
             raise RemoteDeltaflowError(exc) from exc
 
@@ -135,6 +142,15 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
             return self.app_id
         return query_id(self.checkpoint_location, self.table_uri)
 
+    def _query_id(self, app_id: str) -> str:
+        """The streaming query's own id (``app_id`` when it is that, or unknown)."""
+        if self.app_id is None:
+            return app_id
+        try:
+            return query_id(self.checkpoint_location, self.table_uri)
+        except StreamIdentityError:
+            return app_id
+
 
 def commit_batch(
     plan: WritePlan,
@@ -144,14 +160,18 @@ def commit_batch(
     batch_id: int,
     num_rows: int,
     table: DeltaTable | None = None,
+    app_id: str | None = None,
 ) -> _commit.CommitResult:
     """Commit one micro-batch of a Delta stream sink: every sink route comes here (the
     connector's JVM sink through the bridge's ``write.commit``, the Python sink's
     ``commit``), so they share one commit and one replay policy.
 
     The commit carries the app transaction ``(query_id, batch_id)``, as delta-spark's
-    sink does. **Replays**: a batch whose app transaction (or a later one of the same
-    query) is already in the log commits nothing; its files are copies and are deleted.
+    sink does, or ``(app_id, batch_id)`` when the stream writes under another identity (a
+    pipeline flow's); the commit's info names the query either way, for
+    :mod:`deltaflow.spark.stream._progress` to find the batch. **Replays**: a batch
+    whose app transaction (or a later one of the same query) is already in the log
+    commits nothing; its files are copies and are deleted.
     The check runs when the batch is planned (``plan.skip``: the JVM sink then writes
     nothing at all) and again here, atomically with the commit, for a replay that raced
     the first attempt. A commit refused by deltaflow (a conflict, a schema violation)
@@ -165,7 +185,7 @@ def commit_batch(
         request = commit_request(
             plan,
             adds,
-            app_id=query_id,
+            app_id=app_id or query_id,
             app_version=batch_id,
             commit_info=batch_commit_info(query_id, batch_id, plan.mode, adds, num_rows),
             operation="STREAMING UPDATE",

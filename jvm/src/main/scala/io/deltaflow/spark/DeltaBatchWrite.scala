@@ -46,15 +46,17 @@ object DeltaBatchWrite extends Logging {
   private val AdaptiveConf = "spark.sql.adaptive.enabled"
 
   /** Write `data`; the route the brain chose (`jvm`, `python`, `skip`). `stream`: the
-   *  micro-batch this write is (query id, batch id), recorded in the commit's info. */
+   *  micro-batch this write is (app transaction id, batch id, the streaming query's id),
+   *  recorded in the commit's info. */
   def save(data: DataFrame, mode: SaveMode, parameters: Map[String, String],
-      stream: Option[(String, Long)] = None): String = {
+      stream: Option[(String, Long, String)] = None): String = {
     val args = Brain.newArgs()
     args.put("mode", modeName(mode))
-    stream.foreach { case (queryId, batchId) =>
+    stream.foreach { case (appId, batchId, queryId) =>
       val s = args.putObject("stream")
-      s.put("queryId", queryId)
+      s.put("queryId", appId)
       s.put("batchId", batchId)
+      s.put("streamQueryId", queryId)
     }
     args.put("schema", data.schema.json)
     val opts = args.putObject("options")

@@ -21,19 +21,21 @@ import org.apache.spark.sql.streaming.OutputMode
  * commit are never referenced (VACUUM removes them). Output mode complete overwrites.
  *
  * `appId`: the app transaction's id instead of the query id (a pipeline flow's identity,
- * which its foreachBatch writes use too, so either way a batch is written once).
+ * which its foreachBatch writes use too, so either way a batch is written once); the
+ * commit's info still names the query, which progress tracking pairs batches by.
  */
 class DeltaSink(path: String, writeOptions: Map[String, String], partitionColumns: Seq[String],
     outputMode: OutputMode, appId: Option[String] = None) extends Sink with Logging {
 
   override def addBatch(batchId: Long, data: DataFrame): Unit = {
-    val queryId = appId.getOrElse(data.sparkSession.sparkContext.getLocalProperty(QueryIdKey))
+    val queryId = data.sparkSession.sparkContext.getLocalProperty(QueryIdKey)
+    val txnAppId = appId.getOrElse(queryId)
     val batch = org.apache.spark.sql.deltaflow.MicroBatches.asBatch(data)
     val options = writeOptions ++
-      Map("path" -> path, "txnAppId" -> queryId, "txnVersion" -> batchId.toString) ++
+      Map("path" -> path, "txnAppId" -> txnAppId, "txnVersion" -> batchId.toString) ++
       (if (partitionColumns.isEmpty) Map.empty else Map("partitionBy" -> partitionColumns.mkString(",")))
     val mode = if (outputMode == OutputMode.Complete()) SaveMode.Overwrite else SaveMode.Append
-    val route = DeltaBatchWrite.save(batch, mode, options, Some((queryId, batchId)))
+    val route = DeltaBatchWrite.save(batch, mode, options, Some((txnAppId, batchId, queryId)))
     if (route == "skip") {
       logInfo(s"deltaflow stream batch $batchId to $path is in the log already: not written")
       batch.write.format("noop").mode("overwrite").save()
