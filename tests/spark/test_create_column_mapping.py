@@ -211,6 +211,16 @@ def test_create_or_replace_table(spark: Any, table_path: Any) -> None:
     assert _file_columns(path) >= _physical_names(schema)
     assert spark.read.format("delta").option("versionAsOf", 1).load(path).count() == 1
 
+    # Replacing a mapped table: the new columns' ids start above the old maxColumnId.
+    spark.sql(
+        f"CREATE OR REPLACE TABLE delta.`{path}` (x INT) USING delta"
+        " TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"
+    )
+    replaced = deltalake.DeltaTable(path)
+    (field,) = json.loads(replaced.schema().to_json())["fields"]
+    assert field["metadata"]["delta.columnMapping.id"] == 4
+    assert replaced.metadata().configuration["delta.columnMapping.maxColumnId"] == "4"
+
 
 def test_builder_maps_nested_fields(spark: Any, table_path: Any) -> None:
     path = table_path()
@@ -243,6 +253,21 @@ def test_dataframe_writes_create_mapped_tables(spark: Any, table_path: Any) -> N
     ).create()
     _assert_mapped(created, "id")
     assert spark.read.format("delta").load(created).count() == 2
+
+    # A stream that creates its sink table.
+    streamed = table_path()
+    query = (
+        spark.readStream.format("delta")
+        .load(saved)
+        .writeStream.format("delta")
+        .option("checkpointLocation", table_path("checkpoint"))
+        .option("delta.columnMapping.mode", "name")
+        .trigger(availableNow=True)
+        .start(streamed)
+    )
+    assert query.awaitTermination(120)
+    _assert_mapped(streamed)
+    assert _by_delta_rs(streamed) == [(0,), (1,), (2,)]
 
 
 def _assert_nothing_left(path: str) -> None:
