@@ -7,7 +7,8 @@ table, or that gives a table one of them, and every DML commit with a read set, 
 written here through :mod:`deltaflow.table._log_commit` (conflict checks, put-if-absent):
 
 * **create** (``read_version`` None): version 0 with protocol, metadata, domains and the
-  first files (CTAS, ``writeTo().create``, ``CREATE TABLE``);
+  first files (CTAS, ``writeTo().create``, ``CREATE TABLE``), and every creation of a
+  column-mapped table (delta-rs 1.6 refuses to create one);
 * **replace** (``replace_table``): ``CREATE OR REPLACE TABLE``: new metadata, a remove of
   every live file, history kept;
 * **writes**: appends, overwrites (removes of every live file), mergeSchema /
