@@ -313,3 +313,44 @@ def test_stores_without_conditional_put_are_refused(tmp_path: Path) -> None:
         _log_write.require_mapped_create("hdfs://namenode/warehouse/t", "t")
     assert info.value.feature == "columnMapping"
     _log_write.require_mapped_create(tmp_path.as_uri(), "t")  # local: fine
+
+
+def test_schema_replacing_writes_with_mapping_are_refused_leaving_the_table(
+    spark: Any, table_path: Any
+) -> None:
+    """REPLACE ... AS SELECT / overwriteSchema do not assign physical names yet: refused
+    before anything is written (they would leave a table that reads nulls)."""
+    mapped = table_path()
+    spark.sql(
+        f"CREATE TABLE delta.`{mapped}` (id BIGINT, kind STRING) USING delta"
+        " TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"
+    )
+    plain = table_path()
+    spark.sql(f"CREATE TABLE delta.`{plain}` (id BIGINT, kind STRING) USING delta")
+    for path in (mapped, plain):
+        spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 'a')")
+    attempts = [
+        lambda: spark.sql(
+            f"CREATE OR REPLACE TABLE delta.`{mapped}` USING delta AS SELECT 2L AS id, 'b' AS kind"
+        ),
+        lambda: spark.sql(
+            f"CREATE OR REPLACE TABLE delta.`{plain}` USING delta TBLPROPERTIES"
+            " ('delta.columnMapping.mode' = 'name') AS SELECT 2L AS id, 'b' AS kind"
+        ),
+        lambda: (
+            spark.range(1)
+            .write.format("delta")
+            .mode("overwrite")
+            .option("overwriteSchema", "true")
+            .save(mapped)
+        ),
+    ]
+    for attempt in attempts:
+        with pytest.raises(Exception) as info:
+            attempt()
+        error = deltaflow.typed_error(info.value)
+        assert isinstance(error, UnsupportedFeatureError)
+        assert error.feature == "columnMapping"
+    for path in (mapped, plain):
+        assert [tuple(r) for r in spark.read.format("delta").load(path).collect()] == [(1, "a")]
+        assert deltalake.DeltaTable(path).version() == 1

@@ -286,6 +286,7 @@ def plan_write(
     partitions = snapshot.partition_columns
     new_columns: tuple[dict[str, Any], ...] = ()
     if replace_schema:
+        _refuse_mapped_replace(uri, snapshot, options)
         schema = _replaced_schema(uri, snapshot, incoming, options)
     else:
         schema, new_columns = _checked_schema(uri, snapshot, incoming, options)
@@ -330,6 +331,26 @@ def plan_write(
             else options.identity_generated or _generated.identity_generated(snapshot.schema)
         ),
         log_schema=None if replace_schema else snapshot.schema,
+    )
+
+
+def _refuse_mapped_replace(uri: str, snapshot: Snapshot, options: WriteOptions) -> None:
+    """A schema-replacing write (``overwriteSchema``, REPLACE / CREATE OR REPLACE TABLE
+    ... AS SELECT) would keep or ask for column mapping: the new schema needs ids and
+    physical names the files agree with, which this write does not assign yet. Refused
+    before anything is written (else the table would read nulls or not at all)."""
+    wanted = _schema.column_mapping_mode(dict(options.table_properties))
+    if snapshot.column_mapping_mode == "none" and wanted == "none":
+        return
+    raise UnsupportedFeatureError(
+        f"Replacing the schema of {uri} by a write (overwriteSchema, REPLACE TABLE ... AS"
+        " SELECT) with column mapping (the table's delta.columnMapping.mode is"
+        f" '{snapshot.column_mapping_mode}', the write asks for '{wanted}') is not supported"
+        " yet. Replace the table by its columns first (CREATE OR REPLACE TABLE t (col type,"
+        " ...) USING delta TBLPROPERTIES ('delta.columnMapping.mode' = 'name')), then INSERT"
+        " INTO it; or write to a new location.",
+        table_uri=uri,
+        feature="columnMapping",
     )
 
 
