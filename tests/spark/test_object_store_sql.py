@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 
 pytestmark = pytest.mark.slow
 
@@ -83,3 +84,23 @@ def test_insert_overwrite_a_partition_of_an_s3_table_by_path(spark, object_store
     rs = DeltaTable(uri, storage_options=object_store.storage_options)
     assert sorted(tuple(r.values()) for r in rs.to_pyarrow_table().to_pylist()) == expected
     assert rs.metadata().partition_columns == ["name"]
+
+
+def test_column_mapped_table_on_s3_created_written_and_read(spark, object_store):
+    uri = object_store.uri()
+    spark.sql(
+        f"CREATE TABLE delta.`{uri}` (id BIGINT, kind STRING) USING delta"
+        " TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"
+    )
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1, 'a'), (2, 'b')")
+    ctas = object_store.uri()
+    spark.sql(
+        f"CREATE TABLE delta.`{ctas}` USING delta TBLPROPERTIES"
+        " ('delta.columnMapping.mode' = 'name') AS SELECT 3L AS id, 'c' AS kind"
+    )
+    for table, expected in ((uri, [(1, "a"), (2, "b")]), (ctas, [(3, "c")])):
+        assert _rows(spark, table) == expected
+        rs = DeltaTable(table, storage_options=object_store.storage_options)
+        assert rs.metadata().configuration["delta.columnMapping.maxColumnId"] == "2"
+        found = QueryBuilder().register("t", rs).execute("SELECT * FROM t").read_all()
+        assert sorted(tuple(r.values()) for r in pa.table(found).to_pylist()) == expected

@@ -599,15 +599,6 @@ def test_append_to_column_mapped_table_is_read_by_deltalake(
     assert all(f.metadata and b"PARQUET:field_id" in f.metadata for f in file_schema)
 
 
-def test_creating_a_column_mapped_table_by_write_is_refused(spark: Any, table_path: Any) -> None:
-    path = table_path()
-    df = spark.range(3)
-    with pytest.raises(deltaflow.UnsupportedFeatureError) as info:
-        df.write.format("delta").option("delta.columnMapping.mode", "name").save(path)
-    assert info.value.feature == "columnMapping"
-    assert not os.path.exists(os.path.join(path, "_delta_log"))
-
-
 def test_replace_where_on_special_character_partitions(spark: Any, table_path: Any) -> None:
     """Removes must name files exactly as the log does, escaping included."""
     path = table_path()

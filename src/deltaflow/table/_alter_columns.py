@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -382,33 +381,7 @@ def cluster_by(work: Work, change: Change) -> None:
 
 def _assign_ids(work: Work, top: Field, *, fresh_names: bool) -> None:
     """Give ``top`` and every field nested in it a column id and a physical name."""
-    key = "delta.columnMapping.maxColumnId"
-    next_id = int(work.configuration.get(key) or 0)
-
-    def visit_type(t: Any) -> None:
-        if isinstance(t, dict):
-            if t.get("type") == "struct":
-                for f in t["fields"]:
-                    visit(f)
-            elif t.get("type") == "array":
-                visit_type(t["elementType"])
-            elif t.get("type") == "map":
-                visit_type(t["keyType"])
-                visit_type(t["valueType"])
-
-    def visit(f: Field) -> None:
-        nonlocal next_id
-        metadata = f.setdefault("metadata", {})
-        if _schema.FIELD_ID_KEY not in metadata:
-            next_id += 1
-            metadata[_schema.FIELD_ID_KEY] = next_id
-            metadata[_schema.PHYSICAL_NAME_KEY] = (
-                f"col-{uuid.uuid4()}" if fresh_names else f["name"]
-            )
-        visit_type(f["type"])
-
-    visit(top)
-    work.configuration[key] = str(next_id)
+    _schema.assign_column_ids(top, work.configuration, fresh_names=fresh_names)
 
 
 def enable_column_mapping(work: Work, mode: str) -> None:

@@ -7,7 +7,8 @@ table, or that gives a table one of them, and every DML commit with a read set, 
 written here through :mod:`deltaflow.table._log_commit` (conflict checks, put-if-absent):
 
 * **create** (``read_version`` None): version 0 with protocol, metadata, domains and the
-  first files (CTAS, ``writeTo().create``, ``CREATE TABLE``);
+  first files (CTAS, ``writeTo().create``, ``CREATE TABLE``), and every creation of a
+  column-mapped table (delta-rs 1.6 refuses to create one);
 * **replace** (``replace_table``): ``CREATE OR REPLACE TABLE``: new metadata, a remove of
   every live file, history kept;
 * **writes**: appends, overwrites (removes of every live file), mergeSchema /
@@ -85,8 +86,14 @@ HOOKS: tuple[Hook, ...] = (_generated_log.add_high_water_marks, _clustered_commi
 
 def needs_log_writer(request: CommitRequest) -> bool:
     """Whether creating the table of ``request`` gives it a feature delta-rs cannot write."""
-    return request.clustering_columns is not None or bool(
-        features_needed(request.schema, request.configuration) & DELTA_RS_UNWRITABLE_FEATURES
+    features = features_needed(request.schema, request.configuration)
+    # delta-rs 1.6 refuses to create (or replace into) a column-mapped table ("Column
+    # mapping is not supported for write operation 'CREATE TABLE with column mapping
+    # metadata'").
+    return (
+        request.clustering_columns is not None
+        or bool(features & DELTA_RS_UNWRITABLE_FEATURES)
+        or ("columnMapping" in features and (request.read_version is None or request.replace_table))
     )
 
 
@@ -168,6 +175,23 @@ def require_conditional_put(uri: str, protocol: Protocol, operation: str) -> Non
         f" {scheme}:// does not offer. Use a local, S3, GCS or Azure table"
     )
     raise unsupported(uri, blocking, operation, why)
+
+
+def require_mapped_create(uri: str, label: str) -> None:
+    """Refuse, before anything is written, to create a column-mapped table where the log
+    writer cannot commit (delta-rs 1.6 refuses to create one itself)."""
+    from deltaflow.table import _conditional_put
+
+    if _conditional_put.supported(uri):
+        return
+    raise UnsupportedFeatureError(
+        f"Creating column-mapped table {label}: only deltaflow's own log writer writes"
+        " column mapping (delta-rs 1.6 refuses to), and it commits with a conditional put"
+        f" (put-if-absent), which {uri.split('://', 1)[0]}:// does not offer. Create the"
+        " table on a local, S3, GCS or Azure location, or without delta.columnMapping.mode.",
+        table_uri=uri,
+        feature="columnMapping",
+    )
 
 
 def unsupported(

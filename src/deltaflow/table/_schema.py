@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 JsonType = Any  # str for primitives, dict for struct / array / map
@@ -18,6 +19,9 @@ Field = dict[str, Any]
 
 PHYSICAL_NAME_KEY = "delta.columnMapping.physicalName"
 FIELD_ID_KEY = "delta.columnMapping.id"
+MAX_COLUMN_ID_KEY = "delta.columnMapping.maxColumnId"
+MAPPING_MODE_KEY = "delta.columnMapping.mode"
+MAPPING_MODES = ("none", "name", "id")
 # Metadata keys that describe storage, not the logical column; hidden from Spark.
 _INTERNAL_METADATA = re.compile(r"^delta\.(columnMapping\.|identity\.)")
 
@@ -28,6 +32,76 @@ _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
 def column_mapping_mode(configuration: dict[str, str | None]) -> str:
     mode = (configuration.get("delta.columnMapping.mode") or "none").lower()
     return mode
+
+
+def assign_column_ids(
+    field: Field, configuration: MutableMapping[str, str], *, fresh_names: bool
+) -> None:
+    """Give ``field`` and every field nested in it that lacks one a column id (counting on
+    from ``delta.columnMapping.maxColumnId``, which moves on in ``configuration``) and a
+    physical name: ``col-<uuid>`` when ``fresh_names`` (new columns, as delta-spark names
+    them), else the field's current name (data files written without mapping stay
+    readable as they are)."""
+    next_id = int(configuration.get(MAX_COLUMN_ID_KEY) or 0)
+
+    def visit_type(t: JsonType) -> None:
+        if isinstance(t, dict):
+            if t.get("type") == "struct":
+                for f in t["fields"]:
+                    visit(f)
+            elif t.get("type") == "array":
+                visit_type(t["elementType"])
+            elif t.get("type") == "map":
+                visit_type(t["keyType"])
+                visit_type(t["valueType"])
+
+    def visit(f: Field) -> None:
+        nonlocal next_id
+        metadata = f.setdefault("metadata", {})
+        if FIELD_ID_KEY not in metadata:
+            next_id += 1
+            metadata[FIELD_ID_KEY] = next_id
+            metadata[PHYSICAL_NAME_KEY] = f"col-{uuid.uuid4()}" if fresh_names else f["name"]
+        visit_type(f["type"])
+
+    visit(field)
+    configuration[MAX_COLUMN_ID_KEY] = str(next_id)
+
+
+def mapped_new_schema(
+    schema: dict[str, Any], configuration: dict[str, str], label: str, first_id: int = 0
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A new table's schema and configuration with column mapping set up, as delta-spark
+    creates a table whose ``delta.columnMapping.mode`` is ``name`` or ``id``: every field
+    (nested ones too) gets an id and a fresh ``col-<uuid>`` physical name, and
+    ``delta.columnMapping.maxColumnId`` the highest id. ``first_id``: ids start above it
+    (a replaced table's old maximum, so an id never names two columns in one history).
+    Unmapped tables come back unchanged. ``label`` names the table in errors."""
+    from deltaflow.errors import InvalidOptionError
+
+    mode = column_mapping_mode(dict(configuration))
+    if mode == "none":
+        return schema, configuration
+    if mode not in MAPPING_MODES:
+        raise InvalidOptionError(
+            f"delta.columnMapping.mode of {label} is {mode!r}; it is one of"
+            f" {', '.join(MAPPING_MODES)}.",
+            option=MAPPING_MODE_KEY,
+            valid=MAPPING_MODES,
+        )
+    if configuration.get(MAX_COLUMN_ID_KEY) is not None:
+        raise InvalidOptionError(
+            f"{label}: {MAX_COLUMN_ID_KEY} is maintained by Delta itself and cannot be set;"
+            " drop it from the table properties.",
+            option=MAX_COLUMN_ID_KEY,
+        )
+    mapped = copy.deepcopy(schema)
+    out = {k: v for k, v in configuration.items() if k != MAPPING_MODE_KEY}
+    out[MAPPING_MODE_KEY] = mode
+    out[MAX_COLUMN_ID_KEY] = str(first_id)
+    for f in mapped["fields"]:
+        assign_column_ids(f, out, fresh_names=True)
+    return mapped, out
 
 
 def logical_schema(schema: dict[str, Any]) -> dict[str, Any]:

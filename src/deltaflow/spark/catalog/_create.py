@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructField, StructType
 
     from deltaflow.spark.dml._delta_table import DeltaTable
+    from deltaflow.table._snapshot import Snapshot
 
 log = logging.getLogger("deltaflow.create")
 
@@ -487,13 +488,14 @@ def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
 
     by_lower = {c.name.lower(): c.name for c in spec.columns}
     current = load_snapshot(uri) if replace else None
+    schema, configuration = _column_mapped(spec, uri, current)
     request = _commit.CommitRequest(
         table_uri=uri,
-        schema=spec.schema_json(),
+        schema=schema,
         partition_columns=tuple(by_lower[p.lower()] for p in spec.partition_columns),
         adds=(),
         read_version=None if current is None else current.version,
-        configuration=dict(spec.properties),
+        configuration=configuration,
         description=spec.comment,
         clustering_columns=spec.clustering_columns,
         replace_table=replace,
@@ -505,8 +507,9 @@ def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
         or _log_write.needs_log_writer(request)
         or (current is not None and Protocol.of(current).delta_rs_unwritable)
     ):
-        # Identity columns, CLUSTER BY, or a replace of such a table: delta-rs 1.6 cannot;
-        # and delta-rs records its own operation parameters, not delta-spark's.
+        # Identity columns, CLUSTER BY, column mapping, or a replace of such a table:
+        # delta-rs 1.6 cannot; and it records its own operation parameters, not
+        # delta-spark's.
         name = _short_name(spec.name) if spec.name else None
         _log_write.commit_write(request, name=name, label=spec.name or uri)
         log.info("%s Delta table at %s (log writer)", "replaced" if replace else "created", uri)
@@ -543,6 +546,25 @@ def _write_log(spec: TableSpec, uri: str, *, replace: bool) -> None:
         raise_if_key_not_exists=False,
     )
     log.info("%s Delta table at %s", "replaced" if replace else "created", uri)
+
+
+def _column_mapped(
+    spec: TableSpec, uri: str, current: Snapshot | None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The new table's schema and properties, with column mapping set up when
+    ``delta.columnMapping.mode`` asks for it (ids, ``col-<uuid>`` physical names,
+    ``maxColumnId``, as delta-spark creates it). Refused before anything is written
+    where deltaflow's log writer, which alone commits such a table, cannot commit."""
+    from deltaflow.table import _log_write, _schema
+
+    schema, configuration = spec.schema_json(), dict(spec.properties)
+    label = spec.name or uri
+    if _schema.column_mapping_mode(dict(configuration)) == "none":
+        return schema, configuration
+    _log_write.require_mapped_create(uri, label)
+    # A replaced table's ids are not handed out again: one id, one column in a history.
+    before = current.configuration.get(_schema.MAX_COLUMN_ID_KEY) if current else None
+    return _schema.mapped_new_schema(schema, configuration, label, int(before or 0))
 
 
 def _operation(spec: TableSpec, replace: bool) -> str:

@@ -18,7 +18,7 @@ from pyspark.sql.types import StructType
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark._options import OPTIMIZE_WRITE_PROPERTY, WriteOptions
 from deltaflow.spark.write import _generated, _replace_where
-from deltaflow.table import _commit, _constraints, _schema, _stats
+from deltaflow.table import _commit, _constraints, _log_write, _schema, _stats
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
 from deltaflow.table.errors import (
     SchemaMismatchError,
@@ -175,6 +175,7 @@ def plan_write(
     partitions = snapshot.partition_columns
     new_columns: tuple[dict[str, Any], ...] = ()
     if replace_schema:
+        _refuse_mapped_replace(uri, snapshot, options)
         schema = _replaced_schema(uri, snapshot, incoming, options)
     else:
         schema, new_columns = _checked_schema(uri, snapshot, incoming, options)
@@ -219,6 +220,26 @@ def plan_write(
             else options.identity_generated or _generated.identity_generated(snapshot.schema)
         ),
         log_schema=None if replace_schema else snapshot.schema,
+    )
+
+
+def _refuse_mapped_replace(uri: str, snapshot: Snapshot, options: WriteOptions) -> None:
+    """A schema-replacing write (``overwriteSchema``, REPLACE / CREATE OR REPLACE TABLE
+    ... AS SELECT) would keep or ask for column mapping: the new schema needs ids and
+    physical names the files agree with, which this write does not assign yet. Refused
+    before anything is written (else the table would read nulls or not at all)."""
+    wanted = _schema.column_mapping_mode(dict(options.table_properties))
+    if snapshot.column_mapping_mode == "none" and wanted == "none":
+        return
+    raise UnsupportedFeatureError(
+        f"Replacing the schema of {uri} by a write (overwriteSchema, REPLACE TABLE ... AS"
+        " SELECT) with column mapping (the table's delta.columnMapping.mode is"
+        f" '{snapshot.column_mapping_mode}', the write asks for '{wanted}') is not supported"
+        " yet. Replace the table by its columns first (CREATE OR REPLACE TABLE t (col type,"
+        " ...) USING delta TBLPROPERTIES ('delta.columnMapping.mode' = 'name')), then INSERT"
+        " INTO it; or write to a new location.",
+        table_uri=uri,
+        feature="columnMapping",
     )
 
 
@@ -284,19 +305,6 @@ def _plan_new_table(
     replace_where: str | None,
 ) -> WritePlan:
     """The plan of a write that creates the table (it does not exist yet)."""
-    mapping = {k.lower(): v for k, v in options.table_properties.items()}.get(
-        "delta.columnmapping.mode", "none"
-    )
-    if mapping.lower() != "none":
-        # delta-rs assigns the physical names when it creates the table; the files of
-        # this write would have to use them, but executors write before the commit.
-        raise UnsupportedFeatureError(
-            f"Creating column-mapped table {uri} with df.write is not supported yet."
-            " Create it first (deltalake.DeltaTable.create(uri, schema, configuration="
-            "{'delta.columnMapping.mode': 'name'})), then append with mode('append').",
-            table_uri=uri,
-            feature="columnMapping",
-        )
     for column in options.partition_by:
         if column.lower() not in {f["name"].lower() for f in incoming["fields"]}:
             raise SchemaMismatchError(
@@ -305,25 +313,39 @@ def _plan_new_table(
                 table_uri=uri,
                 columns=(column,),
             )
-    schema = all_nullable(incoming)
-    names = {f["name"].lower(): f["name"] for f in schema["fields"]}
+    names = {f["name"].lower(): f["name"] for f in incoming["fields"]}
     partitions = tuple(names[c.lower()] for c in options.partition_by)
     if replace_where is not None:
         _replace_where.validate(
-            uri, replace_where, arrow_schema(schema), partitions, dict(options.table_properties)
+            uri,
+            replace_where,
+            arrow_schema(all_nullable(incoming)),
+            partitions,
+            dict(options.table_properties),
         )
+    # Column mapping: the physical names are chosen here, once, so the files this write
+    # puts down and the table's first commit agree on them.
+    schema, configuration = _schema.mapped_new_schema(
+        all_nullable(incoming), dict(options.table_properties), uri
+    )
+    column_mapping = _schema.column_mapping_mode(dict(configuration)) != "none"
+    if column_mapping:
+        _log_write.require_mapped_create(uri, uri)
+    physical_names = _schema.top_level_physical_names(schema)
     return WritePlan(
         table_uri=uri,
         mode="append" if mode in ("error", "ignore") else mode,
         save_mode=mode,
         schema=schema,
-        physical_schema=schema,
+        physical_schema=_schema.physical_schema(schema) if column_mapping else schema,
         partition_columns=partitions,
         read_version=None,
         new_columns=(),
-        configuration=dict(options.table_properties),
+        configuration=configuration,
         num_indexed_cols=_stats.num_indexed_cols(dict(options.table_properties)),
         options=options,
+        column_mapping=column_mapping,
+        partition_physical={p: physical_names.get(p, p) for p in partitions},
         replace_where=replace_where,
         optimize_write=should_optimize_write(options, options.table_properties),
     )
