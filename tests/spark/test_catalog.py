@@ -317,3 +317,120 @@ def test_at_version_names(spark, table_path):
     assert [r.id for r in spark.sql(f"SELECT * FROM `{name}@{at}`").collect()] == [1]
     with pytest.raises(deltaflow.VersionNotFoundError):
         spark.sql(f"SELECT * FROM delta.`{path}@v9`").collect()
+
+
+# ---- REPLACE: the statement's properties are the table's -------------------------------
+
+
+def _config(path: str) -> dict[str, str]:
+    return dict(deltalake.DeltaTable(path).metadata().configuration)
+
+
+def _writer_version(path: str) -> int:
+    return deltalake.DeltaTable(path).protocol().min_writer_version
+
+
+def test_replace_as_select_sets_the_statements_properties_and_keeps_history(spark, table_path):
+    path = table_path("ras")
+    table = f"delta.`{path}`"
+    spark.sql(
+        f"CREATE TABLE {table} USING delta"
+        " TBLPROPERTIES ('delta.appendOnly' = 'false', 'owner.team' = 'a') AS SELECT 1 AS id"
+    )
+    spark.sql(
+        f"REPLACE TABLE {table} USING delta TBLPROPERTIES"
+        " ('delta.enableChangeDataFeed' = 'true', 'owner.team' = 'b') AS SELECT 2 AS id"
+    )
+    # The statement's properties, not a merge with the old ones (delta-spark).
+    assert _config(path) == {"delta.enableChangeDataFeed": "true", "owner.team": "b"}
+    assert _writer_version(path) == 4  # change data feed needs writer version 4
+    shown = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+    assert shown["owner.team"] == "b" and "delta.appendOnly" not in shown
+
+    # The change feed the REPLACE turned on records the next UPDATE.
+    spark.sql(f"UPDATE {table} SET id = 20 WHERE id = 2")
+    changes = spark.sql(
+        f"SELECT id, _change_type FROM table_changes('{table}', 2)"
+    ).collect()
+    assert sorted(tuple(r) for r in changes) == [(2, "update_preimage"), (20, "update_postimage")]
+
+    spark.sql(
+        f"CREATE OR REPLACE TABLE {table} USING delta"
+        " TBLPROPERTIES ('delta.logRetentionDuration' = 'interval 3 days') AS SELECT 3 AS id"
+    )
+    assert _config(path) == {"delta.logRetentionDuration": "interval 3 days"}
+    assert _writer_version(path) == 4  # the protocol is never downgraded
+    history = spark.sql(f"DESCRIBE HISTORY {table}").collect()
+    assert [r.operation for r in reversed(history)] == [
+        "CREATE TABLE AS SELECT",
+        "REPLACE TABLE AS SELECT",
+        "UPDATE",
+        "CREATE OR REPLACE TABLE AS SELECT",
+    ]
+    assert [r.id for r in spark.sql(f"SELECT * FROM {table} VERSION AS OF 0").collect()] == [1]
+    assert [r.id for r in spark.table(table).collect()] == [3]
+
+
+def test_every_replace_path_applies_its_properties(spark):
+    from deltaflow import DeltaTable
+
+    name = _name()
+    try:
+        spark.sql(f"CREATE TABLE {name} USING delta TBLPROPERTIES ('k' = 'a') AS SELECT 1 AS id")
+        location = _local(_location(spark, name))
+        key = "spark.databricks.delta.properties.defaults.checkpointInterval"
+        spark.conf.set(key, "7")
+        try:  # a replace is a new table: the session's defaults apply (delta-spark)
+            spark.sql(f"CREATE OR REPLACE TABLE {name} (id BIGINT) USING delta")
+        finally:
+            spark.conf.unset(key)
+        assert _config(location) == {"delta.checkpointInterval": "7"}
+
+        spark.range(2).writeTo(name).using("delta").tableProperty("k", "b").createOrReplace()
+        assert _config(location) == {"k": "b"}
+        spark.range(2).writeTo(name).using("delta").tableProperty(
+            "delta.enableChangeDataFeed", "true"
+        ).replace()
+        assert _config(location) == {"delta.enableChangeDataFeed": "true"}
+        # saveAsTable's overwrite keeps the table's properties (delta-spark's V1 writer).
+        spark.range(3).write.format("delta").mode("overwrite").saveAsTable(name)
+        assert _config(location) == {"delta.enableChangeDataFeed": "true"}
+        assert spark.table(name).count() == 3
+
+        DeltaTable.createOrReplace(spark).tableName(name).addColumn("id", "BIGINT").property(
+            "k", "c"
+        ).execute()
+        assert _config(location) == {"k": "c"}
+        DeltaTable.replace(spark).tableName(name).addColumn("id", "BIGINT").execute()
+        assert _config(location) == {}
+        spark.sql(f"REPLACE TABLE {name} (id INT) USING delta TBLPROPERTIES ('k' = 'd')")
+        assert _config(location) == {"k": "d"}
+        assert deltalake.DeltaTable(location).version() == 7  # every replace kept history
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def test_a_refused_replace_writes_nothing(spark, table_path):
+    path = table_path("ras_refused")
+    table = f"delta.`{path}`"
+    spark.sql(f"CREATE TABLE {table} USING delta TBLPROPERTIES ('k' = 'a') AS SELECT 1 AS id")
+    with pytest.raises(InvalidOptionError, match=r"delta\.bogus"):
+        spark.sql(
+            f"REPLACE TABLE {table} USING delta TBLPROPERTIES ('delta.bogus' = '1')"
+            " AS SELECT 2 AS id"
+        )
+    with pytest.raises(UnsupportedFeatureError) as refused:
+        spark.sql(
+            f"REPLACE TABLE {table} USING delta"
+            " TBLPROPERTIES ('delta.columnMapping.mode' = 'name') AS SELECT 2 AS id"
+        )
+    assert refused.value.feature == "columnMapping"
+    with pytest.raises(Exception, match="boom"):
+        spark.sql(
+            f"REPLACE TABLE {table} USING delta TBLPROPERTIES ('k' = 'b')"
+            " AS SELECT raise_error('boom') AS id"
+        )
+    assert deltalake.DeltaTable(path).version() == 0
+    assert _config(path) == {"k": "a"}
+    assert [r.id for r in spark.table(table).collect()] == [1]
+    assert not [f for f in os.listdir(path) if f.endswith(".parquet")][1:]  # one file: v0's

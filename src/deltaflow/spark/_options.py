@@ -185,6 +185,10 @@ class WriteOptions:
     # table is managed; they name the commit as delta-spark does.
     create_mode: str | None = None
     create_managed: bool = False
+    # A replacing statement whose metadata replaces an existing table's (SQL REPLACE /
+    # CREATE OR REPLACE, writeTo().replace()); not saveAsTable's overwrite (delta-spark's
+    # V1 writer keeps the table's properties).
+    create_replaces_metadata: bool = False
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -371,11 +375,13 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     clustering = None
     create_mode = None
     create_managed = False
+    create_replaces_metadata = False
     if CREATE_SPEC_OPTION in lowered:
         create = json.loads(lowered[CREATE_SPEC_OPTION])
         create_mode = create.get("mode")
         create_managed = bool(create.get("managed"))
-        properties.update(create.get("properties") or {})
+        create_replaces_metadata = bool(create.get("replaceMetadata"))
+        properties.update(_statement_properties(create.get("properties") or {}))
         comment = create.get("comment")
         if create.get("clusteringColumns") is not None:
             clustering = tuple(str(c) for c in create["clusteringColumns"])
@@ -403,7 +409,32 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         auto_compact=AutoCompactSettings.from_conf(lowered),
         create_mode=create_mode,
         create_managed=create_managed,
+        create_replaces_metadata=create_replaces_metadata,
     )
+
+
+def _statement_properties(raw: Mapping[str, str]) -> dict[str, str]:
+    """A CREATE / REPLACE ... AS SELECT statement's TBLPROPERTIES as the table keeps them:
+    Delta's names spelled canonically, an unknown ``delta.*`` name refused (before
+    anything is written), as CREATE TABLE with columns refuses it."""
+    out = {}
+    for key, value in raw.items():
+        name = _CANONICAL.get(key.lower(), key)
+        lowered = name.lower()
+        if (
+            lowered.startswith("delta.")
+            and name not in TABLE_PROPERTIES
+            and not lowered.startswith("delta.feature.")
+        ):
+            raise InvalidOptionError(
+                f"Unknown Delta table property '{key}' in TBLPROPERTIES. Known:"
+                f" {', '.join(TABLE_PROPERTIES)}. Properties not starting with 'delta.' are"
+                " stored as given.",
+                option=key,
+                valid=TABLE_PROPERTIES,
+            )
+        out[name] = str(value)
+    return out
 
 
 def _optional_bool(options: dict[str, str], *keys: str) -> bool | None:

@@ -150,7 +150,7 @@ def plan_native_write(
     if (conf("spark.sql.parquet.writeLegacyFormat", "false") or "").lower() == "true":
         return Fallback("spark.sql.parquet.writeLegacyFormat=true")
     configuration: dict[str, str | None] = dict(plan.configuration)
-    if plan.read_version is not None:
+    if plan.read_version is not None and not plan.replace_table:
         if current is None or current.version != plan.read_version:
             current = load_snapshot(plan.table_uri, version=plan.read_version)
         configuration.update(current.configuration)

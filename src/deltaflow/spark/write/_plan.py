@@ -87,6 +87,10 @@ class WritePlan:
     optimize_write: bool = False
     # The save mode the caller asked for, when ``mode`` differs (a new table's "error").
     save_mode: str | None = None
+    # REPLACE / CREATE OR REPLACE TABLE ... AS SELECT (writeTo().replace()) of an existing
+    # table: ``configuration`` is the table's whole new configuration, committed in new
+    # metadata beside the data (history kept, the protocol only ever upgraded).
+    replace_table: bool = False
 
 
 def should_optimize_write(options: WriteOptions, configuration: Mapping[str, str | None]) -> bool:
@@ -173,6 +177,10 @@ def plan_write(
             feature="appendOnly",
         )
     partitions = snapshot.partition_columns
+    replacing = _replaces_metadata(uri, snapshot, mode, options)
+    # A replaced table's properties are the statement's: its checks, statistics and
+    # write settings come from them, not from the table being replaced.
+    properties = dict(options.table_properties) if replacing else snapshot.configuration
     new_columns: tuple[dict[str, Any], ...] = ()
     if replace_schema:
         _refuse_mapped_replace(uri, snapshot, options)
@@ -186,9 +194,7 @@ def plan_write(
     column_mapping = snapshot.column_mapping_mode != "none" and not replace_schema
     physical = _schema.physical_schema(schema) if column_mapping else _schema.logical_schema(schema)
     physical_names = _schema.top_level_physical_names(schema) if column_mapping else {}
-    checks = tuple(
-        _constraints.table_checks(_schema.logical_schema(schema), snapshot.configuration)
-    )
+    checks = tuple(_constraints.table_checks(_schema.logical_schema(schema), properties))
     return WritePlan(
         table_uri=uri,
         mode="append" if mode == "ignore" else mode,
@@ -197,10 +203,11 @@ def plan_write(
         partition_columns=tuple(partitions),
         read_version=snapshot.version,
         new_columns=new_columns,
-        configuration={},
-        num_indexed_cols=_stats.num_indexed_cols(snapshot.configuration),
+        configuration=dict(options.table_properties) if replacing else {},
+        num_indexed_cols=_stats.num_indexed_cols(properties),
         options=options,
-        optimize_write=should_optimize_write(options, snapshot.configuration),
+        optimize_write=should_optimize_write(options, properties),
+        replace_table=replacing,
         column_mapping=column_mapping,
         skip=mode == "ignore",
         partition_physical={p: physical_names.get(p, p) for p in partitions},
@@ -220,6 +227,38 @@ def plan_write(
             else options.identity_generated or _generated.identity_generated(snapshot.schema)
         ),
         log_schema=None if replace_schema else snapshot.schema,
+    )
+
+
+def _replaces_metadata(uri: str, snapshot: Snapshot, mode: str, options: WriteOptions) -> bool:
+    """Whether this write replaces the table's metadata: REPLACE / CREATE OR REPLACE TABLE
+    ... AS SELECT and ``writeTo().replace()`` / ``createOrReplace()`` of an existing table,
+    whose TBLPROPERTIES (over the session defaults) become its whole configuration, as in
+    delta-spark. ``saveAsTable`` in overwrite mode keeps the table's (delta-spark's V1
+    writer). Only deltaflow's log writer commits new metadata with data (put-if-absent):
+    on another store a replace that keeps the properties is an overwrite, one that changes
+    them is refused before anything is written."""
+    from deltaflow.table import _conditional_put
+
+    if not (
+        mode == "overwrite"
+        and options.create_mode in ("replace", "createOrReplace")
+        and options.create_replaces_metadata
+    ):
+        return False
+    if _conditional_put.supported(uri):
+        return True
+    before = {k: v for k, v in snapshot.configuration.items() if v is not None}
+    if before == dict(options.table_properties):
+        return False
+    raise UnsupportedFeatureError(
+        f"Replacing {uri} with new table properties ({dict(options.table_properties)}, the"
+        f" table has {before}): the new metadata is committed by deltaflow's own log writer,"
+        f" which needs a conditional put (put-if-absent) that {uri.split('://', 1)[0]}://"
+        " does not offer. Replace it with the table's current TBLPROPERTIES, then change"
+        " them with ALTER TABLE ... SET / UNSET TBLPROPERTIES.",
+        table_uri=uri,
+        feature="replaceTableProperties",
     )
 
 

@@ -56,6 +56,7 @@ def commit_request(
         identity_generated=plan.identity_generated,
         clustering_columns=plan.options.clustering_columns,
         auto_compact=plan.options.auto_compact,
+        replace_table=plan.replace_table,
     )
     if plan.dynamic_overwrite and plan.read_version is not None:
         # Explicit removes of the touched partitions' files; delta-rs derives none (and

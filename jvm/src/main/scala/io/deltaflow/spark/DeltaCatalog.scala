@@ -200,6 +200,18 @@ object DeltaCatalog {
     DeltaDataSource.tableFor(options.asJava, Some(entry))
   }
 
+  /** Whether Spark runs this statement for `DataFrameWriter.saveAsTable` (the V1 writer,
+   *  classic or through Spark Connect's planner). Its `mode("overwrite")` reaches the catalog
+   *  as a CREATE OR REPLACE AS SELECT, yet delta-spark keeps the table's metadata there (it
+   *  overwrites the data); only SQL and `writeTo` (V2) replace it. Spark hands the catalog
+   *  nothing else that tells the two apart, so, as delta-spark does, the stack says. */
+  private[spark] def calledByV1Writer: Boolean =
+    Thread.currentThread().getStackTrace.exists { frame =>
+      val cls = frame.getClassName
+      cls == "org.apache.spark.sql.classic.DataFrameWriter" ||
+        cls == "org.apache.spark.sql.DataFrameWriter"
+    }
+
   /** The write option that carries a CREATE's properties and comment to the brain's
    *  write plan (`CREATE_SPEC_OPTION` in `spark/_options.py`). */
   val CreateSpecOption = "__deltaflow_create"
@@ -256,6 +268,13 @@ private[spark] case class CreateRequest(
     CatalogUtils.URIToString(catalog.sessionCatalog.defaultTablePath(tableIdent)))
 
   val comment: Option[String] = properties.get(TableCatalog.PROP_COMMENT)
+
+  /** REPLACE / CREATE OR REPLACE (SQL, `writeTo().replace()` / `createOrReplace()`): an
+   *  existing table's metadata becomes this statement's (its TBLPROPERTIES, over the
+   *  session defaults, are the whole configuration). `saveAsTable` in overwrite mode keeps
+   *  the table's metadata, as delta-spark's V1 writer does. Decided here, while Spark's
+   *  caller is still on the stack. */
+  val replacesMetadata: Boolean = mode != "create" && !calledByV1Writer
 
   /** `OPTIONS (...)`: kept on the catalog entry and passed to every read and write. */
   val options: Map[String, String] = properties.collect {
@@ -328,6 +347,7 @@ private[spark] case class CreateRequest(
     // CREATE [OR REPLACE] / REPLACE TABLE AS SELECT.
     spec.put("mode", mode)
     spec.put("managed", managed && !pathOnly)
+    spec.put("replaceMetadata", replacesMetadata)
     val props = spec.putObject("properties")
     tableProperties.foreach { case (k, v) => props.put(k, v) }
     comment.foreach(spec.put("comment", _))
