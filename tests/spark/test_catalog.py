@@ -349,9 +349,7 @@ def test_replace_as_select_sets_the_statements_properties_and_keeps_history(spar
 
     # The change feed the REPLACE turned on records the next UPDATE.
     spark.sql(f"UPDATE {table} SET id = 20 WHERE id = 2")
-    changes = spark.sql(
-        f"SELECT id, _change_type FROM table_changes('{table}', 2)"
-    ).collect()
+    changes = spark.sql(f"SELECT id, _change_type FROM table_changes('{table}', 2)").collect()
     assert sorted(tuple(r) for r in changes) == [(2, "update_preimage"), (20, "update_postimage")]
 
     spark.sql(

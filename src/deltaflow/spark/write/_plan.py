@@ -180,7 +180,9 @@ def plan_write(
     replacing = _replaces_metadata(uri, snapshot, mode, options)
     # A replaced table's properties are the statement's: its checks, statistics and
     # write settings come from them, not from the table being replaced.
-    properties = dict(options.table_properties) if replacing else snapshot.configuration
+    properties: dict[str, str | None] = (
+        dict(options.table_properties) if replacing else snapshot.configuration
+    )
     new_columns: tuple[dict[str, Any], ...] = ()
     if replace_schema:
         _refuse_mapped_replace(uri, snapshot, options)
