@@ -432,3 +432,26 @@ def test_a_refused_replace_writes_nothing(spark, table_path):
     assert _config(path) == {"k": "a"}
     assert [r.id for r in spark.table(table).collect()] == [1]
     assert not [f for f in os.listdir(path) if f.endswith(".parquet")][1:]  # one file: v0's
+
+
+def test_a_replace_changing_properties_without_put_if_absent_is_refused():
+    import json
+    from types import SimpleNamespace
+
+    from deltaflow.spark._options import CREATE_SPEC_OPTION, parse_write_options
+    from deltaflow.spark.write._plan import _replaces_metadata
+
+    def options(uri: str, properties: dict[str, str], replace: bool = True):
+        spec = {"mode": "replace", "replaceMetadata": replace, "properties": properties}
+        return parse_write_options({"path": uri, CREATE_SPEC_OPTION: json.dumps(spec)})
+
+    table = SimpleNamespace(configuration={"k": "a"})
+    hdfs = "hdfs://namenode/t"
+    assert _replaces_metadata("file:///tmp/t", table, "overwrite", options("file:///tmp/t", {}))
+    # saveAsTable's overwrite keeps the metadata wherever the table is.
+    assert not _replaces_metadata(hdfs, table, "overwrite", options(hdfs, {}, replace=False))
+    # Without put-if-absent: the same properties are an overwrite, new ones are refused.
+    assert not _replaces_metadata(hdfs, table, "overwrite", options(hdfs, {"k": "a"}))
+    with pytest.raises(UnsupportedFeatureError) as refused:
+        _replaces_metadata(hdfs, table, "overwrite", options(hdfs, {"k": "b"}))
+    assert refused.value.feature == "replaceTableProperties"

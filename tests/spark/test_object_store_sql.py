@@ -47,6 +47,17 @@ def test_ctas_with_custom_properties_on_s3_is_one_commit(spark, object_store):
     assert sorted(r["id"] for r in rs.to_pyarrow_table().to_pylist()) == [0, 1, 2]
     history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").collect()
     assert [r["operation"] for r in history] == ["CREATE TABLE AS SELECT"]
+    # A replace's properties are the statement's (the log writer, put-if-absent on S3).
+    spark.sql(
+        f"REPLACE TABLE delta.`{uri}` USING delta"
+        " TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true') AS SELECT id FROM range(2)"
+    )
+    rs = DeltaTable(uri, storage_options=object_store.storage_options)
+    assert (rs.version(), rs.metadata().configuration) == (
+        1,
+        {"delta.enableChangeDataFeed": "true"},
+    )
+    assert rs.protocol().min_writer_version == 4
 
 
 def test_insert_overwrite_an_s3_table_by_path(spark, object_store):
