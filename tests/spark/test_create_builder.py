@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import decimal
 import os
+import threading
 import uuid
 
 import deltalake
@@ -23,6 +24,7 @@ from pyspark.sql.types import (
 
 from deltaflow import DeltaTable
 from deltaflow.errors import InvalidOptionError
+from deltaflow.spark.catalog._create import register_external
 from deltaflow.table.errors import (
     GeneratedColumnError,
     SchemaMismatchError,
@@ -157,6 +159,72 @@ def test_create_with_a_name_registers_the_table_in_the_catalog(spark, table_path
     assert spark.sql(f"SELECT s FROM {name} WHERE id = 2").first().s == "b"
     assert DeltaTable.forName(spark, name).toDF().count() == 2
     assert deltalake.DeltaTable(path).to_pyarrow_table().num_rows == 2
+
+
+def _entry(spark, name: str) -> dict[str, str]:
+    """The session catalog's entry for ``name``, as the fields DESCRIBE / SHOW / DROP use."""
+    state = spark._jsparkSession.sessionState()
+    entry = state.catalog().getTableMetadata(state.sqlParser().parseTableIdentifier(name))
+    return {
+        "type": entry.tableType().name(),
+        "provider": str(entry.provider().get()),
+        "location": str(entry.location()),
+        "storage": entry.storage().toString(),
+        "schema": entry.schema().json(),
+        "properties": entry.properties().toString(),
+        "owner": entry.owner(),
+        "comment": str(entry.comment()),
+    }
+
+
+@pytest.mark.parametrize("uri", [False, True], ids=["path", "uri"])
+def test_a_named_table_at_a_location_gets_the_entry_create_table_location_makes(
+    spark, table_path, uri
+):
+    """The builder registers without a SQL statement (one call to the connector's
+    catalog): the entry is the one CREATE TABLE ... USING delta LOCATION makes."""
+    built, by_sql = _name(), _name()
+    path = table_path("entry")
+    location = f"file://{path}" if uri else path
+    (
+        DeltaTable.createIfNotExists(spark)
+        .tableName(f"default.{built}")
+        .location(location)
+        .addColumn("id", "BIGINT")
+        .comment("in the log, not the entry")
+        .execute()
+    )
+    spark.sql(f"CREATE TABLE {by_sql} USING delta LOCATION '{location}'")
+    assert _entry(spark, built) == _entry(spark, by_sql)
+    # The call itself, from a thread with no active session (as pipelines make it).
+    direct, done = _name(), []
+    thread = threading.Thread(
+        target=lambda: done.append(
+            register_external(spark, f"spark_catalog.default.{direct}", location)
+        )
+    )
+    thread.start()
+    thread.join(timeout=60)
+    assert done == [True]
+    assert _entry(spark, direct) == _entry(spark, by_sql)
+    spark.sql(f"DROP TABLE {direct}")
+    assert _entry(spark, built)["type"] == "EXTERNAL"
+    described = {
+        r.col_name: r.data_type for r in spark.sql(f"DESCRIBE TABLE EXTENDED {built}").collect()
+    }
+    assert described["Type"] == "EXTERNAL"
+    assert described["Provider"] == "delta"
+    assert described["Location"] == f"file://{path}"
+    assert described["Comment"] == "in the log, not the entry"
+    assert built in {r.tableName for r in spark.sql("SHOW TABLES IN default").collect()}
+    with pytest.raises(TableAlreadyExistsError):
+        DeltaTable.create(spark).tableName(built).location(location).addColumn(
+            "id", "BIGINT"
+        ).execute()
+    spark.sql(f"DROP TABLE {built}")
+    spark.sql(f"DROP TABLE {by_sql}")
+    assert not spark.catalog.tableExists(built)
+    assert deltalake.DeltaTable(path).version() == 0  # external: dropping kept the table
 
 
 def test_a_name_without_location_is_a_table_in_the_database_location(spark, database, tmp_path):

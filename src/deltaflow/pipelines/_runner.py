@@ -430,7 +430,9 @@ class _Scheduler(UpdateDriver):
             attempt += 1
             self._progress(name, "RUNNING", attempt=attempt)
             try:
-                outcome = FlowRun(self._spark, self._resolution, resolved, self._storage).run()
+                outcome = FlowRun(
+                    self._spark, self._resolution, resolved, self._storage, first_attempt=attempt == 1
+                ).run()
             except Exception as exc:
                 error = typed_error(exc) or exc
                 if policy.gives_up(error, attempt):

@@ -590,11 +590,39 @@ def _register(spark: SparkSession, spec: TableSpec, uri: str, *, replace: bool) 
     """The catalog entry for the table just written at ``uri``: deltaflow's catalog
     registers the table that is there (no columns declared). Without a location in the
     spec the table is a managed one, dropped with its data."""
+    if spec.location and not replace and spec.name and register_external(spark, spec.name, uri):
+        return
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"
     located = ""
     if spec.location or replace:  # a replaced entry keeps its location (and its type)
         located = " LOCATION '" + uri.replace("\\", "\\\\").replace("'", "\\'") + "'"
     spark.sql(f"{verb} {spec.name} USING delta{located}")
+
+
+def register_external(spark: SparkSession, name: str, uri: str) -> bool:
+    """Catalog table ``name`` for the Delta table whose log is at ``uri``: the entry
+    ``CREATE TABLE <name> USING delta LOCATION '<uri>'`` makes (external, same shape), in
+    one call to the connector's catalog instead of a statement parsed, analysed and
+    planned, which also reads the log back (tens of ms). An existing entry is a
+    :class:`TableAlreadyExistsError`. False, nothing done, where there is no such call
+    (Spark Connect, another ``spark_catalog``, a name in another catalog): run the
+    statement."""
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jsession is None:
+        return False
+    from py4j.protocol import Py4JJavaError
+
+    from deltaflow.errors import typed_error
+
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    try:
+        return bool(jvm.io.deltaflow.spark.DeltaCatalog.registerExternal(jsession, name, uri))
+    except Py4JJavaError as exc:
+        error = typed_error(exc)
+        if error is None:
+            raise
+        raise error from None
 
 
 def catalog_location(spark: Any, name: str) -> str | None:

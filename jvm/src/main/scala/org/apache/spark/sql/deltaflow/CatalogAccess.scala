@@ -1,12 +1,14 @@
 package org.apache.spark.sql.deltaflow
 
-import org.apache.spark.sql.catalyst.catalog.CatalogTable
-import org.apache.spark.sql.connector.catalog.{CatalogV2Util, Column, Table, V1Table}
+import org.apache.spark.sql.catalyst.catalog.{CatalogTable, CatalogUtils}
+import org.apache.spark.sql.classic.SparkSession
+import org.apache.spark.sql.connector.catalog.{CatalogPlugin, CatalogV2Util, Column, Table, TableCatalog, V1Table}
 import org.apache.spark.sql.types.{MetadataBuilder, StructType}
 
 /**
  * Spark-internal catalog types the connector's catalog needs (hence this package): the
- * session catalog's entry behind a table it loaded, and a column list as a schema.
+ * session catalog's entry behind a table it loaded, a column list as a schema, and what
+ * Spark's `CREATE TABLE` hands a catalog.
  */
 object CatalogAccess {
   /** The catalog entry of a table Spark's session catalog loaded, if it is one. */
@@ -32,5 +34,24 @@ object CatalogAccess {
       }
     })
   }
-}
 
+  /** The session's `spark_catalog` plugin (deltaflow's catalog when configured). */
+  def sessionCatalogPlugin(session: SparkSession): CatalogPlugin =
+    session.sessionState.catalogManager.v2SessionCatalog
+
+  /** The table properties Spark's `CREATE TABLE <t> USING <provider> LOCATION '<l>'` hands
+   *  the catalog: provider, the location qualified as Spark qualifies it (`file:/x` for
+   *  `/x`), external, and the current user as owner. */
+  def locatedTableProperties(
+      session: SparkSession, provider: String, location: String): Map[String, String] = {
+    val qualified = CatalogUtils.makeQualifiedPath(
+      CatalogUtils.stringToURI(location), session.sessionState.newHadoopConf())
+    CatalogV2Util.withDefaultOwnership(Map(
+      TableCatalog.PROP_PROVIDER -> provider,
+      TableCatalog.PROP_LOCATION -> CatalogUtils.URIToString(qualified),
+      TableCatalog.PROP_EXTERNAL -> "true"))
+  }
+
+  /** `body` with `session` as the active session (as a SQL statement runs). */
+  def withActive[T](session: SparkSession)(body: => T): T = session.withActive(body)
+}
