@@ -431,7 +431,11 @@ class _Scheduler(UpdateDriver):
             self._progress(name, "RUNNING", attempt=attempt)
             try:
                 outcome = FlowRun(
-                    self._spark, self._resolution, resolved, self._storage, first_attempt=attempt == 1
+                    self._spark,
+                    self._resolution,
+                    resolved,
+                    self._storage,
+                    first_attempt=attempt == 1,
                 ).run()
             except Exception as exc:
                 error = typed_error(exc) or exc
