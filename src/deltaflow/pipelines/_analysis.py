@@ -242,20 +242,25 @@ def _wait_for_named_tables(graph: Graph, flow: AnyFlow, publisher: Publisher) ->
 
 def _words_in_code(func: Callable[..., Any]) -> set[str]:
     """Identifier-like words of the string constants in ``func``'s code and the code
-    nested in it (lambdas, inner functions, comprehensions)."""
+    nested in it (lambdas, inner functions, comprehensions), and of the strings it closes
+    over (a SQL file's query)."""
     import re
     import types
 
     code = getattr(func, "__code__", None)
     stack = [code] if isinstance(code, types.CodeType) else []
-    words: set[str] = set()
+    texts = [
+        cell.cell_contents
+        for cell in getattr(func, "__closure__", None) or ()
+        if isinstance(getattr(cell, "cell_contents", None), str)
+    ]
     while stack:
         for const in stack.pop().co_consts:
             if isinstance(const, str):
-                words.update(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", const))
+                texts.append(const)
             elif isinstance(const, types.CodeType):
                 stack.append(const)
-    return words
+    return {word for text in texts for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)}
 
 
 class _BeingCreated(Exception):

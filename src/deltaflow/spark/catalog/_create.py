@@ -8,7 +8,8 @@ The builder only declares (each call returns a new builder holding a frozen
   properties, comment) and no files. ``createOrReplace`` on an existing table commits
   the new ``metaData`` and a ``remove`` of every live file in one commit; history stays;
 - with ``tableName``, the table is registered in the session catalog as
-  ``CREATE TABLE <name> USING delta LOCATION '<uri>'`` does it, so ``spark.table``,
+  ``CREATE TABLE <name> USING delta LOCATION '<uri>'`` does it (with a location: in one
+  call to the connector's catalog, :func:`register_external`), so ``spark.table``,
   ``SELECT``, ``INSERT INTO`` and ``DeltaTable.forName`` work. Without ``location``, the
   table lives where Spark puts a managed table: ``<database location>/<table name>``.
 
