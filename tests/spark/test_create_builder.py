@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 
 from deltaflow import DeltaTable
 from deltaflow.errors import InvalidOptionError
-from deltaflow.spark.catalog._create import register_external
+from deltaflow.spark.catalog._jvm_catalog import register_external, table_in_catalog
 from deltaflow.table.errors import (
     GeneratedColumnError,
     SchemaMismatchError,
@@ -225,6 +225,36 @@ def test_a_named_table_at_a_location_gets_the_entry_create_table_location_makes(
     spark.sql(f"DROP TABLE {by_sql}")
     assert not spark.catalog.tableExists(built)
     assert deltalake.DeltaTable(path).version() == 0  # external: dropping kept the table
+
+
+def test_the_catalog_look_up_answers_as_spark_catalog_table_exists(spark, table_path):
+    name = _name()
+    DeltaTable.create(spark).tableName(name).location(table_path("t")).addColumn(
+        "id", "INT"
+    ).execute()
+    spark.range(1).createOrReplaceTempView(f"{name}_view")
+    spark.range(1).createOrReplaceGlobalTempView(f"{name}_global")
+    names = [
+        f"default.{name}",
+        f"DEFAULT.{name.upper()}",
+        f"default.{name}_missing",
+        f"no_such_db_{name}.{name}",
+        name,
+        f"{name}_view",
+        f"default.{name}_view",
+        f"global_temp.{name}_global",
+        f"spark_catalog.default.{name}",
+    ]
+    try:
+        assert [table_in_catalog(spark, n) for n in names] == [
+            spark.catalog.tableExists(n) for n in names
+        ]
+        assert table_in_catalog(spark, f"default.{name}")
+        assert table_in_catalog(spark, f"global_temp.{name}_global")
+    finally:
+        spark.sql(f"DROP TABLE {name}")
+        spark.catalog.dropTempView(f"{name}_view")
+        spark.catalog.dropGlobalTempView(f"{name}_global")
 
 
 def test_a_name_without_location_is_a_table_in_the_database_location(spark, database, tmp_path):

@@ -218,6 +218,23 @@ object DeltaCatalog {
     }
   }
 
+  /**
+   * `spark.catalog.tableExists(name)` for a `db.table` name of the session catalog, looked
+   * up in the session catalog directly: no query resolution, no exception raised and
+   * caught for a missing table (10+ ms). Null when `name` may resolve to anything else (a
+   * temporary view, another catalog's table): ask `spark.catalog.tableExists` then.
+   */
+  def sessionTableExists(
+      session: org.apache.spark.sql.classic.SparkSession,
+      name: String): java.lang.Boolean = CatalogAccess.withActive(session) {
+    session.sessionState.sqlParser.parseMultipartIdentifier(name) match {
+      case Seq(db, table) if CatalogAccess.inSessionDatabase(session, db) =>
+        java.lang.Boolean.valueOf(
+          session.sessionState.catalog.tableExists(TableIdentifier(table, Some(db))))
+      case _ => null
+    }
+  }
+
   /** A table named by its location. */
   def pathTable(path: String, extra: Map[String, String]): Table =
     DeltaDataSource.tableFor((extra + ("path" -> path)).asJava, None)

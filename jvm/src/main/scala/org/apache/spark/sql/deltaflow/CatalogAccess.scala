@@ -52,6 +52,15 @@ object CatalogAccess {
       TableCatalog.PROP_EXTERNAL -> "true"))
   }
 
+  /** Whether `db.table` names a table of the session catalog's own database (not another
+   *  catalog's namespace, not the global temporary views'), as name resolution would find
+   *  it: then the session catalog answers whether it exists. */
+  def inSessionDatabase(session: SparkSession, db: String): Boolean = {
+    val globalTemp = session.conf.get("spark.sql.globalTempDatabase", "global_temp")
+    !db.equalsIgnoreCase(globalTemp) &&
+      !session.sessionState.catalogManager.isCatalogRegistered(db)
+  }
+
   /** `body` with `session` as the active session (as a SQL statement runs). */
   def withActive[T](session: SparkSession)(body: => T): T = session.withActive(body)
 }
