@@ -139,7 +139,9 @@ class FlowRun:
         if isinstance(flow, AutoCdcFlow):
             return self._auto_cdc(flow)
         assert isinstance(flow, Flow)
-        query = self._analysed_stream(flow) or self._query(flow)
+        query = self._analysed_stream(flow)
+        if query is None:
+            query = self._query(flow)
         return self._stream(flow, query, flow.target not in self._resolution.datasets)
 
     def _analysed_stream(self, flow: Flow) -> DataFrame | None:
