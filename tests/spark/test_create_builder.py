@@ -24,7 +24,11 @@ from pyspark.sql.types import (
 
 from deltaflow import DeltaTable
 from deltaflow.errors import InvalidOptionError
-from deltaflow.spark.catalog._jvm_catalog import register_external, table_in_catalog
+from deltaflow.spark.catalog._jvm_catalog import (
+    create_database_if_missing,
+    register_external,
+    table_in_catalog,
+)
 from deltaflow.table.errors import (
     GeneratedColumnError,
     SchemaMismatchError,
@@ -255,6 +259,25 @@ def test_the_catalog_look_up_answers_as_spark_catalog_table_exists(spark, table_
         spark.sql(f"DROP TABLE {name}")
         spark.catalog.dropTempView(f"{name}_view")
         spark.catalog.dropGlobalTempView(f"{name}_global")
+
+
+def test_a_database_made_by_the_catalog_call_is_the_one_create_database_makes(spark):
+    by_call, by_sql = f"db_{uuid.uuid4().hex[:8]}", f"db_{uuid.uuid4().hex[:8]}"
+    catalog = spark._jsparkSession.sessionState().catalog()
+    try:
+        access = spark._jvm.org.apache.spark.sql.deltaflow.CatalogAccess
+        assert access.createDatabaseIfMissing(spark._jsparkSession, by_call) is True
+        assert access.createDatabaseIfMissing(spark._jsparkSession, by_call) is False
+        create_database_if_missing(spark, by_call)  # exists: nothing happens
+        spark.sql(f"CREATE DATABASE {by_sql}")
+        made, expected = catalog.getDatabaseMetadata(by_call), catalog.getDatabaseMetadata(by_sql)
+        assert str(made.locationUri()) == str(expected.locationUri()).replace(by_sql, by_call)
+        assert made.properties().toString() == expected.properties().toString()
+        assert made.description() == expected.description()
+        assert spark.catalog.databaseExists(by_call)
+    finally:
+        spark.sql(f"DROP DATABASE IF EXISTS {by_call}")
+        spark.sql(f"DROP DATABASE IF EXISTS {by_sql}")
 
 
 def test_a_name_without_location_is_a_table_in_the_database_location(spark, database, tmp_path):

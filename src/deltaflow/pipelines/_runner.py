@@ -170,8 +170,9 @@ def run_update(
         },
     )
     _progress(log, "INITIALIZING")
-    if not spark.catalog.databaseExists(settings.database):
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{settings.database}`")
+    from deltaflow.spark.catalog._jvm_catalog import create_database_if_missing
+
+    create_database_if_missing(spark, settings.database)
     try:
         with (
             _session_for(spark, settings, settings.database),

@@ -18,9 +18,12 @@ if TYPE_CHECKING:
 # the connector's side of the same rule).
 DEFAULTS_PREFIX = "spark.databricks.delta.properties.defaults."
 
-# (gateway, class) per connector class: resolving `jvm.io.deltaflow.spark.X` is one round
-# trip per name part.
+# (gateway, class) per class name: resolving `jvm.io.deltaflow.spark.X` is one round trip
+# per name part.
 _classes: dict[str, tuple[Any, Any]] = {}
+_CATALOG = "io.deltaflow.spark.DeltaCatalog"
+_DEFAULTS = "io.deltaflow.spark.TableDefaults"
+_ACCESS = "org.apache.spark.sql.deltaflow.CatalogAccess"
 
 
 def _connector(spark: SparkSession, name: str) -> Any:
@@ -28,9 +31,26 @@ def _connector(spark: SparkSession, name: str) -> Any:
     assert jvm is not None
     cached = _classes.get(name)
     if cached is None or cached[0] is not jvm:
-        cached = (jvm, getattr(jvm.io.deltaflow.spark, name))
+        found = jvm
+        for part in name.split("."):
+            found = getattr(found, part)
+        cached = (jvm, found)
         _classes[name] = cached
     return cached[1]
+
+
+def create_database_if_missing(spark: SparkSession, name: str) -> None:
+    """``CREATE DATABASE IF NOT EXISTS `name``` in one call to the session catalog (the
+    namespace the statement creates: default location, the current user as owner), where
+    the statement is parsed, analysed and planned (~15 ms)."""
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jsession is not None:
+        done = _connector(spark, _ACCESS).createDatabaseIfMissing(jsession, name)
+        if done is not None:
+            return
+    if not spark.catalog.databaseExists(name):
+        quoted = name.replace("`", "``")
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{quoted}`")
 
 
 def register_external(spark: SparkSession, name: str, uri: str) -> bool:
@@ -49,7 +69,7 @@ def register_external(spark: SparkSession, name: str, uri: str) -> bool:
     from deltaflow.errors import typed_error
 
     try:
-        return bool(_connector(spark, "DeltaCatalog").registerExternal(jsession, name, uri))
+        return bool(_connector(spark, _CATALOG).registerExternal(jsession, name, uri))
     except Py4JJavaError as exc:
         error = typed_error(exc)
         if error is None:
@@ -63,7 +83,7 @@ def table_in_catalog(spark: SparkSession, name: str) -> bool:
     query would, and raises and catches its error: ~10 ms)."""
     jsession = getattr(spark, "_jsparkSession", None)
     if jsession is not None:
-        found = _connector(spark, "DeltaCatalog").sessionTableExists(jsession, name)
+        found = _connector(spark, _CATALOG).sessionTableExists(jsession, name)
         if found is not None:
             return bool(found)
     return bool(spark.catalog.tableExists(name))
@@ -80,6 +100,6 @@ def session_table_defaults(spark: SparkSession) -> dict[str, str]:
             for key, value in spark.conf.getAll.items()
             if key.startswith(DEFAULTS_PREFIX)
         }
-    text = str(_connector(spark, "TableDefaults").joined(jsession))
+    text = str(_connector(spark, _DEFAULTS).joined(jsession))
     pairs = (pair.partition("\u0001") for pair in text.split("\u0000") if pair)
     return {key: value for key, _, value in pairs}

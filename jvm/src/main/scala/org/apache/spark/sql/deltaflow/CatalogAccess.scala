@@ -1,14 +1,18 @@
 package org.apache.spark.sql.deltaflow
 
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.sql.catalyst.analysis.NamespaceAlreadyExistsException
 import org.apache.spark.sql.catalyst.catalog.{CatalogTable, CatalogUtils}
 import org.apache.spark.sql.classic.SparkSession
-import org.apache.spark.sql.connector.catalog.{CatalogPlugin, CatalogV2Util, Column, Table, TableCatalog, V1Table}
+import org.apache.spark.sql.connector.catalog.{CatalogPlugin, CatalogV2Util, Column, SupportsNamespaces, Table, TableCatalog, V1Table}
 import org.apache.spark.sql.types.{MetadataBuilder, StructType}
+import org.apache.spark.util.Utils
 
 /**
  * Spark-internal catalog types the connector's catalog needs (hence this package): the
  * session catalog's entry behind a table it loaded, a column list as a schema, and what
- * Spark's `CREATE TABLE` hands a catalog.
+ * Spark's `CREATE TABLE` / `CREATE DATABASE` hand a catalog.
  */
 object CatalogAccess {
   /** The catalog entry of a table Spark's session catalog loaded, if it is one. */
@@ -60,6 +64,29 @@ object CatalogAccess {
     !db.equalsIgnoreCase(globalTemp) &&
       !session.sessionState.catalogManager.isCatalogRegistered(db)
   }
+
+  /** `CREATE DATABASE IF NOT EXISTS <name>` of the session catalog without the statement:
+   *  the namespace Spark's command creates (default location, the current user as owner).
+   *  True when it was created, false when it existed, null when `spark_catalog` has no
+   *  namespaces to create (run the statement then). */
+  def createDatabaseIfMissing(session: SparkSession, name: String): java.lang.Boolean =
+    withActive(session) {
+      sessionCatalogPlugin(session) match {
+        case catalog: SupportsNamespaces =>
+          val namespace = Array(name)
+          if (catalog.namespaceExists(namespace)) java.lang.Boolean.FALSE
+          else {
+            val owner = Map(TableCatalog.PROP_OWNER -> Utils.getCurrentUserName()).asJava
+            try {
+              catalog.createNamespace(namespace, owner)
+              java.lang.Boolean.TRUE
+            } catch {
+              case _: NamespaceAlreadyExistsException => java.lang.Boolean.FALSE
+            }
+          }
+        case _ => null
+      }
+    }
 
   /** `body` with `session` as the active session (as a SQL statement runs). */
   def withActive[T](session: SparkSession)(body: => T): T = session.withActive(body)
