@@ -231,6 +231,21 @@ def test_a_named_table_at_a_location_gets_the_entry_create_table_location_makes(
     assert deltalake.DeltaTable(path).version() == 0  # external: dropping kept the table
 
 
+def test_a_named_table_on_an_object_store_gets_the_entry_create_table_makes(spark, object_store):
+    """A scheme Hadoop cannot open here (s3://) is kept as written, as the statement does."""
+    uri, built, by_sql = object_store.uri(), _name(), _name()
+    DeltaTable.createIfNotExists(spark).tableName(built).location(uri).addColumn(
+        "id", "BIGINT"
+    ).execute()
+    spark.sql(f"CREATE TABLE {by_sql} USING delta LOCATION '{uri}'")
+    try:
+        assert _entry(spark, built) == _entry(spark, by_sql)
+        assert _entry(spark, built)["location"].startswith("s3://")
+    finally:
+        spark.sql(f"DROP TABLE {built}")
+        spark.sql(f"DROP TABLE {by_sql}")
+
+
 def test_the_catalog_look_up_answers_as_spark_catalog_table_exists(spark, table_path):
     name = _name()
     DeltaTable.create(spark).tableName(name).location(table_path("t")).addColumn(

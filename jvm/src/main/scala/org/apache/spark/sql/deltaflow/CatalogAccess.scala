@@ -48,8 +48,11 @@ object CatalogAccess {
    *  `/x`), external, and the current user as owner. */
   def locatedTableProperties(
       session: SparkSession, provider: String, location: String): Map[String, String] = {
-    val qualified = CatalogUtils.makeQualifiedPath(
-      CatalogUtils.stringToURI(location), session.sessionState.newHadoopConf())
+    val uri = CatalogUtils.stringToURI(location)
+    // A scheme Hadoop cannot open here (s3:// without hadoop-aws) stays as written.
+    val qualified =
+      try CatalogUtils.makeQualifiedPath(uri, session.sessionState.newHadoopConf())
+      catch { case _: java.io.IOException => uri }
     CatalogV2Util.withDefaultOwnership(Map(
       TableCatalog.PROP_PROVIDER -> provider,
       TableCatalog.PROP_LOCATION -> CatalogUtils.URIToString(qualified),
