@@ -343,3 +343,58 @@ def test_a_query_failing_for_its_own_reason_still_fails_with_its_error(
         dp.run_update(spark, declared.graph(), _settings(tmp_path))
     assert caught.value.flow == "broken"
     assert isinstance(caught.value.__cause__, ValueError)
+
+
+def test_query_functions_run_once_to_analyse_and_again_only_when_needed(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A stream reading only sources outside the update starts from the DataFrame its
+    analysis produced (its function is not run again); a retry runs the function again;
+    a flow reading a dataset the update writes runs it again (the input may have changed
+    since). Reads by name of a table created in the background wait for it instead of
+    failing first (no extra analysis)."""
+    from pyspark.sql import functions as F
+
+    source = str(tmp_path / "source")
+    spark.range(5).write.format("delta").save(source)
+    calls: dict[str, int] = {}
+
+    def called(name: str) -> int:
+        calls[name] = calls.get(name, 0) + 1
+        return calls[name]
+
+    with dp.collect() as declared:
+
+        @dp.table
+        def plain() -> Any:
+            called("plain")
+            return spark.readStream.format("delta").load(source)
+
+        @dp.table
+        def downstream() -> Any:
+            called("downstream")
+            return spark.readStream.table("plain")
+
+        @dp.materialized_view
+        def total() -> Any:
+            called("total")
+            return spark.sql("SELECT count(*) AS n FROM downstream")
+
+        @dp.table
+        def flaky() -> Any:
+            stream = spark.readStream.format("delta").load(source)
+            if called("flaky") > 1:
+                return stream
+            # The DataFrame analysed first fails when it runs; a new call does not.
+            failing = F.when(F.col("id") >= 0, F.raise_error(F.lit("first attempt")))
+            return stream.filter(failing.otherwise(F.lit(True)))
+
+    report = dp.run_update(spark, declared.graph(), _settings(tmp_path))
+    assert report.state == "COMPLETED", report
+    assert report.flows["flaky"].attempts == 2
+    assert report.flows["plain"].attempts == 1
+    assert calls == {"plain": 1, "flaky": 2, "downstream": 2, "total": 2}
+    tables = tmp_path / "storage" / "tables"
+    for name in ("plain", "flaky", "downstream"):
+        assert sorted(r["id"] for r in _rows(str(tables / name))) == [0, 1, 2, 3, 4]
+    assert _rows(str(tables / "total")) == [{"n": 5}]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import decimal
 import os
+import threading
 import uuid
 
 import deltalake
@@ -23,6 +24,11 @@ from pyspark.sql.types import (
 
 from deltaflow import DeltaTable
 from deltaflow.errors import InvalidOptionError
+from deltaflow.spark.catalog._jvm_catalog import (
+    create_database_if_missing,
+    register_external,
+    table_in_catalog,
+)
 from deltaflow.table.errors import (
     GeneratedColumnError,
     SchemaMismatchError,
@@ -157,6 +163,136 @@ def test_create_with_a_name_registers_the_table_in_the_catalog(spark, table_path
     assert spark.sql(f"SELECT s FROM {name} WHERE id = 2").first().s == "b"
     assert DeltaTable.forName(spark, name).toDF().count() == 2
     assert deltalake.DeltaTable(path).to_pyarrow_table().num_rows == 2
+
+
+def _entry(spark, name: str) -> dict[str, str]:
+    """The session catalog's entry for ``name``, as the fields DESCRIBE / SHOW / DROP use."""
+    state = spark._jsparkSession.sessionState()
+    entry = state.catalog().getTableMetadata(state.sqlParser().parseTableIdentifier(name))
+    return {
+        "type": entry.tableType().name(),
+        "provider": str(entry.provider().get()),
+        "location": str(entry.location()),
+        "storage": entry.storage().toString(),
+        "schema": entry.schema().json(),
+        "properties": entry.properties().toString(),
+        "owner": entry.owner(),
+        "comment": str(entry.comment()),
+    }
+
+
+@pytest.mark.parametrize("uri", [False, True], ids=["path", "uri"])
+def test_a_named_table_at_a_location_gets_the_entry_create_table_location_makes(
+    spark, table_path, uri
+):
+    """The builder registers without a SQL statement (one call to the connector's
+    catalog): the entry is the one CREATE TABLE ... USING delta LOCATION makes."""
+    built, by_sql = _name(), _name()
+    path = table_path("entry")
+    location = f"file://{path}" if uri else path
+    (
+        DeltaTable.createIfNotExists(spark)
+        .tableName(f"default.{built}")
+        .location(location)
+        .addColumn("id", "BIGINT")
+        .comment("in the log, not the entry")
+        .execute()
+    )
+    spark.sql(f"CREATE TABLE {by_sql} USING delta LOCATION '{location}'")
+    assert _entry(spark, built) == _entry(spark, by_sql)
+    # The call itself, from a thread with no active session (as pipelines make it).
+    direct, done = _name(), []
+    thread = threading.Thread(
+        target=lambda: done.append(
+            register_external(spark, f"spark_catalog.default.{direct}", location)
+        )
+    )
+    thread.start()
+    thread.join(timeout=60)
+    assert done == [True]
+    assert _entry(spark, direct) == _entry(spark, by_sql)
+    spark.sql(f"DROP TABLE {direct}")
+    assert _entry(spark, built)["type"] == "EXTERNAL"
+    described = {
+        r.col_name: r.data_type for r in spark.sql(f"DESCRIBE TABLE EXTENDED {built}").collect()
+    }
+    assert described["Type"] == "EXTERNAL"
+    assert described["Provider"] == "delta"
+    assert described["Location"] == f"file://{path}"
+    assert described["Comment"] == "in the log, not the entry"
+    assert built in {r.tableName for r in spark.sql("SHOW TABLES IN default").collect()}
+    with pytest.raises(TableAlreadyExistsError):
+        DeltaTable.create(spark).tableName(built).location(location).addColumn(
+            "id", "BIGINT"
+        ).execute()
+    spark.sql(f"DROP TABLE {built}")
+    spark.sql(f"DROP TABLE {by_sql}")
+    assert not spark.catalog.tableExists(built)
+    assert deltalake.DeltaTable(path).version() == 0  # external: dropping kept the table
+
+
+def test_a_named_table_on_an_object_store_gets_the_entry_create_table_makes(spark, object_store):
+    """A scheme Hadoop cannot open here (s3://) is kept as written, as the statement does."""
+    uri, built, by_sql = object_store.uri(), _name(), _name()
+    DeltaTable.createIfNotExists(spark).tableName(built).location(uri).addColumn(
+        "id", "BIGINT"
+    ).execute()
+    spark.sql(f"CREATE TABLE {by_sql} USING delta LOCATION '{uri}'")
+    try:
+        assert _entry(spark, built) == _entry(spark, by_sql)
+        assert _entry(spark, built)["location"].startswith("s3://")
+    finally:
+        spark.sql(f"DROP TABLE {built}")
+        spark.sql(f"DROP TABLE {by_sql}")
+
+
+def test_the_catalog_look_up_answers_as_spark_catalog_table_exists(spark, table_path):
+    name = _name()
+    DeltaTable.create(spark).tableName(name).location(table_path("t")).addColumn(
+        "id", "INT"
+    ).execute()
+    spark.range(1).createOrReplaceTempView(f"{name}_view")
+    spark.range(1).createOrReplaceGlobalTempView(f"{name}_global")
+    names = [
+        f"default.{name}",
+        f"DEFAULT.{name.upper()}",
+        f"default.{name}_missing",
+        f"no_such_db_{name}.{name}",
+        name,
+        f"{name}_view",
+        f"default.{name}_view",
+        f"global_temp.{name}_global",
+        f"spark_catalog.default.{name}",
+    ]
+    try:
+        assert [table_in_catalog(spark, n) for n in names] == [
+            spark.catalog.tableExists(n) for n in names
+        ]
+        assert table_in_catalog(spark, f"default.{name}")
+        assert table_in_catalog(spark, f"global_temp.{name}_global")
+    finally:
+        spark.sql(f"DROP TABLE {name}")
+        spark.catalog.dropTempView(f"{name}_view")
+        spark.catalog.dropGlobalTempView(f"{name}_global")
+
+
+def test_a_database_made_by_the_catalog_call_is_the_one_create_database_makes(spark):
+    by_call, by_sql = f"db_{uuid.uuid4().hex[:8]}", f"db_{uuid.uuid4().hex[:8]}"
+    catalog = spark._jsparkSession.sessionState().catalog()
+    try:
+        access = spark._jvm.org.apache.spark.sql.deltaflow.CatalogAccess
+        assert access.createDatabaseIfMissing(spark._jsparkSession, by_call) is True
+        assert access.createDatabaseIfMissing(spark._jsparkSession, by_call) is False
+        create_database_if_missing(spark, by_call)  # exists: nothing happens
+        spark.sql(f"CREATE DATABASE {by_sql}")
+        made, expected = catalog.getDatabaseMetadata(by_call), catalog.getDatabaseMetadata(by_sql)
+        assert str(made.locationUri()) == str(expected.locationUri()).replace(by_sql, by_call)
+        assert made.properties().toString() == expected.properties().toString()
+        assert made.description() == expected.description()
+        assert spark.catalog.databaseExists(by_call)
+    finally:
+        spark.sql(f"DROP DATABASE IF EXISTS {by_call}")
+        spark.sql(f"DROP DATABASE IF EXISTS {by_sql}")
 
 
 def test_a_name_without_location_is_a_table_in_the_database_location(spark, database, tmp_path):

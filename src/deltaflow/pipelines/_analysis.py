@@ -200,6 +200,7 @@ def _analyse(
     _flow_session.check_confs(
         spark, flow.name, _flow_session.flow_confs(flow, graph.dataset(flow.target))
     )
+    _wait_for_named_tables(graph, flow, publisher)
     waited: set[str] = set()
     settled = False
     while True:
@@ -221,6 +222,45 @@ def _analyse(
                 raise created.error from None
             waited.add(created.name)
             publisher.wait(created.name)
+
+
+def _wait_for_named_tables(graph: Graph, flow: AnyFlow, publisher: Publisher) -> None:
+    """Before a query function runs: wait for the tables being created in the background
+    whose dataset names appear in its code's strings (``spark.read.table("silver")``,
+    ``spark.sql("... FROM silver")``). Only a hint, to save the read that would fail
+    first and the analysis again after (a failed analysis costs about as much as the
+    creation); a wrong guess costs a wait, a missed read the retry. A creation that failed
+    is reported where the table is read, not here."""
+    if not isinstance(flow, Flow):
+        return  # its source is read through the reader, which waits
+    for name in _words_in_code(flow.func):
+        dataset = graph.dataset(name)
+        if dataset is not None and publisher.created_in_background(dataset.name):
+            with contextlib.suppress(Exception):
+                publisher.wait(dataset.name)
+
+
+def _words_in_code(func: Callable[..., Any]) -> set[str]:
+    """Identifier-like words of the string constants in ``func``'s code and the code
+    nested in it (lambdas, inner functions, comprehensions), and of the strings it closes
+    over (a SQL file's query)."""
+    import re
+    import types
+
+    code = getattr(func, "__code__", None)
+    stack = [code] if isinstance(code, types.CodeType) else []
+    texts = [
+        cell.cell_contents
+        for cell in getattr(func, "__closure__", None) or ()
+        if isinstance(getattr(cell, "cell_contents", None), str)
+    ]
+    while stack:
+        for const in stack.pop().co_consts:
+            if isinstance(const, str):
+                texts.append(const)
+            elif isinstance(const, types.CodeType):
+                stack.append(const)
+    return {word for text in texts for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)}
 
 
 class _BeingCreated(Exception):

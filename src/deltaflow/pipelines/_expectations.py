@@ -13,7 +13,6 @@ observed metrics, no job of its own); with one, the rows are counted first
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,10 +43,17 @@ class ExpectationCounts:
         }
 
 
+def _flag_sql(expectation: Expectation) -> str:
+    # The constraint on lines of its own: a trailing `-- comment` ends with its line.
+    return f"coalesce(CAST((\n{expectation.constraint}\n) AS BOOLEAN), false)"
+
+
 def _flag(expectation: Expectation) -> Column:
+    """True where the row keeps the rule (NULL counts as broken). Built from SQL text: one
+    call to Spark where each ``functions`` call is one or more py4j round trips."""
     from pyspark.sql import functions as F
 
-    return F.coalesce(F.expr(expectation.constraint).cast("boolean"), F.lit(False))
+    return F.expr(_flag_sql(expectation))
 
 
 def check_constraints(df: DataFrame, expectations: tuple[Expectation, ...], flow: str) -> None:
@@ -57,6 +63,7 @@ def check_constraints(df: DataFrame, expectations: tuple[Expectation, ...], flow
 
     for expectation in expectations:
         try:
+            _parse(df, expectation.constraint)  # alone: it cannot reach out of its SQL
             df.select(_flag(expectation)).schema  # noqa: B018 - analysis only
         except (AnalysisException, ParseException) as exc:
             raise GraphValidationError(
@@ -68,6 +75,15 @@ def check_constraints(df: DataFrame, expectations: tuple[Expectation, ...], flow
             ) from None
 
 
+def _parse(df: DataFrame, constraint: str) -> None:
+    """Parse ``constraint`` as one SQL expression (Spark parses ``expr`` text lazily)."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:  # Spark Connect: analysed alone instead
+        df.selectExpr(constraint).schema  # noqa: B018
+        return
+    jdf.sparkSession().sessionState().sqlParser().parseExpression(constraint)
+
+
 def counting(
     expectations: tuple[Expectation, ...],
 ) -> tuple[list[Column], Column | None, list[Column]]:
@@ -75,15 +91,21 @@ def counting(
     that counts rows, kept rows and each rule's failures."""
     from pyspark.sql import functions as F
 
-    flags = [_flag(e) for e in expectations]
-    drops = [flag for e, flag in zip(expectations, flags, strict=True) if e.action == "drop"]
-    keep = functools.reduce(lambda a, b: a & b, drops) if drops else None
+    # As SQL text: a few calls to Spark instead of about a hundred py4j round trips (tens
+    # of ms per flow). Each constraint parses alone (check_constraints): it cannot reach
+    # out of its parentheses.
+    flag_sql = [_flag_sql(e) for e in expectations]
+    drop_sql = [f for e, f in zip(expectations, flag_sql, strict=True) if e.action == "drop"]
+    keep_sql = " AND ".join(drop_sql) if drop_sql else None
     aggregate = [
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(F.when(F.lit(True) if keep is None else keep, 1).otherwise(0)).alias("kept"),
-        *[F.sum(F.when(flag, 0).otherwise(1)).alias(f"failed_{i}") for i, flag in enumerate(flags)],
+        F.expr("count(1) AS `rows`"),
+        F.expr(f"sum(CASE WHEN {keep_sql or 'true'} THEN 1 ELSE 0 END) AS `kept`"),
+        *[
+            F.expr(f"sum(CASE WHEN {flag} THEN 0 ELSE 1 END) AS `failed_{i}`")
+            for i, flag in enumerate(flag_sql)
+        ],
     ]
-    return flags, keep, aggregate
+    return [F.expr(f) for f in flag_sql], F.expr(keep_sql) if keep_sql else None, aggregate
 
 
 def counts_of(

@@ -84,8 +84,11 @@ class FlowRun:
         resolved: ResolvedFlow,
         storage: Storage,
         trigger: Trigger = AVAILABLE_NOW,
+        *,
+        first_attempt: bool = False,
     ) -> None:
         self._trigger = trigger
+        self._first_attempt = first_attempt
         self._spark = spark
         self._resolution = resolution
         self._resolved = resolved
@@ -136,7 +139,23 @@ class FlowRun:
         if isinstance(flow, AutoCdcFlow):
             return self._auto_cdc(flow)
         assert isinstance(flow, Flow)
-        return self._stream(flow, self._query(flow), flow.target not in self._resolution.datasets)
+        query = self._analysed_stream(flow)
+        if query is None:
+            query = self._query(flow)
+        return self._stream(flow, query, flow.target not in self._resolution.datasets)
+
+    def _analysed_stream(self, flow: Flow) -> DataFrame | None:
+        """The stream the update's resolution analysed, for a first attempt whose inputs
+        no flow of this update writes: its function need not run again (a stream's
+        sources find their offsets when it starts, so nothing of the analysis is stale).
+        None otherwise: an upstream flow may have changed its input's columns meanwhile,
+        and a retry runs the function again, as a new attempt should."""
+        df = self._resolved.df
+        if not self._first_attempt or df is None or not df.isStreaming:
+            return None
+        if self._resolution.upstream(flow.name):
+            return None
+        return _flow_session.rebind(df, self._flow_spark)
 
     def _query(self, flow: Flow) -> DataFrame:
         # The rules analysed against this query when the update resolved the graph.

@@ -170,8 +170,9 @@ def run_update(
         },
     )
     _progress(log, "INITIALIZING")
-    if not spark.catalog.databaseExists(settings.database):
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{settings.database}`")
+    from deltaflow.spark.catalog._jvm_catalog import create_database_if_missing
+
+    create_database_if_missing(spark, settings.database)
     try:
         with (
             _session_for(spark, settings, settings.database),
@@ -430,7 +431,13 @@ class _Scheduler(UpdateDriver):
             attempt += 1
             self._progress(name, "RUNNING", attempt=attempt)
             try:
-                outcome = FlowRun(self._spark, self._resolution, resolved, self._storage).run()
+                outcome = FlowRun(
+                    self._spark,
+                    self._resolution,
+                    resolved,
+                    self._storage,
+                    first_attempt=attempt == 1,
+                ).run()
             except Exception as exc:
                 error = typed_error(exc) or exc
                 if policy.gives_up(error, attempt):

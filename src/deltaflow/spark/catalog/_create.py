@@ -8,7 +8,8 @@ The builder only declares (each call returns a new builder holding a frozen
   properties, comment) and no files. ``createOrReplace`` on an existing table commits
   the new ``metaData`` and a ``remove`` of every live file in one commit; history stays;
 - with ``tableName``, the table is registered in the session catalog as
-  ``CREATE TABLE <name> USING delta LOCATION '<uri>'`` does it, so ``spark.table``,
+  ``CREATE TABLE <name> USING delta LOCATION '<uri>'`` does it (with a location: in one
+  call to the connector's catalog, :func:`._jvm_catalog.register_external`), so ``spark.table``,
   ``SELECT``, ``INSERT INTO`` and ``DeltaTable.forName`` work. Without ``location``, the
   table lives where Spark puts a managed table: ``<database location>/<table name>``.
 
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark import _arguments as args
+from deltaflow.spark.catalog import _jvm_catalog
 from deltaflow.table import _conditional_put, _generated, _log_commit, _uri
 from deltaflow.table._protocol import protocol_for_new_table
 from deltaflow.table._snapshot import load_snapshot, table_exists
@@ -249,7 +251,7 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
             "DeltaTable.create needs .tableName(name) or .location(path) (or both).",
             option="location",
         )
-    in_catalog = bool(spec.name) and spark.catalog.tableExists(spec.name)
+    in_catalog = bool(spec.name and _jvm_catalog.table_in_catalog(spark, spec.name))
     # Looked up only when there is an entry: a missing one costs Spark an exception.
     registered = catalog_location(spark, spec.name) if in_catalog and spec.name else None
     if spec.location:
@@ -292,40 +294,19 @@ def _check_generation_expressions(spark: SparkSession, spec: TableSpec, label: s
     check_expressions(spark, schema.fields, label)
 
 
-# delta-spark's session defaults for new tables' properties (``TableDefaults.scala`` is
-# the connector's side of the same rule).
-DEFAULTS_PREFIX = "spark.databricks.delta.properties.defaults."
-
-
 def _with_session_defaults(spark: SparkSession, spec: TableSpec) -> TableSpec:
     """``spec`` with ``delta.X`` for each session default ``...properties.defaults.X``
     it does not set itself."""
     own = {k.lower() for k, _ in spec.properties}
     defaults = [
-        (f"delta.{key[len(DEFAULTS_PREFIX) :]}", str(value))
-        for key, value in _settings_starting_with(spark, DEFAULTS_PREFIX).items()
-        if f"delta.{key[len(DEFAULTS_PREFIX) :]}".lower() not in own
+        (key, value)
+        for key, value in _jvm_catalog.session_table_defaults(spark).items()
+        if key.lower() not in own
     ]
     if not defaults:
         return spec
     checked = _checked_properties(dict(defaults), spec.location or spec.name or "new table")
     return dataclasses.replace(spec, properties=(*checked, *spec.properties))
-
-
-def _settings_starting_with(spark: SparkSession, prefix: str) -> dict[str, str]:
-    """The session's SQL settings whose keys start with ``prefix``. ``spark.conf.getAll``
-    walks every setting through py4j, one round trip each (~60 of them, tens of ms per
-    table created); here the keys come back joined in one call and only the matching
-    values are read. Spark Connect (no JVM session here) takes ``getAll``."""
-    jsession = getattr(spark, "_jsparkSession", None)
-    if jsession is None:
-        return {k: str(v) for k, v in spark.conf.getAll.items() if k.startswith(prefix)}
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    confs = jsession.sessionState().conf()
-    every = jvm.scala.jdk.javaapi.CollectionConverters.asJava(confs.getAllConfs())
-    keys = str(jvm.java.lang.String.join("\u0000", every.keySet())).split("\u0000")
-    return {key: str(every.get(key)) for key in keys if key.startswith(prefix)}
 
 
 def create_log(spec: TableSpec, uri: str, *, path_only: bool) -> None:
@@ -612,6 +593,13 @@ def _register(spark: SparkSession, spec: TableSpec, uri: str, *, replace: bool) 
     """The catalog entry for the table just written at ``uri``: deltaflow's catalog
     registers the table that is there (no columns declared). Without a location in the
     spec the table is a managed one, dropped with its data."""
+    if (
+        spec.location
+        and not replace
+        and spec.name
+        and _jvm_catalog.register_external(spark, spec.name, uri)
+    ):
+        return
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"
     located = ""
     if spec.location or replace:  # a replaced entry keeps its location (and its type)

@@ -184,6 +184,57 @@ object DeltaCatalog {
     isPathIdentifier(ident) ||
       Option(properties.get(TableCatalog.PROP_PROVIDER)).exists(_.equalsIgnoreCase("delta"))
 
+  /**
+   * Registers the Delta table whose log is already at `location` as external catalog table
+   * `name` (`t`, `db.t` or `spark_catalog.db.t`): the entry `CREATE TABLE <name> USING delta
+   * LOCATION '<location>'` makes, through the same [[CreateRequest]], without parsing,
+   * analysing and planning a statement (and without loading the table back). For callers
+   * that wrote the log themselves (the table builder, pipelines). An existing entry is a
+   * `TableAlreadyExistsError`. False, and nothing done, when `spark_catalog` is not
+   * deltaflow's or `name` is in another catalog: run the statement then.
+   */
+  def registerExternal(
+      session: org.apache.spark.sql.classic.SparkSession,
+      name: String,
+      location: String): Boolean = CatalogAccess.withActive(session) {
+    // Active first: which plugin is `spark_catalog` depends on the session's settings.
+    val catalog = CatalogAccess.sessionCatalogPlugin(session) match {
+      case delta: DeltaCatalog => Some(delta)
+      case _ => None
+    }
+    val ident = session.sessionState.sqlParser.parseMultipartIdentifier(name) match {
+      case Seq(table) => Some(Identifier.of(Array.empty[String], table))
+      case Seq(db, table) => Some(Identifier.of(Array(db), table))
+      case Seq(cat, db, table) if cat.equalsIgnoreCase(CatalogManagerName) =>
+        Some(Identifier.of(Array(db), table))
+      case _ => None
+    }
+    (catalog, ident) match {
+      case (Some(delta), Some(id)) if !isPathIdentifier(id) =>
+        val properties = CatalogAccess.locatedTableProperties(session, "delta", location)
+        CreateRequest(delta, id, new StructType(), Array.empty, properties, "create").register()
+        true
+      case _ => false
+    }
+  }
+
+  /**
+   * `spark.catalog.tableExists(name)` for a `db.table` name of the session catalog, looked
+   * up in the session catalog directly: no query resolution, no exception raised and
+   * caught for a missing table (10+ ms). Null when `name` may resolve to anything else (a
+   * temporary view, another catalog's table): ask `spark.catalog.tableExists` then.
+   */
+  def sessionTableExists(
+      session: org.apache.spark.sql.classic.SparkSession,
+      name: String): java.lang.Boolean = CatalogAccess.withActive(session) {
+    session.sessionState.sqlParser.parseMultipartIdentifier(name) match {
+      case Seq(db, table) if CatalogAccess.inSessionDatabase(session, db) =>
+        java.lang.Boolean.valueOf(
+          session.sessionState.catalog.tableExists(TableIdentifier(table, Some(db))))
+      case _ => null
+    }
+  }
+
   /** A table named by its location. */
   def pathTable(path: String, extra: Map[String, String]): Table =
     DeltaDataSource.tableFor((extra + ("path" -> path)).asJava, None)
@@ -215,6 +266,8 @@ object DeltaCatalog {
   /** The write option that carries a CREATE's properties and comment to the brain's
    *  write plan (`CREATE_SPEC_OPTION` in `spark/_options.py`). */
   val CreateSpecOption = "__deltaflow_create"
+
+  private[spark] val CatalogManagerName = "spark_catalog"
 
   private val VersionSuffix = """^(.+)@[vV](\d+)$""".r
   private val TimestampSuffix = """^(.+)@(\d{4})(\d{2})(\d{2})(\d{2})(\d{2})(\d{2})(\d{3})$""".r
@@ -385,9 +438,6 @@ private[spark] case class CreateRequest(
       sessionCatalog.createTable(entry, ignoreIfExists = false, validateLocation = false)
     }
   }
-
-  private def CatalogManagerName: String =
-    "spark_catalog"
 
   private def CatalogKeys: Set[String] = Set(TableCatalog.PROP_PROVIDER,
     TableCatalog.PROP_LOCATION, TableCatalog.PROP_COMMENT, TableCatalog.PROP_OWNER,

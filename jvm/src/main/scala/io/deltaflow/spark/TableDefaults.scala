@@ -15,6 +15,11 @@ object TableDefaults {
       case (key, value) if key.startsWith(Prefix) => "delta." + key.stripPrefix(Prefix) -> value
     }
 
+  /** [[of]] as one string for a py4j caller (one round trip): `key\u0001value` pairs
+   *  joined by `\u0000`. */
+  def joined(session: SparkSession): String =
+    of(session).map { case (k, v) => k + "\u0001" + v }.mkString("\u0000")
+
   /** `properties` with the session's defaults for the keys it does not set. */
   def applyTo(properties: Map[String, String], session: SparkSession): Map[String, String] = {
     val set = properties.keys.map(_.toLowerCase).toSet

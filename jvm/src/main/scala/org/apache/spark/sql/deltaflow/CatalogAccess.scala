@@ -1,12 +1,18 @@
 package org.apache.spark.sql.deltaflow
 
-import org.apache.spark.sql.catalyst.catalog.CatalogTable
-import org.apache.spark.sql.connector.catalog.{CatalogV2Util, Column, Table, V1Table}
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.sql.catalyst.analysis.NamespaceAlreadyExistsException
+import org.apache.spark.sql.catalyst.catalog.{CatalogTable, CatalogUtils}
+import org.apache.spark.sql.classic.SparkSession
+import org.apache.spark.sql.connector.catalog.{CatalogPlugin, CatalogV2Util, Column, SupportsNamespaces, Table, TableCatalog, V1Table}
 import org.apache.spark.sql.types.{MetadataBuilder, StructType}
+import org.apache.spark.util.Utils
 
 /**
  * Spark-internal catalog types the connector's catalog needs (hence this package): the
- * session catalog's entry behind a table it loaded, and a column list as a schema.
+ * session catalog's entry behind a table it loaded, a column list as a schema, and what
+ * Spark's `CREATE TABLE` / `CREATE DATABASE` hand a catalog.
  */
 object CatalogAccess {
   /** The catalog entry of a table Spark's session catalog loaded, if it is one. */
@@ -32,5 +38,59 @@ object CatalogAccess {
       }
     })
   }
-}
 
+  /** The session's `spark_catalog` plugin (deltaflow's catalog when configured). */
+  def sessionCatalogPlugin(session: SparkSession): CatalogPlugin =
+    session.sessionState.catalogManager.v2SessionCatalog
+
+  /** The table properties Spark's `CREATE TABLE <t> USING <provider> LOCATION '<l>'` hands
+   *  the catalog: provider, the location qualified as Spark qualifies it (`file:/x` for
+   *  `/x`), external, and the current user as owner. */
+  def locatedTableProperties(
+      session: SparkSession, provider: String, location: String): Map[String, String] = {
+    val uri = CatalogUtils.stringToURI(location)
+    // A scheme Hadoop cannot open here (s3:// without hadoop-aws) stays as written.
+    val qualified =
+      try CatalogUtils.makeQualifiedPath(uri, session.sessionState.newHadoopConf())
+      catch { case _: java.io.IOException => uri }
+    CatalogV2Util.withDefaultOwnership(Map(
+      TableCatalog.PROP_PROVIDER -> provider,
+      TableCatalog.PROP_LOCATION -> CatalogUtils.URIToString(qualified),
+      TableCatalog.PROP_EXTERNAL -> "true"))
+  }
+
+  /** Whether `db.table` names a table of the session catalog's own database (not another
+   *  catalog's namespace, not the global temporary views'), as name resolution would find
+   *  it: then the session catalog answers whether it exists. */
+  def inSessionDatabase(session: SparkSession, db: String): Boolean = {
+    val globalTemp = session.conf.get("spark.sql.globalTempDatabase", "global_temp")
+    !db.equalsIgnoreCase(globalTemp) &&
+      !session.sessionState.catalogManager.isCatalogRegistered(db)
+  }
+
+  /** `CREATE DATABASE IF NOT EXISTS <name>` of the session catalog without the statement:
+   *  the namespace Spark's command creates (default location, the current user as owner).
+   *  True when it was created, false when it existed, null when `spark_catalog` has no
+   *  namespaces to create (run the statement then). */
+  def createDatabaseIfMissing(session: SparkSession, name: String): java.lang.Boolean =
+    withActive(session) {
+      sessionCatalogPlugin(session) match {
+        case catalog: SupportsNamespaces =>
+          val namespace = Array(name)
+          if (catalog.namespaceExists(namespace)) java.lang.Boolean.FALSE
+          else {
+            val owner = Map(TableCatalog.PROP_OWNER -> Utils.getCurrentUserName()).asJava
+            try {
+              catalog.createNamespace(namespace, owner)
+              java.lang.Boolean.TRUE
+            } catch {
+              case _: NamespaceAlreadyExistsException => java.lang.Boolean.FALSE
+            }
+          }
+        case _ => null
+      }
+    }
+
+  /** `body` with `session` as the active session (as a SQL statement runs). */
+  def withActive[T](session: SparkSession)(body: => T): T = session.withActive(body)
+}
