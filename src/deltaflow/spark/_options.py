@@ -381,7 +381,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         create_mode = create.get("mode")
         create_managed = bool(create.get("managed"))
         create_replaces_metadata = bool(create.get("replaceMetadata"))
-        properties.update(_statement_properties(create.get("properties") or {}))
+        properties.update(checked_table_properties(create.get("properties") or {}))
         comment = create.get("comment")
         if create.get("clusteringColumns") is not None:
             clustering = tuple(str(c) for c in create["clusteringColumns"])
@@ -413,10 +413,12 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     )
 
 
-def _statement_properties(raw: Mapping[str, str]) -> dict[str, str]:
-    """A CREATE / REPLACE ... AS SELECT statement's TBLPROPERTIES as the table keeps them:
-    Delta's names spelled canonically, an unknown ``delta.*`` name refused (before
-    anything is written), as CREATE TABLE with columns refuses it."""
+def checked_table_properties(
+    raw: Mapping[str, str], where: str = "in TBLPROPERTIES"
+) -> dict[str, str]:
+    """Table properties as the table keeps them (a statement's TBLPROPERTIES, a builder's
+    ``property``): Delta's names spelled canonically, an unknown ``delta.*`` name refused
+    before anything is written; ``where`` says where it was given, for the error."""
     out = {}
     for key, value in raw.items():
         name = _CANONICAL.get(key.lower(), key)
@@ -427,7 +429,7 @@ def _statement_properties(raw: Mapping[str, str]) -> dict[str, str]:
             and not lowered.startswith("delta.feature.")
         ):
             raise InvalidOptionError(
-                f"Unknown Delta table property '{key}' in TBLPROPERTIES. Known:"
+                f"Unknown Delta table property '{key}' {where}. Known:"
                 f" {', '.join(TABLE_PROPERTIES)}. Properties not starting with 'delta.' are"
                 " stored as given.",
                 option=key,

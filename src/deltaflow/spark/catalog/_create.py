@@ -391,27 +391,9 @@ def column_from_json(field: dict[str, Any]) -> ColumnSpec:
 
 def _checked_properties(properties: dict[str, str], label: str) -> list[tuple[str, str]]:
     """TBLPROPERTIES with Delta's names canonical; unknown ``delta.*`` keys refused."""
-    from deltaflow.spark._options import TABLE_PROPERTIES
+    from deltaflow.spark._options import checked_table_properties
 
-    canonical = {p.lower(): p for p in TABLE_PROPERTIES}
-    out = []
-    for key, value in properties.items():
-        name = canonical.get(key.lower(), key)
-        lowered = name.lower()
-        if (
-            lowered.startswith("delta.")
-            and name not in TABLE_PROPERTIES
-            and not (lowered.startswith("delta.feature."))
-        ):
-            raise InvalidOptionError(
-                f"Unknown Delta table property '{key}' for {label}. Known:"
-                f" {', '.join(TABLE_PROPERTIES)}. Properties not starting with 'delta.'"
-                " are stored as given.",
-                option=key,
-                valid=TABLE_PROPERTIES,
-            )
-        out.append((name, str(value)))
-    return out
+    return list(checked_table_properties(properties, f"for {label}").items())
 
 
 def _validate(spec: TableSpec, label: str) -> None:
