@@ -180,29 +180,31 @@ class FlowRun:
             query = writer.format(sink.format).options(**sink.options).start()
             return Running(query, lambda: Outcome(rows=_input_rows(query)))
         # Every route into the table writes under the flow's identity (:mod:`._flow_identity`).
-        identity = stream_identity(checkpoint, self._path(flow))
+        path = self._path(flow)
+        identity = stream_identity(checkpoint, path)
+        # Batches up to this one are in the table already: replays, written and counted once.
+        written = _observed_stream.last_written_batch(checkpoint, path, identity)
         if self._rules and _observed_stream.observable(self._rules, self._trigger.interval is None):
-            return self._observed(flow, df, checkpoint, identity)
+            return self._observed(flow, df, checkpoint, identity, written)
         if self._rules:
-            written = _observed_stream.last_written_batch(checkpoint, self._path(flow), identity)
             batches = _CheckedBatches(self, flow, identity, written)
             return Running(writer.foreachBatch(batches).start(), batches.outcome)
-        written = _observed_stream.last_written_batch(checkpoint, self._path(flow), identity)
         plain = (
             writer.format("delta")
             .option("mergeSchema", "true")
             .option(FLOW_IDENTITY_OPTION, identity)
-            .start(self._path(flow))
+            .start(path)
         )
         return Running(plain, lambda: Outcome(rows=_input_rows(plain, after=written)))
 
-    def _observed(self, flow: Flow, df: DataFrame, checkpoint: str, identity: str) -> Running:
+    def _observed(
+        self, flow: Flow, df: DataFrame, checkpoint: str, identity: str, written: int
+    ) -> Running:
         """Rules without ``fail``: the Delta sink writes, the rules counted as the stream's
         observed metrics (:mod:`._observed_stream`)."""
         from deltaflow.spark.stream._writer import FLOW_IDENTITY_OPTION
 
         path = self._path(flow)
-        written = _observed_stream.last_written_batch(checkpoint, path, identity)
         stream = _observed_stream.ObservedStream(df, self._rules, dataset=flow.target)
         writer = self._trigger.apply(
             stream.kept.writeStream.queryName(flow.name)

@@ -181,6 +181,7 @@ class ViewRefresh:
         # this refresh's fold, whose change rows _mv_arrow reads from plain tables only).
         self._arrow: _mv_arrow.DriverFold | None = None
         self._arrow_source: Snapshot | None = None
+        self._view: Snapshot | None = None  # the view's table as planned (loaded once)
 
     # ---- planning --------------------------------------------------------------------
 
@@ -275,9 +276,7 @@ class ViewRefresh:
         view's table one :mod:`._mv_arrow` writes."""
         if self._driver is None or change_bytes > _mv_arrow.DRIVER_LIMIT_BYTES:
             return False
-        from deltaflow.table._snapshot import load_snapshot
-
-        view = load_snapshot(self._target)
+        view = self._view_snapshot()
         if not _mv_arrow.readable(view):
             return False
         return sum(f.size for f in view.files(stats=False)) <= _mv_arrow.DRIVER_LIMIT_BYTES
@@ -301,10 +300,15 @@ class ViewRefresh:
         source_bytes = sum(f.size for f in self._arrow_source.files(stats=False))
         if source_bytes > _mv_arrow.RECOMPUTE_LIMIT_BYTES:
             return False
-        from deltaflow.table._snapshot import load_snapshot
-
-        view = load_snapshot(self._target)
+        view = self._view_snapshot()
         return _mv_arrow.readable(view) and _columns(view.schema) == self._recompute_columns()
+
+    def _view_snapshot(self) -> Snapshot:
+        if self._view is None:
+            from deltaflow.table._snapshot import load_snapshot
+
+            self._view = load_snapshot(self._target)
+        return self._view
 
     def _recompute_columns(self) -> list[tuple[str, str]]:
         """(name, type) of each column a recompute writes: the query's, then the helper
@@ -317,12 +321,16 @@ class ViewRefresh:
         """A complete recompute planned on the driver: the view's rows written in one
         commit, their number; None when the driver stopped (a sum outside BIGINT) and
         the caller's Spark recompute decides (its overflow error, as for any recompute)."""
+        from deltaflow.table._snapshot import check_reader_features
+
         plan = self._plan
-        assert plan is not None and plan.recompute_on_driver and plan.shape is not None
-        assert self._arrow is not None and plan.shape.source is not None
-        source = plan.shape.source
+        assert plan is not None and plan.recompute_on_driver
+        assert self._arrow is not None and self._arrow_source is not None
+        # Planned from the snapshots loaded then: the source at the version the plan
+        # names (its features checked, as a read of it checks them), the view as read.
+        check_reader_features(self._arrow_source)
         try:
-            result = _mv_arrow.recompute(self._arrow, source.uri, source.version, self._target)
+            result = _mv_arrow.recompute(self._arrow, self._arrow_source, self._view_snapshot())
         except _mv_arrow.SumOutOfRange as exc:
             log.info("view %s: the driver recompute stopped (%s); using Spark", self._flow, exc)
             return None

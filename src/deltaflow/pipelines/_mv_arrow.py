@@ -172,22 +172,18 @@ def fold(plan: DriverFold, source_uri: str, start: int, end: int, target_uri: st
     return FoldResult(changes.num_rows, new.num_rows, clock.seconds)
 
 
-def recompute(plan: DriverFold, source_uri: str, version: int, target_uri: str) -> FoldResult:
-    """The whole view from the source's snapshot at ``version`` (every row folded into
-    an empty view): one overwrite commit of its rows, replacing whatever it held."""
-    from deltaflow.table._snapshot import load_snapshot
-
+def recompute(plan: DriverFold, source: Snapshot, view: Snapshot) -> FoldResult:
+    """The whole view from the ``source`` snapshot (every row folded into an empty view):
+    one overwrite commit of its rows on the ``view`` version read, replacing whatever it
+    held."""
     clock = _Clock()
-    source = load_snapshot(source_uri, version=version)
-    view = load_snapshot(target_uri)
-    clock.lap("snapshots")
     summed, rows = _summed_source(plan, source)
     clock.lap("source read and summed")
     new = _view_rows(plan.folding, summed, view)
     clock.lap("view rows")
     _overwrite(view, new)
     clock.lap("commit")
-    log.info("driver recompute of %d source rows into %s: %s", rows, target_uri, clock)
+    log.info("driver recompute of %d source rows into %s: %s", rows, view.uri, clock)
     return FoldResult(rows, new.num_rows, clock.seconds)
 
 
