@@ -164,6 +164,10 @@ def start_standalone(base: Path, python_path: str) -> Iterator[StandaloneCluster
                 return cluster.alive_workers() == WORKERS
             except OSError:
                 return False  # the web UI is not up yet
+            except ValueError:
+                # Seen once in CI: /json/ answered an HTML page while the master was
+                # starting. Not up yet either; a page that stays HTML times the wait out.
+                return False
 
         wait_while_running(
             all_alive, master, START_TIMEOUT, f"{WORKERS} ALIVE workers at {web_url}", cluster.logs
