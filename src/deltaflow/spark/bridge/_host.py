@@ -21,6 +21,7 @@ session: brain code passes its session explicitly and never asks for the active 
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -33,6 +34,7 @@ from pyspark.sql import SparkSession
 
 from deltaflow.spark.errors import BridgeError
 
+log = logging.getLogger("deltaflow.bridge")
 _lock = threading.Lock()
 _context: SparkContext | None = None
 # session UUID -> [wrapper, requests using it]
@@ -51,6 +53,17 @@ def context() -> SparkContext:
         return _context
 
 
+def warm() -> None:
+    """Connect now, in the background of the brain's start, so the first DML statement
+    does not wait for it; a failure is left for the first request to report."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return
+    try:
+        context()
+    except Exception as exc:  # the first session request connects again and reports it
+        log.debug("deltaflow brain: gateway warm-up failed: %s", exc)
+
+
 def _connect() -> SparkContext:
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         reason = os.environ.get("DELTAFLOW_GATEWAY_FAILURE", "the host gave it no gateway")
@@ -67,7 +80,7 @@ def _connect() -> SparkContext:
     gateway = launch_gateway()
     jvm = gateway.jvm
     jsc = jvm.org.apache.spark.api.java.JavaSparkContext.fromSparkContext(
-        jvm.org.apache.spark.SparkContext.getOrCreate()
+        jvm.org.apache.spark.sql.deltaflow.BrainGateway.sparkContext()
     )
     # Python workers (the DML's mapInArrow, data sources registered here) run this
     # interpreter, which has deltaflow (spark.deltaflow.python), unless the host says
@@ -95,15 +108,28 @@ class _HostContext(SparkContext):
 
 
 def _claim_default_session(sc: SparkContext) -> None:
-    """Make PySpark's first session (the one it makes the JVM's default and active)
-    the host's own default session, so wrapping lent sessions later changes neither."""
-    jclass = getattr(sc._jvm, "org.apache.spark.sql.classic.SparkSession")  # type: ignore[attr-defined]
+    """Make PySpark's first session (the one it makes the JVM's default and active) the
+    host's own default session, so wrapping lent sessions later changes neither. A host
+    without a default session yet keeps none (:func:`_wrap`)."""
+    jclass = _session_class(sc)
     default = jclass.getDefaultSession()
     if default.isDefined():
         SparkSession(sc, default.get())
-    else:
-        SparkSession(sc, jclass.builder().getOrCreate())
-    jclass.clearActiveSession()
+        jclass.clearActiveSession()
+
+
+def _session_class(sc: SparkContext) -> Any:
+    return getattr(sc._jvm, "org.apache.spark.sql.classic.SparkSession")  # type: ignore[attr-defined]
+
+
+def _wrap(sc: SparkContext, jsession: Any) -> SparkSession:
+    """A PySpark session over ``jsession``; if it is PySpark's first, the JVM's default
+    session it would set is put back as it was (none)."""
+    first = SparkSession._instantiatedSession is None
+    wrapper = SparkSession(sc, jsession)
+    if first:
+        _session_class(sc).clearDefaultSession()
+    return wrapper
 
 
 @contextmanager
@@ -117,7 +143,7 @@ def lent_session(token: str) -> Iterator[SparkSession]:
         with _lock:
             entry = _wrappers.get(key)
             if entry is None:
-                entry = _wrappers[key] = [SparkSession(sc, jsession), 0]
+                entry = _wrappers[key] = [_wrap(sc, jsession), 0]
             entry[1] += 1
         try:
             yield entry[0]

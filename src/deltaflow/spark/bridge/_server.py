@@ -199,6 +199,9 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    from deltaflow.spark.bridge import _host
+
+    threading.Thread(target=_host.warm, name="deltaflow-gateway", daemon=True).start()
     serve(sys.stdin, protocol)
 
 

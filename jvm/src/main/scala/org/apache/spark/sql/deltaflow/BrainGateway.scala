@@ -38,6 +38,12 @@ object BrainGateway extends Logging {
       "PYSPARK_PIN_THREAD" -> sys.env.getOrElse("PYSPARK_PIN_THREAD", "true"))
   }
 
+  /** The host's running SparkContext, for the brain (never a new one). */
+  def sparkContext(): SparkContext = SparkContext.getActive.getOrElse {
+    throw new IllegalStateException("deltaflow's brain asked for the SparkContext, and " +
+      "this JVM has none running (it stopped, or has not started yet).")
+  }
+
   private def start(): Unit = {
     try {
       val conf = Option(SparkEnv.get).map(_.conf).getOrElse(new SparkConf())
