@@ -41,6 +41,7 @@ def check_output(tables: scenario.Tables, stdout: str, errors: str) -> None:
     scenario.check_unchanged_by_bad(tables)
 
 
+@pytest.mark.timeout(1800)  # some 35 statements; minutes on a loaded 2-core machine
 def test_sql_dml_cdf_overwrites_and_commands_from_spark_sql(tmp_path: Path) -> None:
     tables = scenario.Tables.under(tmp_path / "tables")
     statements = [*scenario.script(tables), *scenario.bad(tables)]
@@ -105,6 +106,7 @@ def beeline(port: int, statements: list[str], cwd: Path) -> subprocess.Completed
     )
 
 
+@pytest.mark.timeout(1800)
 def test_sql_dml_cdf_overwrites_and_commands_from_beeline(thrift_port: int, tmp_path: Path) -> None:
     tables = scenario.Tables.under(tmp_path / "tables")
     home = tmp_path / "beeline"

@@ -150,6 +150,8 @@ def test_dml_on_other_tables_is_sparks(spark):
         spark.sql(f"DELETE FROM {name} WHERE id = 1")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_host_scenario_in_a_classic_session(spark, tmp_path):
     """The scenario every host runs (tests/spark/_server_dml.py), here in a PySpark
     session: the same statements, results and checks as from Connect, spark-sql and
