@@ -191,6 +191,8 @@ def session(
     app_name: str | None = None,
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    *,
+    remote: str | None = None,
 ) -> SparkSession:
     """A SparkSession with the ``delta`` source registered and sensible local defaults.
 
@@ -198,8 +200,22 @@ def session(
     logs are quiet; the session time zone is UTC (so timestamps, ``timestampAsOf``
     and partition values mean the same on every machine). ``conf`` overrides any
     default.
+
+    ``remote="sc://host:port"``: a Spark Connect session to a server started with
+    :func:`spark_conf` (``SparkSession.builder.remote(url).getOrCreate()``, ``conf`` set
+    on the session); everything then runs on the server, ``deltaflow.tables`` included.
     """
     from pyspark.sql import SparkSession
+
+    if remote is not None:
+        if master is not None:
+            raise ValueError("session(): give master or remote, not both.")
+        connect = SparkSession.builder.remote(remote)
+        if app_name is not None:
+            connect = connect.appName(app_name)
+        for key, value in (conf or {}).items():
+            connect = connect.config(key, value)
+        return connect.getOrCreate()
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
