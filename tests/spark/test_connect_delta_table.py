@@ -391,14 +391,18 @@ def test_merge_every_clause_kind_and_schema_evolution(client: Client, tables: Pa
                                     "id long, name string, extra int").alias("s")
         out = (t.alias("t").merge(src, F.col("t.id") == F.col("s.id"))
                .whenMatchedDelete(condition="s.name = 'gone'")
-               .whenMatchedUpdate(set={{"name": F.col("s.name")}})
+               .whenMatchedUpdate(set={{"name": src["name"]}})
                .whenNotMatchedInsertAll()
                .whenNotMatchedBySourceUpdate(condition=F.col("t.id") == 1,
                                              set={{"name": F.lit("kept")}})
                .whenNotMatchedBySourceDelete()
                .withSchemaEvolution()
                .execute())
-        result = [out.first().asDict(), [t.name for t in spark.catalog.listTables()]]
+        unaliased = spark.createDataFrame([(9, "NINE")], "id long, name string")
+        again = (t.alias("t").merge(unaliased, F.col("t.id") == unaliased["id"])
+                 .whenMatchedUpdate(set={{"name": unaliased["name"]}}).execute())
+        result = [out.first().asDict(), [t.name for t in spark.catalog.listTables()],
+                  again.first().num_updated_rows]
         """
     )
     assert result[0] == {
@@ -411,7 +415,8 @@ def test_merge_every_clause_kind_and_schema_evolution(client: Client, tables: Pa
     table = DeltaRsTable(path)
     data = table.to_pyarrow_table().to_pydict()
     rows = sorted(zip(data["id"], data["name"], data["extra"], strict=True))
-    assert rows == [(1, "kept", None), (2, "two", None), (9, "nine", 90)]
-    entry = table.history()[0]
+    assert rows == [(1, "kept", None), (2, "two", None), (9, "NINE", 90)]
+    assert result[2] == 1
+    entry = table.history()[1]
     assert entry["operation"] == "MERGE"
     assert int(entry["operationMetrics"]["numTargetRowsInserted"]) == 1

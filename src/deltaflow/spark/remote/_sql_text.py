@@ -190,7 +190,7 @@ class _Writer:
         raise self.refuse(names.get(kind or "", f"a {kind} expression"))
 
     def attribute(self, a: Any) -> str:
-        if a.is_metadata_column:
+        if getattr(a, "is_metadata_column", False):
             raise self.refuse(f"the metadata column {a.unparsed_identifier!r}")
         name = column_path(a.unparsed_identifier)
         if not a.HasField("plan_id"):
@@ -205,7 +205,7 @@ class _Writer:
     def function(self, f: Any) -> str:
         name = f.function_name
         args = [self.expression(a) for a in f.arguments]
-        if f.is_internal:
+        if getattr(f, "is_internal", False):  # not in every pyspark's proto
             raise self.refuse(f"the internal function {name!r}")
         lower = name.lower()
         if not f.is_distinct and not f.is_user_defined_function:
