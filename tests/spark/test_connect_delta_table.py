@@ -330,6 +330,11 @@ COLUMNS = [
     "-F.col('id')",
     "F.col('id').eqNullSafe(None)",
     "F.concat_ws('-', F.col('name'), F.col('id').cast('string'))",
+    "(F.col('id') != 2) & F.col('name').startswith('n') | F.col('name').rlike('^x')",
+    "F.col('name').substr(1, 2)",
+    "F.lit(3000000000) + F.lit(True).cast('int') + F.lit(1.5)",
+    "F.lit(__import__('decimal').Decimal('0.010'))",
+    "F.array(F.col('id'), F.lit(2))[0]",
 ]
 
 
@@ -343,14 +348,17 @@ def test_column_sql_text_evaluates_as_the_column(client: Client) -> None:
         df = spark.createDataFrame([(1, "n1", 7), (2, None, 8), (3, "x", 9)],
                                    "id long, name string, `odd.name` int")
         cases = [{cases}]
-        result = []
-        for c in cases:
-            text = sql_text(spark, c, "test")
-            direct = [r.v for r in df.select("id", c.alias("v")).orderBy("id").collect()]
-            via_sql = df.selectExpr("id", text + " AS v").orderBy("id")
-            result.append([text, repr(direct), repr([r.v for r in via_sql.collect()]),
-                           df.select(c.alias("v")).schema.simpleString(),
-                           via_sql.select("v").schema.simpleString()])
+        texts = [sql_text(spark, c, "test") for c in cases]
+        direct = df.select("id", *[c.alias(f"v{{i}}") for i, c in enumerate(cases)])
+        via_sql = df.selectExpr("id", *[f"{{t}} AS v{{i}}" for i, t in enumerate(texts)])
+        direct_rows = direct.orderBy("id").collect()
+        sql_rows = via_sql.orderBy("id").collect()
+        result = [
+            [t, repr([r[i + 1] for r in direct_rows]), repr([r[i + 1] for r in sql_rows]),
+             direct.schema.fields[i + 1].dataType.simpleString(),
+             via_sql.schema.fields[i + 1].dataType.simpleString()]
+            for i, t in enumerate(texts)
+        ]
         """
     )
     for text, direct, via_sql, direct_type, sql_type in result:
