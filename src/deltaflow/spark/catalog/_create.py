@@ -245,7 +245,13 @@ def builder(spark: SparkSession | None, mode: CreateMode) -> DeltaTableBuilder:
 def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
     """Create, create-if-missing or replace the table ``spec`` declares."""
     from deltaflow.spark.dml._delta_table import DeltaTable
+    from deltaflow.spark.remote import _table as _remote
 
+    if _remote.is_connect(spark):  # the server's catalog runs the statement
+        from deltaflow.spark.remote import _create as _remote_create
+
+        location, name = _remote_create.execute(spark, spec)
+        return DeltaTable(spark, location, name=name)
     if not spec.name and not spec.location:
         raise InvalidOptionError(
             "DeltaTable.create needs .tableName(name) or .location(path) (or both).",

@@ -5,6 +5,9 @@ as Spark jobs (``_dml``, ``_merge``); history, detail, vacuum, restore and optim
 Delta's SQL statements (``DESCRIBE HISTORY``, ``VACUUM``, ...), whose work is done by
 ``spark/commands/`` through delta-rs; table properties go through delta-rs on the driver.
 Conditions and values accept SQL strings and Columns.
+
+On a Spark Connect session every method dispatches to :mod:`deltaflow.spark.remote`,
+which sends Delta's SQL statements to the server: the client never opens table storage.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from deltaflow.spark import _arguments as args
 from deltaflow.spark.catalog import _create
 from deltaflow.spark.commands import _convert, _describe, _maintenance, _vacuum
 from deltaflow.spark.dml import _delete_update, _merge_builder
+from deltaflow.spark.remote import _table as _remote
 from deltaflow.table import _log_upkeep, _uri
 from deltaflow.table._snapshot import load_snapshot, table_exists
-from deltaflow.table.errors import TableNotFoundError
+from deltaflow.table.errors import TableNotFoundError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -49,6 +53,8 @@ class DeltaTable:
         self._uri = uri
         self._name = name
         self._alias = alias
+        # A Spark Connect session: the table lives on the server, reached by SQL only.
+        self._remote = _remote.is_connect(spark)
 
     # ---- construction ---------------------------------------------------------------
 
@@ -58,6 +64,8 @@ class DeltaTable:
     ) -> DeltaTable:
         """The Delta table at ``path``; ``TableNotFoundError`` when there is none."""
         args.check_type(path, "path", "a table path or URI (str)")
+        if _remote.is_connect(sparkSession):  # a path of the server's file system
+            return cls(sparkSession, _remote.locate_path(sparkSession, path))
         uri = _uri.normalize_uri(path)
         if not table_exists(uri):
             raise TableNotFoundError(
@@ -75,6 +83,8 @@ class DeltaTable:
         path = _path_identifier(tableOrViewName)
         if path is not None:  # delta.`/path`, as delta-spark accepts
             return cls.forPath(spark, path)
+        if _remote.is_connect(spark):
+            return cls(spark, _remote.locate_name(spark, tableOrViewName), name=tableOrViewName)
         location = None
         if spark.catalog.tableExists(tableOrViewName):
             location = _create.catalog_location(spark, tableOrViewName)
@@ -118,6 +128,8 @@ class DeltaTable:
     def isDeltaTable(cls, sparkSession: SparkSession, identifier: str) -> bool:
         """True when ``identifier`` (a path) holds a Delta table."""
         args.check_type(identifier, "identifier", "a table path or URI (str)")
+        if _remote.is_connect(sparkSession):
+            return _remote.is_delta_table(sparkSession, identifier)
         return table_exists(_uri.normalize_uri(identifier))
 
     @classmethod
@@ -139,7 +151,9 @@ class DeltaTable:
         if ddl:
             statement += f" PARTITIONED BY ({ddl})"
         path = _path_identifier(identifier, ("parquet",))
-        if _has_sql_extension(sparkSession):
+        if _remote.is_connect(sparkSession):
+            _remote.run_collect(sparkSession, statement)
+        elif _has_sql_extension(sparkSession):
             _run(sparkSession, statement)
         elif path is not None:
             schema = None
@@ -165,6 +179,9 @@ class DeltaTable:
         return DeltaTable(self._spark, self._uri, name=self._name, alias=aliasName)
 
     def toDF(self) -> DataFrame:
+        if self._remote:
+            df = _remote.to_df(self._spark, self._uri, self._name)
+            return df.alias(self._alias) if self._alias else df
         df = self._spark.read.format("delta").load(self._uri)
         return df.alias(self._alias) if self._alias else df
 
@@ -173,6 +190,9 @@ class DeltaTable:
     def delete(self, condition: str | Column | None = None) -> None:
         """Delete the rows where ``condition`` is true (all rows when None), in one commit."""
         args.check_condition(condition)
+        if self._remote:
+            _remote.delete(self._spark, self._sql_name(), self._alias, condition)
+            return
         _delete_update.delete(self._spark, self._uri, self._alias, condition)
 
     def update(
@@ -184,6 +204,9 @@ class DeltaTable:
         args.check_assignments(set, "'set'")
         args.check_condition(condition)
         assert set is not None
+        if self._remote:
+            _remote.update(self._spark, self._sql_name(), self._alias, condition, set)
+            return
         _delete_update.update(self._spark, self._uri, self._alias, condition, set)
 
     def merge(self, source: DataFrame, condition: str | Column) -> _merge_builder.DeltaMergeBuilder:
@@ -201,7 +224,13 @@ class DeltaTable:
                 "'condition' in merge cannot be None: pass the join condition, e.g. 't.id = s.id'."
             )
         args.check_condition(condition)
-        spec = _merge_builder.MergeSpec(self._uri, self._alias, source, condition)
+        spec = _merge_builder.MergeSpec(
+            self._uri,
+            self._alias,
+            source,
+            condition,
+            remote_table=self._sql_name() if self._remote else None,
+        )
         return _merge_builder.DeltaMergeBuilder(self._spark, spec)
 
     # ---- inspection -----------------------------------------------------------------
@@ -276,6 +305,8 @@ class DeltaTable:
         timestampAsOf; a naive timestamp is UTC)."""
         if not isinstance(timestamp, dt.datetime):
             args.check_str(timestamp, "timestamp")
+        if self._remote:
+            return _remote.restore_to_timestamp(self._spark, self._sql_name(), timestamp)
         return self.restoreToVersion(load_snapshot(self._uri, timestamp=timestamp).version)
 
     def generate(self, mode: str) -> None:
@@ -306,11 +337,15 @@ class DeltaTable:
             raise ValueError(
                 f"The writerVersion needs to be an integer but got '{type(writerVersion)}'."
             )
-        snapshot = load_snapshot(self._uri)
+        if self._remote:
+            reader, writer = _remote.protocol_versions(self._spark, self._sql_name())
+        else:
+            snapshot = load_snapshot(self._uri)
+            reader, writer = snapshot.min_reader_version, snapshot.min_writer_version
         changes: dict[str, str] = {}
-        if readerVersion > snapshot.min_reader_version:
+        if readerVersion > reader:
             changes["delta.minReaderVersion"] = str(readerVersion)
-        if writerVersion > snapshot.min_writer_version:
+        if writerVersion > writer:
             changes["delta.minWriterVersion"] = str(writerVersion)
         if changes:
             self._set_properties(changes)
@@ -337,6 +372,15 @@ class DeltaTable:
             args.check_bool(truncateHistory, "truncateHistory")
         from deltaflow.spark.dml import _features
 
+        if self._remote:
+            raise UnsupportedFeatureError(
+                f"dropFeatureSupport({featureName!r}) on {self._sql_name()}: on a Spark Connect"
+                " session DeltaTable runs SQL on the server, and deltaflow's SQL has no"
+                " ALTER TABLE ... DROP FEATURE yet. Run it from a classic PySpark session"
+                " (deltaflow.session()) on the server's machine.",
+                table_uri=self._uri,
+                feature=featureName,
+            )
         snapshot = load_snapshot(self._uri)
         _features.drop_feature(snapshot, featureName, truncateHistory, self._sql_name())
 
@@ -355,6 +399,9 @@ class DeltaTable:
 
         canonical = {p.lower(): p for p in TABLE_PROPERTIES}
         values = {canonical.get(k.lower(), k): str(v) for k, v in properties.items()}
+        if self._remote:
+            _remote.set_properties(self._spark, self._sql_name(), values)
+            return
         table = self._writable()
         table.alter.set_table_properties(
             values,
@@ -374,8 +421,11 @@ class DeltaTable:
     def _command(
         self, statement: str, rows: Callable[[], list[tuple[Any, ...]]], schema: str
     ) -> DataFrame:
-        """``statement``'s result, run as SQL when the session knows Delta's statements,
-        else ``rows()`` (the same rows) as a DataFrame of ``schema``."""
+        """``statement``'s result, run as SQL when the session knows Delta's statements
+        (always on Spark Connect), else ``rows()`` (the same rows) as a DataFrame of
+        ``schema``."""
+        if self._remote:
+            return _remote.run(self._spark, statement)
         if not _has_sql_extension(self._spark):
             return self._spark.createDataFrame(rows(), schema)
         return _run(self._spark, statement)
@@ -383,6 +433,9 @@ class DeltaTable:
     def _set_properties(self, properties: dict[str, str]) -> None:
         """``ALTER TABLE ... SET TBLPROPERTIES`` (one commit): as SQL when the session has
         deltaflow's SQL extension, else the same brain call the catalog makes."""
+        if self._remote:
+            _remote.set_properties(self._spark, self._sql_name(), properties)
+            return
         if _has_sql_extension(self._spark):
             pairs = ", ".join(f"{_sql_string(k)} = {_sql_string(v)}" for k, v in properties.items())
             _run(self._spark, f"ALTER TABLE {self._sql_name()} SET TBLPROPERTIES ({pairs})")

@@ -48,6 +48,8 @@ class MergeSpec:
     condition: str | Column
     clauses: tuple[MergeClause, ...] = ()
     schema_evolution: bool = False
+    # On a Spark Connect session: the target's SQL name; the MERGE runs on the server.
+    remote_table: str | None = None
 
 
 class DeltaMergeBuilder:
@@ -109,7 +111,17 @@ class DeltaMergeBuilder:
 
         Returns delta-spark 4's one-row result: ``num_affected_rows``,
         ``num_updated_rows``, ``num_deleted_rows``, ``num_inserted_rows``.
+        On a Spark Connect session the MERGE INTO statement runs on the server
+        (:func:`deltaflow.spark.remote._table.merge`) and this is its result.
         """
+        spec = self.spec
+        if spec.remote_table is not None:
+            from deltaflow.spark.remote import _table as _remote
+
+            self._check()
+            return _remote.merge(self._spark, spec.remote_table, spec.target_alias,
+                                 spec.source, spec.condition, spec.clauses,
+                                 spec.schema_evolution)  # fmt: skip
         return self._spark.createDataFrame([self.run()], _RESULT_SCHEMA)
 
     def run(self) -> tuple[int, int, int, int]:
@@ -117,6 +129,18 @@ class DeltaMergeBuilder:
         (``execute()`` returns them as a DataFrame; SQL's MERGE INTO as its result.)"""
         from deltaflow.spark.dml import _merge
 
+        if self.spec.remote_table is not None:
+            row = self.execute().first()
+            assert row is not None
+            return (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+        self._check()
+        m = _merge.execute(self._spark, self.spec)
+        updated = m.matched_updated + m.by_source_updated
+        deleted = m.matched_deleted + m.by_source_deleted
+        return (updated + deleted + m.inserted, updated, deleted, m.inserted)
+
+    def _check(self) -> None:
+        """delta-spark's checks of the declared clauses, before anything runs."""
         if not self.spec.clauses:
             raise InvalidOptionError(
                 f"MERGE into {self.spec.uri} has no clauses: add whenMatchedUpdate(...),"
@@ -137,11 +161,6 @@ class DeltaMergeBuilder:
                     " its condition; add a condition to the earlier one or reorder them.",
                     option="condition",
                 )
-
-        m = _merge.execute(self._spark, self.spec)
-        updated = m.matched_updated + m.by_source_updated
-        deleted = m.matched_deleted + m.by_source_deleted
-        return (updated + deleted + m.inserted, updated, deleted, m.inserted)
 
 
 def _cond(condition: str | Column | None) -> str | Column | None:
