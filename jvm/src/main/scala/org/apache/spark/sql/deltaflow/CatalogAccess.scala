@@ -91,6 +91,11 @@ object CatalogAccess {
       }
     }
 
+  /** The Hadoop settings Spark's Hive client is built from (`spark.hadoop.*`, the
+   *  `hive-site.xml` on the class path): where the metastore is. */
+  def sharedHadoopConf(session: SparkSession): org.apache.hadoop.conf.Configuration =
+    session.sharedState.hadoopConf
+
   /** `body` with `session` as the active session (as a SQL statement runs). */
   def withActive[T](session: SparkSession)(body: => T): T = session.withActive(body)
 }
