@@ -189,8 +189,15 @@ def session_error(warehouse: Path, statement: str, env: dict[str, str] | None = 
     return json.loads(errors[0][6:])  # type: ignore[no-any-return]
 
 
-def spark_sql(warehouse: Path, statements: str, env: dict[str, str] | None = None) -> str:
-    """``spark-sql -e`` with only ``deltaflow.spark_conf(warehouse=...)``; its output."""
+def spark_sql(
+    warehouse: Path,
+    statements: str,
+    env: dict[str, str] | None = None,
+    *,
+    expect_failure: bool = False,
+) -> str:
+    """``spark-sql -e`` with only ``deltaflow.spark_conf(warehouse=...)``; its output (its
+    error output when ``expect_failure``)."""
     with _environment(env or {}):
         conf = deltaflow.spark_conf(warehouse=str(warehouse))
     args = [arg for k, v in conf.items() for arg in ("--conf", f"{k}={v}")]
@@ -203,6 +210,9 @@ def spark_sql(warehouse: Path, statements: str, env: dict[str, str] | None = Non
         timeout=600,
         check=False,
     )
+    if expect_failure:
+        assert done.returncode != 0, done.stdout
+        return done.stderr
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -225,7 +235,7 @@ class SqlServer:
             stderr=self.log.open("w"),
             text=True,
         )
-        wait_for_port(self.port, self.proc, timeout=300)
+        wait_for_port(self.port, self.proc, timeout=900)  # a JVM and the metastore, loaded
 
     def query(self, statements: str) -> list[str]:
         result = beeline(self.port, statements, self.log.parent)
@@ -262,6 +272,7 @@ CREATE_IN_SESSION = (
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # five JVMs one after another: ~5 min on 2 quiet cores
 def test_the_catalog_survives_restarts_and_is_shared_by_every_host(tmp_path):
     """session() -> sql-server + beeline -> spark-sql -> session(), one warehouse: each
     host sees what the others registered, after their restarts."""
@@ -280,6 +291,9 @@ def test_the_catalog_survives_restarts_and_is_shared_by_every_host(tmp_path):
         assert held["type"] == "MetastoreInUseError", held
         assert held["fields"]["metastore"] == str(warehouse / "_metastore" / "metastore_db")
         assert int(held["fields"]["holder_pid"]) > 0
+        # spark-sql opens the metastore as it starts: refused there, at once.
+        refused = spark_sql(warehouse, "SHOW TABLES;", expect_failure=True)
+        assert "MetastoreInUseError" in refused and str(warehouse / "_metastore") in refused
         lines = server.query(
             "SHOW TABLES IN sales; SELECT count(*) AS n FROM sales.orders;"
             " CREATE TABLE sales.by_jdbc (k STRING) USING delta;"
@@ -326,6 +340,7 @@ def postgres() -> Iterator[_postgres.Postgres]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_postgresql_metastore_is_shared_by_processes_running_together(tmp_path, postgres):
     env = {
         "DELTAFLOW_METASTORE_URL": postgres.jdbc_url,

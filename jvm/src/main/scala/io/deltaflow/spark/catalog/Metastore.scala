@@ -34,6 +34,25 @@ object Metastore {
       .foreach(checkDirectory)
   }
 
+  /** Hosts that open the metastore as they start (`SparkSQLEnv.init`), before a catalog
+   *  plugin could look: `spark-sql` and `start-thriftserver.sh`. */
+  private val EagerHosts = Seq("SparkSQLCLIDriver", "HiveThriftServer2")
+
+  /** [[checkAvailable]] while `session`'s state is built, for the hosts that open the
+   *  metastore right after; other hosts are checked when they first use the catalog
+   *  (`DeltaCatalog.initialize`), so a process that never does runs beside the holder. */
+  def checkAtHostStart(session: org.apache.spark.sql.SparkSession): Unit = {
+    val command = Option(System.getProperty("sun.java.command")).getOrElse("")
+    val hive = session.sparkContext.getConf.get("spark.sql.catalogImplementation", "in-memory")
+    if (hive == "hive" && EagerHosts.exists(command.contains)) {
+      val conf = new Configuration(false)
+      session.sparkContext.getConf.getAllWithPrefix("spark.hadoop.").foreach { case (k, v) =>
+        conf.set(k, v)
+      }
+      checkAvailable(conf)
+    }
+  }
+
   /** The database directory of an embedded Derby URL; None for anything else (a server,
    *  an in-memory Derby, another database). */
   def derbyDirectory(url: String): Option[Path] = {
