@@ -31,6 +31,7 @@ from tests.spark.test_hosts import SPARK_HOME, free_port, spark_env, wait_for_po
 from tests.spark.test_sql_server import beeline
 
 JOB = str(Path(__file__).parent / "_catalog_job.py")
+JVM_TIMEOUT = 900  # seconds for one host's run: a JVM and the metastore, on 2 loaded cores
 
 
 # ---- settings --------------------------------------------------------------------------
@@ -165,7 +166,7 @@ def run_session(warehouse: Path, *statements: str, env: dict[str, str] | None = 
         env={**spark_env(), **(env or {})},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=JVM_TIMEOUT,
         check=False,
     )
     out = [json.loads(line[5:]) for line in done.stdout.splitlines() if line.startswith("ROWS ")]
@@ -181,7 +182,7 @@ def session_error(warehouse: Path, statement: str, env: dict[str, str] | None = 
         env={**spark_env(), **(env or {})},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=JVM_TIMEOUT,
         check=False,
     )
     errors = [line for line in done.stdout.splitlines() if line.startswith("ERROR ")]
@@ -207,7 +208,7 @@ def spark_sql(
         env={**spark_env(), **(env or {})},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=JVM_TIMEOUT,
         check=False,
     )
     if expect_failure:
@@ -272,7 +273,7 @@ CREATE_IN_SESSION = (
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # five JVMs one after another: ~5 min on 2 quiet cores
+@pytest.mark.timeout(3600)  # six JVMs one after another: ~5 min on 2 quiet cores
 def test_the_catalog_survives_restarts_and_is_shared_by_every_host(tmp_path):
     """session() -> sql-server + beeline -> spark-sql -> session(), one warehouse: each
     host sees what the others registered, after their restarts."""

@@ -601,10 +601,10 @@ def _register(spark: SparkSession, spec: TableSpec, uri: str, *, replace: bool) 
     registers the table that is there (no columns declared). Without a location in the
     spec the table is a managed one, dropped with its data."""
     if (
-        spec.location
+        (spec.location or spec.managed)
         and not replace
         and spec.name
-        and _jvm_catalog.register_external(spark, spec.name, uri)
+        and _jvm_catalog.register_external(spark, spec.name, uri, managed=spec.managed)
     ):
         return
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"

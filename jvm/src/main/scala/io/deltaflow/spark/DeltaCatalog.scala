@@ -209,7 +209,17 @@ object DeltaCatalog {
   def registerExternal(
       session: org.apache.spark.sql.classic.SparkSession,
       name: String,
-      location: String): Boolean = CatalogAccess.withActive(session) {
+      location: String): Boolean = registerTable(session, name, location, managed = false)
+
+  /** [[registerExternal]], or with `managed`, the managed entry (`CREATE TABLE <name> USING
+   *  delta` without LOCATION) of the table the caller wrote at the managed location, which
+   *  the caller checked was empty before (the builder): the statement would refuse it now
+   *  that the folder holds the caller's log. */
+  def registerTable(
+      session: org.apache.spark.sql.classic.SparkSession,
+      name: String,
+      location: String,
+      managed: Boolean): Boolean = CatalogAccess.withActive(session) {
     // Active first: which plugin is `spark_catalog` depends on the session's settings.
     val catalog = CatalogAccess.sessionCatalogPlugin(session) match {
       case delta: DeltaCatalog => Some(delta)
@@ -224,7 +234,9 @@ object DeltaCatalog {
     }
     (catalog, ident) match {
       case (Some(delta), Some(id)) if !isPathIdentifier(id) =>
-        val properties = CatalogAccess.locatedTableProperties(session, "delta", location)
+        val properties =
+          if (managed) CatalogAccess.managedTableProperties("delta")
+          else CatalogAccess.locatedTableProperties(session, "delta", location)
         CreateRequest(delta, id, new StructType(), Array.empty, properties, "create").register()
         true
       case _ => false

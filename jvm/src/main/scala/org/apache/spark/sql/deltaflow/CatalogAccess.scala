@@ -59,6 +59,11 @@ object CatalogAccess {
       TableCatalog.PROP_EXTERNAL -> "true"))
   }
 
+  /** The table properties Spark's `CREATE TABLE <t> USING <provider>` (no LOCATION: a
+   *  managed table) hands the catalog: provider and the current user as owner. */
+  def managedTableProperties(provider: String): Map[String, String] =
+    CatalogV2Util.withDefaultOwnership(Map(TableCatalog.PROP_PROVIDER -> provider))
+
   /** Whether `db.table` names a table of the session catalog's own database (not another
    *  catalog's namespace, not the global temporary views'), as name resolution would find
    *  it: then the session catalog answers whether it exists. */
