@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench check-java browser clean jar
+.PHONY: demo test lint bench check-java browser postgres clean jar
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { \
@@ -22,6 +22,18 @@ browser:
 	  else \
 	    echo "The console's browser tests need Chromium (headless)."; \
 	    echo "Install it, e.g.: sudo apt-get install -y chromium chromium-driver  (Debian/Ubuntu)"; \
+	    exit 1; \
+	  fi; }
+
+# PostgreSQL's server programs for the shared-metastore tests (tests/_postgres.py starts a
+# private cluster): Debian's package, installed when we are root, otherwise a message.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || command -v pg_ctl >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql; \
+	  else \
+	    echo "The shared-metastore tests need PostgreSQL's server programs (initdb, pg_ctl)."; \
+	    echo "Install them, e.g.: sudo apt-get install -y postgresql  (Debian/Ubuntu)"; \
 	    exit 1; \
 	  fi; }
 
@@ -47,7 +59,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # Two test processes, whole files to each (module fixtures stay in one process).
-test: jar browser lint
+test: jar browser postgres lint
 	$(PY) -m pytest -n 2 --dist loadfile
 
 bench: jar

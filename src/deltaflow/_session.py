@@ -43,40 +43,63 @@ SESSION_CATALOG = "io.deltaflow.spark.DeltaCatalog"
 _CLASSPATH_KEYS = ("spark.jars", "spark.driver.extraClassPath", "spark.executor.extraClassPath")
 
 
-def spark_conf() -> dict[str, str]:
+def spark_conf(*, warehouse: str | None = None) -> dict[str, str]:
     """The Spark settings deltaflow needs, for any host Spark runs in.
 
     Pass them to ``spark-submit`` / ``spark-sql`` / ``start-connect-server.sh`` /
     ``start-thriftserver.sh`` as ``--conf key=value`` (or use :func:`configure` on a
     builder). They put deltaflow's connector jar (built on first call from its sources
     with the Scala compiler pyspark ships) on the driver's and executors' classpath,
-    and tell the connector which Python runs its brain (this one).
+    tell the connector which Python runs its brain (this one), and keep the catalog in
+    Spark's Hive metastore, so schemas and tables outlive the process: on embedded Derby
+    in ``<warehouse>/_metastore`` (``warehouse``: where managed tables go; by default
+    Spark's ``spark-warehouse`` in the host's working directory), or on the shared
+    database ``DELTAFLOW_METASTORE_URL`` names (see :mod:`deltaflow.spark.catalog._metastore`).
     """
+    from deltaflow.spark.catalog._metastore import WAREHOUSE, catalog_settings
+
+    given = {WAREHOUSE: warehouse} if warehouse else {}
+    catalog = catalog_settings(given)
+    return {
+        **_connector_conf(catalog.jars),
+        **given,
+        **catalog.conf,
+        **REQUIRED_CONF,
+    }
+
+
+def _connector_conf(extra_jars: tuple[str, ...] = ()) -> dict[str, str]:
     from deltaflow.spark._jar import jar_path
 
-    jar = str(jar_path())
+    jars = (str(jar_path()), *extra_jars)
     return {
-        **dict.fromkeys(_CLASSPATH_KEYS, jar),
+        "spark.jars": ",".join(jars),
+        "spark.driver.extraClassPath": os.pathsep.join(jars),
+        "spark.executor.extraClassPath": os.pathsep.join(jars),
         "spark.deltaflow.python": sys.executable,
         "spark.sql.extensions": SQL_EXTENSION,
         "spark.sql.catalog.spark_catalog": SESSION_CATALOG,
-        **REQUIRED_CONF,
     }
 
 
 def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     """``builder`` with :func:`spark_conf` applied: deltaflow's counterpart of delta-spark's
     ``configure_spark_with_delta_pip``. Class paths already on the builder are kept, with
-    the connector jar added."""
+    the connector jar added; catalog settings already on the builder are kept (an
+    in-memory catalog, a metastore database of the user's own), and the embedded
+    metastore follows the builder's warehouse."""
+    from deltaflow.spark.catalog._metastore import catalog_settings
+
     existing = dict(getattr(builder, "_options", {}))
-    for key, value in spark_conf().items():
+    catalog = catalog_settings(existing)
+    for key, value in {**_connector_conf(catalog.jars), **catalog.conf, **REQUIRED_CONF}.items():
         current = existing.get(key)
         if key in (*_CLASSPATH_KEYS, "spark.sql.extensions") and current:
             separator = os.pathsep if key in _CLASSPATH_KEYS[1:] else ","
-            if value not in current.split(separator):
-                value = current + separator + value
-            else:
-                value = current
+            present = current.split(separator)
+            value = separator.join(
+                [current, *(v for v in value.split(separator) if v not in present)]
+            )
         builder = builder.config(key, value)
     return builder
 
@@ -291,6 +314,7 @@ def session(
         **REQUIRED_CONF,
     }
     settings.update(conf or {})
+    _derby_log_beside_metastore(settings, java_options)
     for key, value in settings.items():
         builder = builder.config(key, value)
     builder = configure(builder)
@@ -298,6 +322,22 @@ def session(
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return register(spark)
+
+
+def _derby_log_beside_metastore(settings: dict[str, str], java_options: str) -> None:
+    """Derby's log (``derby.log``, else written to the working directory) goes into the
+    embedded metastore's directory, when the catalog is there and the driver's Java
+    options are deltaflow's."""
+    from deltaflow.spark.catalog._metastore import catalog_settings
+
+    derby_dir = catalog_settings(settings).derby_dir
+    key = "spark.driver.extraJavaOptions"
+    if derby_dir is None or settings.get(key) != java_options:
+        return
+    with suppress(OSError):
+        os.makedirs(derby_dir, exist_ok=True)
+        log = os.path.join(os.path.abspath(derby_dir), "derby.log")
+        settings[key] = f"{java_options} -Dderby.stream.error.file={log}"
 
 
 @contextmanager

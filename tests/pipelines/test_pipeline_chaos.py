@@ -38,6 +38,7 @@ def _child(args: list[str], log: Path) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        cwd=log.parent,  # the job's warehouse and catalog (metastore) go here
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )
 

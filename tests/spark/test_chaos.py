@@ -63,6 +63,7 @@ class Child:
             stderr=self._log,
             text=True,
             start_new_session=True,
+            cwd=log_path.parent,  # the job's warehouse and catalog (metastore) go here
             env=env or {**os.environ, "PYSPARK_PYTHON": sys.executable},
         )
         self.lines: queue.Queue[str] = queue.Queue()

@@ -44,6 +44,7 @@ def test_read_write_on_local_cluster(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(HERE / "_cluster_job.py"), path],
         env=env,
+        cwd=tmp_path,  # the job's warehouse and catalog (metastore) go here
         capture_output=True,
         text=True,
         timeout=420,

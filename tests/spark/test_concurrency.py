@@ -38,6 +38,7 @@ def test_two_processes_append_concurrently(spark, table_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        cwd=Path(path).parent,  # the job's warehouse and catalog (metastore) go here
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )
     try:

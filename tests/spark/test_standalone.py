@@ -38,6 +38,7 @@ def run_job(
     proc = subprocess.run(
         [sys.executable, str(HERE / "_standalone_job.py"), *args],
         env=driver_environment(conf, s3_env),
+        cwd=tmp,  # the job's warehouse and catalog (metastore) go here
         capture_output=True,
         text=True,
         timeout=JOB_TIMEOUT,

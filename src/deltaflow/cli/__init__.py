@@ -301,7 +301,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 return 2
             conf[key] = value
-        _sql_server.serve(args.host, args.port, args.master, args.warehouse, conf)
+        try:
+            _sql_server.serve(args.host, args.port, args.master, args.warehouse, conf)
+        except DeltaflowError as exc:  # e.g. MetastoreInUseError
+            print(f"deltaflow sql-server: {exc}", file=sys.stderr)
+            return 2
         return 0
     if args.command == "pipelines":
         return _pipelines(args)

@@ -5,7 +5,8 @@ The server runs inside a PySpark driver (this process) rather than from
 UPDATE / DELETE / MERGE INTO on Delta tables (run by the session's Python side), change
 feed reads and streams through deltaflow's Python data source — for every JDBC client
 (``beeline``, BI tools). Each JDBC connection gets its own session (its own current
-database, temporary views and settings) over the one catalog.
+database, temporary views and settings) over the one catalog, which persists (the
+session's Hive metastore: ``<warehouse>/_metastore`` or ``DELTAFLOW_METASTORE_URL``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ def start(
         settings["spark.sql.warehouse.dir"] = warehouse
     settings.update(conf or {})
     spark = deltaflow.session(app_name="deltaflow-sql-server", master=master, conf=settings)
+    try:
+        # The catalog now, not at the first client's query: a metastore another process
+        # holds (embedded Derby) stops the server at start, typed; the first query finds
+        # the metastore warm.
+        spark.sql("SHOW DATABASES").collect()
+    except BaseException:
+        spark.stop()
+        raise
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
     server = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
     server.startWithContext(spark._jsparkSession.sqlContext())  # type: ignore[attr-defined]

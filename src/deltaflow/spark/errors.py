@@ -142,3 +142,15 @@ class PysparkCompatibilityError(DeltaflowError):
 
     def __init__(self, message: str, *, where: str) -> None:
         super().__init__(message, where=where)
+
+
+class MetastoreInUseError(DeltaflowError):
+    """The catalog's embedded Derby metastore (``metastore``, its directory) is held by
+    another process (``holder_pid``, ``holder``: its command line). Embedded Derby admits
+    one process at a time: stop that one, give this one its own warehouse, or share a
+    metastore database (``DELTAFLOW_METASTORE_URL``)."""
+
+    retryable = True  # free again once the holder stops
+
+    def __init__(self, message: str, *, metastore: str, holder_pid: str, holder: str) -> None:
+        super().__init__(message, metastore=metastore, holder_pid=holder_pid, holder=holder)

@@ -25,6 +25,24 @@ class TableAlreadyExistsError(TableError, FileExistsError):
         super().__init__(message, table_uri=table_uri)
 
 
+class LocationNotEmptyError(TableAlreadyExistsError):
+    """A new managed table's location (``table_uri``) already holds files: another
+    table's log or other data. The create was refused before anything was written, as
+    Spark's ``LOCATION_ALREADY_EXISTS`` (``error_class``); ``table_name`` is the table."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table_uri: str,
+        table_name: str,
+        error_class: str = "LOCATION_ALREADY_EXISTS",
+    ) -> None:
+        TableError.__init__(
+            self, message, table_uri=table_uri, table_name=table_name, error_class=error_class
+        )
+
+
 class VersionNotFoundError(TableError, ValueError):
     """A requested version or timestamp is outside the table's history."""
 

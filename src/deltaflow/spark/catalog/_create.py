@@ -35,6 +35,7 @@ from deltaflow.table import _conditional_put, _generated, _log_commit, _uri
 from deltaflow.table._protocol import protocol_for_new_table
 from deltaflow.table._snapshot import load_snapshot, table_exists
 from deltaflow.table.errors import (
+    LocationNotEmptyError,
     SchemaMismatchError,
     TableAlreadyExistsError,
     TableNotFoundError,
@@ -267,6 +268,7 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
     else:
         assert spec.name is not None
         uri = managed_location(spark, spec.name)
+        _check_managed_location(spec.name, uri)
         spec = dataclasses.replace(spec, managed=True)
     if spec.mode == "create" and in_catalog:
         raise TableAlreadyExistsError(
@@ -286,6 +288,29 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
     if spec.name:
         _register(spark, spec, uri, replace=in_catalog)
     return DeltaTable(spark, uri, name=spec.name)
+
+
+def _check_managed_location(name: str, uri: str) -> None:
+    """A new managed table gets a folder of its own: one that already holds files (the
+    log of a table the catalog forgot, other data) is refused before anything is written,
+    as the connector's catalog refuses it for SQL (``CreateRequest.checkManagedLocation``)
+    and Spark does (``LOCATION_ALREADY_EXISTS``)."""
+    import pyarrow.fs as pafs
+
+    fs, path = _uri.filesystem(uri)
+    try:
+        entries = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except (NotADirectoryError, FileNotFoundError):
+        return
+    if entries:
+        raise LocationNotEmptyError(
+            f"Cannot create managed table {name}: its location {uri} already holds files (a"
+            " table the catalog no longer lists, or other data). Nothing was written. To use"
+            f" the table that is there, register it: DeltaTable.create(spark).tableName({name!r})"
+            f".location({uri!r}). Otherwise remove that folder or choose another name.",
+            table_uri=uri,
+            table_name=name,
+        )
 
 
 def _check_generation_expressions(spark: SparkSession, spec: TableSpec, label: str) -> None:
@@ -582,10 +607,10 @@ def _register(spark: SparkSession, spec: TableSpec, uri: str, *, replace: bool) 
     registers the table that is there (no columns declared). Without a location in the
     spec the table is a managed one, dropped with its data."""
     if (
-        spec.location
+        (spec.location or spec.managed)
         and not replace
         and spec.name
-        and _jvm_catalog.register_external(spark, spec.name, uri)
+        and _jvm_catalog.register_external(spark, spec.name, uri, managed=spec.managed)
     ):
         return
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE"

@@ -53,14 +53,16 @@ def create_database_if_missing(spark: SparkSession, name: str) -> None:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS `{quoted}`")
 
 
-def register_external(spark: SparkSession, name: str, uri: str) -> bool:
+def register_external(spark: SparkSession, name: str, uri: str, *, managed: bool = False) -> bool:
     """Catalog table ``name`` for the Delta table whose log is at ``uri``: the entry
     ``CREATE TABLE <name> USING delta LOCATION '<uri>'`` makes (external, same shape), in
     one call to the connector's catalog instead of a statement parsed, analysed and
     planned, which also reads the log back (tens of ms). An existing entry is a
     :class:`TableAlreadyExistsError`. False, nothing done, where there is no such call
     (Spark Connect, another ``spark_catalog``, a name in another catalog): run the
-    statement."""
+    statement. ``managed``: the managed entry of the table just written at ``uri``, the
+    managed location (which a ``CREATE TABLE`` statement would refuse, as it now holds
+    files)."""
     jsession = getattr(spark, "_jsparkSession", None)
     if jsession is None:
         return False
@@ -69,7 +71,7 @@ def register_external(spark: SparkSession, name: str, uri: str) -> bool:
     from deltaflow.errors import typed_error
 
     try:
-        return bool(_connector(spark, _CATALOG).registerExternal(jsession, name, uri))
+        return bool(_connector(spark, _CATALOG).registerTable(jsession, name, uri, managed))
     except Py4JJavaError as exc:
         error = typed_error(exc)
         if error is None:

@@ -16,7 +16,7 @@ import org.apache.spark.sql.connector.write.{LogicalWriteInfo, SupportsOverwrite
 import org.apache.spark.sql.sources.{Filter, InsertableRelation}
 import org.apache.spark.sql.types.StructType
 
-import io.deltaflow.spark.catalog.AlterTable
+import io.deltaflow.spark.catalog.{AlterTable, Metastore}
 
 /**
  * `spark.sql.catalog.spark_catalog=io.deltaflow.spark.DeltaCatalog`: Spark's session catalog,
@@ -42,6 +42,16 @@ class DeltaCatalog extends DelegatingCatalogExtension with StagingTableCatalog {
     all.add(TableCatalogCapability.SUPPORTS_CREATE_TABLE_WITH_GENERATED_COLUMNS)
     all.add(TableCatalogCapability.SUPPORTS_CREATE_TABLE_WITH_IDENTITY_COLUMNS)
     all
+  }
+
+  // Before the session first reaches the metastore: an embedded Derby database another
+  // process holds is refused here, typed, rather than deep inside Hive's client.
+  override def initialize(
+      name: String, options: org.apache.spark.sql.util.CaseInsensitiveStringMap): Unit = {
+    super.initialize(name, options)
+    if (session.conf.get("spark.sql.catalogImplementation", "in-memory") == "hive") {
+      Metastore.checkAvailable(CatalogAccess.sharedHadoopConf(session))
+    }
   }
 
   override def loadTable(ident: Identifier): Table = load(ident, Map.empty)
@@ -87,6 +97,7 @@ class DeltaCatalog extends DelegatingCatalogExtension with StagingTableCatalog {
     }
     val request = CreateRequest(this, ident, CatalogAccess.schemaOf(columns),
       partitions, properties.asScala.toMap, "create")
+    request.checkManagedLocation()
     request.commitLog()
     request.register()
     loadTable(ident)
@@ -126,8 +137,10 @@ class DeltaCatalog extends DelegatingCatalogExtension with StagingTableCatalog {
     if (mode == "replace" && !tableExists(ident)) {
       throw new org.apache.spark.sql.catalyst.analysis.CannotReplaceMissingTableException(ident)
     }
-    new StagedDeltaTable(CreateRequest(this, ident,
-      CatalogAccess.schemaOf(columns), partitions, properties.asScala.toMap, mode))
+    val request = CreateRequest(this, ident,
+      CatalogAccess.schemaOf(columns), partitions, properties.asScala.toMap, mode)
+    request.checkManagedLocation()
+    new StagedDeltaTable(request)
   }
 
   override def alterTable(ident: Identifier, changes: TableChange*): Table = {
@@ -196,7 +209,17 @@ object DeltaCatalog {
   def registerExternal(
       session: org.apache.spark.sql.classic.SparkSession,
       name: String,
-      location: String): Boolean = CatalogAccess.withActive(session) {
+      location: String): Boolean = registerTable(session, name, location, managed = false)
+
+  /** [[registerExternal]], or with `managed`, the managed entry (`CREATE TABLE <name> USING
+   *  delta` without LOCATION) of the table the caller wrote at the managed location, which
+   *  the caller checked was empty before (the builder): the statement would refuse it now
+   *  that the folder holds the caller's log. */
+  def registerTable(
+      session: org.apache.spark.sql.classic.SparkSession,
+      name: String,
+      location: String,
+      managed: Boolean): Boolean = CatalogAccess.withActive(session) {
     // Active first: which plugin is `spark_catalog` depends on the session's settings.
     val catalog = CatalogAccess.sessionCatalogPlugin(session) match {
       case delta: DeltaCatalog => Some(delta)
@@ -211,7 +234,9 @@ object DeltaCatalog {
     }
     (catalog, ident) match {
       case (Some(delta), Some(id)) if !isPathIdentifier(id) =>
-        val properties = CatalogAccess.locatedTableProperties(session, "delta", location)
+        val properties =
+          if (managed) CatalogAccess.managedTableProperties("delta")
+          else CatalogAccess.locatedTableProperties(session, "delta", location)
         CreateRequest(delta, id, new StructType(), Array.empty, properties, "create").register()
         true
       case _ => false
@@ -366,6 +391,35 @@ private[spark] case class CreateRequest(
 
   def describe: String =
     if (pathOnly) s"delta.`${ident.name()}`" else tableIdent.copy(catalog = None).quotedString
+
+  /**
+   * A new managed table gets a folder of its own: when the folder Spark picks for it
+   * (`<database location>/<table>`) already holds anything — the Delta log of a table the
+   * catalog forgot (an in-memory catalog's restart, a DROP that kept the data), any file —
+   * the create is refused before anything is written, as Spark (`LOCATION_ALREADY_EXISTS`)
+   * and delta-spark refuse it. Adopting that table instead would let a CREATE + INSERT
+   * report success while the old rows stay (a `dbt seed` doubled every row). A REPLACE of
+   * a catalog table keeps its own folder.
+   */
+  def checkManagedLocation(): Unit = {
+    if (!managed || pathOnly || catalog.sessionCatalog.tableExists(tableIdent)) return
+    val path = new org.apache.hadoop.fs.Path(CatalogUtils.stringToURI(location))
+    val holdsFiles =
+      try {
+        val fs = path.getFileSystem(session.sessionState.newHadoopConf())
+        fs.exists(path) && fs.listStatus(path).nonEmpty
+      } catch { case _: java.io.IOException => false } // a store Hadoop cannot open here
+    if (holdsFiles) {
+      val quoted = location.replace("'", "\\'")
+      throw DeltaflowException.of("LocationNotEmptyError",
+        s"Cannot create managed table $describe: its location $location already holds " +
+          "files (a table the catalog no longer lists, or other data). Nothing was written. " +
+          s"To use the table that is there, register it: CREATE TABLE $describe USING delta " +
+          s"LOCATION '$quoted'. Otherwise remove that folder or choose another name.",
+        Map("table_uri" -> location, "table_name" -> describe,
+          "error_class" -> "LOCATION_ALREADY_EXISTS"))
+    }
+  }
 
   /** The brain writes (or checks) the log per `mode`; the table's URI. */
   def commitLog(): String = {

@@ -2,7 +2,7 @@ package io.deltaflow.spark
 
 import org.apache.spark.sql.SparkSessionExtensions
 
-import io.deltaflow.spark.catalog.AlterTableRule
+import io.deltaflow.spark.catalog.{AlterTableRule, Metastore}
 import io.deltaflow.spark.sql.{DeltaSqlParser, TableChanges}
 
 /**
@@ -16,7 +16,12 @@ import io.deltaflow.spark.sql.{DeltaSqlParser, TableChanges}
  */
 class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
-    extensions.injectParser((_, delegate) => new DeltaSqlParser(delegate))
+    extensions.injectParser { (session, delegate) =>
+      // Built with the session's state: `spark-sql` and `start-thriftserver.sh` open the
+      // metastore right after that, before any catalog plugin loads.
+      Metastore.checkAtHostStart(session)
+      new DeltaSqlParser(delegate)
+    }
     TableChanges.functions.foreach(extensions.injectTableFunction)
     extensions.injectResolutionRule(session => new DeltaAnalysis(session))
     extensions.injectResolutionRule(session => new AlterTableRule(session))

@@ -59,6 +59,11 @@ object CatalogAccess {
       TableCatalog.PROP_EXTERNAL -> "true"))
   }
 
+  /** The table properties Spark's `CREATE TABLE <t> USING <provider>` (no LOCATION: a
+   *  managed table) hands the catalog: provider and the current user as owner. */
+  def managedTableProperties(provider: String): Map[String, String] =
+    CatalogV2Util.withDefaultOwnership(Map(TableCatalog.PROP_PROVIDER -> provider))
+
   /** Whether `db.table` names a table of the session catalog's own database (not another
    *  catalog's namespace, not the global temporary views'), as name resolution would find
    *  it: then the session catalog answers whether it exists. */
@@ -90,6 +95,11 @@ object CatalogAccess {
         case _ => null
       }
     }
+
+  /** The Hadoop settings Spark's Hive client is built from (`spark.hadoop.*`, the
+   *  `hive-site.xml` on the class path): where the metastore is. */
+  def sharedHadoopConf(session: SparkSession): org.apache.hadoop.conf.Configuration =
+    session.sharedState.hadoopConf
 
   /** `body` with `session` as the active session (as a SQL statement runs). */
   def withActive[T](session: SparkSession)(body: => T): T = session.withActive(body)
