@@ -142,3 +142,12 @@ class PysparkCompatibilityError(DeltaflowError):
 
     def __init__(self, message: str, *, where: str) -> None:
         super().__init__(message, where=where)
+
+
+class SqlServerConfigError(DeltaflowError, ValueError):
+    """``deltaflow sql-server`` was asked to start in a way that is unsafe or cannot work
+    (a non-loopback address without authentication, a missing keystore, ...); ``option``
+    names the setting to change. Nothing was started."""
+
+    def __init__(self, message: str, *, option: str) -> None:
+        super().__init__(message, option=option)
