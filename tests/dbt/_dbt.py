@@ -66,8 +66,9 @@ def run(
     timeout: float = 1200,
 ) -> subprocess.CompletedProcess[str]:
     """``dbt <args>`` on the test project with ``profiles_dir``'s profiles.yml, in ``cwd``
-    (where a Spark in dbt's process puts its files); output captured. ``in_process_spark``: the ``session`` method — the project's Python with
-    dbt's packages after its own."""
+    (where a Spark in dbt's process puts its files); output captured.
+    ``in_process_spark``: the ``session`` method, run by dbt's Python with the project's
+    packages (pyspark, deltalake, deltaflow) before dbt's own."""
     root = environment()
     environ = {**os.environ, **(env or {}), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
     if in_process_spark:

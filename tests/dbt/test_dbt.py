@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,9 @@ import deltaflow
 from tests.dbt import _dbt
 from tests.spark.test_hosts import free_port, spark_env, wait_for_port
 
-pytestmark = pytest.mark.slow
+# dbt starts in ~20 s per command and runs each model as several statements: the two
+# loads take minutes (about 10 on a busy 2-core machine).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 SCHEMA = "analytics"
 
@@ -53,18 +56,9 @@ def write_profile(directory: Path, output: dict[str, object]) -> Path:
 def run_both_loads(
     profiles: Path, work: Path, *, in_process_spark: bool = False
 ) -> list[tuple[str, subprocess.CompletedProcess[str]]]:
-    """seed, run, snapshot, test, docs generate (load 1); seed, run, snapshot, test (load 2)."""
-    steps = [
-        ["seed"],
-        ["run"],
-        ["snapshot"],
-        ["test"],
-        ["docs", "generate"],
-        ["seed"],  # a second seed replaces the seed's rows, never adds to them
-        ["run", "--vars", "{load: 2}"],
-        ["snapshot", "--vars", "{load: 2}"],
-        ["test", "--vars", "{load: 2}"],
-    ]
+    """``dbt build`` (seed, models, snapshot, tests) for load 1, ``docs generate``, then
+    ``dbt build`` for load 2 — which seeds again: the seed's rows must not double."""
+    steps = [["build"], ["docs", "generate"], ["build", "--vars", "{load: 2}"]]
     env = {"DBT_TARGET_PATH": str(work / "target"), "DBT_LOG_PATH": str(work / "logs")}
     done = []
     for step in steps:
@@ -81,41 +75,27 @@ def failure(done: list[tuple[str, subprocess.CompletedProcess[str]]], log: Path 
     return f"dbt {step} failed:\n{result.stdout[-5000:]}\n{result.stderr[-2000:]}\n{tail}"
 
 
-@pytest.fixture(scope="module")
-def thrift_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
-    work = tmp_path_factory.mktemp("dbt-thrift")
-    warehouse = work / "warehouse"
+@contextmanager
+def sql_server(work: Path, warehouse: Path) -> Iterator[int]:
+    """``deltaflow sql-server`` on a free port, managed tables under ``warehouse``, its log
+    appended to ``work/server.log``; the port."""
     port = free_port()
-    log = work / "server.log"
     server = subprocess.Popen(
-        [sys.executable, "-m", "deltaflow.cli", "sql-server", "--port", str(port)]
-        + ["--master", "local[2]", "--warehouse", str(warehouse)]
-        + ["--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"],
+        [
+            *(sys.executable, "-m", "deltaflow.cli", "sql-server", "--port", str(port)),
+            *("--master", "local[2]", "--warehouse", str(warehouse)),
+            *("--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"),
+        ],
         cwd=work,
         env=spark_env(),
         stdout=subprocess.DEVNULL,
-        stderr=log.open("w"),
+        stderr=(work / "server.log").open("a"),
         text=True,
     )
     try:
         _dbt.environment()  # while the server starts
         wait_for_port(port, server, timeout=300)
-        profiles = write_profile(
-            work / "profiles",
-            {
-                "type": "spark",
-                "method": "thrift",
-                "host": "127.0.0.1",
-                "port": port,
-                "schema": SCHEMA,
-                "threads": 1,
-                "connect_retries": 3,
-                "connect_timeout": 10,
-            },
-        )
-        done = run_both_loads(profiles, work)
-        assert done[-1][1].returncode == 0, failure(done, log)
-        yield Project(warehouse, work / "target")
+        yield port
     finally:
         server.terminate()
         try:
@@ -123,6 +103,32 @@ def thrift_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait(timeout=60)
+
+
+def thrift_profile(directory: Path, port: int) -> Path:
+    return write_profile(
+        directory,
+        {
+            "type": "spark",
+            "method": "thrift",
+            "host": "127.0.0.1",
+            "port": port,
+            "schema": SCHEMA,
+            "threads": 1,
+            "connect_retries": 3,
+            "connect_timeout": 10,
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def thrift_project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
+    work = tmp_path_factory.mktemp("dbt-thrift")
+    warehouse = work / "warehouse"
+    with sql_server(work, warehouse) as port:
+        done = run_both_loads(thrift_profile(work / "profiles", port), work)
+        assert done[-1][1].returncode == 0, failure(done, work / "server.log")
+        yield Project(warehouse, work / "target")
 
 
 def check_results(project: Project) -> None:
@@ -209,3 +215,22 @@ def test_session_method_runs_the_project_in_process(tmp_path):
     project = Project(warehouse, tmp_path / "target")
     check_results(project)
     check_docs(project)
+
+
+@pytest.mark.xfail(
+    reason="needs the persistent catalog and the refusal of a managed CREATE over a folder"
+    " that holds a table (branch `catalog`, issue 26 parts 6 and 8): with the in-memory"
+    " catalog the restarted server forgets the schema, and the seed's CREATE adopts the old"
+    " table, doubling its rows",
+    strict=False,
+)
+def test_a_second_seed_after_a_server_restart_does_not_double_rows(tmp_path):
+    warehouse = tmp_path / "warehouse"
+    env = {"DBT_TARGET_PATH": str(tmp_path / "target"), "DBT_LOG_PATH": str(tmp_path / "logs")}
+    for attempt in (1, 2):
+        with sql_server(tmp_path, warehouse) as port:
+            profiles = thrift_profile(tmp_path / f"profiles{attempt}", port)
+            result = _dbt.run(["seed"], profiles, cwd=tmp_path, env=env)
+            assert result.returncode == 0, result.stdout[-5000:]
+    project = Project(warehouse, tmp_path / "target")
+    assert project.rows("people", "id") == [(1,), (2,), (3,), (4,)]

@@ -338,3 +338,37 @@ def test_the_session_count_sees_an_open_session_and_its_end(server):
         if client.poll() is None:
             client.kill()
             client.wait(timeout=60)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_dbt_logs_in_over_tls_and_a_wrong_password_is_refused(server, tmp_path):
+    """dbt-spark's ``thrift`` method with ``auth: CUSTOM`` and ``use_ssl`` (``dbt debug``
+    runs its connection test: a query on a new session)."""
+    from tests.dbt import _dbt
+    from tests.dbt.test_dbt import write_profile
+
+    def debug(password: str, name: str) -> subprocess.CompletedProcess[str]:
+        profiles = write_profile(
+            tmp_path / name,
+            {
+                "type": "spark",
+                "method": "thrift",
+                "host": server.host,
+                "port": server.port,
+                "schema": "default",
+                "auth": "CUSTOM",
+                "user": USER,
+                "password": password,
+                "use_ssl": True,
+                "connect_retries": 0,
+            },
+        )
+        return _dbt.run(["debug"], profiles, cwd=tmp_path)
+
+    good = debug(PASSWORD, "good")
+    assert good.returncode == 0, good.stdout[-4000:]
+    assert "Connection test: [OK connection ok]" in good.stdout, good.stdout[-4000:]
+    bad = debug("wrong-password", "bad")
+    assert bad.returncode != 0
+    assert "Error validating the login" in bad.stdout, bad.stdout[-4000:]
