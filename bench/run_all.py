@@ -16,6 +16,7 @@ BENCHMARKS = (
     "bench_merge.py",
     "bench_delete_dv.py",
     "bench_interactive.py",
+    "bench_hosts_dml.py",
     "bench_pipelines.py",
     "bench_mv_refresh.py",
     "bench_cloudfiles.py",

@@ -84,11 +84,20 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
 def register(spark: SparkSession) -> SparkSession:
     """Register deltaflow on ``spark``, a session built with :func:`configure` (or with
     :func:`spark_conf`'s settings): the Python data source the connector delegates to,
-    cloudFiles, and delta-spark's writer behaviour on the driver."""
-    from deltaflow.ingest.cloudfiles._source import CloudFilesDataSource
+    cloudFiles, and delta-spark's writer behaviour on the driver.
+
+    On a Spark Connect session there is nothing to install on the client: the server's
+    connector registers what a session needs when it first needs it. This checks that
+    the server has the connector (else :class:`SessionNotConfiguredError`) and sets the
+    session confs deltaflow needs.
+    """
+    if _is_connect(spark):
+        _check_connect_server(spark)
+        for key, value in REQUIRED_CONF.items():
+            spark.conf.set(key, value)
+        return spark
+
     from deltaflow.spark import _patches
-    from deltaflow.spark._source import DeltaDataSource
-    from deltaflow.spark.dml import _sql as _sql_dml
 
     _check_connector(spark)
     _warm_brain(spark)  # first: its start overlaps the rest of the registration
@@ -96,15 +105,56 @@ def register(spark: SparkSession) -> SparkSession:
 
     for key, value in REQUIRED_CONF.items():
         spark.conf.set(key, value)
-    _sql_dml.install(spark)  # UPDATE / DELETE / MERGE INTO statements on Delta tables
     # A failed streaming query's error, kept beside its checkpoint (for the console).
     jvm = spark._jvm  # type: ignore[attr-defined]
     jvm.org.apache.spark.sql.deltaflow.StreamErrors.install(spark._jsparkSession)  # type: ignore[attr-defined]
+    register_sources(spark)
+    return spark
+
+
+def register_sources(spark: SparkSession) -> None:
+    """deltaflow's Python data sources (``deltaflow_python``, ``cloudFiles``) in the
+    classic session ``spark``: :func:`register` does it on a PySpark driver, the brain
+    in any other session that needs them (the bridge's ``session.sources``)."""
+    from deltaflow.ingest.cloudfiles._source import CloudFilesDataSource
+    from deltaflow.spark._source import DeltaDataSource
+
     spark.dataSource.register(DeltaDataSource)
     spark.dataSource.register(CloudFilesDataSource)
     for name in (PYTHON_SOURCE_NAME, "cloudFiles"):
         _settle_worker_env(spark, name)
-    return spark
+
+
+def _is_connect(spark: SparkSession) -> bool:
+    try:
+        from pyspark.sql.utils import is_remote
+    except ImportError:  # pragma: no cover - every supported pyspark has it
+        return False
+    connect_class = type(spark).__module__.startswith("pyspark.sql.connect")
+    return connect_class or (is_remote() and not hasattr(spark, "_jsparkSession"))
+
+
+def _check_connect_server(spark: SparkSession) -> None:
+    """Raise :class:`SessionNotConfiguredError` unless the Connect server runs deltaflow's
+    connector: its SQL extension and session catalog (what :func:`spark_conf` sets)."""
+    from deltaflow.spark.errors import SessionNotConfiguredError
+
+    missing = []
+    extensions = spark.conf.get("spark.sql.extensions", None) or ""
+    if SQL_EXTENSION not in [e.strip() for e in extensions.split(",")]:
+        missing.append("spark.sql.extensions")
+    if spark.conf.get("spark.sql.catalog.spark_catalog", None) != SESSION_CATALOG:
+        missing.append("spark.sql.catalog.spark_catalog")
+    if missing:
+        raise SessionNotConfiguredError(
+            "This Spark Connect server was started without deltaflow's connector (missing "
+            f"{', '.join(missing)}), so format('delta') and Delta SQL cannot reach"
+            " deltaflow. Start the server with deltaflow.spark_conf()'s settings, e.g."
+            " start-connect-server.sh $(python -c 'import deltaflow;"
+            ' print(" ".join(f"--conf {k}={v}" for k, v in'
+            " deltaflow.spark_conf().items()))').",
+            missing=tuple(missing),
+        )
 
 
 def _warm_brain(spark: SparkSession) -> None:
@@ -191,6 +241,8 @@ def session(
     app_name: str | None = None,
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    *,
+    remote: str | None = None,
 ) -> SparkSession:
     """A SparkSession with the ``delta`` source registered and sensible local defaults.
 
@@ -198,8 +250,30 @@ def session(
     logs are quiet; the session time zone is UTC (so timestamps, ``timestampAsOf``
     and partition values mean the same on every machine). ``conf`` overrides any
     default.
+
+    With ``remote`` (``"sc://host:port"``), a Spark Connect session to a server started
+    with :func:`spark_conf`'s settings: everything deltaflow does runs on the server
+    (reads, writes, SQL DML, the change feed), and ``conf`` sets session confs there.
+    ``master`` does not apply; a server without the connector raises
+    :class:`~deltaflow.spark.errors.SessionNotConfiguredError`.
     """
     from pyspark.sql import SparkSession
+
+    if remote is not None:
+        if master is not None:
+            from deltaflow.errors import InvalidOptionError
+
+            raise InvalidOptionError(
+                "deltaflow.session() takes master= (a local or cluster Spark) or remote="
+                " (a Spark Connect server), not both: drop one.",
+                option="master",
+            )
+        remote_builder = SparkSession.builder.remote(remote)
+        if app_name:
+            remote_builder = remote_builder.appName(app_name)
+        for key, value in {"spark.sql.session.timeZone": "UTC", **(conf or {})}.items():
+            remote_builder = remote_builder.config(key, value)
+        return register(remote_builder.getOrCreate())
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

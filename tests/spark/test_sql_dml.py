@@ -148,3 +148,31 @@ def test_dml_on_other_tables_is_sparks(spark):
     spark.sql(f"CREATE TABLE {name} (id BIGINT) USING parquet")
     with pytest.raises(AnalysisException, match="does not support DELETE"):
         spark.sql(f"DELETE FROM {name} WHERE id = 1")
+
+
+def test_host_scenario_in_a_classic_session(spark, tmp_path):
+    """The scenario every host runs (tests/spark/_server_dml.py), here in a PySpark
+    session: the same statements, results and checks as from Connect, spark-sql and
+    beeline."""
+    from tests.spark import _server_dml as scenario
+
+    tables = scenario.Tables.under(tmp_path)
+    results = {}
+    try:
+        for statement in scenario.script(tables):
+            results[statement] = [tuple(r) for r in spark.sql(statement).collect()]
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+        spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+    assert [results[s] for s in scenario.dml(tables.cdf)] == [[(1,)], [(1,)], [(3, 1, 1, 1)]]
+    assert results[scenario.changes_query(tables.cdf)] == [("CDF", scenario.CHANGES)]
+    history = results[f"DESCRIBE HISTORY delta.`{tables.cdf}`"]
+    assert [row[4] for row in history] == scenario.HISTORY
+    scenario.check_tables(tables)
+    missing, ambiguous = scenario.bad(tables)
+    with pytest.raises(deltaflow.DeltaflowError, match="nosuch") as caught:
+        spark.sql(missing)
+    assert type(caught.value).__name__ == "SchemaMismatchError"
+    with pytest.raises(deltaflow.DeltaflowError, match="AMBIGUOUS_REFERENCE"):
+        spark.sql(ambiguous)
+    scenario.check_unchanged_by_bad(tables)

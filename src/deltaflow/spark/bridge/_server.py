@@ -9,6 +9,11 @@ where ``type`` names a :class:`~deltaflow.errors.DeltaflowError` subclass and
 ``wire`` is its marker (:func:`deltaflow.errors.to_wire`). Anything else the process
 prints goes to stderr (the driver's log). The process ends when stdin closes.
 
+Requests that carry a ``session`` run in a Spark session the JVM lent the brain
+(:mod:`deltaflow.spark.bridge._host`): they start Spark jobs through the driver's Py4J
+gateway, and those jobs' planning calls back in here. They run on a pool of their own,
+so they can never take every worker the calls they wait for need.
+
 The whole interface, every operation the JVM may call:
 
 =================  ==============================================================
@@ -44,6 +49,14 @@ The whole interface, every operation the JVM may call:
 ``sql.generate``   ``{uri, mode}`` -> ``{rows: []}``: the symlink manifest written.
                    (Rows of ``sql.*`` are JSON arrays in the order of the command's
                    output schema: see :mod:`deltaflow.spark.bridge._commands`.)
+``dml.run``        ``{session, kind, uri, name, alias?, condition?, assignments?,
+                   sourceView?, sourceAlias?, clauses?, schemaEvolution?}`` ->
+                   ``counts``: an UPDATE / DELETE / MERGE statement, run in the
+                   session the JVM lent (``session``: its token); see
+                   :mod:`deltaflow.spark.dml._sql`.
+``session.sources`` ``{session, path}`` -> ``{}``: deltaflow's Python data sources
+                   (``deltaflow_python``, ``cloudFiles``) registered in the lent
+                   session, which lacked them.
 ``stream.*``       ``initialOffset``, ``latestOffset {start, all}``,
                    ``availableNow``, ``files {start, end}``, ``commit {end}``,
                    ``backlog {offset}``, ``close``: each ``{handle, ...}``; see
@@ -73,6 +86,29 @@ log = logging.getLogger("deltaflow.bridge")
 # Requests run concurrently (several queries plan at once on a Thrift server); the log
 # work they do is mostly I/O in delta-rs, which releases the GIL.
 WORKERS = 8
+# Requests in a lent session (DML statements): each holds its thread while its Spark jobs
+# run, and as many run at once as the host runs statements.
+SESSION_WORKERS = 32
+SESSION_OPS = frozenset({"dml.run", "session.sources"})
+
+
+def run_dml(args: dict[str, Any]) -> dict[str, Any]:
+    """``dml.run`` (imported on first use: the DML modules are not needed to plan scans)."""
+    from deltaflow.spark.dml import _sql
+
+    return _sql.run(args)
+
+
+def register_sources(args: dict[str, Any]) -> dict[str, Any]:
+    """``session.sources``: deltaflow's Python data sources in the lent session."""
+    # Wired one level up (deltaflow._session), with the ingest layer's cloudFiles source.
+    from deltaflow import _session
+    from deltaflow.spark.bridge import _host
+
+    with _host.lent_session(args["session"]) as spark:
+        _session.register_sources(spark)
+    return {}
+
 
 OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "ping": lambda args: {"pid": os.getpid()},
@@ -92,6 +128,8 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "sql.reorg": _commands.reorg,
     "sql.convert": _commands.convert,
     "sql.generate": _commands.generate,
+    "dml.run": run_dml,
+    "session.sources": register_sources,
     "stream.open": _stream.open_stream,
     "stream.initialOffset": _stream.initial_offset,
     "stream.latestOffset": _stream.latest_offset,
@@ -132,21 +170,27 @@ def serve(lines: IO[str], out: IO[str]) -> None:
     """Answer every request line from ``lines`` on ``out`` until ``lines`` ends."""
     lock = threading.Lock()
 
-    def handle(line: str) -> None:
-        try:
-            request = json.loads(line)
-        except ValueError:
-            log.error("deltaflow bridge: not a JSON request: %.200s", line)
-            return
+    def handle(request: dict[str, Any]) -> None:
         text = json.dumps(answer(request), default=str)
         with lock:
             out.write(text + "\n")
             out.flush()
 
-    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="deltaflow-bridge") as pool:
+    pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="deltaflow-bridge")
+    sessions = ThreadPoolExecutor(
+        max_workers=SESSION_WORKERS, thread_name_prefix="deltaflow-session"
+    )
+    with pool, sessions:
         for line in lines:
-            if line.strip():
-                pool.submit(handle, line)
+            if not line.strip():
+                continue
+            try:
+                request = json.loads(line)
+            except ValueError:
+                log.error("deltaflow bridge: not a JSON request: %.200s", line)
+                continue
+            target = sessions if request.get("op") in SESSION_OPS else pool
+            target.submit(handle, request)
 
 
 def main() -> None:
@@ -155,6 +199,9 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    from deltaflow.spark.bridge import _host
+
+    threading.Thread(target=_host.warm, name="deltaflow-gateway", daemon=True).start()
     serve(sys.stdin, protocol)
 
 

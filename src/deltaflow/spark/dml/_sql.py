@@ -1,20 +1,20 @@
 """SQL's ``UPDATE``, ``DELETE FROM`` and ``MERGE INTO`` on Delta tables.
 
 The connector's SQL parser hands these statements, when their target is a Delta table, to
-the session's Python side (``DeltaDmlCommand`` in ``jvm/.../dml/SqlDml.scala``), which
-runs them here with the code behind the ``DeltaTable`` API: one implementation of each
-operation, its conflict rules, change-data files and history entries. The request is JSON
-with the statement's parts as the SQL text the user wrote; a MERGE's source arrives as a
-global temporary view. :func:`install` registers the handler as a py4j callback on a
-classic session; hosts without a Python driver refuse the statements with a typed error.
+deltaflow's brain (``DeltaDmlCommand`` in ``jvm/.../dml/SqlDml.scala`` calls ``dml.run``),
+which runs them here, in the statement's own session lent to it
+(:mod:`deltaflow.spark.bridge._host`), with the code behind the ``DeltaTable`` API: one
+implementation of each operation, its conflict rules, change-data files and history
+entries, on every host (a PySpark driver, a Connect server, ``spark-sql``, the Thrift
+server). The request is JSON with the statement's parts as the SQL text the user wrote;
+a MERGE's source arrives as a global temporary view.
 """
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from deltaflow.errors import DeltaflowError, error_answer, from_wire
+from deltaflow.errors import DeltaflowError, from_wire
 from deltaflow.spark.dml import _delete_update, _merge_builder
 from deltaflow.spark.errors import BridgeError
 
@@ -67,38 +67,21 @@ def execute(spark: SparkSession, request: dict[str, Any]) -> list[int]:
     return list(_merge_builder.DeltaMergeBuilder(spark, spec).run())
 
 
-class SqlDmlHandler:
-    """The py4j callback the connector calls (``io.deltaflow.spark.dml.PythonDml``)."""
+def run(args: dict[str, Any]) -> dict[str, Any]:
+    """The brain's ``dml.run``: one statement, in the session the JVM lent for it."""
+    from deltaflow.spark.bridge import _host
 
-    def __init__(self, spark: SparkSession) -> None:
-        self._spark = spark
-
-    def run(self, request: str) -> str:
-        parsed = json.loads(request)
+    with _host.lent_session(args["session"]) as spark:
         try:
-            return json.dumps({"counts": execute(self._spark, parsed)})
-        except DeltaflowError as exc:
-            return json.dumps({"error": error_answer(exc)})
+            return {"counts": execute(spark, args)}
+        except DeltaflowError:
+            raise
         except Exception as exc:
             carried = from_wire(str(exc))
-            if carried is None:
-                carried = BridgeError(
-                    f"{parsed.get('kind')} on {parsed.get('name')} failed:"
-                    f" {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                    operation=str(parsed.get("kind")),
-                )
-            return json.dumps({"error": error_answer(carried)})
-
-    class Java:
-        implements: ClassVar[list[str]] = ["io.deltaflow.spark.dml.PythonDml"]
-
-
-def install(spark: SparkSession) -> None:
-    """Register this session's Python side as the connector's DML runner."""
-    from pyspark.java_gateway import ensure_callback_server_started
-
-    context = spark.sparkContext
-    gateway = context._gateway  # type: ignore[attr-defined]
-    ensure_callback_server_started(gateway)
-    jvm = context._jvm  # type: ignore[attr-defined]
-    jvm.io.deltaflow.spark.dml.PythonDml.register(SqlDmlHandler(spark))
+            if carried is not None:
+                raise carried from exc
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise BridgeError(
+                f"{args.get('kind')} on {args.get('name')} failed: {type(exc).__name__}: {first}",
+                operation=str(args.get("kind")),
+            ) from exc

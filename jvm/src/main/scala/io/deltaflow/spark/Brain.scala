@@ -12,6 +12,8 @@ import com.fasterxml.jackson.databind.node.ObjectNode
 
 import org.apache.spark.SparkEnv
 import org.apache.spark.internal.Logging
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.deltaflow.{BrainGateway, BrainSessions}
 
 /**
  * The driver JVM's way into deltaflow's Python brain (the Delta log's rules).
@@ -28,6 +30,10 @@ import org.apache.spark.internal.Logging
  * deltaflow installed: `spark.deltaflow.python` names it (`deltaflow.spark_conf()` sets
  * it), else `DELTAFLOW_PYTHON`, `PYSPARK_PYTHON`, then `python3`. If the process dies,
  * pending calls fail with a [[DeltaflowException]] and the next call starts a new one.
+ *
+ * The brain also reaches back into this JVM through a Py4J gateway ([[BrainGateway]]):
+ * [[callInSession]] lends it the caller's Spark session for one request (a DML
+ * statement runs there, in that session, with the code the `DeltaTable` API runs).
  */
 object Brain extends Logging {
   val PythonConf = "spark.deltaflow.python"
@@ -43,14 +49,31 @@ object Brain extends Logging {
   /** Call `op` with `args`; the result, or the deltaflow error the Python side raised. */
   def call(op: String, args: ObjectNode): JsonNode = {
     val process = ensure()
-    process.call(op, args, CallTimeoutSeconds)
+    process.call(op, args, Some(CallTimeoutSeconds))
   }
 
-  private def ensure(): BrainProcess = synchronized {
-    if (current == null || !current.alive) {
-      current = new BrainProcess(pythonCommand())
+  /**
+   * Call `op` with `session` lent to the brain (`args.session` names it): the brain runs
+   * the request in that session, on the host's SparkContext. No time limit (a MERGE may
+   * run for as long as its jobs do); a brain that dies fails the call.
+   */
+  def callInSession(op: String, args: ObjectNode, session: SparkSession): JsonNode =
+    BrainSessions.lend(session) { token =>
+      args.put("session", token)
+      ensure().call(op, args, None)
     }
-    current
+
+  private def ensure(): BrainProcess = {
+    val existing = current
+    if (existing != null && existing.alive && existing.generation == BrainGateway.generation) {
+      existing
+    } else synchronized {
+      if (current == null || !current.alive || current.generation != BrainGateway.generation) {
+        if (current != null) current.retire()
+        current = new BrainProcess(pythonCommand())
+      }
+      current
+    }
   }
 
   private def pythonCommand(): String = {
@@ -65,6 +88,8 @@ object Brain extends Logging {
 
 private class BrainProcess(python: String) extends Logging {
   private val mapper = Brain.json
+  val generation: Long = BrainGateway.generation
+  private val gateway = BrainGateway.environment()
   private val nextId = new AtomicLong(1)
   private val pending = new ConcurrentHashMap[Long, CompletableFuture[JsonNode]]()
   @volatile private var failure: String = _
@@ -72,6 +97,7 @@ private class BrainProcess(python: String) extends Logging {
   private val process: Process = {
     val builder = new ProcessBuilder(python, "-u", "-m", "deltaflow.spark.bridge._server")
     builder.redirectError(ProcessBuilder.Redirect.INHERIT)
+    builder.environment().putAll(gateway.asJava)
     try builder.start()
     catch {
       case e: java.io.IOException =>
@@ -98,8 +124,11 @@ private class BrainProcess(python: String) extends Logging {
 
   def alive: Boolean = failure == null && process.isAlive
 
+  /** Stop this process (its gateway is gone): closing stdin ends it. */
+  def retire(): Unit = fail("retired: the Spark application it served ended")
+
   def call(op: String, args: com.fasterxml.jackson.databind.node.ObjectNode,
-           timeoutSeconds: Long): JsonNode = {
+           timeoutSeconds: Option[Long]): JsonNode = {
     val id = nextId.getAndIncrement()
     val future = new CompletableFuture[JsonNode]()
     pending.put(id, future)
@@ -119,12 +148,14 @@ private class BrainProcess(python: String) extends Logging {
         fail(s"writing to the Python side failed: ${e.getMessage}")
         throw died(op)
     }
-    val answer = try future.get(timeoutSeconds, TimeUnit.SECONDS)
-    catch {
+    val answer = try timeoutSeconds match {
+      case Some(limit) => future.get(limit, TimeUnit.SECONDS)
+      case None => future.get()
+    } catch {
       case _: java.util.concurrent.TimeoutException =>
         pending.remove(id)
         throw DeltaflowException.of("BridgeError",
-          s"deltaflow's Python side did not answer `$op` within $timeoutSeconds s.",
+          s"deltaflow's Python side did not answer `$op` within ${timeoutSeconds.getOrElse(0L)} s.",
           Map("operation" -> op))
       case e: java.util.concurrent.ExecutionException => throw e.getCause
     }

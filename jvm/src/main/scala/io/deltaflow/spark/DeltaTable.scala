@@ -205,8 +205,11 @@ class SurfacedStreamingWrite(delegate: StreamingWrite) extends StreamingWrite {
 }
 
 /**
- * deltaflow's Python data source, registered by `deltaflow.register()` under [[Name]],
- * for what the JVM face does not do yet. Only sessions with a Python driver have it.
+ * deltaflow's Python data source, under [[Name]], for what the JVM face does not do yet
+ * (change-feed reads, object stores, `replaceWhere` and partition overwrites, Python
+ * sinks). `deltaflow.register()` registers it in a PySpark session; in any other session
+ * (a Connect client's, a Thrift connection's, `spark-sql`'s) the brain registers it, with
+ * `cloudFiles`, the first time the session needs it (`session.sources`).
  */
 object PythonDelegate {
   val Name = "deltaflow_python"
@@ -231,15 +234,23 @@ object PythonDelegate {
       .asInstanceOf[Table with SupportsWrite]
   }
 
-  /** Fails typed unless this session has the Python data source. */
+  /** Makes sure the active session has the Python data source: the brain registers it
+   *  when it is missing. Fails typed if it still is (the brain could not reach this JVM). */
   def requireRegistered(path: String): Unit = {
     val spark = org.apache.spark.sql.classic.SparkSession.active
-    if (!spark.sessionState.dataSourceManager.dataSourceExists(Name)) {
+    val manager = spark.sessionState.dataSourceManager
+    if (!manager.dataSourceExists(Name)) {
+      val args = Brain.newArgs()
+      args.put("path", path)
+      Brain.callInSession("session.sources", args, spark)
+    }
+    if (!manager.dataSourceExists(Name)) {
       throw DeltaflowException.of("UnsupportedFeatureError",
         s"Writing a stream to $path, reading its change feed, an object store, or a write " +
-          "the connector does not take yet (replaceWhere, column mapping, constraints) needs " +
-          "deltaflow's Python data source, which only a PySpark session has: start one " +
-          "with deltaflow.session() or deltaflow.register(spark).",
+          "the connector does not take yet (replaceWhere, partition overwrite) needs " +
+          "deltaflow's Python data source, and the brain could not register it in this " +
+          "session. The Spark driver's log says why; deltaflow.register(spark) registers " +
+          "it from a PySpark session.",
         Map("table_uri" -> path, "feature" -> "pythonDataSource"))
     }
   }

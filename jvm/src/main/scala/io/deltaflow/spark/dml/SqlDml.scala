@@ -14,42 +14,14 @@ import org.apache.spark.sql.types.LongType
 import io.deltaflow.spark.{Brain, DeltaflowException, DeltaTable, PythonDelegate}
 
 /**
- * The deltaflow session's Python side, which runs Delta DML: UPDATE, DELETE and MERGE INTO
- * statements on Delta tables are executed by the same code as the `DeltaTable` API
- * (`deltaflow/spark/dml/`), so SQL and Python have one implementation, one set of
- * semantics, conflict rules and change-data files. `deltaflow.register()` registers it
- * (a py4j callback); hosts without a Python driver have none.
- */
-trait PythonDml {
-  /** Run one DML request (JSON); its result, or `{"error": ...}` (JSON). */
-  def run(request: String): String
-}
-
-object PythonDml {
-  @volatile private var handler: PythonDml = _
-
-  def register(h: PythonDml): Unit = handler = h
-
-  def unregister(): Unit = handler = null
-
-  private[dml] def current(statement: String, table: String): PythonDml = {
-    val h = handler
-    if (h == null) {
-      throw DeltaflowException.of("UnsupportedFeatureError",
-        s"$statement on Delta table $table runs in deltaflow's Python session, and this " +
-          "Spark host has none (spark-sql, a Thrift or Connect server started without it). " +
-          "Run it from a PySpark session made with deltaflow.session(), use the " +
-          "DeltaTable API there, or serve JDBC with `deltaflow sql-server`.",
-        Map("table_uri" -> table, "feature" -> "sqlDml"))
-    }
-    h
-  }
-}
-
-/**
  * `UPDATE` / `DELETE FROM` / `MERGE INTO` as parsed by Spark, run by deltaflow when the
  * target is a Delta table and by Spark otherwise. Expressions travel as the SQL text the
  * user wrote (the parser keeps each expression's position in the statement).
+ *
+ * deltaflow runs them in its brain (`dml.run`), in the statement's own session lent to it
+ * ([[Brain.callInSession]]), with the code behind the `DeltaTable` API
+ * (`deltaflow/spark/dml/`): one implementation, its conflict rules, change-data files,
+ * deletion vectors and history metrics, on every host Spark runs the connector in.
  */
 case class DeltaDmlCommand(statement: LogicalPlan) extends LeafRunnableCommand {
   private val kind = statement match {
@@ -185,7 +157,6 @@ object SqlDml {
 
   private[dml] def runOnDelta(session: org.apache.spark.sql.classic.SparkSession, kind: String,
       statement: LogicalPlan, uri: String, name: String, alias: Option[String]): Seq[Row] = {
-    val handler = PythonDml.current(kind, name)
     val request = Brain.newArgs()
     request.put("kind", kind)
     request.put("uri", uri)
@@ -212,9 +183,8 @@ object SqlDml {
         m.notMatchedActions.foreach(putAction(clauses, "notMatched", _, alias))
         m.notMatchedBySourceActions.foreach(putAction(clauses, "notMatchedBySource", _, alias))
     }
-    val answer = try Brain.json.readTree(handler.run(request.toString))
+    val answer = try Brain.callInSession("dml.run", request, session)
     finally view.foreach(v => session.catalog.dropGlobalTempView(v))
-    if (answer.has("error")) throw DeltaflowException.fromAnswer(kind, answer.get("error"))
     val counts = answer.get("counts")
     Seq(Row.fromSeq((0 until counts.size()).map(i => counts.get(i).asLong())))
   }

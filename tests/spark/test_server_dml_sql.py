@@ -1,0 +1,113 @@
+"""Delta DML, the change feed, partition overwrites and Delta's SQL commands from the SQL
+hosts in the pyspark wheel, started with nothing but ``deltaflow.spark_conf()``: the
+``spark-sql`` CLI (``-e``) and the Thrift JDBC server (one per module) with beeline. No
+Python driver runs: the connector's brain runs the DML in the host's own session."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.spark import _server_dml as scenario
+from tests.spark.test_hosts import (
+    SPARK_HOME,
+    conf_args,
+    free_port,
+    spark_env,
+    start_server,
+    stop,
+    wait_for_port,
+)
+
+pytestmark = pytest.mark.slow
+
+THRIFT = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
+
+
+def check_output(tables: scenario.Tables, stdout: str, errors: str) -> None:
+    """What a SQL host printed for the scenario and its two bad statements."""
+    assert scenario.result_line(stdout, "CDF") == scenario.CHANGES, stdout[-3000:]
+    for operation in scenario.HISTORY:
+        assert operation in stdout, operation
+    assert tables.cdf in stdout  # DESCRIBE DETAIL's location
+    scenario.check_tables(tables)
+    # Each bad statement failed typed, its deltaflow error carried to the client.
+    found = set(scenario.typed_errors(errors))
+    assert {"SchemaMismatchError", "BridgeError"} <= found, errors[-4000:]
+    assert "AMBIGUOUS_REFERENCE" in errors
+    scenario.check_unchanged_by_bad(tables)
+
+
+def test_sql_dml_cdf_overwrites_and_commands_from_spark_sql(tmp_path: Path) -> None:
+    tables = scenario.Tables.under(tmp_path / "tables")
+    statements = [*scenario.script(tables), *scenario.bad(tables)]
+    home = tmp_path / "cli"
+    home.mkdir()
+    result = subprocess.run(
+        [
+            str(SPARK_HOME / "bin" / "spark-sql"),
+            *("--master", "local[2]"),
+            *conf_args(),
+            # Go on after the bad statements' errors (the CLI stops at the first one).
+            *("--hiveconf", "hive.cli.errors.ignore=true"),
+            *("-e", ";\n".join(statements) + ";"),
+        ],
+        cwd=home,  # the CLI's Derby metastore and warehouse go here
+        env=spark_env(),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+    check_output(tables, result.stdout, result.stderr)
+
+
+@pytest.fixture(scope="module")
+def thrift_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    home = tmp_path_factory.mktemp("thrift_server")
+    port = free_port()
+    server = start_server(
+        THRIFT,
+        home,
+        args=(
+            *("--hiveconf", f"hive.server2.thrift.port={port}"),
+            *("--hiveconf", "hive.server2.thrift.bind.host=127.0.0.1"),
+        ),
+    )
+    try:
+        wait_for_port(port, server, timeout=300)
+        yield port
+    finally:
+        print(stop(server, home)[-2000:])
+
+
+def beeline(port: int, statements: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The statements run by the wheel's beeline on one JDBC connection, going on after
+    errors (``--force``)."""
+    return subprocess.run(
+        [
+            str(SPARK_HOME / "bin" / "beeline"),
+            *("-u", f"jdbc:hive2://127.0.0.1:{port}/default"),
+            "--outputformat=csv2",
+            "--silent=true",
+            "--force=true",
+            *("-e", ";\n".join(statements) + ";"),
+        ],
+        cwd=cwd,
+        env=spark_env(),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
+
+
+def test_sql_dml_cdf_overwrites_and_commands_from_beeline(thrift_port: int, tmp_path: Path) -> None:
+    tables = scenario.Tables.under(tmp_path / "tables")
+    home = tmp_path / "beeline"
+    home.mkdir()
+    result = beeline(thrift_port, [*scenario.script(tables), *scenario.bad(tables)], home)
+    check_output(tables, result.stdout, result.stdout + result.stderr)
