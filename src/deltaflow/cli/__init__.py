@@ -7,7 +7,9 @@
 Flags override the file. See docs/ingest-http.md.
 
     deltaflow sql-server [--host H] [--port P] [--master M] [--warehouse DIR]
-                         [--conf KEY=VALUE ...]
+                         [--password-file FILE] [--tls-keystore FILE
+                         --tls-keystore-password-env VAR] [--conf KEY=VALUE ...]
+    deltaflow sql-server --add-user USER --password-file FILE   (password on stdin)
 
 Spark's Thrift JDBC server on a deltaflow session (docs/sql.md).
 
@@ -89,6 +91,22 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument(
         "--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting"
     )
+    sql.add_argument(
+        "--password-file",
+        metavar="FILE",
+        help="users and salted password hashes clients log in with (required off loopback)",
+    )
+    sql.add_argument(
+        "--add-user",
+        metavar="USER",
+        help="add USER to --password-file (password read from stdin or prompted) and exit",
+    )
+    sql.add_argument("--tls-keystore", metavar="FILE", help="JKS/PKCS12 keystore: serve TLS")
+    sql.add_argument(
+        "--tls-keystore-password-env",
+        metavar="VAR",
+        help="environment variable holding the keystore's password",
+    )
     _pipelines_parser(commands)
     console = commands.add_parser(
         "console",
@@ -112,6 +130,60 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _maintain_parser(commands)
     return parser
+
+
+def _sql_server(args: argparse.Namespace) -> int:
+    import os
+
+    from deltaflow.spark import _sql_server, _sql_server_security
+
+    try:
+        if args.add_user:
+            if not args.password_file:
+                print("deltaflow sql-server: --add-user needs --password-file", file=sys.stderr)
+                return 2
+            _sql_server_security.add_user(args.password_file, args.add_user, _read_password())
+            print(f"deltaflow sql-server: {args.add_user} added to {args.password_file}")
+            return 0
+        conf = {}
+        for pair in args.conf:
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                print(
+                    f"deltaflow sql-server: --conf expects KEY=VALUE, not {pair!r}", file=sys.stderr
+                )
+                return 2
+            conf[key] = value
+        # The one place the keystore's password is read: the variable the operator names.
+        env = args.tls_keystore_password_env
+        _sql_server.serve(
+            args.host,
+            args.port,
+            args.master,
+            args.warehouse,
+            conf,
+            password_file=args.password_file,
+            tls_keystore=args.tls_keystore,
+            tls_keystore_password=os.environ.get(env) if env else None,
+        )
+    except DeltaflowError as exc:
+        print(f"deltaflow sql-server: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _read_password() -> str:
+    """A password from the terminal (asked twice) or, when stdin is not one, its first line."""
+    import getpass
+
+    if not sys.stdin.isatty():
+        return sys.stdin.readline().rstrip("\r\n")
+    first = getpass.getpass("password: ")
+    if getpass.getpass("again: ") != first:
+        from deltaflow.spark.errors import SqlServerConfigError
+
+        raise SqlServerConfigError("the two passwords differ: try again.", option="--add-user")
+    return first
 
 
 def _maintain_parser(commands: Any) -> None:
@@ -290,23 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return 0
     if args.command == "sql-server":
-        from deltaflow.spark import _sql_server
-
-        conf = {}
-        for pair in args.conf:
-            key, sep, value = pair.partition("=")
-            if not sep or not key:
-                print(
-                    f"deltaflow sql-server: --conf expects KEY=VALUE, not {pair!r}", file=sys.stderr
-                )
-                return 2
-            conf[key] = value
-        try:
-            _sql_server.serve(args.host, args.port, args.master, args.warehouse, conf)
-        except DeltaflowError as exc:  # e.g. MetastoreInUseError
-            print(f"deltaflow sql-server: {exc}", file=sys.stderr)
-            return 2
-        return 0
+        return _sql_server(args)
     if args.command == "pipelines":
         return _pipelines(args)
     if args.command == "console":

@@ -9,7 +9,7 @@ import com.fasterxml.jackson.databind.JsonNode
 import org.apache.spark.sql.{DataFrame, SaveMode, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.catalog.{CatalogStorageFormat, CatalogTable, CatalogTableType, CatalogUtils}
-import org.apache.spark.sql.connector.catalog.{Column, DelegatingCatalogExtension, Identifier, StagedTable, StagingTableCatalog, SupportsWrite, Table, TableCapability, TableCatalog, TableCatalogCapability, TableChange}
+import org.apache.spark.sql.connector.catalog.{Column, DelegatingCatalogExtension, Identifier, StagedTable, StagingTableCatalog, SupportsV1OverwriteWithSaveAsTable, SupportsWrite, Table, TableCapability, TableCatalog, TableCatalogCapability, TableChange}
 import org.apache.spark.sql.deltaflow.CatalogAccess
 import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.connector.write.{LogicalWriteInfo, SupportsOverwrite, SupportsTruncate, V1Write, Write, WriteBuilder}
@@ -442,8 +442,9 @@ private[spark] case class CreateRequest(
     Brain.call("catalog.create", args).get("uri").asText()
   }
 
-  /** Parameters for a write that creates the table with its data in one commit. */
-  def writeParameters(uri: String): Map[String, String] = {
+  /** Parameters for a write that creates the table with its data in one commit.
+   *  `v1Overwrite`: the write is `saveAsTable`'s overwrite, which keeps the metadata. */
+  def writeParameters(uri: String, v1Overwrite: Boolean = false): Map[String, String] = {
     val base = options ++ tableProperties.filter(_._1.startsWith("delta.")) + ("path" -> uri)
     val parts = if (partitionColumns.nonEmpty) {
       Map("partitionBy" -> partitionColumns.mkString(","))
@@ -454,7 +455,7 @@ private[spark] case class CreateRequest(
     // CREATE [OR REPLACE] / REPLACE TABLE AS SELECT.
     spec.put("mode", mode)
     spec.put("managed", managed && !pathOnly)
-    spec.put("replaceMetadata", replacesMetadata)
+    spec.put("replaceMetadata", replacesMetadata && !v1Overwrite)
     val props = spec.putObject("properties")
     tableProperties.foreach { case (k, v) => props.put(k, v) }
     comment.foreach(spec.put("comment", _))
@@ -529,10 +530,21 @@ private[spark] class StagedDeltaTable(request: CreateRequest)
       override def overwrite(filters: Array[Filter]): WriteBuilder = this
       override def build(): Write = new V1Write {
         override def toInsertableRelation: InsertableRelation = (data: DataFrame, _: Boolean) => {
+          // `saveAsTable(t)` in overwrite mode: Spark's marker (classic and Connect alike) or,
+          // for a provider Spark did not ask, the stack at staging time.
+          val marker = SupportsV1OverwriteWithSaveAsTable.OPTION_NAME
+          val v1Overwrite = request.mode != "create" &&
+            (info.options().getBoolean(marker, false) || !request.replacesMetadata)
           val options = info.options().asCaseSensitiveMap().asScala.toMap
+            .filterNot(_._1.equalsIgnoreCase(marker))
           val mode = if (request.mode == "create") SaveMode.ErrorIfExists else SaveMode.Overwrite
-          val params = request.writeParameters(request.location) ++ options ++
-            (if (request.mode == "create") Map.empty else Map("overwriteSchema" -> "true"))
+          // A replace takes the query's schema; `saveAsTable`'s overwrite with replaceWhere
+          // keeps the rows outside the predicate, so it keeps the table's schema too
+          // (delta-spark's V1 writer).
+          val keepsSchema = request.mode == "create" ||
+            (v1Overwrite && info.options().containsKey("replaceWhere"))
+          val params = request.writeParameters(request.location, v1Overwrite) ++ options ++
+            (if (keepsSchema) Map.empty else Map("overwriteSchema" -> "true"))
           DeltaBatchWrite.save(data, mode, params)
           written = true
         }

@@ -1,0 +1,2 @@
+{{ config(materialized='incremental', incremental_strategy='append') }}
+select id, {{ var('load') }} as load from {{ ref('people') }}

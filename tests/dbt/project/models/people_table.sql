@@ -1,0 +1,2 @@
+{{ config(materialized='table') }}
+select id, name, city from {{ ref('people') }}

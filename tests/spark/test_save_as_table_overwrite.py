@@ -1,0 +1,135 @@
+"""``df.write.mode("overwrite").saveAsTable(t)`` as delta-spark's V1 writer does it, on every
+host: it keeps the table's properties and comment (a REPLACE does not), and with
+``replaceWhere`` it overwrites only the rows matching the predicate. Classic session and a
+Spark Connect client (a server started with only ``deltaflow.spark_conf()``)."""
+
+from __future__ import annotations
+
+import textwrap
+import uuid
+from urllib.parse import urlparse
+
+import deltalake
+import pytest
+
+from deltaflow.errors import typed_error
+from tests.spark.test_hosts import run_connect_client
+
+pytestmark = pytest.mark.slow
+
+
+def _name() -> str:
+    return "sat_" + uuid.uuid4().hex[:8]
+
+
+def _location(spark, name: str) -> str:
+    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
+    return urlparse(next(r.data_type for r in rows if r.col_name == "Location")).path
+
+
+def test_classic_overwrite_keeps_properties_and_comment(spark):
+    name = _name()
+    spark.sql(
+        f"CREATE TABLE {name} (id BIGINT, part STRING) USING delta COMMENT 'kept'"
+        " TBLPROPERTIES ('team' = 'ingest', 'delta.enableChangeDataFeed' = 'true')"
+    )
+    try:
+        spark.range(3).selectExpr("id", "'a' AS part").write.format("delta").mode(
+            "overwrite"
+        ).saveAsTable(name)
+        metadata = deltalake.DeltaTable(_location(spark, name)).metadata()
+        assert metadata.configuration == {"team": "ingest", "delta.enableChangeDataFeed": "true"}
+        assert metadata.description == "kept"
+        assert spark.catalog.getTable(name).description == "kept"
+        assert spark.table(name).count() == 3
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def test_classic_replace_where_with_save_as_table_overwrites_only_matching_rows(spark):
+    name = _name()
+    spark.sql(f"CREATE TABLE {name} (id BIGINT, part STRING) USING delta PARTITIONED BY (part)")
+    try:
+        spark.sql(f"INSERT INTO {name} VALUES (1, 'a'), (2, 'a'), (3, 'b')")
+        spark.createDataFrame([(10, "a")], "id BIGINT, part STRING").write.format("delta").mode(
+            "overwrite"
+        ).option("replaceWhere", "part = 'a'").saveAsTable(name)
+        rows = sorted((r.id, r.part) for r in spark.table(name).collect())
+        assert rows == [(3, "b"), (10, "a")]
+        # The data must match the predicate, as delta-spark requires.
+        with pytest.raises(Exception) as refused:
+            spark.createDataFrame([(11, "b")], "id BIGINT, part STRING").write.format("delta").mode(
+                "overwrite"
+            ).option("replaceWhere", "part = 'a'").saveAsTable(name)
+        assert typed_error(refused.value) is not None, refused.value
+        assert sorted((r.id, r.part) for r in spark.table(name).collect()) == rows
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+CONNECT_CLIENT = textwrap.dedent(
+    """
+    import sys
+    from pyspark.sql import SparkSession
+    import deltaflow
+
+    port = sys.argv[1]
+    spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
+    spark.sql(
+        "CREATE TABLE kept (id BIGINT, part STRING) USING delta COMMENT 'kept'"
+        " TBLPROPERTIES ('team' = 'ingest')"
+    )
+    spark.range(3).selectExpr("id", "'a' AS part").write.format("delta").mode(
+        "overwrite"
+    ).saveAsTable("kept")
+    props = {r.key: r.value for r in spark.sql("SHOW TBLPROPERTIES kept").collect()}
+    print("TEAM", props.get("team"))
+    print("COMMENT", spark.catalog.getTable("kept").description)
+    print("KEPT_ROWS", spark.table("kept").count())
+    print("KEPT_AT", spark.sql("DESCRIBE TABLE EXTENDED kept").where(
+        "col_name = 'Location'").collect()[0].data_type)
+
+    def replace_where(label, rows):
+        try:
+            spark.createDataFrame(rows, "id BIGINT, part STRING").write.format("delta").mode(
+                "overwrite"
+            ).option("replaceWhere", "part = 'a'").saveAsTable("parts")
+            print(label, "written")
+        except Exception as exc:
+            error = deltaflow.typed_error(exc)
+            print(label, "refused", type(error).__name__, getattr(error, "feature", ""))
+        print(label, "ROWS", sorted((r.id, r.part) for r in spark.table("parts").collect()))
+
+    spark.sql("CREATE TABLE parts (id BIGINT, part STRING) USING delta PARTITIONED BY (part)")
+    spark.sql("INSERT INTO parts VALUES (1, 'a'), (2, 'a'), (3, 'b')")
+    # The server has no Python data source until a client registers it (issue 26 part 2).
+    replace_where("BARE", [(10, "a")])
+    from deltaflow.spark._source import DeltaDataSource
+
+    spark.dataSource.register(DeltaDataSource)
+    replace_where("REGISTERED", [(10, "a")])
+    replace_where("MISMATCH", [(11, "b")])
+    spark.stop()
+    """
+)
+
+
+def test_a_connect_client_keeps_metadata_and_replaces_where(tmp_path):
+    result, log = run_connect_client(tmp_path, CONNECT_CLIENT, "unused")
+    assert result.returncode == 0, result.stderr[-3000:] + log
+    out = result.stdout.splitlines()
+    assert "TEAM ingest" in out, result.stdout
+    assert "COMMENT kept" in out, result.stdout
+    assert "KEPT_ROWS 3" in out, result.stdout
+    location = urlparse(next(x for x in out if x.startswith("KEPT_AT ")).split(" ", 1)[1]).path
+    metadata = deltalake.DeltaTable(location).metadata()
+    assert metadata.configuration == {"team": "ingest"}
+    assert metadata.description == "kept"
+    # Never "replaceWhere and overwriteSchema cannot be used together": without the Python
+    # data source on the server, the write is refused for that reason alone, typed.
+    bare = next(x for x in out if x.startswith("BARE ") and " ROWS " not in x)
+    assert bare in ("BARE written", "BARE refused UnsupportedFeatureError pythonDataSource"), bare
+    assert "REGISTERED written" in out, result.stdout
+    assert "REGISTERED ROWS [(3, 'b'), (10, 'a')]" in out, result.stdout
+    assert any(x.startswith("MISMATCH refused") for x in out), result.stdout
+    assert "MISMATCH ROWS [(3, 'b'), (10, 'a')]" in out, result.stdout
