@@ -33,7 +33,9 @@ def fresh_table(spark: Any, columns: str = "id BIGINT, p STRING", extra: str = "
 
 
 def location(spark: Any, name: str) -> str:
-    return str(spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["location"]).removeprefix("file://")
+    return str(spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["location"]).removeprefix(
+        "file://"
+    )
 
 
 def to_table(

@@ -272,7 +272,9 @@ def _stream_partitions(cls: Any) -> dict[str, Callable[..., Any]]:
         if state["partition_by"]:
             original_partition_by(self, *state["partition_by"])
         with _typed_errors():
-            return original_to_table(self, tableName, format, outputMode, None, queryName, **options)
+            return original_to_table(
+                self, tableName, format, outputMode, None, queryName, **options
+            )
 
     original_to_table = cls.toTable
     return {
