@@ -6,6 +6,7 @@ configuration at import time, and a SQL file. Run by ``deltaflow pipelines run``
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -16,11 +17,11 @@ SPEC = """\
 name: shop
 storage: {storage}
 database: {database}
-configuration:
-  shop.orders: {orders}
 libraries:
   - glob:
       include: transformations/**
+configuration:
+  shop.orders: {orders}
 """
 
 PYTHON = """\
@@ -42,16 +43,26 @@ def totals():
 """
 
 SQL = """\
-CREATE MATERIALIZED VIEW big_customers AS
+CREATE MATERIALIZED VIEW big_customers USING delta AS
 SELECT customer, total FROM totals WHERE total >= 10;
 """
 
 
-def write_project(root: Path, orders: str, database: str, storage: str) -> Path:
-    """The project under ``root``; its spec file."""
+def write_project(
+    root: Path,
+    orders: str,
+    database: str,
+    storage: str,
+    configuration: dict[str, str] | None = None,
+) -> Path:
+    """The project under ``root``; its spec file. ``configuration``: more settings for
+    the spec's ``configuration`` (e.g. ``deltaflow.spark_conf()``)."""
     (root / "transformations").mkdir(parents=True, exist_ok=True)
     spec = root / "spark-pipeline.yml"
-    spec.write_text(SPEC.format(storage=storage, database=database, orders=orders))
+    extra = "".join(
+        f"  {key}: {json.dumps(value)}\n" for key, value in (configuration or {}).items()
+    )
+    spec.write_text(SPEC.format(storage=storage, database=database, orders=orders) + extra)
     (root / "transformations" / "orders.py").write_text(PYTHON)
     (root / "transformations" / "report.sql").write_text(textwrap.dedent(SQL))
     return spec

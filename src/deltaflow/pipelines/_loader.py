@@ -123,6 +123,7 @@ _CONSTRAINT = re.compile(
 )
 _COMMENT = re.compile(r"^\s*COMMENT\s+'((?:[^'\\]|\\.)*)'\s*", re.IGNORECASE)
 _AS = re.compile(r"^\s*AS\s+", re.IGNORECASE)
+_USING = re.compile(r"^\s*USING\s+(\w+)\s*", re.IGNORECASE)
 
 
 def _load_sql(spark: SparkSession, file: Path, builder: GraphBuilder) -> None:
@@ -166,6 +167,17 @@ def _declare_sql(
     if rest.startswith("("):
         inner, rest = _parenthesised(rest, where)
         expectations, columns = _constraints(inner, where)
+    using = _USING.match(rest)
+    if using:
+        # `USING delta` (what Spark's own runner needs to make the table a Delta table).
+        if using.group(1).lower() != "delta":
+            raise DefinitionError(
+                f"{where}: {name!r} is USING {using.group(1)}; pipeline tables are Delta"
+                " tables (say USING delta, or leave it out).",
+                dataset=name,
+                location=str(where),
+            )
+        rest = rest[using.end() :]
     comment = None
     found = _COMMENT.match(rest)
     if found:
