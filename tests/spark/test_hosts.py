@@ -210,3 +210,68 @@ def test_thrift_jdbc_server_and_beeline_read_and_write_a_delta_table(table_path,
     table = DeltaTable(path)
     assert table.version() == 1
     assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]
+
+
+TO_TABLE_CLIENT = textwrap.dedent(
+    """
+    import sys
+    from pyspark.sql import SparkSession
+
+    port, path = sys.argv[1], sys.argv[2]
+    spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
+    spark.sql("CREATE TABLE streamed (id BIGINT, name STRING) USING delta")
+
+    def to_table(mode="append", table="streamed", frame=None):
+        frame = frame if frame is not None else spark.readStream.format("delta").load(path)
+        query = (
+            frame.writeStream.outputMode(mode)
+            .option("checkpointLocation", path + "_ck_" + table + mode)
+            .trigger(availableNow=True)
+            .toTable(table)
+        )
+        query.awaitTermination()
+        return query
+
+    query = to_table()
+    print("SINK", query.lastProgress["sink"]["description"].split("[")[0])
+    print("FIRST", sorted(r.id for r in spark.table("streamed").collect()))
+    spark.range(3, 5).selectExpr("id", "'y' AS name").write.format("delta").mode(
+        "append"
+    ).save(path)
+    to_table()  # restarted from its checkpoint: only the new rows
+    print("SECOND", sorted(r.id for r in spark.table("streamed").collect()))
+    spark.sql("CREATE TABLE counted (name STRING, n BIGINT) USING delta")
+    counts = (
+        spark.readStream.format("delta").load(path).groupBy("name").count()
+        .withColumnRenamed("count", "n")
+    )
+    to_table("complete", "counted", counts)
+    print("COMPLETE", sorted((r.name, r.n) for r in spark.table("counted").collect()))
+    try:
+        counts.writeStream.outputMode("update").option(
+            "checkpointLocation", path + "_ck_update"
+        ).toTable("counted")
+        print("UPDATE ran")
+    except Exception as exc:
+        import deltaflow
+
+        print("UPDATE", type(deltaflow.typed_error(exc)).__name__)
+    spark.stop()
+    """
+)
+
+
+def test_spark_connect_client_streams_into_a_catalog_table_by_name(table_path, tmp_path):
+    """writeStream.toTable(<delta catalog table>) from a Connect client: the table's own
+    streaming write on the server, restart without duplicates, complete mode, and update
+    mode refused with deltaflow's typed error."""
+    path = table_path()
+    seeded(path)
+    result, log = run_connect_client(tmp_path, TO_TABLE_CLIENT, path)
+    assert result.returncode == 0, result.stderr[-3000:] + log
+    lines = result.stdout.splitlines()
+    assert "SINK DeltaTable" in lines
+    assert "FIRST [1, 2]" in lines
+    assert "SECOND [1, 2, 3, 4]" in lines
+    assert "COMPLETE [('a', 1), ('b', 1), ('y', 2)]" in lines
+    assert "UPDATE InvalidOptionError" in lines

@@ -41,10 +41,10 @@ def test_uninstall_restores_every_original_and_install_patches_again(spark, tabl
 def test_a_moved_method_fails_loudly(monkeypatch):
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-    monkeypatch.delattr(DataStreamWriter, "toTable")
+    monkeypatch.delattr(DataStreamWriter, "partitionBy")
     with pytest.raises(PysparkCompatibilityError) as info:
         _patches.check()
-    assert info.value.where.endswith("DataStreamWriter.toTable")
+    assert info.value.where.endswith("DataStreamWriter.partitionBy")
 
 
 def test_an_unsupported_pyspark_version_fails_loudly(monkeypatch):

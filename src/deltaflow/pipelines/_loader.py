@@ -1,7 +1,10 @@
 """Loading a pipeline's library files into a :class:`~._graph.Graph`.
 
 Python files run as modules with ``spark`` in their namespace (as ``spark-pipelines``
-does), their decorators registering with the graph being collected. SQL files declare
+does), their decorators registering with the graph being collected: deltaflow's
+(``from deltaflow import pipelines as dp``) and ``pyspark.pipelines``' (an SDP project's
+``from pyspark import pipelines as dp``, through :mod:`._sdp`). The pipeline's
+``configuration`` is set on the session while they load. SQL files declare
 datasets with Lakeflow's statements:
 
     CREATE [OR REFRESH] MATERIALIZED VIEW name [(CONSTRAINT c EXPECT (cond) [ON VIOLATION
@@ -18,9 +21,11 @@ its column list may hold column definitions besides constraints.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +39,7 @@ from deltaflow.pipelines._declarations import (
     SourceLocation,
 )
 from deltaflow.pipelines._graph import Graph, GraphBuilder, collect
+from deltaflow.pipelines._sdp import registering
 from deltaflow.pipelines._spec import PipelineSpec
 from deltaflow.pipelines.errors import DefinitionError
 
@@ -51,13 +57,32 @@ def load_graph(spark: SparkSession, spec: PipelineSpec) -> Graph:
             dataset=None,
             location=str(spec.root),
         )
-    with collect() as builder:
+    with collect() as builder, registering(spark, builder), configured(spark, spec):
         for file in files:
             if file.suffix == ".py":
                 _load_python(spark, file, spec.root)
             else:
                 _load_sql(spark, file, builder)
     return builder.graph()
+
+
+@contextlib.contextmanager
+def configured(spark: SparkSession, spec: PipelineSpec) -> Iterator[None]:
+    """The pipeline's ``configuration`` set on the session while its files load (and put
+    back after), so a file reads it at import time (``SRC = spark.conf.get("x")`` at
+    module level), as under Lakeflow and ``spark-pipelines``; the update sets it again
+    for the queries."""
+    before = {key: spark.conf.get(key, None) for key in spec.configuration}
+    for key, value in spec.configuration.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _load_python(spark: SparkSession, file: Path, root: Path) -> None:
@@ -98,10 +123,15 @@ _CONSTRAINT = re.compile(
 )
 _COMMENT = re.compile(r"^\s*COMMENT\s+'((?:[^'\\]|\\.)*)'\s*", re.IGNORECASE)
 _AS = re.compile(r"^\s*AS\s+", re.IGNORECASE)
+_USING = re.compile(r"^\s*USING\s+(\w+)\s*", re.IGNORECASE)
 
 
 def _load_sql(spark: SparkSession, file: Path, builder: GraphBuilder) -> None:
-    text = file.read_text(encoding="utf-8")
+    declare_sql_text(spark, file.read_text(encoding="utf-8"), file, builder)
+
+
+def declare_sql_text(spark: SparkSession, text: str, file: Path, builder: GraphBuilder) -> None:
+    """Declare the datasets and flows of SQL ``text``, from ``file``."""
     for offset, statement in split_statements(text):
         line = text.count("\n", 0, offset) + 1
         _declare_sql(spark, statement, SourceLocation(str(file), line), builder)
@@ -137,6 +167,17 @@ def _declare_sql(
     if rest.startswith("("):
         inner, rest = _parenthesised(rest, where)
         expectations, columns = _constraints(inner, where)
+    using = _USING.match(rest)
+    if using:
+        # `USING delta` (what Spark's own runner needs to make the table a Delta table).
+        if using.group(1).lower() != "delta":
+            raise DefinitionError(
+                f"{where}: {name!r} is USING {using.group(1)}; pipeline tables are Delta"
+                " tables (say USING delta, or leave it out).",
+                dataset=name,
+                location=str(where),
+            )
+        rest = rest[using.end() :]
     comment = None
     found = _COMMENT.match(rest)
     if found:

@@ -263,25 +263,18 @@ def _stream_partitions(cls: Any) -> dict[str, Callable[..., Any]]:
         queryName: str | None = None,
         **options: Any,
     ) -> Any:
-        # Spark runs a stream into a catalog table through the table's streaming write,
-        # which the connector's tables do not have yet (their sink is the provider's):
-        # a Delta catalog table's stream is started at its location.
-        from deltaflow.spark.catalog._create import catalog_location
-
-        location = catalog_location(self._spark, tableName)
-        if location is None:
+        # The deferred partitionBy reaches the JVM (a table toTable creates is partitioned
+        # so); the stream runs through the catalog table's own streaming write, whose
+        # refusals come back typed, not as the Py4J error around them.
+        state = _state(self, key)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if state["partition_by"]:
+            original_partition_by(self, *state["partition_by"])
+        with _typed_errors():
             return original_to_table(
-                self, tableName, format, outputMode, partitionBy, queryName, **options
+                self, tableName, format, outputMode, None, queryName, **options
             )
-        return start(
-            self,
-            location,
-            format="delta",
-            outputMode=outputMode,
-            partitionBy=partitionBy,
-            queryName=queryName,
-            **options,
-        )
 
     original_to_table = cls.toTable
     return {
@@ -378,9 +371,8 @@ PATCHES = (
         ("format", "option", "options", "partitionBy", "start", "toTable"),
         _stream_partitions,
         "partitionBy as an option for the Python sink, which Spark refuses it for;"
-        " the typed error of a Delta sink setting start() refused, and of a checkpoint"
-        " location Hadoop cannot open (s3://); toTable(name) of a"
-        " Delta catalog table as start(location), until the JVM table has a streaming write",
+        " the typed error of a Delta sink setting start() or toTable() refused, and of a"
+        " checkpoint location Hadoop cannot open (s3://)",
     ),
     Patch(
         "pyspark.sql.session.SparkSession",

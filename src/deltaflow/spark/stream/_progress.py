@@ -271,12 +271,17 @@ def _resolve_tables(query: StreamingQuery) -> _QueryTables:
     except Exception:
         log.debug("no plan for streaming query %s", query.id, exc_info=True)
         return _QueryTables(sink_uri, {})
-    try:  # the connector's sink (a V1 sink): DeltaSink[<path>]
-        described = str(plan.sink().toString())
-        if described.startswith(_JVM_SINK) and described.endswith("]"):
-            sink_uri = _uri.normalize_uri(described[len(_JVM_SINK) : -1])
-    except Exception:
-        log.debug("streaming query %s: not the connector's sink", query.id, exc_info=True)
+    for sink in ("sink", "table"):
+        # The connector's V1 sink, DeltaSink[<path>] (streams started on a path), or a
+        # catalog table's streaming write, DeltaTable[<path>] (toTable).
+        try:
+            described = str(getattr(plan, sink)().toString())
+        except Exception:
+            log.debug("streaming query %s: no %s in its plan", query.id, sink, exc_info=True)
+            continue
+        for prefix in (_JVM_SINK, _JVM_TABLE):
+            if described.startswith(prefix) and described.endswith("]"):
+                sink_uri = _uri.normalize_uri(described[len(prefix) : -1])
     try:
         options = plan.writeOptions()
         if _is_delta(plan.table().name()) and options.contains("path"):
@@ -421,6 +426,7 @@ def _offset(raw: Any) -> dict[str, Any] | None:
 
 
 _JVM_SINK = "DeltaSink["
+_JVM_TABLE = "DeltaTable["
 
 
 def _is_delta(table_name: str) -> bool:

@@ -12,7 +12,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
 import org.apache.spark.sql.functions.{col, concat, expr, lit, when}
-import org.apache.spark.sql.types.DataType
+import org.apache.spark.sql.types.{DataType, StructType}
 
 /**
  * `df.write.format("delta").save(path)`, every save mode: one Delta commit.
@@ -50,31 +50,10 @@ object DeltaBatchWrite extends Logging {
    *  recorded in the commit's info. */
   def save(data: DataFrame, mode: SaveMode, parameters: Map[String, String],
       stream: Option[(String, Long, String)] = None): String = {
-    val args = Brain.newArgs()
-    args.put("mode", modeName(mode))
-    stream.foreach { case (appId, batchId, queryId) =>
-      val s = args.putObject("stream")
-      s.put("queryId", appId)
-      s.put("batchId", batchId)
-      s.put("streamQueryId", queryId)
-    }
-    args.put("schema", data.schema.json)
-    val opts = args.putObject("options")
-    // Table properties a new table gets from the session (they only apply at creation).
-    TableDefaults.applyTo(parameters, data.sparkSession).foreach { case (k, v) => opts.put(k, v) }
-    // The session's auto compaction / optimized write settings travel as write options, so
-    // the commit sees them on either route (the Python data source has no session).
-    data.sparkSession.conf.getAll.foreach { case (k, v) =>
-      if (SessionWriteConfs.exists(k.startsWith) && !opts.has(k)) opts.put(k, v)
-    }
-    val conf = args.putObject("conf")
-    PlanConfs.foreach(k => data.sparkSession.conf.getOption(k).foreach(conf.put(k, _)))
-    val plan = Brain.call("write.plan", args)
+    val plan = this.plan(data.sparkSession, data.schema, mode, parameters, stream)
     val route = plan.get("route").asText()
     val guard = Option(plan.get("checks")).filterNot(_.isNull)
-    val generated = Option(plan.get("generate")).filterNot(_.isNull)
-      .map(GeneratedValues.added(data, _)).getOrElse(data)
-    val checked = guard.map(RowChecks.guarded(generated, _)).getOrElse(generated)
+    val checked = prepared(data, plan, shape = false)
     val optimized = Option(plan.get("optimizeWrite")).filterNot(_.isNull)
     val rows = optimized.map(optimizedWrite(checked, _)).getOrElse(checked)
     val committed = try withBinSize(data.sparkSession, optimized) {
@@ -86,15 +65,57 @@ object DeltaBatchWrite extends Logging {
     } catch {
       case NonFatal(e) => throw guard.flatMap(RowChecks.violation(e, _)).getOrElse(e)
     }
+    report(plan, parameters, committed)
+    route
+  }
+
+  /** The brain's plan for writing rows of `schema` (`write.plan`): the route (`skip`,
+   *  `jvm`, `python`) and, for `jvm`, the staging directory and how to shape the rows. */
+  private[spark] def plan(session: SparkSession, schema: StructType, mode: SaveMode,
+      parameters: Map[String, String], stream: Option[(String, Long, String)]): JsonNode = {
+    val args = Brain.newArgs()
+    args.put("mode", modeName(mode))
+    stream.foreach { case (appId, batchId, queryId) =>
+      val s = args.putObject("stream")
+      s.put("queryId", appId)
+      s.put("batchId", batchId)
+      s.put("streamQueryId", queryId)
+    }
+    args.put("schema", schema.json)
+    val opts = args.putObject("options")
+    // Table properties a new table gets from the session (they only apply at creation).
+    TableDefaults.applyTo(parameters, session).foreach { case (k, v) => opts.put(k, v) }
+    // The session's auto compaction / optimized write settings travel as write options, so
+    // the commit sees them on either route (the Python data source has no session).
+    session.conf.getAll.foreach { case (k, v) =>
+      if (SessionWriteConfs.exists(k.startsWith) && !opts.has(k)) opts.put(k, v)
+    }
+    val conf = args.putObject("conf")
+    PlanConfs.foreach(k => session.conf.getOption(k).foreach(conf.put(k, _)))
+    Brain.call("write.plan", args)
+  }
+
+  /** `data` with the generated values it lacks and the row checks the plan asks for;
+   *  with `shape`, also as the table's columns ([[shaped]]; the `jvm` route's rows). */
+  private[spark] def prepared(data: DataFrame, plan: JsonNode, shape: Boolean): DataFrame = {
+    val guard = Option(plan.get("checks")).filterNot(_.isNull)
+    val generated = Option(plan.get("generate")).filterNot(_.isNull)
+      .map(GeneratedValues.added(data, _)).getOrElse(data)
+    val checked = guard.map(RowChecks.guarded(generated, _)).getOrElse(generated)
+    if (shape) shaped(checked, plan) else checked
+  }
+
+  /** Record the write for the caller's report (its table, route, version, files). */
+  private[spark] def report(plan: JsonNode, parameters: Map[String, String],
+      committed: Option[JsonNode]): Unit = {
     val report = Brain.newArgs()
     report.put("table_uri", plan.path("tableUri").asText(parameters.getOrElse("path", "")))
-    report.put("route", route)
+    report.put("route", plan.get("route").asText())
     committed.foreach { result =>
       report.set[JsonNode]("version", result.get("version"))
       report.set[JsonNode]("files", result.get("files"))
     }
     WriteReports.add(report)
-    route
   }
 
   /** delta-spark's optimized write: the rows shuffled by the table's partition columns
@@ -127,7 +148,7 @@ object DeltaBatchWrite extends Logging {
         }
     }
 
-  private def modeName(mode: SaveMode): String = mode match {
+  private[spark] def modeName(mode: SaveMode): String = mode match {
     case SaveMode.Append => "append"
     case SaveMode.Overwrite => "overwrite"
     case SaveMode.ErrorIfExists => "error"
@@ -184,7 +205,7 @@ object DeltaBatchWrite extends Logging {
 
   /** `data` as the table's columns, in order, cast where the plan says, with string
    *  partition values Spark cannot tell apart in a directory name marked. */
-  private def shaped(data: DataFrame, plan: JsonNode): DataFrame = {
+  private[spark] def shaped(data: DataFrame, plan: JsonNode): DataFrame = {
     val escaped = plan.get("escapedPartitions").elements().asScala.map(_.asText()).toSet
     val mark = plan.get("escapeMark").asText()
     val hiveNull = plan.get("hiveNull").asText()

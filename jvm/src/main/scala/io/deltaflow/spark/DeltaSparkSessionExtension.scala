@@ -11,7 +11,8 @@ import io.deltaflow.spark.sql.{DeltaSqlParser, TableChanges}
  * learns Delta's own statements ([[DeltaSqlParser]]) and the `table_changes` functions
  * ([[TableChanges]]); everything else stays Spark's. Catalog reads honour `readChangeFeed`
  * and dynamic partition overwrites work ([[DeltaAnalysis]]). ALTER TABLE forms Spark's
- * analysis would refuse for a Delta table go to its catalog ([[AlterTableRule]]).
+ * analysis would refuse for a Delta table go to its catalog ([[AlterTableRule]]). A
+ * stream into a catalog table is checked when it starts ([[StreamWriteCheck]]).
  * `deltaflow.spark_conf()` sets this and `spark.sql.catalog.spark_catalog` ([[DeltaCatalog]]).
  */
 class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
@@ -25,5 +26,6 @@ class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     TableChanges.functions.foreach(extensions.injectTableFunction)
     extensions.injectResolutionRule(session => new DeltaAnalysis(session))
     extensions.injectResolutionRule(session => new AlterTableRule(session))
+    extensions.injectCheckRule(_ => new StreamWriteCheck)
   }
 }

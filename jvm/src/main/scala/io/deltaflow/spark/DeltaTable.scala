@@ -5,7 +5,7 @@ import java.util
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.catalyst.catalog.CatalogTable
-import org.apache.spark.sql.connector.catalog.{SupportsRead, SupportsWrite, Table, TableCapability}
+import org.apache.spark.sql.connector.catalog.{SupportsRead, SupportsWrite, Table, TableCapability, TruncatableTable}
 import org.apache.spark.sql.connector.expressions.{Expressions, Transform}
 import org.apache.spark.sql.connector.read.ScanBuilder
 import org.apache.spark.sql.{DataFrame, SaveMode}
@@ -30,12 +30,15 @@ class DeltaTable(
     val info: TableInfo,
     options: util.Map[String, String],
     val entry: Option[CatalogTable] = None)
-  extends Table with SupportsRead with SupportsWrite {
+  extends Table with SupportsRead with SupportsWrite with TruncatableTable {
 
   override def name(): String =
     entry.map(_.identifier.quotedString).getOrElse(s"delta.`${info.uri}`")
 
   override def schema(): StructType = info.schema
+
+  // What a stream's progress names as its sink (a catalog table's streaming write).
+  override def toString: String = s"DeltaTable[${info.uri}]"
 
   override def partitioning(): Array[Transform] =
     info.partitionColumns.map(c => Expressions.identity(c): Transform).toArray
@@ -50,14 +53,21 @@ class DeltaTable(
     (base ++ external ++ entry.map(e => "owner" -> e.owner).filter(_._2.nonEmpty)).asJava
   }
 
-  // Without STREAMING_WRITE, Spark runs a stream into this table through the provider's
-  // V1 sink ([[DeltaSink]]); `deltaflow.write.nativeWrite=false` keeps the Python sink.
+  // A catalog table streams through its own STREAMING_WRITE ([[DeltaStreamingWrite]]:
+  // `toTable(name)` needs it). A table named by its path reports none, so Spark runs
+  // `start(path)` through the provider's V1 sink ([[DeltaSink]]), which checks the stream's
+  // settings inside start(); `deltaflow.write.nativeWrite=false` keeps the Python sink.
   override def capabilities(): util.Set[TableCapability] = {
     val base = Set(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ,
       TableCapability.V1_BATCH_WRITE, TableCapability.TRUNCATE,
       TableCapability.OVERWRITE_BY_FILTER, TableCapability.OVERWRITE_DYNAMIC)
-    (if (DeltaTable.pythonSink) base + TableCapability.STREAMING_WRITE else base).asJava
+    val streams = entry.isDefined || DeltaTable.pythonSink
+    (if (streams) base + TableCapability.STREAMING_WRITE else base).asJava
   }
+
+  /** `TRUNCATE TABLE` (how Spark's declarative pipelines empty a materialized view before
+   *  its refresh): one commit that removes every file, schema and properties kept. */
+  override def truncateTable(): Boolean = DeltaTruncate.truncate(info)
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = {
     if (!info.exists) {
@@ -88,9 +98,9 @@ object DeltaTable {
 
 /**
  * Writes Spark plans against the table itself (SQL `INSERT [OVERWRITE] INTO` a view
- * or catalog table of it; streams when the Python sink is asked for). Batch: a V1 write,
- * so the DataFrame reaches [[DeltaBatchWrite]] whole. Streaming: the Python data
- * source's sink.
+ * or catalog table of it; `toTable(name)` streams). Batch: a V1 write, so the DataFrame
+ * reaches [[DeltaBatchWrite]] whole. Streaming: [[DeltaStreamingWrite]]; the Python data
+ * source's sink for tables the brain routes `python` or with `deltaflow.write.nativeWrite=false`.
  */
 class DeltaWriteBuilder(info: TableInfo, writeInfo: LogicalWriteInfo)
   extends WriteBuilder with SupportsOverwrite with SupportsDynamicOverwrite {
@@ -116,6 +126,14 @@ class DeltaWriteBuilder(info: TableInfo, writeInfo: LogicalWriteInfo)
     this
   }
 
+  private def refusePartitionOverwrite(): Unit =
+    if (replaceWhere.isDefined || dynamic) {
+      throw DeltaflowException.of("UnsupportedFeatureError",
+        s"A stream into ${info.uri} cannot overwrite partitions; streams append (or " +
+          "complete-mode overwrite the whole table).",
+        Map("table_uri" -> info.uri, "feature" -> "streamingPartitionOverwrite"))
+    }
+
   override def build(): Write = new V1Write {
     override def description(): String = s"DeltaWrite delta.`${info.uri}`"
 
@@ -128,15 +146,15 @@ class DeltaWriteBuilder(info: TableInfo, writeInfo: LogicalWriteInfo)
     }
 
     override def toStreaming: StreamingWrite = DeltaflowException.surfaced {
-      val delegate = PythonDelegate.writeTable(writeInfo).newWriteBuilder(writeInfo)
-      if (replaceWhere.isDefined || dynamic) {
-        throw DeltaflowException.of("UnsupportedFeatureError",
-          s"A stream into ${info.uri} cannot overwrite partitions; streams append (or " +
-            "complete-mode overwrite the whole table).",
-          Map("table_uri" -> info.uri, "feature" -> "streamingPartitionOverwrite"))
+      refusePartitionOverwrite()
+      if (info.route != "python" && !DeltaTable.pythonSink) {
+        new DeltaStreamingWrite(info, writeInfo, overwrite)
+      } else {
+        val delegate = PythonDelegate.writeTable(writeInfo).newWriteBuilder(writeInfo)
+        val builder =
+          if (overwrite) delegate.asInstanceOf[SupportsTruncate].truncate() else delegate
+        new SurfacedStreamingWrite(builder.build().toStreaming)
       }
-      val builder = if (overwrite) delegate.asInstanceOf[SupportsTruncate].truncate() else delegate
-      new SurfacedStreamingWrite(builder.build().toStreaming)
     }
   }
 }

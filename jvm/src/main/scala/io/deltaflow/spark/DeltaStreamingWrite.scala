@@ -1,0 +1,243 @@
+package io.deltaflow.spark
+
+import java.util.concurrent.ConcurrentHashMap
+
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.JsonNode
+
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.{Row, SaveMode}
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.classic.SparkSession
+import org.apache.spark.sql.connector.write.{BatchWrite, DataWriter, DataWriterFactory, LogicalWriteInfo, PhysicalWriteInfo, WriterCommitMessage}
+import org.apache.spark.sql.connector.write.streaming.{StreamingDataWriterFactory, StreamingWrite}
+import org.apache.spark.sql.deltaflow.StagedFileWrite
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.streaming.WriteToStream
+import org.apache.spark.sql.execution.SortExec
+import org.apache.spark.sql.streaming.OutputMode
+
+/**
+ * A stream into a Delta catalog table (`writeStream.toTable(name)`, Spark's declarative
+ * pipelines' streaming tables): the table's DataSource V2 `StreamingWrite`, with the
+ * V1 sink's ([[DeltaSink]]) delivery rules, on every host Spark runs the connector in.
+ *
+ * Spark builds one per micro-batch. On the driver, before the batch's tasks run, the
+ * brain plans the batch as a write (`write.plan`, as [[DeltaBatchWrite]] does) with the
+ * app transaction `txnAppId` = the query id (stable across restarts: Spark keeps it in
+ * the checkpoint; a pipeline flow's identity when `deltaflow.pipelines.flowIdentity` is
+ * set), `txnVersion` = the batch id, and the query named in the commit's info. A batch
+ * already in the log (a replay after a crash) is planned `skip`: its tasks run (a stateful
+ * query's state stores commit) and drop their rows. Otherwise the tasks shape each row as
+ * the batch write shapes its DataFrame (generated values, row checks, the table's
+ * columns) and write Parquet with Spark's file writer into the plan's staging directory;
+ * at `commit` the committed task files are moved into place and the brain commits once
+ * (`write.commit`: footers for stats, conflict checks, the app transaction). A failed or
+ * aborted batch deletes what it staged (`write.abort`); nothing is visible before the
+ * commit. Output modes: append; complete overwrites the table in that one commit
+ * (`overwrite`). Update is refused when the stream starts ([[StreamWriteCheck]]).
+ */
+class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrite: Boolean)
+  extends StreamingWrite with Logging {
+  import DeltaStreamingWrite._
+
+  private val session = SparkSession.active
+  private val options = writeInfo.options().asCaseSensitiveMap().asScala.toMap
+  private val checked = check(session, info, options, writeInfo.queryId(), overwrite)
+  // The batch planned by createStreamingWriterFactory, committed or aborted next.
+  @volatile private var planned: Option[Planned] = None
+
+  override def createStreamingWriterFactory(physical: PhysicalWriteInfo): StreamingDataWriterFactory = {
+    val batchId = Option(session.sparkContext.getLocalProperty(BatchIdKey)).map(_.toLong)
+      .getOrElse(throw new IllegalStateException(
+        s"deltaflow: a stream into ${info.uri} planned outside a micro-batch"))
+    val queryId = writeInfo.queryId()
+    val appId = checked.appId.getOrElse(queryId)
+    val parameters = checked.writeOptions ++ Map("path" -> checked.path, "txnAppId" -> appId,
+      "txnVersion" -> batchId.toString)
+    val mode = if (overwrite) SaveMode.Overwrite else SaveMode.Append
+    val plan = DeltaBatchWrite.plan(session, writeInfo.schema(), mode, parameters,
+      Some((appId, batchId, queryId)))
+    plan.get("route").asText() match {
+      case "skip" =>
+        logInfo(s"deltaflow stream batch $batchId to ${info.uri} is in the log already: " +
+          "not written")
+        planned = Some(Planned(batchId, plan, parameters, None))
+        new DroppingWriterFactory
+      case "python" =>
+        // The brain's Python writer takes what the connector's file write does not yet
+        // (CHECK constraints, NOT NULL columns, column mapping, ...); Spark runs a Python
+        // data source's writer as part of the query's plan, which a streaming write built
+        // per batch cannot add. The V1 sink on the table's path can.
+        throw DeltaflowException.of("UnsupportedFeatureError",
+          s"A stream into the catalog table at ${info.uri} needs deltaflow's Python writer " +
+            "(the table has CHECK constraints, NOT NULL columns or column mapping), which " +
+            "a catalog table's streaming write cannot use yet: in a PySpark session, start " +
+            "the stream on the table's location instead, .start('<location>') (DESCRIBE " +
+            "DETAIL shows it).",
+          Map("table_uri" -> info.uri, "feature" -> "streamingWritePythonRoute"))
+      case _ =>
+        val shape = StagedFileWrite.shape(session, writeInfo.schema(),
+          df => DeltaBatchWrite.prepared(df, plan, shape = true))
+        val partitions = plan.get("partitionColumns").elements().asScala.map(_.asText()).toSeq
+        val write = StagedFileWrite.batchWrite(session, plan.get("staging").asText(),
+          shape.output, partitions, plan.get("codec").asText(),
+          plan.get("maxRecordsPerFile").asLong(), plan.get("hasTimestamps").asBoolean())
+        planned = Some(Planned(batchId, plan, parameters, Some(write)))
+        val lowered = partitions.map(_.toLowerCase).toSet
+        val sortBy = shape.output.filter(a => lowered.contains(a.name.toLowerCase))
+        val sort = if (sortBy.isEmpty) None else Some(StagedFileWrite.sorter(shape.output, sortBy))
+        val checks = Option(plan.get("checks")).filterNot(_.isNull).map(_.toString)
+        new ShapedWriterFactory(write.createBatchWriterFactory(physical), shape, sort, checks)
+    }
+  }
+
+  override def commit(epochId: Long, messages: Array[WriterCommitMessage]): Unit = {
+    val batch = current(epochId)
+    batch.write match {
+      case None => DeltaBatchWrite.report(batch.plan, batch.parameters, None)
+      case Some(write) =>
+        var committed = false
+        try {
+          write.commit(messages)
+          val args = Brain.newArgs()
+          args.put("handle", batch.plan.get("handle").asText())
+          val result = Brain.call("write.commit", args)
+          committed = true
+          logInfo(s"deltaflow stream batch $epochId wrote ${result.path("files").asInt()} " +
+            s"files to ${info.uri} at version ${result.path("version").asText()}")
+          DeltaBatchWrite.report(batch.plan, batch.parameters, Some(result))
+        } finally {
+          if (!committed) discard(batch, messages)
+        }
+    }
+  }
+
+  // Spark's file writer asks the commit coordinator itself (Hadoop's commit protocol,
+  // in the task's commit): a second ask for the same attempt would be denied.
+  override def useCommitCoordinator(): Boolean = false
+
+  override def abort(epochId: Long, messages: Array[WriterCommitMessage]): Unit =
+    planned.filter(_.batchId == epochId).foreach(discard(_, messages))
+
+  override def toString: String = s"DeltaStreamingWrite[${info.uri}]"
+
+  private def current(epochId: Long): Planned = planned.filter(_.batchId == epochId).getOrElse(
+    throw new IllegalStateException(s"deltaflow: batch $epochId of the stream into " +
+      s"${info.uri} was not planned by this write"))
+
+  private def discard(batch: Planned, messages: Array[WriterCommitMessage]): Unit = {
+    planned = None
+    batch.write.foreach { write =>
+      try write.abort(messages)
+      catch { case e: Exception => logWarning(s"deltaflow could not abort a file write: $e") }
+    }
+    if (batch.write.isDefined) {
+      val args = Brain.newArgs()
+      args.put("handle", batch.plan.get("handle").asText())
+      try Brain.call("write.abort", args)
+      catch { case e: Exception => logWarning(s"deltaflow could not clean up a failed write: $e") }
+    }
+  }
+}
+
+object DeltaStreamingWrite {
+  // Spark's local property naming the micro-batch being run (MicroBatchExecution.BATCH_ID_KEY).
+  private val BatchIdKey = "streaming.sql.batchId"
+  private val CheckpointConf = "spark.sql.streaming.checkpointLocation"
+
+  private final case class Planned(batchId: Long, plan: JsonNode,
+      parameters: Map[String, String], write: Option[BatchWrite])
+
+  /** The brain's checked sink settings: the table's path, the write options each batch
+   *  uses and the app id a pipeline flow names. */
+  final case class Checked(path: String, writeOptions: Map[String, String], appId: Option[String])
+
+  // One check per query and settings: Spark builds the write again for every micro-batch.
+  private val checkedStreams = new ConcurrentHashMap[(String, Map[String, String], Boolean), Checked]()
+
+  /** The brain's `sink.check` of a stream into `info` (typed errors for wrong settings). */
+  def check(session: SparkSession, info: TableInfo, options: Map[String, String],
+      queryId: String, overwrite: Boolean): Checked =
+    checkedStreams.computeIfAbsent((queryId, options, overwrite), _ => {
+      val args = Brain.newArgs()
+      val opts = args.putObject("options")
+      options.foreach { case (k, v) => if (!k.equalsIgnoreCase("path")) opts.put(k, v) }
+      opts.put("path", info.uri)
+      args.put("outputMode", if (overwrite) "complete" else "append")
+      // Spark resolved the checkpoint (option, or the session's root) before the first
+      // batch; the brain only needs to know there is one, and the table exists.
+      val checkpoint = options.collectFirst {
+        case (k, v) if k.equalsIgnoreCase("checkpointLocation") => v
+      }.orElse(session.conf.getOption(CheckpointConf)).getOrElse(info.uri + "/_delta_log")
+      args.put("checkpointLocation", checkpoint)
+      args.putArray("partitionColumns")
+      val answer = Brain.call("sink.check", args)
+      Checked(answer.get("path").asText(),
+        answer.get("writeOptions").properties().asScala
+          .map(e => e.getKey -> e.getValue.asText()).toMap,
+        Option(answer.get("appId")).filterNot(_.isNull).map(_.asText()))
+    })
+}
+
+/** The writers of a batch already in the log: its rows are dropped. */
+class DroppingWriterFactory extends StreamingDataWriterFactory {
+  override def createWriter(partitionId: Int, taskId: Long, epochId: Long): DataWriter[InternalRow] =
+    new DataWriter[InternalRow] {
+      override def write(record: InternalRow): Unit = ()
+      override def commit(): WriterCommitMessage = DroppedRows
+      override def abort(): Unit = ()
+      override def close(): Unit = ()
+    }
+}
+
+case object DroppedRows extends WriterCommitMessage
+
+/** Each task's writer: rows shaped, sorted by partition when the table is partitioned,
+ *  and written by Spark's file writer; a row check's failure raised typed. */
+class ShapedWriterFactory(
+    files: DataWriterFactory,
+    shape: StagedFileWrite.Shape,
+    sort: Option[SortExec],
+    checks: Option[String]) extends StreamingDataWriterFactory {
+  override def createWriter(partitionId: Int, taskId: Long, epochId: Long): DataWriter[InternalRow] = {
+    val rules = checks.map(c => Brain.json.readTree(c))
+    new StagedFileWrite.ShapedWriter(files.createWriter(partitionId, taskId), shape, sort,
+      partitionId, e => rules.flatMap(RowChecks.violation(e, _)).getOrElse(e))
+  }
+}
+
+/** `TRUNCATE TABLE` of a Delta table: an overwrite with no rows, one commit that removes
+ *  every file and keeps the schema, partitioning and properties (as delta-spark's
+ *  truncate on Databricks does). */
+object DeltaTruncate {
+  def truncate(info: TableInfo): Boolean = {
+    val session = SparkSession.active
+    val empty = session.createDataFrame(session.sparkContext.emptyRDD[Row], info.schema)
+    DeltaBatchWrite.save(empty, SaveMode.Overwrite, Map("path" -> info.uri))
+    true
+  }
+}
+
+/**
+ * The checks of a stream into a catalog table Spark's `start()` / `toTable()` runs (its
+ * analysis of the stream's write): an output mode a Delta table cannot honour (update) is
+ * the brain's typed error there, as the V1 sink's `start()` raises it, rather than
+ * Spark's untyped refusal in the first micro-batch.
+ */
+class StreamWriteCheck extends (LogicalPlan => Unit) {
+  override def apply(plan: LogicalPlan): Unit = plan match {
+    case w: WriteToStream if w.outputMode == OutputMode.Update() &&
+        (w.sink.isInstanceOf[DeltaTable] || w.sink.isInstanceOf[LocatedPythonTable]) =>
+      val uri = w.sink match {
+        case t: DeltaTable => t.info.uri
+        case other => other.name()
+      }
+      val args = Brain.newArgs()
+      args.putObject("options").put("path", uri)
+      args.put("outputMode", "update")
+      Brain.call("sink.check", args)
+    case _ =>
+  }
+}
