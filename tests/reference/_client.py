@@ -44,7 +44,7 @@ class Pending:
         self._code = code
         self._reply: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=1)
 
-    def result(self, timeout: float = 300.0) -> Any:
+    def result(self, timeout: float = 900.0) -> Any:
         try:
             reply = self._reply.get(timeout=timeout)
         except queue.Empty:
@@ -131,7 +131,7 @@ class ReferenceSpark:
             self._process.stdin.flush()
         return pending
 
-    def run(self, code: str, timeout: float = 300.0) -> Any:
+    def run(self, code: str, timeout: float = 900.0) -> Any:
         """Run a job and return its result (raises :class:`ReferenceJobError` if it failed)."""
         return self.submit(code).result(timeout)
 
