@@ -20,7 +20,8 @@ class Feature:
     on_top: tuple[str, ...] = ()
     refused: tuple[str, ...] = ()
     cdf_from: int | None = None
-    # A text every table of this feature has in its log (proof the feature was exercised).
+    # A text every table of this feature has in its log (proof the feature was exercised);
+    # without quotes: schema metadata sits JSON-escaped inside the schemaString.
     log_marker: str | None = None
 
 
@@ -94,7 +95,7 @@ FEATURES = [
                 f"ALTER TABLE {T} RENAME COLUMN w TO w2",
                 f"UPDATE {T} SET w2 = 'u' WHERE id = 1",
             ),
-            log_marker='"delta.columnMapping.physicalName"',
+            log_marker="delta.columnMapping.physicalName",
         )
         for mode in ("name", "id")
     ],
@@ -108,7 +109,7 @@ FEATURES = [
             f"OPTIMIZE {T}",
         ),
         on_top=(f"INSERT INTO {T} VALUES (6, 'f'), (0, 'z')", f"OPTIMIZE {T}"),
-        log_marker='"clusteringColumns"',
+        log_marker="clusteringColumns",
     ),
     Feature(
         "identity_and_generated",
@@ -123,7 +124,7 @@ FEATURES = [
             f"INSERT INTO {T} (x) VALUES (5), (6)",
             f"UPDATE {T} SET x = x + 100 WHERE x = 1",
         ),
-        log_marker='"delta.identity.highWaterMark"',
+        log_marker="delta.identity.highWaterMark",
     ),
     Feature(
         "check_constraints",
@@ -135,7 +136,7 @@ FEATURES = [
         ),
         on_top=(f"INSERT INTO {T} VALUES (4, 8)", f"UPDATE {T} SET x = x + 1 WHERE id = 1"),
         refused=(f"INSERT INTO {T} VALUES (5, -1)", f"UPDATE {T} SET x = -x WHERE id = 2"),
-        log_marker='"delta.constraints.x_positive"',
+        log_marker="delta.constraints.x_positive",
     ),
     Feature(
         "checkpoints",
@@ -155,7 +156,7 @@ FEATURES = [
             *[f"INSERT INTO {T} VALUES ({i}, 'v{i}')" for i in range(1, 5)],
         ),
         on_top=tuple(f"INSERT INTO {T} VALUES ({i}, 'w{i}')" for i in range(5, 8)),
-        log_marker='"v2Checkpoint"',
+        log_marker="v2Checkpoint",
     ),
     Feature(
         "type_widening",
@@ -168,7 +169,7 @@ FEATURES = [
             f"INSERT INTO {T} VALUES (2, 100000, 2.25)",
         ),
         on_top=(f"INSERT INTO {T} VALUES (3, 200000, 3.5)",),
-        log_marker='"delta.typeChanges"',
+        log_marker="delta.typeChanges",
     ),
     Feature(
         "timestamp_ntz",
@@ -186,7 +187,7 @@ FEATURES = [
             "TIMESTAMP'2000-02-29 23:59:59.999999', DATE'2000-02-29')",
             f"UPDATE {T} SET t = t + INTERVAL 1 DAY WHERE id = 1",
         ),
-        log_marker='"timestampNtz"',
+        log_marker="timestampNtz",
     ),
     Feature(
         "variant",
@@ -199,6 +200,6 @@ FEATURES = [
             f'INSERT INTO {T} VALUES (4, parse_json(\'{{"c": {{"d": true}}}}\'))',
             f"DELETE FROM {T} WHERE id = 2",
         ),
-        log_marker='"variantType',
+        log_marker="variantType",
     ),
 ]
