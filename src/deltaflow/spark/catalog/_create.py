@@ -89,15 +89,32 @@ class TableSpec:
 
 
 class DeltaTableBuilder:
-    """delta-spark's ``DeltaTableBuilder``. Every call returns a new builder; nothing
-    touches the table until :meth:`execute`."""
+    """delta-spark's ``DeltaTableBuilder``. Each call adds to this builder and returns it
+    (as delta-spark's does: ``builder.clusterBy(...)`` without using the result still
+    clusters the table); ``spec`` is the frozen declaration so far. Nothing touches the
+    table until :meth:`execute`."""
 
     def __init__(self, spark: SparkSession, spec: TableSpec) -> None:
         self._spark = spark
         self.spec = spec
 
     def _with(self, **changes: Any) -> DeltaTableBuilder:
-        return DeltaTableBuilder(self._spark, dataclasses.replace(self.spec, **changes))
+        self.spec = dataclasses.replace(self.spec, **changes)
+        return self
+
+    @property
+    def _jbuilder(self) -> _ScalaBuilderView:
+        """delta-spark's handle on the Scala builder behind its Python one, which code
+        written for delta-spark sometimes calls directly (``builder._jbuilder =
+        builder._jbuilder.partitionedBy(seq)``): a view taking the Scala methods'
+        arguments (Scala ``Seq``s through py4j) onto this builder."""
+        return _ScalaBuilderView(self)
+
+    @_jbuilder.setter
+    def _jbuilder(self, view: _ScalaBuilderView) -> None:
+        if not isinstance(view, _ScalaBuilderView):
+            raise TypeError(f"_jbuilder takes the builder's own view, got {type(view)}.")
+        self.spec = view.builder.spec
 
     def tableName(self, identifier: str) -> DeltaTableBuilder:
         """The catalog name (``t`` or ``db.t``) to register the table under."""
@@ -138,7 +155,10 @@ class DeltaTableBuilder:
         metadata = column_metadata(colName, generatedAlwaysAs, generatedByDefaultAs)
         if comment is not None:
             metadata["comment"] = comment
-        field = StructField(colName, _data_type(dataType, colName), nullable, metadata)
+        data_type = _data_type(dataType, colName)
+        if _generated.IDENTITY_START in metadata:
+            _check_identity_type(colName, data_type, self._describe())
+        field = StructField(colName, data_type, nullable, metadata)
         return self._with(columns=(*self.spec.columns, _column(field)))
 
     def addColumns(self, cols: StructType | Iterable[StructField]) -> DeltaTableBuilder:
@@ -185,6 +205,38 @@ class DeltaTableBuilder:
         return self.spec.location or self.spec.name or "the new table"
 
 
+class _ScalaBuilderView:
+    """The Scala ``DeltaTableBuilder`` methods delta-spark's Python builder forwards to,
+    taking what py4j hands them (Scala ``Seq`` of column names)."""
+
+    def __init__(self, builder: DeltaTableBuilder) -> None:
+        self.builder = builder
+
+    def partitionedBy(self, *cols: Any) -> _ScalaBuilderView:
+        self.builder.partitionedBy(*_py_names(cols))
+        return self
+
+    def clusterBy(self, *cols: Any) -> _ScalaBuilderView:
+        self.builder.clusterBy(*_py_names(cols))
+        return self
+
+    def execute(self) -> DeltaTable:
+        return self.builder.execute()
+
+
+def _py_names(cols: tuple[Any, ...]) -> list[str]:
+    """Column names from strings or Scala ``Seq[String]`` (py4j objects)."""
+    names: list[str] = []
+    for group in cols:
+        if isinstance(group, str):
+            names.append(group)
+        elif hasattr(group, "mkString"):  # a Scala Seq, element by element
+            names.extend(str(group.apply(i)) for i in range(group.size()))
+        else:
+            names.extend(group)
+    return names
+
+
 def _column(field: StructField) -> ColumnSpec:
     from pyspark.sql.types import CharType, VarcharType
 
@@ -217,11 +269,33 @@ def _data_type(data_type: str | DataType, column: str) -> DataType:
     try:
         return DataType.fromDDL(data_type)
     except PySparkException as exc:
-        raise InvalidOptionError(
+        from deltaflow.spark._pyspark_errors import DataTypeParseError
+
+        # A ParseException too, as delta-spark's builder raises.
+        raise DataTypeParseError(
             f"Column '{column}': {data_type!r} is not a Spark SQL data type ({exc}). Use DDL"
             " such as 'INT', 'DECIMAL(10,2)', 'ARRAY<STRING>', 'STRUCT<a: INT, b: STRING>'.",
             option="dataType",
         ) from None
+
+
+def _check_identity_type(column: str, data_type: DataType, label: str) -> None:
+    """An identity column is BIGINT; delta-spark's builder refuses others as it is called,
+    with an ``UnsupportedOperationException`` (so does this one: it is also one)."""
+    from pyspark.sql.types import LongType
+
+    if isinstance(data_type, LongType):
+        return
+    from deltaflow.spark._pyspark_errors import UnsupportedColumnError
+
+    raise UnsupportedColumnError(
+        f"Identity column '{column}' of {label} is of type {data_type.simpleString()};"
+        " Delta identity columns are BIGINT. Declare it as 'BIGINT' (LongType()).",
+        table_uri=label,
+        column=column,
+        reason="identityType",
+        error_class="DELTA_IDENTITY_COLUMNS_UNSUPPORTED_DATA_TYPE",
+    )
 
 
 def builder(spark: SparkSession | None, mode: CreateMode) -> DeltaTableBuilder:
@@ -262,12 +336,25 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
         assert spec.name is not None
         uri = managed_location(spark, spec.name)
         spec = dataclasses.replace(spec, managed=True)
+    # The catalog's answers are pyspark's AnalysisException too, as delta-spark's are.
+    from deltaflow.spark._pyspark_errors import (
+        TableAlreadyExistsAnalysisError,
+        TableNotFoundAnalysisError,
+    )
+
     if spec.mode == "create" and in_catalog:
-        raise TableAlreadyExistsError(
+        raise TableAlreadyExistsAnalysisError(
             f"Table {spec.name} already exists in the catalog. Use"
             " DeltaTable.createIfNotExists to keep it or DeltaTable.createOrReplace to replace"
             " it.",
             table_uri=spec.name or uri,
+        )
+    if spec.mode == "replace" and not in_catalog and not table_exists(uri):
+        raise TableNotFoundAnalysisError(
+            f"Table {spec.name or uri} cannot be replaced as it did not exist: there is no"
+            f" Delta table at {uri}. Use DeltaTable.createOrReplace to create it when"
+            " missing.",
+            table_uri=uri,
         )
     if spec.mode == "createIfNotExists" and in_catalog:
         return DeltaTable(spark, registered or uri, name=spec.name)
