@@ -150,7 +150,7 @@ def test_optimize_bad_predicate_and_columns_are_typed(spark, table_path):
     path = _make(spark, table_path())
     version = RsTable(path).version()
     error = _raises(spark, f"OPTIMIZE delta.`{path}` WHERE value > 1", InvalidOptionError)
-    assert error.option == "partitionFilter" and "'value' is not a partition column" in str(error)
+    assert error.option == "partitionFilter" and "non-partition column 'value'" in str(error)
     error = _raises(spark, f"OPTIMIZE delta.`{path}` ZORDER BY kind", InvalidOptionError)
     assert error.option == "zOrderBy" and "partition column" in str(error)
     error = _raises(spark, f"OPTIMIZE delta.`{path}` ZORDER BY (nope)", InvalidOptionError)

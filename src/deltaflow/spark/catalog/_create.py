@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark import _arguments as args
-from deltaflow.spark.catalog import _jvm_catalog
+from deltaflow.spark.catalog import _builder_args, _jvm_catalog
 from deltaflow.table import _conditional_put, _generated, _log_commit, _uri
 from deltaflow.table._protocol import protocol_for_new_table
 from deltaflow.table._snapshot import load_snapshot, table_exists
@@ -103,16 +103,16 @@ class DeltaTableBuilder:
         return self
 
     @property
-    def _jbuilder(self) -> _ScalaBuilderView:
+    def _jbuilder(self) -> _builder_args.ScalaBuilderView:
         """delta-spark's handle on the Scala builder behind its Python one, which code
         written for delta-spark sometimes calls directly (``builder._jbuilder =
         builder._jbuilder.partitionedBy(seq)``): a view taking the Scala methods'
         arguments (Scala ``Seq``s through py4j) onto this builder."""
-        return _ScalaBuilderView(self)
+        return _builder_args.ScalaBuilderView(self)
 
     @_jbuilder.setter
-    def _jbuilder(self, view: _ScalaBuilderView) -> None:
-        if not isinstance(view, _ScalaBuilderView):
+    def _jbuilder(self, view: _builder_args.ScalaBuilderView) -> None:
+        if not isinstance(view, _builder_args.ScalaBuilderView):
             raise TypeError(f"_jbuilder takes the builder's own view, got {type(view)}.")
         self.spec = view.builder.spec
 
@@ -155,9 +155,9 @@ class DeltaTableBuilder:
         metadata = column_metadata(colName, generatedAlwaysAs, generatedByDefaultAs)
         if comment is not None:
             metadata["comment"] = comment
-        data_type = _data_type(dataType, colName)
+        data_type = _builder_args.data_type(dataType, colName)
         if _generated.IDENTITY_START in metadata:
-            _check_identity_type(colName, data_type, self._describe())
+            _builder_args.check_identity_type(colName, data_type, self._describe())
         field = StructField(colName, data_type, nullable, metadata)
         return self._with(columns=(*self.spec.columns, _column(field)))
 
@@ -205,38 +205,6 @@ class DeltaTableBuilder:
         return self.spec.location or self.spec.name or "the new table"
 
 
-class _ScalaBuilderView:
-    """The Scala ``DeltaTableBuilder`` methods delta-spark's Python builder forwards to,
-    taking what py4j hands them (Scala ``Seq`` of column names)."""
-
-    def __init__(self, builder: DeltaTableBuilder) -> None:
-        self.builder = builder
-
-    def partitionedBy(self, *cols: Any) -> _ScalaBuilderView:
-        self.builder.partitionedBy(*_py_names(cols))
-        return self
-
-    def clusterBy(self, *cols: Any) -> _ScalaBuilderView:
-        self.builder.clusterBy(*_py_names(cols))
-        return self
-
-    def execute(self) -> DeltaTable:
-        return self.builder.execute()
-
-
-def _py_names(cols: tuple[Any, ...]) -> list[str]:
-    """Column names from strings or Scala ``Seq[String]`` (py4j objects)."""
-    names: list[str] = []
-    for group in cols:
-        if isinstance(group, str):
-            names.append(group)
-        elif hasattr(group, "mkString"):  # a Scala Seq, element by element
-            names.extend(str(group.apply(i)) for i in range(group.size()))
-        else:
-            names.extend(group)
-    return names
-
-
 def _column(field: StructField) -> ColumnSpec:
     from pyspark.sql.types import CharType, VarcharType
 
@@ -252,50 +220,6 @@ def _metadata_value(value: Any) -> Any:
     # Delta's identity keys are numbers and a boolean in the log (as delta-spark writes
     # them); other metadata is kept as text.
     return value if isinstance(value, (bool, int)) else str(value)
-
-
-def _data_type(data_type: str | DataType, column: str) -> DataType:
-    from pyspark.errors import PySparkException
-    from pyspark.sql.types import DataType
-
-    if isinstance(data_type, DataType):
-        return data_type
-    if not isinstance(data_type, str):
-        raise InvalidOptionError(
-            f"Column '{column}': dataType must be a DDL string or a pyspark DataType, got"
-            f" {type(data_type).__name__}.",
-            option="dataType",
-        )
-    try:
-        return DataType.fromDDL(data_type)
-    except PySparkException as exc:
-        from deltaflow.spark._pyspark_errors import DataTypeParseError
-
-        # A ParseException too, as delta-spark's builder raises.
-        raise DataTypeParseError(
-            f"Column '{column}': {data_type!r} is not a Spark SQL data type ({exc}). Use DDL"
-            " such as 'INT', 'DECIMAL(10,2)', 'ARRAY<STRING>', 'STRUCT<a: INT, b: STRING>'.",
-            option="dataType",
-        ) from None
-
-
-def _check_identity_type(column: str, data_type: DataType, label: str) -> None:
-    """An identity column is BIGINT; delta-spark's builder refuses others as it is called,
-    with an ``UnsupportedOperationException`` (so does this one: it is also one)."""
-    from pyspark.sql.types import LongType
-
-    if isinstance(data_type, LongType):
-        return
-    from deltaflow.spark._pyspark_errors import UnsupportedColumnError
-
-    raise UnsupportedColumnError(
-        f"Identity column '{column}' of {label} is of type {data_type.simpleString()};"
-        " Delta identity columns are BIGINT. Declare it as 'BIGINT' (LongType()).",
-        table_uri=label,
-        column=column,
-        reason="identityType",
-        error_class="DELTA_IDENTITY_COLUMNS_UNSUPPORTED_DATA_TYPE",
-    )
 
 
 def builder(spark: SparkSession | None, mode: CreateMode) -> DeltaTableBuilder:
