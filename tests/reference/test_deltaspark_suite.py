@@ -26,6 +26,7 @@ KNOWN_FAILURES = {
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(suite.TIMEOUT_SECONDS + 60)  # the whole suite, in a subprocess
 def test_delta_sparks_python_suite_passes_against_deltaflow(tmp_path: Path) -> None:
     folder = suite.find_suite()
     if folder is None:
