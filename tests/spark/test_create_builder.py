@@ -429,14 +429,30 @@ def test_a_table_needs_a_location_or_name_and_columns(spark, table_path):
     assert no_columns.value.option == "addColumn"
 
 
-def test_the_builder_is_immutable(spark, table_path):
-    base = DeltaTable.create(spark).addColumn("id", "INT")
-    first, second = table_path("first"), table_path("second")
-    base.location(first).addColumn("extra", "STRING").execute()
-    base.location(second).execute()
-    assert [f[0] for f in _fields(first)] == ["id", "extra"]
-    assert [f[0] for f in _fields(second)] == ["id"]
-    assert base.spec.location is None
+def test_the_builder_adds_to_itself_as_delta_sparks_does(spark, table_path):
+    # delta-spark's builder changes in place and returns itself: a call whose result is
+    # not used still counts (delta-spark's own tests rely on it).
+    path = table_path("in_place")
+    builder = DeltaTable.create(spark).location(path).addColumn("id", "INT")
+    same = builder.addColumn("extra", "STRING")
+    builder.clusterBy("id")
+    assert same is builder
+    builder.execute()
+    assert [f[0] for f in _fields(path)] == ["id", "extra"]
+    assert DeltaTable.forPath(spark, path).detail().first().clusteringColumns == ["id"]
+    assert builder.spec.clustering_columns == ("id",)
+
+
+def test_the_scala_builder_view_takes_a_scala_seq(spark, table_path):
+    # delta-spark code may call the Scala builder behind the Python one: _jbuilder.
+    from pyspark.sql.classic.column import _to_seq
+
+    path = table_path("jbuilder")
+    builder = DeltaTable.create(spark).location(path).addColumn("p", "INT")
+    builder = builder.addColumn("v", "STRING")
+    builder._jbuilder = builder._jbuilder.partitionedBy(_to_seq(spark.sparkContext, ["p"]))
+    builder.execute()
+    assert deltalake.DeltaTable(path).metadata().partition_columns == ["p"]
 
 
 def test_sql_create_table_with_columns_creates_the_delta_table(spark, table_path):

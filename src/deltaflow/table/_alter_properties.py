@@ -12,6 +12,7 @@ from deltaflow.table._alter_columns import enable_column_mapping
 from deltaflow.table._alter_state import Change, TableState, Work
 from deltaflow.table._protocol import (
     ADDABLE_FEATURES,
+    KNOWN_FEATURES,
     READER_WRITER_FEATURES,
     Protocol,
 )
@@ -125,6 +126,16 @@ def _support_feature(work: Work, name: str, value: str) -> None:
             valid=("supported",),
         )
     canonical = {f.lower(): f for f in ADDABLE_FEATURES}.get(name.lower())
+    if canonical is None and name.lower() not in {f.lower() for f in KNOWN_FEATURES}:
+        # Not a Delta feature at all: delta-spark's DELTA_UNSUPPORTED_FEATURES_IN_CONFIG.
+        raise UnsupportedFeatureError(
+            "[DELTA_UNSUPPORTED_FEATURES_IN_CONFIG] Table features configured in the"
+            " following Spark configs or Delta table properties are not recognized by this"
+            f" version of Delta Lake: delta.feature.{name}. ALTER TABLE {work.state.label}:"
+            f" check the name; features deltaflow can add: {', '.join(ADDABLE_FEATURES)}.",
+            table_uri=work.state.uri,
+            feature=name,
+        )
     if canonical is None:
         raise _unwritable(work, name, f"delta.feature.{name}")
     work.features.add(canonical)

@@ -48,6 +48,45 @@ ADDABLE_FEATURES = (
     "timestampNtz",
     "vacuumProtocolCheck",
 )
+# Every table feature the Delta protocol names (delta-spark 4.4's list, test-only features
+# aside): a `delta.feature.<name>` outside it is not a feature at all.
+KNOWN_FEATURES = frozenset(
+    {
+        "allowColumnDefaults",
+        "appendOnly",
+        "catalogManaged",
+        "catalogOwned-preview",
+        "changeDataFeed",
+        "checkConstraints",
+        "checkpointProtection",
+        "clustering",
+        "collations-preview",
+        "columnMapping",
+        "coordinatedCommits-preview",
+        "deletionVectors",
+        "domainMetadata",
+        "generatedColumns",
+        "geospatial",
+        "icebergCompatV1",
+        "icebergCompatV2",
+        "icebergCompatV3",
+        "icebergWriterCompatV1",
+        "icebergWriterCompatV3",
+        "identityColumns",
+        "inCommitTimestamp",
+        "invariants",
+        "materializePartitionColumns",
+        "rowTracking",
+        "timestampNtz",
+        "typeWidening",
+        "typeWidening-preview",
+        "v2Checkpoint",
+        "vacuumProtocolCheck",
+        "variantShredding-preview",
+        "variantType",
+        "variantType-preview",
+    }
+)
 # Writer features delta-rs 1.6 refuses to commit to ("Unsupported table features
 # required"): every commit to such a table goes through deltaflow's log writer
 # (table/_log_write.py). identityColumns is also implied by a legacy writer version 6.

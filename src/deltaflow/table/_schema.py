@@ -24,6 +24,8 @@ MAPPING_MODE_KEY = "delta.columnMapping.mode"
 MAPPING_MODES = ("none", "name", "id")
 # Metadata keys that describe storage, not the logical column; hidden from Spark.
 _INTERNAL_METADATA = re.compile(r"^delta\.(columnMapping\.|identity\.)")
+# A generated column's expression (table/_generated.py): kept in the log for writers.
+_GENERATION_EXPRESSION = "delta.generationExpression"
 
 _INTEGRAL_WIDTH = {"byte": 1, "short": 2, "integer": 4, "long": 8}
 _DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
@@ -107,6 +109,22 @@ def mapped_new_schema(
 def logical_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The schema as Spark should see it: column-mapping metadata removed."""
     return _map_fields(schema, _strip_internal)
+
+
+def read_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema a read of the table shows (a DataFrame's, ``spark.table(t).schema``):
+    the logical schema without the writers' generation expressions, as delta-spark's
+    table schema drops them (``delta.generationExpression`` stays in the log and in
+    DESCRIBE's generated-column details)."""
+    logical = logical_schema(schema)
+    fields = []
+    for field in logical.get("fields", []):
+        metadata = field.get("metadata") or {}
+        if _GENERATION_EXPRESSION in metadata:
+            kept = {k: v for k, v in metadata.items() if k != _GENERATION_EXPRESSION}
+            field = {**field, "metadata": kept}
+        fields.append(field)
+    return {**logical, "fields": fields}
 
 
 def physical_schema(schema: dict[str, Any]) -> dict[str, Any]:

@@ -315,8 +315,10 @@ def _version_at(table: DeltaTable, uri: str, timestamp: str | dt.datetime, lates
         wanted = parse_timestamp(timestamp)
     except ValueError as exc:
         raise VersionNotFoundError(
-            f"timestampAsOf {timestamp!r} for table {uri} is not a timestamp: use"
-            " 'YYYY-MM-DD', 'YYYY-MM-DD HH:MM:SS' or ISO 8601 with an offset.",
+            # delta-spark's DELTA_TIMESTAMP_INVALID sentence first, then what to pass.
+            f"[DELTA_TIMESTAMP_INVALID] The provided timestamp ('{timestamp}') cannot be"
+            f" converted to a valid timestamp (table {uri}): use 'YYYY-MM-DD',"
+            " 'YYYY-MM-DD HH:MM:SS' or ISO 8601 with an offset.",
             table_uri=uri,
             timestamp=str(timestamp),
         ) from exc

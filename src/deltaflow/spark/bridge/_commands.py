@@ -48,6 +48,7 @@ def optimize(args: dict[str, Any]) -> dict[str, Any]:
         where=args.get("where"),
         zorder_by=list(args.get("zorderBy") or []),
         full=bool(args.get("full")),
+        predicates=args.get("predicates"),
     )
     return _answer(rows)
 

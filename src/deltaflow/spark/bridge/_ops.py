@@ -117,7 +117,7 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
         snapshot.uri,
         snapshot.version,
         True,
-        _schema.logical_schema(snapshot.schema),
+        _schema.read_schema(snapshot.schema),
         _schema.physical_schema(snapshot.schema),
         snapshot.partition_columns,
         route,
@@ -209,6 +209,7 @@ def plan_scan(args: dict[str, Any]) -> dict[str, Any]:
             entry.size,
             entry.partition_values,
             deleted.get(entry.path),
+            modification_time=entry.modification_time,
         )
         for entry in pruned.files
     ]
@@ -239,8 +240,11 @@ def file_item(
     size: int,
     partition_values: dict[str, Any],
     deleted: Any = None,
+    *,
+    modification_time: int | None = None,
 ) -> dict[str, Any]:
-    """One planned file as the connector reads it (``ScanFile`` on the JVM side)."""
+    """One planned file as the connector reads it (``ScanFile`` on the JVM side);
+    ``modification_time`` (ms) is its ``_metadata.file_modification_time``."""
     item: dict[str, Any] = {
         "location": location,
         "size": size,
@@ -250,6 +254,8 @@ def file_item(
     }
     if deleted is not None and len(deleted):
         item["deleted"] = [int(i) for i in deleted]
+    if modification_time is not None:
+        item["modificationTime"] = int(modification_time)
     return item
 
 

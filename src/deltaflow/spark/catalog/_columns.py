@@ -121,7 +121,7 @@ class DeltaColumnBuilder:
     def build(self) -> StructField:
         from pyspark.sql.types import StructField
 
-        from deltaflow.spark.catalog._create import _data_type
+        from deltaflow.spark.catalog._builder_args import data_type
 
         if self._data_type is None:
             raise ValueError(f"Column '{self._name}': call dataType(...) before build().")
@@ -129,7 +129,7 @@ class DeltaColumnBuilder:
         if self._comment is not None:
             metadata["comment"] = self._comment
         return StructField(
-            self._name, _data_type(self._data_type, self._name), self._nullable, metadata
+            self._name, data_type(self._data_type, self._name), self._nullable, metadata
         )
 
 

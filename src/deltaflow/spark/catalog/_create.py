@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark import _arguments as args
-from deltaflow.spark.catalog import _jvm_catalog
+from deltaflow.spark.catalog import _builder_args, _jvm_catalog
 from deltaflow.table import _conditional_put, _generated, _log_commit, _uri
 from deltaflow.table._protocol import protocol_for_new_table
 from deltaflow.table._snapshot import load_snapshot, table_exists
@@ -90,15 +90,32 @@ class TableSpec:
 
 
 class DeltaTableBuilder:
-    """delta-spark's ``DeltaTableBuilder``. Every call returns a new builder; nothing
-    touches the table until :meth:`execute`."""
+    """delta-spark's ``DeltaTableBuilder``. Each call adds to this builder and returns it
+    (as delta-spark's does: ``builder.clusterBy(...)`` without using the result still
+    clusters the table); ``spec`` is the frozen declaration so far. Nothing touches the
+    table until :meth:`execute`."""
 
     def __init__(self, spark: SparkSession, spec: TableSpec) -> None:
         self._spark = spark
         self.spec = spec
 
     def _with(self, **changes: Any) -> DeltaTableBuilder:
-        return DeltaTableBuilder(self._spark, dataclasses.replace(self.spec, **changes))
+        self.spec = dataclasses.replace(self.spec, **changes)
+        return self
+
+    @property
+    def _jbuilder(self) -> _builder_args.ScalaBuilderView:
+        """delta-spark's handle on the Scala builder behind its Python one, which code
+        written for delta-spark sometimes calls directly (``builder._jbuilder =
+        builder._jbuilder.partitionedBy(seq)``): a view taking the Scala methods'
+        arguments (Scala ``Seq``s through py4j) onto this builder."""
+        return _builder_args.ScalaBuilderView(self)
+
+    @_jbuilder.setter
+    def _jbuilder(self, view: _builder_args.ScalaBuilderView) -> None:
+        if not isinstance(view, _builder_args.ScalaBuilderView):
+            raise TypeError(f"_jbuilder takes the builder's own view, got {type(view)}.")
+        self.spec = view.builder.spec
 
     def tableName(self, identifier: str) -> DeltaTableBuilder:
         """The catalog name (``t`` or ``db.t``) to register the table under."""
@@ -139,7 +156,10 @@ class DeltaTableBuilder:
         metadata = column_metadata(colName, generatedAlwaysAs, generatedByDefaultAs)
         if comment is not None:
             metadata["comment"] = comment
-        field = StructField(colName, _data_type(dataType, colName), nullable, metadata)
+        data_type = _builder_args.data_type(dataType, colName)
+        if _generated.IDENTITY_START in metadata:
+            _builder_args.check_identity_type(colName, data_type, self._describe())
+        field = StructField(colName, data_type, nullable, metadata)
         return self._with(columns=(*self.spec.columns, _column(field)))
 
     def addColumns(self, cols: StructType | Iterable[StructField]) -> DeltaTableBuilder:
@@ -203,28 +223,6 @@ def _metadata_value(value: Any) -> Any:
     return value if isinstance(value, (bool, int)) else str(value)
 
 
-def _data_type(data_type: str | DataType, column: str) -> DataType:
-    from pyspark.errors import PySparkException
-    from pyspark.sql.types import DataType
-
-    if isinstance(data_type, DataType):
-        return data_type
-    if not isinstance(data_type, str):
-        raise InvalidOptionError(
-            f"Column '{column}': dataType must be a DDL string or a pyspark DataType, got"
-            f" {type(data_type).__name__}.",
-            option="dataType",
-        )
-    try:
-        return DataType.fromDDL(data_type)
-    except PySparkException as exc:
-        raise InvalidOptionError(
-            f"Column '{column}': {data_type!r} is not a Spark SQL data type ({exc}). Use DDL"
-            " such as 'INT', 'DECIMAL(10,2)', 'ARRAY<STRING>', 'STRUCT<a: INT, b: STRING>'.",
-            option="dataType",
-        ) from None
-
-
 def builder(spark: SparkSession | None, mode: CreateMode) -> DeltaTableBuilder:
     """A new builder for ``DeltaTable.<mode>(spark)``; the active session when None."""
     if spark is None:
@@ -270,12 +268,25 @@ def execute(spark: SparkSession, spec: TableSpec) -> DeltaTable:
         uri = managed_location(spark, spec.name)
         _check_managed_location(spec.name, uri)
         spec = dataclasses.replace(spec, managed=True)
+    # The catalog's answers are pyspark's AnalysisException too, as delta-spark's are.
+    from deltaflow.spark._pyspark_errors import (
+        TableAlreadyExistsAnalysisError,
+        TableNotFoundAnalysisError,
+    )
+
     if spec.mode == "create" and in_catalog:
-        raise TableAlreadyExistsError(
+        raise TableAlreadyExistsAnalysisError(
             f"Table {spec.name} already exists in the catalog. Use"
             " DeltaTable.createIfNotExists to keep it or DeltaTable.createOrReplace to replace"
             " it.",
             table_uri=spec.name or uri,
+        )
+    if spec.mode == "replace" and not in_catalog and not table_exists(uri):
+        raise TableNotFoundAnalysisError(
+            f"Table {spec.name or uri} cannot be replaced as it did not exist: there is no"
+            f" Delta table at {uri}. Use DeltaTable.createOrReplace to create it when"
+            " missing.",
+            table_uri=uri,
         )
     if spec.mode == "createIfNotExists" and in_catalog:
         return DeltaTable(spark, registered or uri, name=spec.name)

@@ -19,13 +19,15 @@ from urllib.parse import unquote
 import pyarrow.fs as pafs
 from deltalake import CommitProperties
 from deltalake import DeltaTable as _DeltaRsTable
-from deltalake.exceptions import DeltaError
+from deltalake.exceptions import CommitFailedError, DeltaError
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark.errors import RestoreFilesMissingError
 from deltaflow.table import (
     _cluster_optimize,
     _clustering,
+    _commit_conflicts,
+    _commit_info,
     _compaction_lease,
     _log_upkeep,
     _log_write,
@@ -35,7 +37,7 @@ from deltaflow.table import (
 )
 from deltaflow.table._protocol import Protocol
 from deltaflow.table._snapshot import Snapshot, load_snapshot
-from deltaflow.table.errors import VersionNotFoundError
+from deltaflow.table.errors import ConcurrentWriteError, VersionNotFoundError
 
 Row = tuple[Any, ...]
 log = logging.getLogger("deltaflow.maintenance")
@@ -47,10 +49,17 @@ OPTIMIZE_LEASE_WAIT_SECONDS = 600.0
 # The output schemas of delta-spark's commands (the JVM commands declare the same ones;
 # tests/spark/test_sql_commands.py checks that they agree).
 _FILE_STATS = "struct<min:bigint,max:bigint,avg:double,totalFiles:bigint,totalSize:bigint>"
+# delta-spark's ZOrderStats (also what a clustered table's OPTIMIZE reports there).
+_CUBE_FILES = "struct<num:bigint,size:bigint>"
+_ZORDER_STATS = (
+    f"struct<strategyName:string,inputCubeFiles:{_CUBE_FILES},inputOtherFiles:{_CUBE_FILES},"
+    f"inputNumCubes:bigint,mergedFiles:{_CUBE_FILES},numOutputCubes:bigint,"
+    f"mergedNumCubes:bigint>"
+)
 OPTIMIZE_SCHEMA = (
     f"path string, metrics struct<numFilesAdded:bigint,numFilesRemoved:bigint,"
     f"filesAdded:{_FILE_STATS},filesRemoved:{_FILE_STATS},partitionsOptimized:bigint,"
-    f"zOrderStats:struct<strategyName:string,inputCubeFiles:struct<num:bigint,size:bigint>>,"
+    f"zOrderStats:{_ZORDER_STATS},"
     f"numBatches:bigint,totalConsideredFiles:bigint,totalFilesSkipped:bigint,"
     f"preserveInsertionOrder:boolean>"
 )
@@ -127,12 +136,21 @@ _RESTORE_METRICS = (
 
 
 def optimize(
-    uri: str, *, where: str | None = None, zorder_by: list[str] | None = None, full: bool = False
+    uri: str,
+    *,
+    where: str | None = None,
+    zorder_by: list[str] | None = None,
+    full: bool = False,
+    predicates: list[str] | None = None,
 ) -> list[Row]:
     """Compact small files (``OPTIMIZE``), or Z-order them by ``zorder_by``, in the
     partitions ``where`` selects (a predicate on partition columns). On a clustered table,
     cluster the files not clustered yet (all of them with ``full``, ``OPTIMIZE ... FULL``).
-    Commits with ``dataChange=false``, so streams reading the table skip it."""
+    Commits with ``dataChange=false``, so streams reading the table skip it.
+
+    ``predicates``: ``where`` as delta-spark records it in the commit's ``predicate``
+    parameter (Spark's parsed expression, ``('key = a)``), which the JVM command sends;
+    without it the text of ``where`` is recorded."""
     snapshot = load_snapshot(uri)
     if _clustering.is_clustered(snapshot.writer_features):
         return _optimize_clustered(snapshot, where=where, zorder_by=zorder_by, full=full)
@@ -146,13 +164,19 @@ def optimize(
     filters = partition_filters(snapshot, where) if where else None
     # delta-spark's OPTIMIZE parameters next to delta-rs's own (predicate, targetSize).
     columns = _zorder_columns(snapshot, zorder_by) if zorder_by else []
-    parameters = {"zOrderBy": json.dumps(columns), "clusterBy": "[]", "auto": False}
+    recorded = predicates if predicates is not None else ([where] if where else [])
+    parameters = {
+        "predicate": json.dumps(recorded),
+        "zOrderBy": json.dumps(columns),
+        "clusterBy": "[]",
+        "auto": False,
+    }
     with _compaction_lease.holding(snapshot.uri, OPTIMIZE_LEASE_WAIT_SECONDS) as held:
         if not held:
             raise _compaction_lease.busy(
                 "OPTIMIZE", snapshot.uri, snapshot.version, OPTIMIZE_LEASE_WAIT_SECONDS
             )
-        metrics = _compact(snapshot.uri, filters, columns, parameters)
+        metrics = _compact(snapshot.uri, filters, columns, parameters, own_predicate=True)
 
     def stats(value: Any) -> Row | None:
         data = json.loads(value) if isinstance(value, str) else value
@@ -161,7 +185,14 @@ def optimize(
         keys = ("min", "max", "avg", "totalFiles", "totalSize")
         return tuple(float(data[k]) if k == "avg" else data.get(k) for k in keys)
 
-    zorder = ("ZOrder", (0, 0)) if zorder_by else None
+    zorder = None
+    if zorder_by:
+        removed = (metrics.get("numFilesRemoved", 0), _total_size(metrics.get("filesRemoved")))
+        # delta-spark's first Z-order of files ("all": none is in a Z-cube yet), one
+        # output cube per partition.
+        zorder = zorder_stats(
+            "all", other=removed, merged=removed, output_cubes=metrics.get("partitionsOptimized", 0)
+        )
     return [
         (
             snapshot.uri,
@@ -181,25 +212,78 @@ def optimize(
     ]
 
 
+def zorder_stats(
+    strategy: str,
+    *,
+    cubes: tuple[int, int] = (0, 0),
+    other: tuple[int, int] = (0, 0),
+    input_cubes: int = 0,
+    merged: tuple[int, int] = (0, 0),
+    output_cubes: int = 0,
+) -> Row:
+    """A ``zOrderStats`` struct of OPTIMIZE's metrics: files (count, bytes) already in
+    Z-cubes and others, the input cubes, the files merged and the cubes written."""
+    return (strategy, cubes, other, input_cubes, merged, output_cubes, None)
+
+
+def _total_size(value: Any) -> int:
+    data = json.loads(value) if isinstance(value, str) else value
+    return int((data or {}).get("totalSize", 0))
+
+
 def _compact(
-    uri: str, filters: Any, columns: list[str], parameters: dict[str, Any]
+    uri: str,
+    filters: Any,
+    columns: list[str],
+    parameters: dict[str, Any],
+    *,
+    own_predicate: bool = False,
+    table: _DeltaRsTable | None = None,
 ) -> dict[str, Any]:
-    """delta-rs's bin-packing (or Z-order when ``columns``), on the newest version."""
-    table = writable_table(uri)
+    """delta-rs's bin-packing (or Z-order when ``columns``), on the newest version.
+    ``own_predicate``: delta-rs records its own rendering of the partition filters as
+    ``predicate``, over ours, so the commit also keeps delta-spark's parameters whole
+    under deltaflow's history key, which DESCRIBE HISTORY shows. ``table``: the delta-rs
+    table to optimize as loaded (default: the newest version)."""
+    table = table if table is not None else writable_table(uri)
+    properties = _parameters(parameters)
+    if own_predicate:
+        shown = {k: v if isinstance(v, str) else json.dumps(v) for k, v in parameters.items()}
+        properties = CommitProperties(
+            custom_metadata={
+                "operationParameters": parameters,
+                _commit_info.HISTORY_PARAMETERS_KEY: shown,
+            }
+        )
     try:
         if columns:
             metrics = table.optimize.z_order(
                 columns,
                 partition_filters=filters,
-                commit_properties=_parameters(parameters),
+                commit_properties=properties,
                 post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
             )
         else:
             metrics = table.optimize.compact(
                 partition_filters=filters,
-                commit_properties=_parameters(parameters),
+                commit_properties=properties,
                 post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
             )
+    except CommitFailedError as exc:
+        # Lost to a concurrent commit (a MERGE deleted files it read): delta-spark's
+        # ConcurrentDeleteReadException and friends, retryable, not delta-rs's text.
+        unsupported = _log_write.from_delta_rs(exc, uri, "OPTIMIZE")
+        if unsupported is not None:
+            raise unsupported from exc
+        kind = _commit_conflicts.conflict_kind(str(exc))
+        raise ConcurrentWriteError(
+            f"OPTIMIZE of {uri} conflicted with a concurrent writer ({kind}): {exc}. Nothing"
+            " was committed; run OPTIMIZE again (it compacts the table as it is then).",
+            table_uri=uri,
+            kind=kind,
+            read_version=table.version(),
+            attempts=1,
+        ) from exc
     except DeltaError as exc:  # e.g. an identity table: a typed refusal, not delta-rs's
         unsupported = _log_write.from_delta_rs(exc, uri, "OPTIMIZE")
         if unsupported is not None:
@@ -253,7 +337,16 @@ def _optimize_clustered(
                 stats(result.files_added),
                 stats(result.files_removed),
                 0,
-                ("Clustering", (removed, sum(result.files_removed))) if removed else None,
+                (
+                    zorder_stats(
+                        "Clustering",
+                        cubes=(removed, sum(result.files_removed)),
+                        merged=(removed, sum(result.files_removed)),
+                        output_cubes=1,
+                    )
+                    if removed
+                    else None
+                ),
                 1 if removed else 0,
                 result.considered,
                 result.considered - removed,
@@ -282,7 +375,15 @@ def partition_filters(snapshot: Snapshot, predicate: str) -> list[tuple[str, str
             raise invalid("each condition needs a partition column on one side")
         name = partitions.get(operand.path[0].lower())
         if name is None:
-            raise invalid(f"'{operand.path[0]}' is not a partition column")
+            # delta-spark's DELTA_NON_PARTITION_COLUMN_REFERENCE, word for word.
+            raise InvalidOptionError(
+                f"[DELTA_NON_PARTITION_COLUMN_REFERENCE] Predicate references non-partition"
+                f" column '{operand.path[0]}'. Only the partition columns may be referenced:"
+                f" [{', '.join(snapshot.partition_columns)}]. OPTIMIZE WHERE '{predicate}' on"
+                f" {snapshot.uri} selects partitions; name only partition columns in it.",
+                option="partitionFilter",
+                valid=tuple(snapshot.partition_columns),
+            )
         return name
 
     def literal(operand: Any) -> str | None:
@@ -360,9 +461,10 @@ def _zorder_columns(snapshot: Snapshot, requested: list[str]) -> list[str]:
             )
         if name in snapshot.partition_columns:
             raise InvalidOptionError(
-                f"OPTIMIZE ZORDER BY {name} on {snapshot.uri}: {name} is a partition column;"
-                f" files hold one value of it each, so Z-ordering by it does nothing. Z-order"
-                f" by data columns and select partitions with WHERE.",
+                f"[DELTA_ZORDERING_ON_PARTITION_COLUMN] {name} is a partition column."
+                f" Z-Ordering can only be performed on data columns (OPTIMIZE ZORDER BY on"
+                f" {snapshot.uri}: files hold one value of it each). Z-order by data columns"
+                f" and select partitions with WHERE.",
                 option="zOrderBy",
                 valid=tuple(n for n in names.values() if n not in snapshot.partition_columns),
             )

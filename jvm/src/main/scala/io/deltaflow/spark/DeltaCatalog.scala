@@ -146,7 +146,13 @@ class DeltaCatalog extends DelegatingCatalogExtension with StagingTableCatalog {
   override def alterTable(ident: Identifier, changes: TableChange*): Table = {
     loadTable(ident) match {
       case table: DeltaTable =>
-        AlterTable(table.info.uri, table.name(), changes.toSeq)
+        val (moves, rest) = changes.partition {
+          case c: TableChange.SetProperty => c.property() == TableCatalog.PROP_LOCATION
+          case _ => false
+        }
+        moves.lastOption.foreach(m =>
+          setLocation(table, m.asInstanceOf[TableChange.SetProperty].value()))
+        if (rest.nonEmpty) AlterTable(table.info.uri, table.name(), rest.toSeq)
         loadTable(ident)
       case _ if isPathIdentifier(ident) =>
         // A Delta table the brain routes to the Python data source (an object store).
@@ -154,6 +160,25 @@ class DeltaCatalog extends DelegatingCatalogExtension with StagingTableCatalog {
         loadTable(ident)
       case _ => super.alterTable(ident, changes: _*)
     }
+  }
+
+  /** `ALTER TABLE t SET LOCATION '<path>'`: the catalog entry points at the Delta table
+   *  there (which must exist), as with delta-spark; neither table's log changes. */
+  private def setLocation(table: DeltaTable, location: String): Unit = {
+    val entry = table.entry.getOrElse {
+      throw DeltaflowException.of("InvalidOptionError",
+        s"ALTER TABLE ${table.name()} SET LOCATION: a table named by its path has no catalog " +
+          "entry to move. Read the table at the new path instead.",
+        Map("option" -> "location"))
+    }
+    if (!TableInfo.load(Map("path" -> location).asJava).exists) {
+      throw DeltaflowException.of("TableNotFoundError",
+        s"ALTER TABLE ${table.name()} SET LOCATION '$location': there is no Delta table " +
+          "there (no _delta_log). Write the table there first, then move the entry.",
+        Map("table_uri" -> location))
+    }
+    sessionCatalog.alterTable(entry.copy(
+      storage = entry.storage.copy(locationUri = Some(CatalogUtils.stringToURI(location)))))
   }
 
   override def dropTable(ident: Identifier): Boolean = {

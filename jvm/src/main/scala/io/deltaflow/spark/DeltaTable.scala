@@ -5,7 +5,8 @@ import java.util
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.catalyst.catalog.CatalogTable
-import org.apache.spark.sql.connector.catalog.{SupportsRead, SupportsWrite, Table, TableCapability, TruncatableTable}
+import org.apache.spark.sql.connector.catalog.{MetadataColumn, SupportsMetadataColumns, SupportsRead,
+  SupportsWrite, Table, TableCapability, TruncatableTable}
 import org.apache.spark.sql.connector.expressions.{Expressions, Transform}
 import org.apache.spark.sql.connector.read.ScanBuilder
 import org.apache.spark.sql.{DataFrame, SaveMode}
@@ -30,10 +31,16 @@ class DeltaTable(
     val info: TableInfo,
     options: util.Map[String, String],
     val entry: Option[CatalogTable] = None)
-  extends Table with SupportsRead with SupportsWrite with TruncatableTable {
+  extends Table with SupportsRead with SupportsWrite with TruncatableTable
+  with SupportsMetadataColumns {
 
   override def name(): String =
     entry.map(_.identifier.quotedString).getOrElse(s"delta.`${info.uri}`")
+
+  // `_metadata` (the file of each row) on the JVM's scans; the Python data source's
+  // scans (object stores, change feeds) have none.
+  override def metadataColumns(): Array[MetadataColumn] =
+    if (info.route == "jvm") Array(FileMetadata.column) else Array.empty
 
   override def schema(): StructType = info.schema
 

@@ -27,7 +27,7 @@ import org.apache.spark.util.SerializableConfiguration
  * partition values (Delta's serialized strings, null for null) and deleted row indexes.
  */
 case class ScanFile(location: String, size: Long, partitionValues: Map[String, String],
-    deleted: Array[Long])
+    deleted: Array[Long], modificationTime: Long = 0L)
 
 object ScanFile {
   def fromJson(node: JsonNode): ScanFile = {
@@ -35,34 +35,50 @@ object ScanFile {
       e.getKey -> (if (e.getValue.isNull) null else e.getValue.asText())).toMap
     val deleted = Option(node.get("deleted")).map(_.elements().asScala.map(_.asLong()).toArray)
     ScanFile(node.get("location").asText(), node.get("size").asLong(), values,
-      deleted.getOrElse(Array.empty))
+      deleted.getOrElse(Array.empty), node.path("modificationTime").asLong(0L))
   }
 }
 
 /**
  * How files of a table are read for a given output: data columns (logical and physical
  * names) and the partition columns, which Spark's reader appends after them in the
- * table's order.
+ * table's order; then `_metadata` when the output asks for it ([[FileMetadata]]).
  */
 case class ReadLayout(info: TableInfo, required: StructType) {
   private val partitionNames = info.partitionColumns.map(_.toLowerCase(Locale.ROOT)).toSet
   private def isPartition(f: StructField) = partitionNames.contains(f.name.toLowerCase(Locale.ROOT))
+  // Spark's `_metadata` column, unless the table has a column of that name.
+  private val metadataColumn: Option[StructField] = required.fields.find(f =>
+    f.name == FileMetadata.Name && !info.schema.fieldNames.exists(_.equalsIgnoreCase(f.name)))
+  /** The `_metadata` fields the output asks for, in its order. */
+  val metadataFields: Array[StructField] =
+    metadataColumn.map(_.dataType.asInstanceOf[StructType].fields).getOrElse(Array.empty)
 
-  val dataFields: Array[StructField] = required.fields.filterNot(isPartition)
+  val dataFields: Array[StructField] =
+    required.fields.filterNot(f => isPartition(f) || metadataColumn.contains(f))
   val partitionFields: Array[StructField] = info.schema.fields.filter(isPartition).filter(f =>
     required.fields.exists(_.name.equalsIgnoreCase(f.name)))
-  val readSchema: StructType = StructType(dataFields ++ partitionFields)
+  val readSchema: StructType = StructType(dataFields ++ partitionFields ++ metadataColumn)
   /** For each column of `required`, its position in what the reader emits (data columns,
    *  then partition columns); None when the two orders agree. */
   val requiredOrder: Option[Array[Int]] = {
     val positions = required.fields.map(f => readSchema.fieldNames.indexWhere(_.equalsIgnoreCase(f.name)))
     if (positions.sameElements(positions.indices)) None else Some(positions)
   }
-  val partitionSchema: StructType = StructType(partitionFields)
+  /** What the Parquet reader appends after the data columns: partition values, then the
+   *  `_metadata` fields as constant columns. */
+  val partitionSchema: StructType =
+    StructType(partitionFields ++ FileMetadata.leaves(metadataFields))
   lazy val physicalData: StructType =
     SchemaMapping.physical(StructType(dataFields), info.schema, info.physicalSchema)
   lazy val physicalTable: StructType = StructType(info.physicalSchema.fields.filterNot(f =>
     partitionNames.contains(f.name.toLowerCase(Locale.ROOT))))
+
+  /** The constant columns of the split [start, start + length) of `file`. */
+  def partitionRow(file: ScanFile, start: Long, length: Long): InternalRow =
+    if (metadataFields.isEmpty) partitionRow(file.partitionValues)
+    else InternalRow.fromSeq(partitionRow(file.partitionValues).toSeq(StructType(partitionFields)) ++
+      FileMetadata.values(metadataFields, file, start, length))
 
   def partitionRow(values: Map[String, String]): InternalRow = {
     val byName = values.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }
@@ -105,8 +121,8 @@ object FileReads {
   }
 
   private def partitioned(f: ScanFile, start: Long, length: Long, layout: ReadLayout) =
-    PartitionedFile(layout.partitionRow(f.partitionValues), SparkPath.fromPath(new Path(f.location)),
-      start, length, Array.empty[String], 0L, f.size, Map.empty)
+    PartitionedFile(layout.partitionRow(f, start, length), SparkPath.fromPath(new Path(f.location)),
+      start, length, Array.empty[String], f.modificationTime, f.size, Map.empty)
 
   /** Spark's vectorized Parquet reader for `layout`; row mode when files have deleted rows
    *  (the pushed filters then stay out of the reader, so no row group is skipped).
@@ -123,7 +139,9 @@ object FileReads {
       if (withDeletes) Array.empty[Filter] else pushed, None,
       new ParquetOptions(Map.empty[String, String], sqlConf))
     val order = if (inRequiredOrder) layout.requiredOrder else None
-    new DeltaReaderFactory(parquet, withDeletes, order.map(o => (layout.required, o)))
+    val metadata = if (layout.metadataFields.isEmpty) None else Some((layout.metadataFields,
+      (layout.physicalData.fields ++ layout.partitionSchema.fields).map(_.dataType).toSeq))
+    new DeltaReaderFactory(parquet, withDeletes, order.map(o => (layout.required, o)), metadata)
   }
 }
 
@@ -138,7 +156,8 @@ case class DeltaInputPartition(files: FilePartition, deleted: Array[Array[Long]]
 class DeltaReaderFactory(
     parquet: ParquetPartitionReaderFactory,
     withDeletes: Boolean,
-    reorder: Option[(StructType, Array[Int])])
+    reorder: Option[(StructType, Array[Int])],
+    metadata: Option[(Array[StructField], Seq[DataType])] = None)
   extends PartitionReaderFactory {
 
   private def files(p: InputPartition) = p.asInstanceOf[DeltaInputPartition].files
@@ -147,7 +166,8 @@ class DeltaReaderFactory(
     !withDeletes && parquet.supportColumnarReads(files(partition))
 
   override def createColumnarReader(partition: InputPartition): PartitionReader[ColumnarBatch] = {
-    val reader = parquet.createColumnarReader(files(partition))
+    val read = parquet.createColumnarReader(files(partition))
+    val reader = metadata.fold(read) { case (fields, _) => FileMetadata.collapse(read, fields) }
     reorder match {
       case None => reader
       case Some((_, order)) => new PartitionReader[ColumnarBatch] {
@@ -163,8 +183,11 @@ class DeltaReaderFactory(
 
   override def createReader(partition: InputPartition): PartitionReader[InternalRow] = {
     val p = partition.asInstanceOf[DeltaInputPartition]
-    val reader =
+    val read =
       if (!withDeletes) parquet.createReader(p.files) else new DeletedRowsReader(p, parquet.buildReader)
+    val reader = metadata.fold(read) { case (fields, types) =>
+      FileMetadata.collapseRows(read, types, fields)
+    }
     reorder match {
       case None => reader
       case Some((schema, order)) => new PartitionReader[InternalRow] {

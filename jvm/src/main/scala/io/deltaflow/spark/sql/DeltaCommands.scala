@@ -60,10 +60,14 @@ private[sql] object Schemas {
   private val FileStats =
     "struct<min:bigint,max:bigint,avg:double,totalFiles:bigint,totalSize:bigint>"
 
+  private val CubeFiles = "struct<num:bigint,size:bigint>"
+
   val Optimize: StructType = StructType.fromDDL(
     s"path string, metrics struct<numFilesAdded:bigint,numFilesRemoved:bigint," +
       s"filesAdded:$FileStats,filesRemoved:$FileStats,partitionsOptimized:bigint," +
-      "zOrderStats:struct<strategyName:string,inputCubeFiles:struct<num:bigint,size:bigint>>," +
+      s"zOrderStats:struct<strategyName:string,inputCubeFiles:$CubeFiles," +
+      s"inputOtherFiles:$CubeFiles,inputNumCubes:bigint,mergedFiles:$CubeFiles," +
+      "numOutputCubes:bigint,mergedNumCubes:bigint>," +
       "numBatches:bigint,totalConsideredFiles:bigint,totalFilesSkipped:bigint," +
       "preserveInsertionOrder:boolean>")
 
@@ -104,7 +108,14 @@ private[sql] case class OptimizeCommand(
   override def op: String = "sql.optimize"
   override def outputSchema: StructType = Schemas.Optimize
   override def arguments(session: SparkSession, table: ResolvedTable, args: ObjectNode): Unit = {
-    where.foreach(args.put("where", _))
+    where.foreach { predicate =>
+      args.put("where", predicate)
+      // The commit's `predicate` parameter, as delta-spark records it: the parsed
+      // (unresolved) expression's simpleString, e.g. `('key = a)`.
+      val parsed = scala.util.Try(session.sessionState.sqlParser.parseExpression(predicate))
+      parsed.foreach(e => args.putArray("predicates").add(
+        e.simpleString(session.sessionState.conf.maxToStringFields)))
+    }
     val columns = args.putArray("zorderBy")
     zorderBy.foreach(columns.add)
     if (full) args.put("full", true)
