@@ -53,7 +53,9 @@ def spark_conf() -> dict[str, str]:
     and tell the connector which Python runs its brain (this one).
     """
     from deltaflow.spark._jar import jar_path
+    from deltaflow.spark._patches import check_version
 
+    check_version()  # a pyspark the connector cannot serve: a typed error, before any build
     jar = str(jar_path())
     return {
         **dict.fromkeys(_CLASSPATH_KEYS, jar),
@@ -85,8 +87,11 @@ def register(spark: SparkSession) -> SparkSession:
     """Register deltaflow on ``spark``, a session built with :func:`configure` (or with
     :func:`spark_conf`'s settings): the Python data source the connector delegates to,
     cloudFiles, and delta-spark's writer behaviour on the driver."""
-    from deltaflow.ingest.cloudfiles._source import CloudFilesDataSource
     from deltaflow.spark import _patches
+
+    _patches.check_version()  # first: the modules below need a pyspark deltaflow serves
+
+    from deltaflow.ingest.cloudfiles._source import CloudFilesDataSource
     from deltaflow.spark._source import DeltaDataSource
     from deltaflow.spark.dml import _sql as _sql_dml
 

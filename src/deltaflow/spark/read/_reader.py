@@ -16,15 +16,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pyspark
-from pyspark.sql.datasource import (
-    DataSourceReader,
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from deltaflow.spark._compat import (
     EqualNullSafe,
     EqualTo,
     Filter,
     GreaterThan,
     GreaterThanOrEqual,
     In,
-    InputPartition,
     IsNotNull,
     IsNull,
     LessThan,
@@ -32,8 +33,6 @@ from pyspark.sql.datasource import (
     Not,
     StringStartsWith,
 )
-from pyspark.sql.types import StructType
-
 from deltaflow.spark.read import _scan_report
 from deltaflow.spark.read._scan_report import ScanReport
 from deltaflow.table import _arrow, _generated_pruning, _pruning, _schema, _uri

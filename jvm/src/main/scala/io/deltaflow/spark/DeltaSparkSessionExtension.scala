@@ -16,7 +16,7 @@ import io.deltaflow.spark.sql.{DeltaSqlParser, TableChanges}
  */
 class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
-    extensions.injectParser((_, delegate) => new DeltaSqlParser(delegate))
+    extensions.injectParser((_, delegate) => DeltaSqlParser(delegate))
     TableChanges.functions.foreach(extensions.injectTableFunction)
     extensions.injectResolutionRule(session => new DeltaAnalysis(session))
     extensions.injectResolutionRule(session => new AlterTableRule(session))
