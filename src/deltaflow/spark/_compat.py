@@ -10,6 +10,11 @@ directly, so each difference is handled once:
 - ``DataSourceStreamArrowWriter`` arrived in 4.1. pyspark 4.0's write worker hands a
   streaming writer Arrow batches when it is also a ``DataSourceArrowWriter``, so the
   stand-in is both.
+- ``pyspark.sql.pandas.types``: ``to_arrow_schema`` / ``to_arrow_type`` take
+  ``timezone="UTC"`` since 4.2 (``timestamp_utc=True`` before), and ``from_arrow_*``
+  default to ``prefer_timestamp_ntz=True`` since 4.2 (False before). The wrappers here
+  give every version 4.2's answers: timestamps as UTC, zone-less Arrow timestamps as
+  ``TIMESTAMP_NTZ``.
 - Admission control for Python stream readers (``pyspark.sql.streaming.datasource``'s
   ``ReadLimit`` classes, ``latestOffset(start, limit)``, ``getDefaultReadLimit``) arrived
   in 4.2. Before it, Spark calls ``latestOffset()`` without arguments:
@@ -21,6 +26,7 @@ directly, so each difference is handled once:
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -99,6 +105,38 @@ except ImportError:  # pyspark < 4.2
         max_files: int
 
 
+def to_arrow_schema(schema: Any) -> Any:
+    """A Spark ``StructType`` as a ``pyarrow.Schema``, timestamps in UTC."""
+    from pyspark.sql.pandas import types  # imports pandas: only when needed
+
+    if "timezone" in inspect.signature(types.to_arrow_schema).parameters:
+        return types.to_arrow_schema(schema, timezone="UTC")
+    return types.to_arrow_schema(schema, timestamp_utc=True)
+
+
+def to_arrow_type(data_type: Any) -> Any:
+    """A Spark ``DataType`` as a ``pyarrow.DataType``, timestamps in UTC."""
+    from pyspark.sql.pandas import types
+
+    if "timezone" in inspect.signature(types.to_arrow_type).parameters:
+        return types.to_arrow_type(data_type, timezone="UTC")
+    return types.to_arrow_type(data_type, timestamp_utc=True)
+
+
+def from_arrow_type(arrow_type: Any) -> Any:
+    """A ``pyarrow.DataType`` as a Spark ``DataType`` (zone-less timestamps: NTZ)."""
+    from pyspark.sql.pandas import types
+
+    return types.from_arrow_type(arrow_type, prefer_timestamp_ntz=True)
+
+
+def from_arrow_schema(arrow_schema: Any) -> Any:
+    """A ``pyarrow.Schema`` as a Spark ``StructType`` (zone-less timestamps: NTZ)."""
+    from pyspark.sql.pandas import types
+
+    return types.from_arrow_schema(arrow_schema, prefer_timestamp_ntz=True)
+
+
 _LatestOffset = TypeVar("_LatestOffset", bound=Callable[..., dict[str, Any]])
 _PREVIOUS_END = "_deltaflow_previous_end"
 # Walks to the newest offset on a reader's first legacy call (each admits everything).
@@ -158,5 +196,9 @@ __all__ = [
     "ReadMaxFiles",
     "StringStartsWith",
     "SupportsTriggerAvailableNow",
+    "from_arrow_schema",
+    "from_arrow_type",
     "legacy_latest_offset",
+    "to_arrow_schema",
+    "to_arrow_type",
 ]

@@ -218,9 +218,9 @@ class ReadLayout:
 
     @staticmethod
     def build(snapshot: Snapshot, schema: StructType) -> ReadLayout:
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from deltaflow.spark._compat import to_arrow_schema
 
-        target = to_arrow_schema(schema, timezone="UTC")
+        target = to_arrow_schema(schema)
         physical_json = _schema.physical_schema(snapshot.schema)
         physical_by_logical = {
             logical["name"].lower(): phys
@@ -237,7 +237,7 @@ class ReadLayout:
                 else f.jsonValue()
             )
         physical = to_arrow_schema(
-            StructType.fromJson({"type": "struct", "fields": physical_fields}), timezone="UTC"
+            StructType.fromJson({"type": "struct", "fields": physical_fields})
         )
         partitions = {c.lower(): c for c in snapshot.partition_columns}
         partition_positions = {
