@@ -25,8 +25,12 @@ import os
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # deltaflow's own dependencies include tomli there
+    import tomli as tomllib
 
 # The newest patch of each Spark 4.x minor older than the one in the project's .venv
 # (`pip index versions pyspark`, 2026-11-28). Bump a patch when a newer one ships.
