@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench check-java browser postgres clean jar
+.PHONY: demo test test-spark-versions lint bench check-java browser postgres clean jar
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { \
@@ -58,9 +58,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests bench demo
 	$(VENV)/bin/mypy
 
-# Two test processes, whole files to each (module fixtures stay in one process).
+# Two test processes, whole files to each (module fixtures stay in one process). Then the
+# core suite on the newest patch of each older Spark 4.x minor.
 test: jar browser postgres lint
 	$(PY) -m pytest -n 2 --dist loadfile
+	$(MAKE) test-spark-versions
+
+# The core suite (tests/spark_versions.py: CORE_TESTS) on each of OLDER_SPARK, each in a
+# side venv cached under ~/.cache/deltaflow/spark-versions/<version>/, made from PyPI once.
+test-spark-versions: check-java $(STAMP)
+	$(PY) tests/spark_versions.py
 
 bench: jar
 	$(PY) bench/run_all.py

@@ -70,7 +70,9 @@ def spark_conf(*, warehouse: str | None = None) -> dict[str, str]:
 
 def _connector_conf(extra_jars: tuple[str, ...] = ()) -> dict[str, str]:
     from deltaflow.spark._jar import jar_path
+    from deltaflow.spark._patches import check_version
 
+    check_version()  # a pyspark the connector cannot serve: a typed error, before any build
     jars = (str(jar_path()), *extra_jars)
     return {
         "spark.jars": ",".join(jars),
@@ -121,6 +123,8 @@ def register(spark: SparkSession) -> SparkSession:
         return spark
 
     from deltaflow.spark import _patches
+
+    _patches.check_version()  # first: the modules below need a pyspark deltaflow serves
 
     _check_connector(spark)
     _warm_brain(spark)  # first: its start overlaps the rest of the registration

@@ -29,3 +29,35 @@ def test_connector_unit_tests_pass(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().endswith("6 passed, 0 failed"), result.stdout
+
+
+def test_version_directories_are_chosen_by_the_spark_minor(tmp_path: Path) -> None:
+    for part in ("scala", "scala-spark-4.0", "scala-spark-4.1+", "scala-spark-4.1-4.2", "other"):
+        (tmp_path / "main" / part).mkdir(parents=True)
+        (tmp_path / "main" / part / f"{part}.scala").write_text("")
+
+    def chosen(version: tuple[int, int]) -> list[str]:
+        return [p.parent.name for p in _jar.scala_sources(tmp_path, version)]
+
+    assert chosen((4, 0)) == ["scala", "scala-spark-4.0"]
+    assert chosen((4, 1)) == ["scala", "scala-spark-4.1+", "scala-spark-4.1-4.2"]
+    assert chosen((4, 2)) == ["scala", "scala-spark-4.1+", "scala-spark-4.1-4.2"]
+    assert chosen((4, 3)) == ["scala", "scala-spark-4.1+"]
+
+
+def test_every_spark_minor_gets_one_variant_of_each_versioned_file() -> None:
+    # A file that varies by version must exist, under the same relative path, for every
+    # supported minor: otherwise the common code calls a name one Spark's jar lacks.
+    root = _jar.sources_dir()
+    variants = {}
+    for minor in range(0, 4):
+        files = [p for p in _jar.scala_sources(root, (4, minor)) if p.parent != root / "main"]
+        versioned = sorted(
+            str(p.relative_to(root / "main" / p.relative_to(root / "main").parts[0]))
+            for p in files
+            if p.relative_to(root / "main").parts[0] != "scala"
+        )
+        assert len(versioned) == len(set(versioned)), f"4.{minor}: two variants of a file"
+        variants[minor] = versioned
+    assert variants[0], "no versioned sources found"
+    assert all(v == variants[0] for v in variants.values()), variants

@@ -54,3 +54,19 @@ def test_an_unsupported_pyspark_version_fails_loudly(monkeypatch):
     with pytest.raises(PysparkCompatibilityError) as info:
         _patches.check()
     assert info.value.where == "pyspark"
+
+
+@pytest.mark.parametrize("version", ["3.5.1", "5.0.0"])
+def test_a_pyspark_the_connector_cannot_serve_is_refused_at_session_start(
+    spark, monkeypatch, version
+):
+    import pyspark
+
+    import deltaflow
+
+    monkeypatch.setattr(pyspark, "__version__", version)
+    for start in (deltaflow.spark_conf, deltaflow.session, lambda: deltaflow.register(spark)):
+        with pytest.raises(PysparkCompatibilityError) as info:
+            start()
+        assert (info.value.where, info.value.version) == ("pyspark", version)
+        assert info.value.supported == _patches.SUPPORTED_RANGE == ">=4.0,<5"

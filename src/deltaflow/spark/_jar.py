@@ -13,6 +13,13 @@ cache (``$XDG_CACHE_HOME/deltaflow`` or ``~/.cache/deltaflow``). Its name carrie
 key hashed from the sources, the pyspark version and the Scala version, so a new
 pyspark or an edited source builds a new jar and an unchanged one is reused.
 
+One source tree serves every Spark 4.x. Where Spark's internal APIs differ between
+minors, the code that differs lives in version directories beside ``main/scala``, and
+:func:`scala_sources` picks the ones for the installed Spark: ``main/scala-spark-4.0``
+is compiled only on Spark 4.0.x, ``main/scala-spark-4.1+`` on 4.1 and newer, and
+``main/scala-spark-4.1-4.2`` on 4.1.x and 4.2.x. Each variant of a file defines the same
+names, so the common code calls them without knowing the version.
+
 Run ``python -m deltaflow.spark._jar`` to build it ahead of time (``make`` does).
 """
 
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -65,6 +73,39 @@ def _source_files(root: Path, part: str) -> list[Path]:
     return sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
 
 
+# A version directory's name: scala-spark-<major.minor>, with `+` (and newer) or
+# `-<major.minor>` (up to that minor, inclusive).
+_VERSION_DIR = re.compile(r"^scala-spark-(\d+)\.(\d+)(?:(\+)|-(\d+)\.(\d+))?$")
+
+
+def spark_minor() -> tuple[int, int]:
+    """The installed pyspark's (major, minor)."""
+    import pyspark
+
+    major, minor = pyspark.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _selects(name: str, version: tuple[int, int]) -> bool:
+    found = _VERSION_DIR.match(name)
+    if found is None:
+        return False
+    low = (int(found[1]), int(found[2]))
+    if found[3]:
+        return version >= low
+    high = (int(found[4]), int(found[5])) if found[4] else low
+    return low <= version <= high
+
+
+def scala_sources(root: Path, version: tuple[int, int]) -> list[Path]:
+    """The ``.scala`` files compiled for Spark ``version``: ``main/scala`` and every
+    version directory (``main/scala-spark-*``) whose range holds ``version``."""
+    main = root / "main"
+    versioned = sorted(d.name for d in main.iterdir() if d.is_dir() and _selects(d.name, version))
+    parts = ["main/scala", *(f"main/{name}" for name in versioned)]
+    return [p for part in parts for p in _source_files(root, part) if p.suffix == ".scala"]
+
+
 def _scala_jars(jars: Path) -> dict[str, Path]:
     found: dict[str, Path] = {}
     for name in ("scala-compiler", "scala-library", "scala-reflect"):
@@ -74,7 +115,7 @@ def _scala_jars(jars: Path) -> dict[str, Path]:
             raise JvmBuildError(
                 f"pyspark at {jars.parent} ships no {name} {SCALA_BINARY_VERSION}.x jar"
                 f" (found: {', '.join(others) or 'none'}). deltaflow's connector is written"
-                f" for Scala {SCALA_BINARY_VERSION} (Spark 4); install pyspark>=4.2,<5.",
+                f" for Scala {SCALA_BINARY_VERSION} (Spark 4); install pyspark>=4.0,<5.",
                 step="compiler",
             )
         found[name] = matches[-1]
@@ -89,10 +130,11 @@ def build_key() -> str:
     digest = hashlib.sha256()
     digest.update(pyspark.__version__.encode())
     digest.update(_scala_jars(pyspark_jars_dir())["scala-compiler"].name.encode())
-    for part in ("main/scala", "main/resources"):
-        for path in _source_files(root, part):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
+    # Every file under main/ (the version directories of other Sparks too: cheap, and
+    # the pyspark version above already tells which of them this jar holds).
+    for path in _source_files(root, "main"):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -206,7 +248,7 @@ def scalac(files: list[str], classpath: str, out: Path) -> None:
 
 def _compile_into(target: Path) -> None:
     root = sources_dir()
-    scala_files = [str(p) for p in _source_files(root, "main/scala") if p.suffix == ".scala"]
+    scala_files = [str(p) for p in scala_sources(root, spark_minor())]
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="deltaflow-scalac-") as work:
         classes = Path(work) / "classes"

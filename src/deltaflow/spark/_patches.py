@@ -24,8 +24,13 @@ from typing import Any
 
 from deltaflow.spark.errors import PysparkCompatibilityError
 
-# The pyspark versions these patches were written and tested against.
-SUPPORTED_PYSPARK = ((4, 2), (5, 0))  # from, up to (excluded)
+# The pyspark versions deltaflow serves: its connector compiles against each (the jar is
+# built for the installed one), these patches apply to each, and the core suite runs on
+# the newest patch of every minor (tests/spark_versions.py). Spark 3.x has no Python data
+# source API and Scala 2.12/2.13 jars of another Spark; 5.x is untested.
+SUPPORTED_PYSPARK = ((4, 0), (5, 0))  # from, up to (excluded)
+_LOW, _HIGH = SUPPORTED_PYSPARK
+SUPPORTED_RANGE = f">={_LOW[0]}.{_LOW[1]},<{_HIGH[0]}"  # as pip writes it
 _FLAG_PREFIX = "_deltaflow"
 
 
@@ -396,18 +401,34 @@ def _class(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def check_version() -> None:
+    """Raise :class:`PysparkCompatibilityError` unless the installed pyspark is one
+    deltaflow serves (:data:`SUPPORTED_PYSPARK`). ``spark_conf()`` (so ``session()`` and
+    ``configure()``) and ``register()`` call it before anything else."""
+    import pyspark
+
+    installed = pyspark.__version__
+    try:
+        version = tuple(int(p) for p in installed.split(".")[:2])
+    except ValueError:
+        version = ()
+    low, high = SUPPORTED_PYSPARK
+    if not low <= version < high:
+        raise PysparkCompatibilityError(
+            f"pyspark {installed} is not supported by this deltaflow: it serves Spark"
+            f" {low[0]}.{low[1]} up to, not including, {high[0]}.{high[1]} (pyspark"
+            f"{SUPPORTED_RANGE}). Install one: pip install 'pyspark{SUPPORTED_RANGE}'.",
+            where="pyspark",
+            version=installed,
+            supported=SUPPORTED_RANGE,
+        )
+
+
 def check() -> None:
     """Raise :class:`PysparkCompatibilityError` unless every patch can apply."""
     import pyspark
 
-    version = tuple(int(p) for p in pyspark.__version__.split(".")[:2])
-    low, high = SUPPORTED_PYSPARK
-    if not low <= version < high:
-        raise PysparkCompatibilityError(
-            f"pyspark {pyspark.__version__} is not supported by this deltaflow (needs"
-            f" >= {low[0]}.{low[1]}, < {high[0]}.{high[1]}): pip install 'pyspark>=4.2,<5'.",
-            where="pyspark",
-        )
+    check_version()
     for patch in PATCHES:
         cls = _class(patch.cls)
         for method in patch.methods:

@@ -137,11 +137,14 @@ class BridgeError(DeltaflowError):
 
 
 class PysparkCompatibilityError(DeltaflowError):
-    """The installed pyspark is not one deltaflow's remaining patches support, or a method
-    a patch replaces is not where it was (``where`` names it)."""
+    """The installed pyspark is not one deltaflow supports (``where`` is ``"pyspark"``,
+    ``version`` the installed one, ``supported`` the range, e.g. ``">=4.0,<5"``), or a
+    method a patch replaces is not where it was (``where`` names it)."""
 
-    def __init__(self, message: str, *, where: str) -> None:
-        super().__init__(message, where=where)
+    def __init__(
+        self, message: str, *, where: str, version: str | None = None, supported: str | None = None
+    ) -> None:
+        super().__init__(message, where=where, version=version, supported=supported)
 
 
 class MetastoreInUseError(DeltaflowError):

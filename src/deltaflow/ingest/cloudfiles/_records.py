@@ -94,10 +94,10 @@ class RecordLayout:
 
 
 def read_landing_file(file: LandingFile, layout: RecordLayout) -> Iterator[pa.RecordBatch]:
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from deltaflow.spark._compat import to_arrow_schema
 
     schema = layout.schema
-    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    arrow_schema = to_arrow_schema(schema)
     if layout.options.format == "parquet":
         table = _open_parquet(file, layout)
         fast = _parquet_batches(table, file, layout, arrow_schema)

@@ -244,7 +244,7 @@ def _typed_text(text: str) -> Any:
 
 
 def from_arrow(arrow_type: pa.DataType) -> DataType:
-    from pyspark.sql.pandas.types import from_arrow_type
+    from deltaflow.spark._compat import from_arrow_type
 
     if pa.types.is_null(arrow_type):
         return StringType()

@@ -28,12 +28,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxFiles,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StringType, StructField, StructType
 
 from deltaflow.errors import DeltaflowError, InvalidOptionError, RemoteDeltaflowError, carry_errors
@@ -48,6 +42,13 @@ from deltaflow.ingest.cloudfiles._options import (
 )
 from deltaflow.ingest.cloudfiles._records import RecordLayout, read_landing_file
 from deltaflow.ingest.cloudfiles.errors import SchemaInferenceError
+from deltaflow.spark._compat import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+    legacy_latest_offset,
+)
 
 log = logging.getLogger("deltaflow.ingest")
 
@@ -167,6 +168,7 @@ class CloudFilesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._cap = self._discover()
         log.info("availableNow over %s: reading up to file %d", self.options.path, self._cap)
 
+    @legacy_latest_offset
     @carry_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = int(start["seq"])

@@ -141,10 +141,10 @@ def _binary(value: Any, _: DataType, __: bool) -> bytes:
 
 
 def _complex(value: Any, data_type: DataType) -> Any:
-    from pyspark.sql.pandas.types import to_arrow_type  # imports pandas: only when needed
+    from deltaflow.spark._compat import to_arrow_type
 
     try:
-        pa.scalar(value, type=to_arrow_type(data_type, timezone="UTC"))
+        pa.scalar(value, type=to_arrow_type(data_type))
     except (pa.ArrowException, TypeError, ValueError) as exc:
         raise Misfit() from exc
     return value

@@ -62,7 +62,7 @@ def initial_offset(args: dict[str, Any]) -> Any:
 
 
 def latest_offset(args: dict[str, Any]) -> Any:
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+    from deltaflow.spark._compat import ReadAllAvailable, ReadMaxFiles
 
     reader = _reader(args)
     limit = (

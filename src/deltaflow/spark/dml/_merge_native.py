@@ -277,7 +277,8 @@ def _parquet_files_read_directly(source: DataFrame, limit: int) -> pa.Table | No
     read options, no Spark-legacy calendar files, and per file the same column names and
     Spark types as the DataFrame (nothing Spark would convert, such as timestamps)."""
     import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from deltaflow.spark._compat import from_arrow_schema
 
     try:
         files = _plain_parquet_files(source)

@@ -16,15 +16,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pyspark
-from pyspark.sql.datasource import (
-    DataSourceReader,
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from deltaflow.spark._compat import (
     EqualNullSafe,
     EqualTo,
     Filter,
     GreaterThan,
     GreaterThanOrEqual,
     In,
-    InputPartition,
     IsNotNull,
     IsNull,
     LessThan,
@@ -32,8 +33,6 @@ from pyspark.sql.datasource import (
     Not,
     StringStartsWith,
 )
-from pyspark.sql.types import StructType
-
 from deltaflow.spark.read import _scan_report
 from deltaflow.spark.read._scan_report import ScanReport
 from deltaflow.table import _arrow, _generated_pruning, _pruning, _schema, _uri
@@ -219,9 +218,9 @@ class ReadLayout:
 
     @staticmethod
     def build(snapshot: Snapshot, schema: StructType) -> ReadLayout:
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from deltaflow.spark._compat import to_arrow_schema
 
-        target = to_arrow_schema(schema, timezone="UTC")
+        target = to_arrow_schema(schema)
         physical_json = _schema.physical_schema(snapshot.schema)
         physical_by_logical = {
             logical["name"].lower(): phys
@@ -238,7 +237,7 @@ class ReadLayout:
                 else f.jsonValue()
             )
         physical = to_arrow_schema(
-            StructType.fromJson({"type": "struct", "fields": physical_fields}), timezone="UTC"
+            StructType.fromJson({"type": "struct", "fields": physical_fields})
         )
         partitions = {c.lower(): c for c in snapshot.partition_columns}
         partition_positions = {

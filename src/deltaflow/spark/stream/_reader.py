@@ -31,14 +31,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
 from deltaflow.errors import carry_errors
+from deltaflow.spark._compat import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+    legacy_latest_offset,
+)
 from deltaflow.spark._options import StreamReadOptions
 from deltaflow.spark.errors import (
     ChangeCommitError,
@@ -210,8 +212,6 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return start.to_json(self.table_id)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        from pyspark.sql.streaming.datasource import ReadMaxFiles
-
         # Spark hands this back to latestOffset unless a trigger needs everything
         # (ReadAllAvailable); maxBytesPerTrigger applies alongside it there.
         return ReadMaxFiles(self.options.max_files_per_trigger)
@@ -221,6 +221,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cap = self._latest_version()
         log.info("availableNow over %s: reading up to version %d", self.uri, self._cap)
 
+    @legacy_latest_offset
     @carry_errors
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self._parse(start)

@@ -34,10 +34,11 @@ from typing import Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
 from deltaflow.errors import DeltaflowError, RemoteDeltaflowError
+from deltaflow.spark._compat import DataSourceStreamArrowWriter
 from deltaflow.spark._options import WriteOptions, parse_write_options
 from deltaflow.spark.errors import StreamIdentityError
 from deltaflow.spark.write._files import FileSetWriter, delete_files

@@ -126,15 +126,15 @@ class FileSetWriter:
     def __init__(
         self, plan: WritePlan, *, job_id: str = "commit", check_rows: bool = False
     ) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from deltaflow.spark._compat import to_arrow_schema
 
         self.plan = plan
         self.fs, self.root = _uri.filesystem(plan.table_uri)
         partitions = {c.lower() for c in plan.partition_columns}
         logical = StructType.fromJson(_schema.logical_schema(plan.schema))
         physical = StructType.fromJson(plan.physical_schema)
-        self.logical_target = to_arrow_schema(logical, timezone="UTC")
-        physical_arrow = to_arrow_schema(physical, timezone="UTC")
+        self.logical_target = to_arrow_schema(logical)
+        physical_arrow = to_arrow_schema(physical)
         data_positions = [
             i for i, f in enumerate(logical.fields) if f.name.lower() not in partitions
         ]

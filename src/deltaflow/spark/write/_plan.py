@@ -130,9 +130,9 @@ def all_nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 def arrow_schema(schema: dict[str, Any]) -> pa.Schema:
     """The Arrow schema Spark hands batches of a Delta (logical) schema in."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from deltaflow.spark._compat import to_arrow_schema
 
-    return to_arrow_schema(StructType.fromJson(_schema.logical_schema(schema)), timezone="UTC")
+    return to_arrow_schema(StructType.fromJson(_schema.logical_schema(schema)))
 
 
 def plan_write(

@@ -28,8 +28,11 @@ class DeltaAnalysis(session: SparkSession) extends Rule[LogicalPlan] {
     case relation: DataSourceV2Relation if readsChangeFeed(relation) =>
       val table = relation.table.asInstanceOf[DeltaTable]
       val options = relation.options.asCaseSensitiveMap().asScala.toMap + ("path" -> table.info.uri)
-      DataSourceV2Relation.create(DeltaDataSource.tableFor(options.asJava, table.entry),
-        relation.catalog, relation.identifier, relation.options, relation.timeTravelSpec)
+      val feed = DataSourceV2Relation.create(DeltaDataSource.tableFor(options.asJava, table.entry),
+        relation.catalog, relation.identifier, relation.options)
+      // copy, not create: the relation's other fields (Spark 4.1+ adds a time travel spec)
+      // stay as Spark resolved them.
+      relation.copy(table = feed.table, output = feed.output)
 
     case overwrite: OverwritePartitionsDynamic if isDelta(overwrite.table) =>
       val options = overwrite.writeOptions + ("partitionOverwriteMode" -> "dynamic")

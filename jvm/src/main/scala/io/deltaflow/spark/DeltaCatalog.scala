@@ -522,7 +522,8 @@ private[spark] case class CreateRequest(
   private def CatalogKeys: Set[String] = Set(TableCatalog.PROP_PROVIDER,
     TableCatalog.PROP_LOCATION, TableCatalog.PROP_COMMENT, TableCatalog.PROP_OWNER,
     TableCatalog.PROP_EXTERNAL, TableCatalog.PROP_IS_MANAGED_LOCATION,
-    TableCatalog.PROP_TABLE_TYPE, TableCatalog.PROP_COLLATION)
+    // TableCatalog.PROP_TABLE_TYPE and PROP_COLLATION, by value: Spark 4.0 lacks both.
+    "table_type", "collation")
 
 }
 

@@ -21,7 +21,7 @@ class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
       // Built with the session's state: `spark-sql` and `start-thriftserver.sh` open the
       // metastore right after that, before any catalog plugin loads.
       Metastore.checkAtHostStart(session)
-      new DeltaSqlParser(delegate)
+      DeltaSqlParser(delegate)
     }
     TableChanges.functions.foreach(extensions.injectTableFunction)
     extensions.injectResolutionRule(session => new DeltaAnalysis(session))

@@ -7,7 +7,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode
 import org.apache.spark.sql.AnalysisException
 import org.apache.spark.sql.connector.catalog.TableChange
 import org.apache.spark.sql.connector.catalog.TableChange._
-import org.apache.spark.sql.connector.catalog.constraints.Check
+import org.apache.spark.sql.deltaflow.Constraints
 
 import io.deltaflow.spark.{Brain, DeltaflowException}
 
@@ -146,21 +146,6 @@ object AlterTable {
         node.put("op", "removeProperty")
         node.put("key", c.property())
         node.put("ifExists", true)
-      case c: AddConstraint =>
-        node.put("op", "addConstraint")
-        node.put("name", c.constraint().name())
-        c.constraint() match {
-          case check: Check =>
-            node.put("kind", "check")
-            node.put("expression", Option(check.predicateSql()).getOrElse(check.toDDL))
-          case other =>
-            node.put("kind", other.getClass.getSimpleName.toLowerCase)
-            node.put("expression", other.toDDL)
-        }
-      case c: DropConstraint =>
-        node.put("op", "dropConstraint")
-        node.put("name", c.name())
-        node.put("ifExists", c.ifExists())
       case c: ClusterBy =>
         node.put("op", "clusterBy")
         node.put("feature", "clustering")
@@ -169,6 +154,7 @@ object AlterTable {
           val path = columns.addArray()
           ref.fieldNames().foreach(path.add)
         }
+      case c if Constraints.describe(c, node) => // ADD / DROP CONSTRAINT (Spark 4.1+)
       case _ =>
         node.put("op", "unknown")
     }

@@ -2,10 +2,10 @@ package io.deltaflow.spark.catalog
 
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.analysis.ResolvedTable
-import org.apache.spark.sql.catalyst.plans.logical.{AddCheckConstraint, AlterColumns, DropConstraint, LogicalPlan, UnsetTableProperties}
+import org.apache.spark.sql.catalyst.plans.logical.{AlterColumns, LogicalPlan, UnsetTableProperties}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.connector.catalog.{Identifier, TableCatalog, TableChange}
-import org.apache.spark.sql.connector.catalog.constraints.Constraint
+import org.apache.spark.sql.deltaflow.Constraints
 import org.apache.spark.sql.execution.command.LeafRunnableCommand
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
 
@@ -24,31 +24,32 @@ import io.deltaflow.spark.DeltaTable
  *    widening) are the brain's.
  */
 class AlterTableRule(session: SparkSession) extends Rule[LogicalPlan] {
-  override def apply(plan: LogicalPlan): LogicalPlan = plan.resolveOperatorsDown {
-    // Spark resolves the table of ADD CONSTRAINT into a scan of the rows that break the
-    // constraint (it would check them itself); the brain asks for that check instead.
-    case AddCheckConstraint(child, check) if deltaTableOf(child).isDefined =>
-      val (catalog, ident) = deltaTableOf(child).get
-      val constraint = Constraint.check(check.name)
-        .predicateSql(check.condition)
-        .build()
-      DeltaAlterCommand(catalog, ident, Seq(TableChange.addConstraint(constraint, null)))
-    case drop @ DropConstraint(ResolvedTable(catalog, ident, _: DeltaTable, _), _, _, _) =>
-      DeltaAlterCommand(catalog, ident, drop.changes)
+  override def apply(plan: LogicalPlan): LogicalPlan = plan.resolveOperatorsDown(
+    // ADD CONSTRAINT ... CHECK and DROP CONSTRAINT (Spark 4.1+; see Constraints).
+    Constraints.alterRule(deltaTableOf, DeltaAlterCommand(_, _, _)).orElse {
     // Spark does not tell the catalog whether UNSET TBLPROPERTIES said IF EXISTS.
     case UnsetTableProperties(ResolvedTable(catalog, ident, table: DeltaTable, _), keys, false) =>
       DeltaAlterCommand(catalog, ident, keys.map(k => TableChange.removeProperty(k)),
         Some(table))
-    case alter @ AlterColumns(ResolvedTable(catalog, ident, _: DeltaTable, _), _, _)
-        if alter.resolved =>
+    // By its fields, not its pattern: AlterColumns has a third field since Spark 4.1.
+    case alter: AlterColumns if alter.resolved && deltaResolvedTable(alter.table).isDefined =>
+      val (catalog, ident) = deltaResolvedTable(alter.table).get
       DeltaAlterCommand(catalog, ident, alter.changes)
-  }
+  })
+
+  private def deltaResolvedTable(plan: LogicalPlan): Option[(TableCatalog, Identifier)] =
+    plan match {
+      case ResolvedTable(catalog, ident, _: DeltaTable, _) => Some((catalog, ident))
+      case _ => None
+    }
 
   private def deltaTableOf(plan: LogicalPlan): Option[(TableCatalog, Identifier)] =
     plan.collectFirst {
       case ResolvedTable(catalog, ident, _: DeltaTable, _) => (catalog, ident)
-      case DataSourceV2Relation(_: DeltaTable, _, Some(catalog: TableCatalog), Some(ident), _, _)
-        => (catalog, ident)
+      // By its fields: DataSourceV2Relation has a sixth field since Spark 4.1.
+      case r: DataSourceV2Relation if r.table.isInstanceOf[DeltaTable] &&
+          r.catalog.exists(_.isInstanceOf[TableCatalog]) && r.identifier.isDefined =>
+        (r.catalog.get.asInstanceOf[TableCatalog], r.identifier.get)
     }
 }
 

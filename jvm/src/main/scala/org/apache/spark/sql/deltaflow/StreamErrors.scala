@@ -11,7 +11,6 @@ import org.apache.hadoop.fs.Path
 
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.execution.streaming.runtime.StreamingQueryWrapper
 import org.apache.spark.sql.streaming.StreamingQueryListener
 
 /**
@@ -19,17 +18,17 @@ import org.apache.spark.sql.streaming.StreamingQueryListener
  * (`<checkpoint>/_deltaflow/last_error.json`: query id, run id, time, error class and
  * message), where the console (and anyone reading the checkpoint) finds it after the
  * driver is gone: Spark keeps it only in the failed query object. In this package for
- * the query's resolved checkpoint root, which Spark does not make public.
+ * the query's resolved checkpoint root, which Spark does not make public. The query
+ * wrapper that holds it moved package in Spark 4.1 (`execution.streaming.runtime`), so it
+ * is reached by its methods' names, the same in every Spark 4.x.
  */
 class StreamErrors(session: SparkSession) extends StreamingQueryListener with Logging {
   private val roots = new ConcurrentHashMap[UUID, String]()
 
   override def onQueryStarted(event: StreamingQueryListener.QueryStartedEvent): Unit =
     try {
-      Option(session.streams.get(event.id)).foreach {
-        case query: StreamingQueryWrapper =>
-          roots.put(event.id, query.streamingQuery.resolvedCheckpointRoot)
-        case _ =>
+      Option(session.streams.get(event.id)).flatMap(StreamErrors.checkpointRoot).foreach {
+        root => roots.put(event.id, root)
       }
     } catch {
       case NonFatal(e) => logWarning(s"deltaflow: no checkpoint root for query ${event.id}", e)
@@ -74,6 +73,16 @@ object StreamErrors {
   private val Json = new ObjectMapper()
   private val MaxChars = 20000
   private val installed = ConcurrentHashMap.newKeySet[SparkSession]()
+
+  /** The resolved checkpoint root of `query` (a `StreamingQueryWrapper` around a
+   *  `StreamExecution`), or None for a query of another kind. */
+  private def checkpointRoot(query: AnyRef): Option[String] =
+    if (query.getClass.getSimpleName != "StreamingQueryWrapper") None
+    else {
+      val execution = query.getClass.getMethod("streamingQuery").invoke(query)
+      Option(execution.getClass.getMethod("resolvedCheckpointRoot").invoke(execution))
+        .map(_.toString)
+    }
 
   /** Adds the recorder to `session`'s streaming queries, once per session. */
   def install(session: SparkSession): Unit =
