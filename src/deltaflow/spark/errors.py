@@ -158,6 +158,7 @@ class MetastoreInUseError(DeltaflowError):
     def __init__(self, message: str, *, metastore: str, holder_pid: str, holder: str) -> None:
         super().__init__(message, metastore=metastore, holder_pid=holder_pid, holder=holder)
 
+
 class SqlServerConfigError(DeltaflowError, ValueError):
     """``deltaflow sql-server`` was asked to start in a way that is unsafe or cannot work
     (a non-loopback address without authentication, a missing keystore, ...); ``option``
