@@ -72,6 +72,9 @@ def run(
     root = environment()
     environ = {
         **os.environ,
+        # dbt's logs and artifacts go to cwd, never into the project's folder
+        "DBT_LOG_PATH": str(cwd / "logs"),
+        "DBT_TARGET_PATH": str(cwd / "target"),
         **(env or {}),
         "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
         "DBT_USE_COLORS": "false",
