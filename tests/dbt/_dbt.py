@@ -70,7 +70,15 @@ def run(
     ``in_process_spark``: the ``session`` method, run by dbt's Python with the project's
     packages (pyspark, deltalake, deltaflow) before dbt's own."""
     root = environment()
-    environ = {**os.environ, **(env or {}), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
+    environ = {
+        **os.environ,
+        # dbt's logs and artifacts go to cwd, never into the project's folder
+        "DBT_LOG_PATH": str(cwd / "logs"),
+        "DBT_TARGET_PATH": str(cwd / "target"),
+        **(env or {}),
+        "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
+        "DBT_USE_COLORS": "false",
+    }
     if in_process_spark:
         ours = sysconfig.get_paths()["purelib"]
         path = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -217,13 +217,14 @@ def test_session_method_runs_the_project_in_process(tmp_path):
     check_docs(project)
 
 
-@pytest.mark.xfail(
-    reason="needs the persistent catalog and the refusal of a managed CREATE over a folder"
-    " that holds a table (branch `catalog`, issue 26 parts 6 and 8): with the in-memory"
-    " catalog the restarted server forgets the schema, and the seed's CREATE adopts the old"
-    " table, doubling its rows",
-    strict=False,
+DOUBLED_AFTER_RESTART = (
+    "needs the persistent catalog and the refusal of a managed CREATE over a folder that"
+    " holds a table (branch `catalog`, issue 26 parts 6 and 8): with the in-memory catalog"
+    " the restarted server forgets the schema, and the seed's CREATE adopts the old table,"
+    " doubling its rows"
 )
+
+
 def test_a_second_seed_after_a_server_restart_does_not_double_rows(tmp_path):
     warehouse = tmp_path / "warehouse"
     env = {"DBT_TARGET_PATH": str(tmp_path / "target"), "DBT_LOG_PATH": str(tmp_path / "logs")}
@@ -232,5 +233,7 @@ def test_a_second_seed_after_a_server_restart_does_not_double_rows(tmp_path):
             profiles = thrift_profile(tmp_path / f"profiles{attempt}", port)
             result = _dbt.run(["seed"], profiles, cwd=tmp_path, env=env)
             assert result.returncode == 0, result.stdout[-5000:]
-    project = Project(warehouse, tmp_path / "target")
-    assert project.rows("people", "id") == [(1,), (2,), (3,), (4,)]
+    rows = Project(warehouse, tmp_path / "target").rows("people", "id")
+    if rows == sorted([(1,), (2,), (3,), (4,)] * 2):
+        pytest.xfail(DOUBLED_AFTER_RESTART)  # only this known failure; anything else fails
+    assert rows == [(1,), (2,), (3,), (4,)]
