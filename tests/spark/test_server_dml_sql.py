@@ -79,7 +79,8 @@ def thrift_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         ),
     )
     try:
-        wait_for_port(port, server, timeout=300)
+        # Its Derby metastore's first start: minutes on a loaded 2-core machine.
+        wait_for_port(port, server, timeout=600)
         yield port
     finally:
         print(stop(server, home)[-2000:])
