@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -171,7 +172,8 @@ def p95(values: list[float]) -> float:
 def main() -> dict[str, object]:
     args = parse_args(__doc__ or "")
     reps = 3 if args.quick else (args.reps if args.reps != 5 else 10)
-    base = fresh_dir(DATA_DIR / "hosts_dml")
+    # A folder per run: two runs at once (two checkouts compared) must not share tables.
+    base = fresh_dir(DATA_DIR / f"hosts_dml_{os.getpid()}")
     results: dict[str, object] = {"load_before": loadavg()}
     hosts = args.only.split(",") if args.only else ["classic", "connect"]
     for host in hosts:
@@ -191,6 +193,7 @@ def main() -> dict[str, object]:
             server.terminate()
             server.wait(timeout=120)
     results["load_after"] = loadavg()
+    shutil.rmtree(base, ignore_errors=True)
     print("\n| statement | host | p50 s | p95 s |")
     print("| --- | --- | ---: | ---: |")
     first = results[hosts[0]]["seconds"]  # type: ignore[index]
