@@ -714,6 +714,7 @@ def test_timestamp_stats_at_millisecond_precision_never_skip_matching_rows(worke
     assert ids(df.where("ts < TIMESTAMP'2024-01-01 12:00:00.999999'")) == [0, 1]
 
 
+@needs_pushdown
 def test_truncated_string_stats_never_skip_matching_rows(spark, table_path):
     path = table_path()
     long_low, long_high = "k" * 40 + "a", "k" * 40 + "z"
