@@ -39,7 +39,7 @@ def check_output(tables: scenario.Tables, stdout: str, errors: str) -> None:
     assert "SchemaMismatchError" in found, errors[-4000:]
     # The ambiguous MERGE's BridgeError: spark-sql prints its marker; beeline (2026-11-28)
     # showed Spark's message without it, so the message is what is checked on both.
-    assert "AMBIGUOUS_REFERENCE" in errors
+    assert "AMBIGUOUS_REFERENCE" in errors, errors[-4000:]
     scenario.check_unchanged_by_bad(tables)
 
 
