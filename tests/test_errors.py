@@ -6,8 +6,10 @@ import base64
 import json
 import pickle
 
+import pytest
+
 import deltaflow
-from deltaflow.errors import DeltaflowError, from_wire, to_wire
+from deltaflow.errors import DeltaflowError, from_wire, raising_typed, to_wire
 from deltaflow.table.errors import ConcurrentWriteError, SchemaMismatchError
 
 
@@ -59,3 +61,19 @@ def test_import_has_no_side_effects(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path
     )
     assert out.stdout.strip() == "True True []"
+
+
+def test_raising_typed_raises_the_carried_error_and_leaves_others_alone():
+    carried = SchemaMismatchError("n is INT, got STRING", table_uri="file:///t", columns=("n",))
+    wrapper = RuntimeError("py4j said: " + to_wire(carried))
+    with pytest.raises(SchemaMismatchError) as raised, raising_typed():
+        raise wrapper
+    assert raised.value.table_uri == "file:///t"
+    assert raised.value.__cause__ is wrapper
+    with pytest.raises(SchemaMismatchError) as quiet, raising_typed(keep_cause=False):
+        raise wrapper
+    assert quiet.value.__cause__ is None and quiet.value.__suppress_context__
+    plain = ValueError("no marker here")
+    with pytest.raises(ValueError) as untouched, raising_typed():
+        raise plain
+    assert untouched.value is plain

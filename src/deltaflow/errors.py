@@ -9,10 +9,11 @@ the driver and Python workers, so every field must survive the round trip.
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 
@@ -167,6 +168,22 @@ def typed_error(exc: BaseException) -> DeltaflowError | None:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+@contextlib.contextmanager
+def raising_typed(*, keep_cause: bool = True) -> Iterator[None]:
+    """Inside the block, an exception that carries a deltaflow error (Spark's wrappers, py4j,
+    Connect's ``UnknownException`` text) is raised as that typed error. ``keep_cause=False``
+    drops the wrapper from the traceback (a Connect client's wrapper is only its text)."""
+    try:
+        yield
+    except Exception as exc:
+        error = typed_error(exc)
+        if error is None or error is exc:
+            raise
+        if keep_cause:
+            raise error from exc
+        raise error from None
 
 
 def _jsonable(value: Any) -> Any:

@@ -27,8 +27,8 @@ from deltaflow.spark.catalog import _metastore
 from deltaflow.spark.catalog._create import managed_location
 from deltaflow.table._uri import normalize_uri
 from tests import _postgres
+from tests.spark._beeline import beeline, jdbc_url
 from tests.spark.test_hosts import SPARK_HOME, free_port, spark_env, wait_for_port
-from tests.spark.test_sql_server import beeline
 
 JOB = str(Path(__file__).parent / "_catalog_job.py")
 JVM_TIMEOUT = 900  # seconds for one host's run: a JVM and the metastore, on 2 loaded cores
@@ -239,7 +239,7 @@ class SqlServer:
         wait_for_port(self.port, self.proc, timeout=900)  # a JVM and the metastore, loaded
 
     def query(self, statements: str) -> list[str]:
-        result = beeline(self.port, statements, self.log.parent)
+        result = beeline(jdbc_url(self.port), statements)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
         return result.stdout.splitlines()
 

@@ -12,25 +12,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from tests._waiting import wait_while_running
-from tests.spark.test_hosts import SPARK_HOME, free_port, spark_env, wait_for_port
+from tests.spark._beeline import beeline, jdbc_url
+from tests.spark.test_hosts import free_port, spark_env, wait_for_port
 
 pytestmark = pytest.mark.slow
-
-
-def beeline(port: int, statements: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            str(SPARK_HOME / "bin" / "beeline"),
-            *("-u", f"jdbc:hive2://127.0.0.1:{port}/default"),
-            *("--outputformat=csv2", "--silent=true", "-e", statements),
-        ],
-        cwd=cwd,
-        env=spark_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
 
 
 def test_beeline_runs_ddl_dml_and_queries_while_a_stream_writes(table_path, tmp_path):
@@ -88,7 +73,7 @@ def test_beeline_runs_ddl_dml_and_queries_while_a_stream_writes(table_path, tmp_
             " SELECT id, v FROM served WHERE src = 'sql' ORDER BY id;"
             " SELECT count(*) > 0 AS streamed FROM served WHERE src = 'stream';"
         )
-        result = beeline(port, statements, tmp_path)
+        result = beeline(jdbc_url(port), statements)
         assert stream.poll() is None, (tmp_path / "stream.log").read_text()[-3000:]
     finally:
         stream.kill()

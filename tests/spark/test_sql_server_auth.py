@@ -21,6 +21,7 @@ from deltaflow.cli import main as cli_main
 from deltaflow.spark import _sql_server, _sql_server_security
 from deltaflow.spark.errors import SqlServerConfigError
 from tests._waiting import wait_until, wait_while_running
+from tests.spark._beeline import beeline
 from tests.spark.test_hosts import SPARK_HOME, free_port, spark_env
 
 USER, PASSWORD = "analyst", "correct-horse-battery-staple"  # beeline splits on spaces
@@ -244,21 +245,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             process.wait(timeout=60)
 
 
-def beeline(url: str, *args: str, statements: str = "") -> subprocess.CompletedProcess[str]:
-    command = [str(SPARK_HOME / "bin" / "beeline"), "-u", url, *args, "--outputformat=csv2"]
-    if statements:
-        command += ["--silent=true", "-e", statements]
-    return subprocess.run(
-        command,
-        env=spark_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 @pytest.mark.slow
 def test_a_user_with_the_right_password_runs_queries_over_tls(server, tmp_path):
     path = tmp_path / "t"
@@ -267,14 +253,14 @@ def test_a_user_with_the_right_password_runs_queries_over_tls(server, tmp_path):
         " INSERT INTO authed VALUES (2);"
         " SELECT sum(id) AS total, current_user() AS who FROM authed;"
     )
-    result = beeline(server.url(), "-n", USER, "-p", PASSWORD, statements=statements)
+    result = beeline(server.url(), statements, "-n", USER, "-p", PASSWORD, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[lines.index("total,who") + 1] == f"3,{USER}"
 
 
 def logged_in_and_out(server: Server) -> None:
-    result = beeline(server.url(), "-n", USER, "-p", PASSWORD, statements="SELECT 1 AS one;")
+    result = beeline(server.url(), "SELECT 1 AS one;", "-n", USER, "-p", PASSWORD, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
 
 
@@ -283,7 +269,7 @@ def logged_in_and_out(server: Server) -> None:
 def test_wrong_credentials_get_a_clear_error_and_leave_no_session(server, user, password):
     wait_until(lambda: server.sessions()[0] == 0, 60, "no open session")
     before = server.sessions()[1]
-    result = beeline(server.url(), "-n", user, "-p", password, statements="SELECT 1;")
+    result = beeline(server.url(), "SELECT 1;", "-n", user, "-p", password, timeout=300)
     assert result.returncode != 0
     assert "Error validating the login" in result.stdout + result.stderr, result.stderr[-2000:]
     # A good login after the refused one: once the store has its session (events arrive in
@@ -297,7 +283,7 @@ def test_wrong_credentials_get_a_clear_error_and_leave_no_session(server, user, 
 @pytest.mark.slow
 def test_a_plaintext_client_is_not_served(server):
     before = server.sessions()[1]
-    result = beeline(server.url(tls=False), "-n", USER, "-p", PASSWORD, statements="SELECT 1;")
+    result = beeline(server.url(tls=False), "SELECT 1;", "-n", USER, "-p", PASSWORD, timeout=300)
     assert result.returncode != 0
     logged_in_and_out(server)
     wait_until(lambda: server.sessions() == (0, before + 1), 60, "one more session, closed")

@@ -15,13 +15,13 @@ the rest of its kind: read checks in :mod:`deltaflow.spark.read._checks`, delta 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from deltaflow.errors import raising_typed
 from deltaflow.spark.errors import PysparkCompatibilityError
 
 # The pyspark versions deltaflow serves: its connector compiles against each (the jar is
@@ -258,7 +258,7 @@ def _stream_partitions(cls: Any) -> dict[str, Callable[..., Any]]:
                 return original_start(self, path, outputMode=outputMode, queryName=queryName)
             # The connector checks a Delta sink's settings inside start(): its typed error,
             # not the Py4J error around it.
-            with _typed_errors():
+            with raising_typed():
                 return original_start(self, path, outputMode=outputMode, queryName=queryName)
 
     def toTable(
@@ -278,7 +278,7 @@ def _stream_partitions(cls: Any) -> dict[str, Callable[..., Any]]:
             self.partitionBy(partitionBy)
         if state["partition_by"]:
             original_partition_by(self, *state["partition_by"])
-        with _typed_errors():
+        with raising_typed():
             return original_to_table(
                 self, tableName, format, outputMode, None, queryName, **options
             )
@@ -292,20 +292,6 @@ def _stream_partitions(cls: Any) -> dict[str, Callable[..., Any]]:
     }
 
 
-@contextlib.contextmanager
-def _typed_errors() -> Iterator[None]:
-    """Raise the deltaflow error a JVM or worker error carries (its marker), typed."""
-    from deltaflow.errors import typed_error
-
-    try:
-        yield
-    except Exception as exc:
-        error = typed_error(exc)
-        if error is None or error is exc:
-            raise
-        raise error from exc
-
-
 # ---- SparkSession.sql: the connector's typed errors --------------------------------------
 
 
@@ -313,7 +299,7 @@ def _sql(cls: Any) -> dict[str, Callable[..., Any]]:
     original = cls.sql
 
     def sql(self: Any, sqlQuery: Any, args: Any = None, **kwargs: Any) -> Any:
-        with _typed_errors():
+        with raising_typed():
             return original(self, sqlQuery, args, **kwargs)
 
     return {"sql": sql}

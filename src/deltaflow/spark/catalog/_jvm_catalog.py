@@ -66,17 +66,10 @@ def register_external(spark: SparkSession, name: str, uri: str, *, managed: bool
     jsession = getattr(spark, "_jsparkSession", None)
     if jsession is None:
         return False
-    from py4j.protocol import Py4JJavaError
+    from deltaflow.errors import raising_typed
 
-    from deltaflow.errors import typed_error
-
-    try:
+    with raising_typed(keep_cause=False):
         return bool(_connector(spark, _CATALOG).registerTable(jsession, name, uri, managed))
-    except Py4JJavaError as exc:
-        error = typed_error(exc)
-        if error is None:
-            raise
-        raise error from None
 
 
 def table_in_catalog(spark: SparkSession, name: str) -> bool:

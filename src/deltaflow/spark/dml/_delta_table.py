@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltalake import DeltaTable as _DeltaRsTable
 
-from deltaflow.errors import InvalidOptionError, typed_error
+from deltaflow.errors import InvalidOptionError
 from deltaflow.spark import _arguments as args
 from deltaflow.spark.catalog import _create
 from deltaflow.spark.commands import _convert, _describe, _maintenance, _vacuum
@@ -154,7 +154,7 @@ class DeltaTable:
         if _remote.is_connect(sparkSession):
             _remote.run_collect(sparkSession, statement)
         elif _has_sql_extension(sparkSession):
-            _run(sparkSession, statement)
+            _remote.run(sparkSession, statement)
         elif path is not None:
             schema = None
             if ddl:
@@ -428,7 +428,7 @@ class DeltaTable:
             return _remote.run(self._spark, statement)
         if not _has_sql_extension(self._spark):
             return self._spark.createDataFrame(rows(), schema)
-        return _run(self._spark, statement)
+        return _remote.run(self._spark, statement)
 
     def _set_properties(self, properties: dict[str, str]) -> None:
         """``ALTER TABLE ... SET TBLPROPERTIES`` (one commit): as SQL when the session has
@@ -438,7 +438,7 @@ class DeltaTable:
             return
         if _has_sql_extension(self._spark):
             pairs = ", ".join(f"{_sql_string(k)} = {_sql_string(v)}" for k, v in properties.items())
-            _run(self._spark, f"ALTER TABLE {self._sql_name()} SET TBLPROPERTIES ({pairs})")
+            _remote.run(self._spark, f"ALTER TABLE {self._sql_name()} SET TBLPROPERTIES ({pairs})")
             return
         from deltaflow.spark.catalog import _alter
 
@@ -497,17 +497,6 @@ def _has_sql_extension(spark: SparkSession) -> bool:
 def _generate(uri: str, mode: str) -> list[tuple[Any, ...]]:
     _convert.generate(uri, mode)
     return []
-
-
-def _run(spark: SparkSession, statement: str) -> DataFrame:
-    """``spark.sql(statement)``, a deltaflow error it carries raised as itself."""
-    try:
-        return spark.sql(statement)
-    except Exception as exc:
-        error = typed_error(exc)
-        if error is None:
-            raise
-        raise error from None
 
 
 def _sql_string(value: str) -> str:

@@ -19,7 +19,7 @@ import logging
 from typing import Any
 
 from deltaflow._session import PYTHON_SOURCE_NAME
-from deltaflow.errors import typed_error
+from deltaflow.errors import raising_typed
 from deltaflow.spark._options import ReadOptions, parse_read_options
 from deltaflow.table import _uri
 from deltaflow.table._snapshot import Snapshot, load_snapshot
@@ -35,13 +35,8 @@ def load_delta(
     source = _check_delta(state, path)
     if source is not None:
         original_format(reader, source)
-    try:
+    with raising_typed():
         return original_load(reader, path)
-    except Exception as exc:
-        error = typed_error(exc)
-        if error is None or error is exc:
-            raise
-        raise error from exc
 
 
 def _check_delta(state: dict[str, Any], path: Any) -> str | None:

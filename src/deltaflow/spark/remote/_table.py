@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from deltaflow.errors import InvalidOptionError, typed_error
+from deltaflow.errors import InvalidOptionError, raising_typed
 from deltaflow.spark.remote._sql_text import column_path, quote_identifier, sql_text, string_literal
 from deltaflow.table.errors import TableNotFoundError
 
@@ -30,26 +30,16 @@ def is_connect(spark: object) -> bool:
 def run(spark: SparkSession, statement: str) -> DataFrame:
     """``spark.sql(statement)`` on the server, a deltaflow error it carries raised as
     itself (Connect delivers the connector's errors as ``UnknownException`` text)."""
-    try:
+    with raising_typed(keep_cause=False):
         return spark.sql(statement)
-    except Exception as exc:
-        error = typed_error(exc)
-        if error is None:
-            raise
-        raise error from None
 
 
 def run_collect(spark: SparkSession, statement: str) -> tuple[list[Any], Any]:
     """``statement`` run to completion on the server: its rows and schema. (Connect runs
     a command when ``spark.sql`` sends it; collecting makes any other plan run too.)"""
-    try:
+    with raising_typed(keep_cause=False):
         result = spark.sql(statement)
         return result.collect(), result.schema
-    except Exception as exc:
-        error = typed_error(exc)
-        if error is None:
-            raise
-        raise error from None
 
 
 def path_name(location: str) -> str:

@@ -153,11 +153,14 @@ private class BrainProcess(python: String) extends Logging {
       case None => future.get()
     } catch {
       case _: java.util.concurrent.TimeoutException =>
-        pending.remove(id)
         throw DeltaflowException.of("BridgeError",
           s"deltaflow's Python side did not answer `$op` within ${timeoutSeconds.getOrElse(0L)} s.",
           Map("operation" -> op))
       case e: java.util.concurrent.ExecutionException => throw e.getCause
+    } finally {
+      // Answered, timed out, or the caller was interrupted (a cancelled statement): the
+      // entry goes either way, so an answer that comes late finds nothing to complete.
+      pending.remove(id)
     }
     if (answer.has("error")) throw DeltaflowException.fromAnswer(op, answer.get("error"))
     answer.get("result")
