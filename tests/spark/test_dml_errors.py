@@ -12,10 +12,10 @@ from deltalake import DeltaTable as RsTable
 from deltalake import write_deltalake
 
 from deltaflow import DeltaTable
-from deltaflow.spark.dml import _delete_update, _merge_rows
+from deltaflow.spark.dml import _merge_rows, _target_scan
 
 INTERNAL = (
-    _delete_update.FILE_INDEX,
+    _target_scan.FILE_INDEX,
     _merge_rows.ROW_ID,
     _merge_rows.TARGET_MARK,
     _merge_rows.SOURCE_MARK,

@@ -14,7 +14,7 @@ from deltalake import write_deltalake
 
 import deltaflow
 from deltaflow.errors import InvalidOptionError
-from deltaflow.spark.dml import _changes, _delete_update
+from deltaflow.spark.dml import _changes, _delete_update, _target_scan
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
 from deltaflow.spark.write._native import NATIVE_WRITE_CONF
 from tests.table.dv_fixtures import add_deletion_vectors
@@ -28,15 +28,15 @@ _LAYOUT_METRICS = ("Bytes", "Files", "TimeMs")
 
 @pytest.fixture(autouse=True)
 def default_paths(spark: Any) -> Iterator[None]:
-    for key in (_delete_update.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF):
+    for key in (_target_scan.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF):
         spark.conf.unset(key)
     yield
-    for key in (_delete_update.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF):
+    for key in (_target_scan.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF):
         spark.conf.unset(key)
 
 
 def use_python(spark: Any, python: bool) -> None:
-    spark.conf.set(_delete_update.NATIVE_SCAN_CONF, "false" if python else "auto")
+    spark.conf.set(_target_scan.NATIVE_SCAN_CONF, "false" if python else "auto")
     spark.conf.set(NATIVE_WRITE_CONF, "false" if python else "auto")
 
 
@@ -237,10 +237,10 @@ def test_merge_equi_join_is_a_hash_join(
 def test_bad_conf_value_is_a_typed_error(spark: Any, table_path: Any) -> None:
     path = table_path()
     make_table(path)
-    spark.conf.set(_delete_update.NATIVE_SCAN_CONF, "sometimes")
+    spark.conf.set(_target_scan.NATIVE_SCAN_CONF, "sometimes")
     with pytest.raises(InvalidOptionError) as info:
         delete_some(spark, path)
-    assert info.value.option == _delete_update.NATIVE_SCAN_CONF
+    assert info.value.option == _target_scan.NATIVE_SCAN_CONF
 
 
 def _drop_row_counts(path: str) -> None:
@@ -276,19 +276,19 @@ def test_merge_agrees_with_and_without_row_counts_in_the_log(
 
 def test_dml_leaves_the_session_conf_as_it_found_it(spark: Any, table_path: Any) -> None:
     # DML jobs set split and listing confs for their own scans only.
-    keys = (_delete_update.MIN_PARTITIONS_CONF, _delete_update.LISTING_THRESHOLD_CONF)
+    keys = (_target_scan.MIN_PARTITIONS_CONF, _target_scan.LISTING_THRESHOLD_CONF)
     path = table_path()
     make_table(path)
     before = {k: spark.conf.get(k, None) for k in keys}
     merge_all_clauses(spark, path)
     update_some(spark, path)
     assert {k: spark.conf.get(k, None) for k in keys} == before
-    spark.conf.set(_delete_update.MIN_PARTITIONS_CONF, "3")
+    spark.conf.set(_target_scan.MIN_PARTITIONS_CONF, "3")
     try:
         delete_some(spark, path)
-        assert spark.conf.get(_delete_update.MIN_PARTITIONS_CONF) == "3"
+        assert spark.conf.get(_target_scan.MIN_PARTITIONS_CONF) == "3"
     finally:
-        spark.conf.unset(_delete_update.MIN_PARTITIONS_CONF)
+        spark.conf.unset(_target_scan.MIN_PARTITIONS_CONF)
 
 
 def test_delete_and_update_by_a_microsecond_timestamp(spark: Any, table_path: Any) -> None:
@@ -313,19 +313,19 @@ def test_overlapping_dml_session_settings_restore_the_session(spark: Any) -> Non
     (A in, B in, A out, B out) must leave the session as it was, not B's saved 'false'."""
     import threading
 
-    key = _delete_update.ADAPTIVE_CONF
+    key = _target_scan.ADAPTIVE_CONF
     before = spark.conf.get(key, None)
     a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
 
     def first() -> None:
-        with _delete_update.session_conf(spark, {key: "false"}):
+        with _target_scan.session_conf(spark, {key: "false"}):
             a_in.set()
             assert b_in.wait(30)
         a_out.set()
 
     def second() -> None:
         assert a_in.wait(30)
-        with _delete_update.session_conf(spark, {key: "false"}):
+        with _target_scan.session_conf(spark, {key: "false"}):
             b_in.set()
             assert a_out.wait(30)
             assert spark.conf.get(key) == "false"  # still B's while B runs

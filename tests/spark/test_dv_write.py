@@ -21,7 +21,7 @@ from deltalake import QueryBuilder
 from deltalake.exceptions import DeltaProtocolError
 
 from deltaflow import ConcurrentWriteError, DeltaTable
-from deltaflow.spark.dml import _delete_update
+from deltaflow.spark.dml import _delete_update, _target_scan
 
 DV = {"delta.enableDeletionVectors": "true"}
 CDF = {"delta.enableChangeDataFeed": "true"}
@@ -145,13 +145,13 @@ def test_second_delete_merges_with_the_existing_vector(spark, table_path) -> Non
 
 def test_delete_with_python_scan(spark, table_path) -> None:
     path = _make(spark, table_path(), files=1)
-    spark.conf.set(_delete_update.NATIVE_SCAN_CONF, "false")
+    spark.conf.set(_target_scan.NATIVE_SCAN_CONF, "false")
     try:
         table = DeltaTable.forPath(spark, path)
         table.delete("id = 4")
         table.delete("kind = 'b' AND id < 10")
     finally:
-        spark.conf.unset(_delete_update.NATIVE_SCAN_CONF)
+        spark.conf.unset(_target_scan.NATIVE_SCAN_CONF)
     expected = _expected(lambda i: i != 4 and not (i % 2 == 1 and i < 10))
     assert _rows(spark, path) == expected
     assert _rs_rows(path) == expected

@@ -12,7 +12,7 @@ from deltalake import write_deltalake
 from pyspark.sql import functions as F
 
 from deltaflow import ConcurrentWriteError, DeltaTable, InvalidOptionError, SchemaMismatchError
-from deltaflow.spark.dml import _delete_update, _merge
+from deltaflow.spark.dml import _merge, _target_scan
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
 from deltaflow.table.errors import UnsupportedFeatureError
 
@@ -319,13 +319,13 @@ def test_partition_column_update_moves_rows(spark, table_path):
 def test_partition_equality_with_source_prunes_files(spark, table_path, monkeypatch):
     path = _make(table_path())
     scanned: list[int] = []
-    original = _delete_update._scan
+    original = _target_scan.scan
 
     def recording_scan(spark, snapshot, struct, files, alias, **kwargs):
         scanned.append(len(files))
         return original(spark, snapshot, struct, files, alias, **kwargs)
 
-    monkeypatch.setattr(_delete_update, "_scan", recording_scan)
+    monkeypatch.setattr(_target_scan, "scan", recording_scan)
     before = _files(path)
     b_files = {p for p in before if "kind=b" in p}
     source = [(4, "b", 44, "s"), (50, "b", 5, "n"), (None, None, 1, "n")]
@@ -479,17 +479,17 @@ def test_small_merge_runs_without_adaptive_execution_and_restores_the_session(
     jobs: each re-planned stage is one), and leaves the session's setting as it was."""
     path = _make(table_path())
     seen: list[str] = []
-    original = _delete_update.session_conf
+    original = _target_scan.session_conf
 
     def recording(session, settings):
-        seen.append(str(settings.get(_delete_update.ADAPTIVE_CONF)))
+        seen.append(str(settings.get(_target_scan.ADAPTIVE_CONF)))
         return original(session, settings)
 
-    before = spark.conf.get(_delete_update.ADAPTIVE_CONF)
-    monkeypatch.setattr(_delete_update, "session_conf", recording)
+    before = spark.conf.get(_target_scan.ADAPTIVE_CONF)
+    monkeypatch.setattr(_target_scan, "session_conf", recording)
     DeltaTable.forPath(spark, path).alias("t").merge(
         _source(spark, [(1, "a", 100, "u")]), "t.id = s.id"
     ).whenMatchedUpdateAll().execute()
     assert "false" in seen
-    assert spark.conf.get(_delete_update.ADAPTIVE_CONF) == before
+    assert spark.conf.get(_target_scan.ADAPTIVE_CONF) == before
     assert (1, "a", 100, "u") in _rows(spark, path)

@@ -21,7 +21,7 @@ from deltalake import DeltaTable as RsTable
 from deltalake import write_deltalake
 
 from deltaflow import DeltaTable
-from deltaflow.spark.dml import _delete_update, _merge, _merge_keys
+from deltaflow.spark.dml import _merge, _merge_keys, _target_scan
 from deltaflow.table._snapshot import FileEntry
 
 # The Spark jobs' key pruning: MERGEs here run as Spark jobs (not the delta-rs route).
@@ -84,13 +84,13 @@ def _merge_both(
     shutil.copytree(path, copy)
     scanned: dict[str, list[int]] = {"pruned": [], "full": []}
     current = ["pruned"]
-    original = _delete_update._scan
+    original = _target_scan.scan
 
     def recording_scan(spark, snapshot, struct, files, alias, **kwargs):  # type: ignore[no-untyped-def]
         scanned[current[0]].append(len(files))
         return original(spark, snapshot, struct, files, alias, **kwargs)
 
-    monkeypatch.setattr(_delete_update, "_scan", recording_scan)
+    monkeypatch.setattr(_target_scan, "scan", recording_scan)
 
     def run(target: str) -> dict[str, str]:
         builder = (

@@ -14,7 +14,7 @@ driver's — so the request sees that session's temp views, current database and
 Threads: pyspark's pinned-thread mode (its default) gives each brain thread a JVM thread
 of its own, so concurrent requests in different sessions keep apart. One PySpark wrapper
 serves every concurrent request on the same session (keyed by the session's UUID), so
-per-session bookkeeping keyed on it (``_delete_update.session_conf``) holds. PySpark's
+per-session bookkeeping keyed on it (``_target_scan.session_conf``) holds. PySpark's
 process-wide ``SparkSession._activeSession`` stays the wrapper of the host's default
 session: brain code passes its session explicitly and never asks for the active one.
 """

@@ -3,7 +3,7 @@
 1. The driver pins a snapshot. Candidate files are those whose partition values and
    min/max stats may satisfy the condition, when the condition is SQL text the
    predicate parser reads; otherwise (a Column, a function call...) every file.
-2. Job 1 reads the candidates (:func:`_scan`: Spark's Parquet scan when it reads
+2. Job 1 reads the candidates (:func:`._target_scan.scan`: Spark's Parquet scan when it reads
    them exactly, by :mod:`._native_read`'s rules applied to these files; otherwise a
    ``mapInArrow`` over the same ``read_file`` the ``delta`` source uses: deletion
    vectors, column mapping, partition values; the Spark conf
@@ -30,27 +30,20 @@ Null semantics are SQL's: a condition that is NULL does not match.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
-import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import unquote
 
-import numpy as np
-import pyarrow as pa
-
-from deltaflow.errors import DeltaflowError, InvalidOptionError
+from deltaflow.errors import DeltaflowError
 from deltaflow.spark._options import parse_write_options
-from deltaflow.spark.dml import _changes, _dv, _generated, _retry
-from deltaflow.spark.read._native import Fallback, NativeScan, plan_native_files
+from deltaflow.spark.dml import _changes, _dv, _generated, _retry, _target_scan
 from deltaflow.spark.write import _replace_where
 from deltaflow.spark.write._plan import WritePlan, plan_write
-from deltaflow.table import _commit, _predicates, _schema, _uri
+from deltaflow.table import _commit, _predicates, _schema
 from deltaflow.table._snapshot import FileEntry, Snapshot, load_snapshot
 from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
 
@@ -60,16 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("deltaflow.dml")
 
-# Spark lists more paths than this in a Spark job; DML scans name exact files.
-LISTING_THRESHOLD_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
-MIN_PARTITIONS_CONF = "spark.sql.files.minPartitionNum"
-# Carries each row's source file through job 1 (see TargetScan).
-FILE_INDEX = "__deltaflow_file_index"
-# auto: target files are read by Spark's Parquet scan when it reads them exactly.
-NATIVE_SCAN_CONF = "deltaflow.dml.nativeScan"
-NATIVE_SCAN_MODES = ("auto", "false")
-# Deleted rows up to this many are broadcast to the DML scan's anti join.
-BROADCAST_DELETED_ROWS = 2_000_000
 # Commit-info key naming the operation: delta-rs writes "operation": "WRITE" for every
 # commit built from actions and does not let callers set it; history() reads this one.
 OPERATION_KEY = "deltaflow.operation"
@@ -183,8 +166,8 @@ def _run(
         _shortcut_counts(snapshot, files) if operation == "DELETE" and condition is None else None
     )
     if counts is None:
-        scan = _scan(spark, snapshot, struct, files, alias)
-        with balanced_splits(spark, files):
+        scan = _target_scan.scan(spark, snapshot, struct, files, alias)
+        with _target_scan.balanced_splits(spark, files):
             counts = _count_matches(scan, condition)
     scanned = time.perf_counter()
 
@@ -206,11 +189,13 @@ def _run(
     copied = sum(counts[i].total - counts[i].matched for i in rewrite)
     written = _changes.Written([], [], 0)
     if rewrite:
-        scan = _scan(spark, snapshot, struct, [files[i] for i in rewrite], alias, keyed=False).df
+        scan = _target_scan.scan(
+            spark, snapshot, struct, [files[i] for i in rewrite], alias, keyed=False
+        ).df
         rows = _rewritten_rows(
             scan, struct, condition, resolved, operation, changes=changes, generation=generation
         )
-        with balanced_splits(spark, [files[i] for i in rewrite]):
+        with _target_scan.balanced_splits(spark, [files[i] for i in rewrite]):
             written = _changes.write(rows, plan, changes=changes)
         expected = copied + (affected if operation == "UPDATE" else 0)
         if written.rows != expected:
@@ -254,10 +239,10 @@ def _run_with_dvs(
     collects their row indexes per file; UPDATE (and the change data feed) then writes
     only the matched rows' new versions (change rows); one commit."""
     deleted = snapshot.deleted_rows()
-    scan = _scan(spark, snapshot, struct, files, alias, row_index=True, deleted=deleted)
+    scan = _target_scan.scan(spark, snapshot, struct, files, alias, row_index=True, deleted=deleted)
     matched = _condition_column(condition)
-    with balanced_splits(spark, files):
-        matches = _dv.collect_matches(scan.df, FILE_INDEX, matched, scan.index)
+    with _target_scan.balanced_splits(spark, files):
+        matches = _dv.collect_matches(scan.df, _target_scan.FILE_INDEX, matched, scan.index)
     scanned = time.perf_counter()
     touched = [i for i, m in matches.items() if m.matched]
     if not touched:
@@ -267,7 +252,7 @@ def _run_with_dvs(
     changes = _changes.cdf_enabled(snapshot)
     written = _changes.Written([], [], 0)
     if operation == "UPDATE" or changes:
-        again = _scan(
+        again = _target_scan.scan(
             spark,
             snapshot,
             struct,
@@ -286,7 +271,7 @@ def _run_with_dvs(
             changes=changes,
             generation=generation,
         )
-        with balanced_splits(spark, [files[i] for i in touched]):
+        with _target_scan.balanced_splits(spark, [files[i] for i in touched]):
             written = _changes.write(rows, plan, changes=changes)
         expected = affected if operation == "UPDATE" else 0
         if written.rows != expected:
@@ -385,7 +370,7 @@ def check_resolves(frame: DataFrame, condition: Any, values: Iterable[Any] = ())
     """Resolve the user's expressions (SQL text or Columns) against ``frame``'s columns
     before any scan.
 
-    The scans add columns of ours (the file key ``FILE_INDEX``, Spark's ``_metadata``,
+    The scans add columns of ours (the file key ``_target_scan.FILE_INDEX``, Spark's ``_metadata``,
     MERGE's marks and row ids); an unknown or ambiguous name resolved there fails with
     Spark's suggestions and plan listing them. Resolved here, the error names only the
     user's columns. (A Column bound to another DataFrame of the table fails here as it
@@ -449,284 +434,6 @@ def _shortcut_counts(snapshot: Snapshot, files: list[FileEntry]) -> dict[int, _F
     return {i: _FileCounts(f.num_records or 0, f.num_records or 0) for i, f in enumerate(files)}
 
 
-@dataclass(frozen=True)
-class TargetScan:
-    """Candidate files as a DataFrame whose ``FILE_INDEX`` column names each row's file.
-
-    ``keys`` maps a ``FILE_INDEX`` value to the file's index in the candidate list:
-    the JVM scan tags rows with their file's name (``_metadata.file_name``, unique
-    among the candidates), the Python scan with the index itself (``keys`` None).
-    """
-
-    df: DataFrame
-    native: bool
-    keys: Mapping[Any, int] | None = None
-
-    def index(self, key: Any) -> int:
-        return int(key) if self.keys is None else self.keys[key]
-
-
-def dml_scan_mode(value: str | None) -> str:
-    mode = (value or "auto").strip().lower()
-    if mode not in NATIVE_SCAN_MODES:
-        raise InvalidOptionError(
-            f"Spark conf '{NATIVE_SCAN_CONF}' must be one of {', '.join(NATIVE_SCAN_MODES)},"
-            f" not {value!r}: spark.conf.set('{NATIVE_SCAN_CONF}', 'false') makes DELETE,"
-            " UPDATE and MERGE read target files through Python.",
-            option=NATIVE_SCAN_CONF,
-            valid=NATIVE_SCAN_MODES,
-        )
-    return mode
-
-
-def _scan(
-    spark: SparkSession,
-    snapshot: Snapshot,
-    struct: StructType,
-    files: list[FileEntry],
-    alias: str | None,
-    *,
-    keyed: bool = True,
-    row_index: bool = False,
-    deleted: Mapping[str, np.ndarray] | None = None,
-) -> TargetScan:
-    """Exactly ``files`` of ``snapshot`` as a DataFrame, plus each row's file key
-    (``keyed=False``: the JVM scan leaves the key out; the Python scan always has it).
-
-    Spark's Parquet scan reads them when it reads them exactly (``_native_read``'s
-    rules: no deletion vectors in these files, no column mapping or type widening,
-    Hive-decodable partition directories); the Python ``read_file`` otherwise.
-    ``row_index``: plus each row's index in its Parquet file (``_dv.ROW_INDEX``);
-    files with deletion vectors (``deleted``: the snapshot's deleted rows) are then
-    read by the JVM scan too, their deleted rows dropped by row index.
-    """
-    if row_index and deleted is None:
-        deleted = snapshot.deleted_rows()
-    plan = _native_plan(spark, snapshot, struct, files, deletion_vectors=row_index)
-    if isinstance(plan, NativeScan):
-        log.info(
-            "DML scan of %s v%d: JVM Parquet scan of %d files",
-            snapshot.uri,
-            snapshot.version,
-            len(files),
-        )
-        if row_index:
-            df = _with_row_index(spark, plan, files, deleted or {}, keyed)
-        else:
-            df = _native_scan(spark, plan, keyed)
-        keys = {_file_name(f): i for i, f in enumerate(files)}
-        return TargetScan(df.alias(alias) if alias else df, native=True, keys=keys)
-    log.info(
-        "DML scan of %s v%d: Python scan of %d files (%s)",
-        snapshot.uri,
-        snapshot.version,
-        len(files),
-        plan.reason,
-    )
-    return TargetScan(
-        _python_scan(spark, snapshot, struct, files, alias, row_index=row_index), native=False
-    )
-
-
-# Below this many input bytes a DML job runs without adaptive execution (balanced_splits).
-SMALL_DML_BYTES = 32 * 1024 * 1024
-ADAPTIVE_CONF = "spark.sql.adaptive.enabled"
-
-
-# Overrides in force, per (session, key): how many holders, and the value before the
-# first. Pipelines run DMLs (AUTO CDC MERGEs) on one session from several threads: a
-# plain save-and-restore would let the last to finish restore another's override (seen:
-# spark.sql.adaptive.enabled left "false" for the rest of the session).
-_overrides: dict[tuple[int, str], tuple[int, str | None]] = {}
-_overrides_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def session_conf(spark: SparkSession, settings: Mapping[str, str | None]) -> Iterator[None]:
-    """``settings`` on ``spark``'s conf for the duration (None: leave as is), then restored.
-
-    Session confs are read when a plan is built or run, so this brackets exactly the
-    call that builds or runs it. Holders on several threads of one session share an
-    override; the value before the first is restored when the last one leaves.
-    """
-    conf = spark.conf
-    session = id(spark._jsparkSession)
-    wanted = {k: v for k, v in settings.items() if v is not None}
-    with _overrides_lock:
-        for key, value in wanted.items():
-            count, before = _overrides.get((session, key), (0, None))
-            if count == 0:
-                before = conf.get(key, None)
-            _overrides[(session, key)] = (count + 1, before)
-            conf.set(key, value)
-    try:
-        yield
-    finally:
-        with _overrides_lock:
-            for key in wanted:
-                count, before = _overrides.pop((session, key))
-                if count > 1:
-                    _overrides[(session, key)] = (count - 1, before)
-                elif before is None:
-                    conf.unset(key)
-                else:
-                    conf.set(key, before)
-
-
-def balanced_splits(
-    spark: SparkSession, files: Sequence[FileEntry] = ()
-) -> contextlib.AbstractContextManager[None]:
-    """Session settings for a DML job over ``files``.
-
-    Scans split into at least two tasks per core: Spark packs files into splits of up
-    to ``spark.sql.files.maxPartitionBytes`` (128 MiB), so the 155 MB, 40-file target of
-    ``bench_merge.py`` became 3 tasks and one of 2 cores idled for the last third of both
-    jobs. With ``minPartitionNum`` = 2 x cores, Spark sizes splits to give each core two
-    (larger scans are still capped at 128 MiB). A value the user set is kept.
-
-    Inputs of at most ``SMALL_DML_BYTES`` run without adaptive execution: it re-plans
-    between stages by running each as a job of its own, which on a few MB costs more
-    than it can save (a one-row MERGE into a 10k-row table: 12 jobs -> 7, 1.11 -> 1.02 s
-    p50 on a quiet machine).
-    """
-    settings: dict[str, str | None] = {}
-    if not spark.conf.get(MIN_PARTITIONS_CONF, None):
-        cores = spark.sparkContext.defaultParallelism
-        settings[MIN_PARTITIONS_CONF] = str(max(2 * cores, 2))
-    if files and sum(f.size for f in files) <= SMALL_DML_BYTES:
-        settings[ADAPTIVE_CONF] = "false"
-    return session_conf(spark, settings) if settings else contextlib.nullcontext()
-
-
-def _native_plan(
-    spark: SparkSession,
-    snapshot: Snapshot,
-    struct: StructType,
-    files: list[FileEntry],
-    *,
-    deletion_vectors: bool = False,
-) -> NativeScan | Fallback:
-    if dml_scan_mode(spark.conf.get(NATIVE_SCAN_CONF, "auto")) == "false":
-        return Fallback(f"{NATIVE_SCAN_CONF}=false")
-    if not files:
-        return Fallback("no files")
-    if any(f.name.lower() == "_metadata" for f in struct.fields):
-        return Fallback("a column named _metadata hides Spark's file metadata")
-    if len({_file_name(f) for f in files}) != len(files):
-        return Fallback("two candidate files share a file name")
-    return plan_native_files(snapshot, files, deletion_vectors=deletion_vectors)
-
-
-def _file_name(entry: FileEntry) -> str:
-    # What Spark's _metadata.file_name holds: Hadoop's Path.getName, decoded.
-    return unquote(entry.path).rsplit("/", 1)[-1]
-
-
-def _native_scan(spark: SparkSession, plan: NativeScan, keyed: bool) -> DataFrame:
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
-
-    schema = StructType.fromJson(plan.schema)
-    # The files are the log's: nothing to discover. Above the threshold (32 paths) Spark
-    # would list them in a Spark job of its own (~1 s for 40 files under load).
-    with session_conf(spark, {LISTING_THRESHOLD_CONF: str(len(plan.file_uris) + 1)}):
-        df = spark.read.schema(schema).option("basePath", plan.root).parquet(*plan.file_uris)
-    columns = [F.col("`" + name.replace("`", "``") + "`") for name in schema.fieldNames()]
-    if keyed:
-        columns.append(F.col("_metadata.file_name").alias(FILE_INDEX))
-    return df.select(*columns)
-
-
-def _with_row_index(
-    spark: SparkSession,
-    plan: NativeScan,
-    files: list[FileEntry],
-    deleted: Mapping[str, np.ndarray],
-    keyed: bool,
-) -> DataFrame:
-    """The JVM scan with each row's Parquet row index, rows that deletion vectors
-    delete dropped (an anti join on file name and row index)."""
-    from pyspark.sql import functions as F
-
-    df = _native_scan(spark, plan, keyed=True).withColumn(
-        _dv.ROW_INDEX, F.col("_metadata.row_index")
-    )
-    gone = [(_file_name(f), deleted[f.path]) for f in files if len(deleted.get(f.path, ()))]
-    if gone:
-        names = np.repeat(np.array([n for n, _ in gone], dtype=object), [len(r) for _, r in gone])
-        rows = np.concatenate([r for _, r in gone]).astype(np.int64)
-        table = pa.table({FILE_INDEX: pa.array(names, pa.string()), _dv.ROW_INDEX: rows})
-        dropped = spark.createDataFrame(table)
-        if table.num_rows <= BROADCAST_DELETED_ROWS:
-            dropped = F.broadcast(dropped)
-        df = df.join(dropped, [FILE_INDEX, _dv.ROW_INDEX], "left_anti")
-    return df if keyed else df.drop(FILE_INDEX)
-
-
-def _python_scan(
-    spark: SparkSession,
-    snapshot: Snapshot,
-    struct: StructType,
-    files: list[FileEntry],
-    alias: str | None,
-    *,
-    row_index: bool = False,
-) -> DataFrame:
-    """Exactly ``files`` of ``snapshot`` read by Python tasks, plus each row's file index
-    (and with ``row_index``, its index in the Parquet file)."""
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    from deltaflow.spark.read._reader import FileTask, ReadLayout, bin_pack, read_file
-
-    layout = ReadLayout.build(snapshot, struct)
-    deleted = snapshot.deleted_rows()
-    tasks = [
-        FileTask(_uri.join(snapshot.uri, f.path), f.size, f.partition_values, deleted.get(f.path))
-        for f in files
-    ]
-    index_of = {task.uri: i for i, task in enumerate(tasks)}
-    groups = [
-        [(index_of[t.uri], t) for t in group]
-        for group in bin_pack(tasks, spark.sparkContext.defaultParallelism)
-    ]
-    extra = [StructField(FILE_INDEX, LongType(), False)]
-    if row_index:
-        extra.append(StructField(_dv.ROW_INDEX, LongType(), False))
-    out = StructType([*struct.fields, *extra])
-    names = [*layout.target.names, *(f.name for f in extra)]
-
-    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for group in batch.column(0).to_pylist():
-                for index, task in groups[group]:
-                    positions = _read_positions(task) if row_index else None
-                    offset = 0
-                    for data in read_file(task, layout):
-                        marker = [pa.array([index] * data.num_rows, pa.int64())]
-                        if positions is not None:
-                            marker.append(pa.array(positions[offset : offset + data.num_rows]))
-                            offset += data.num_rows
-                        yield pa.RecordBatch.from_arrays([*data.columns, *marker], names=names)
-
-    df = spark.range(0, len(groups), 1, numPartitions=max(len(groups), 1)).mapInArrow(read, out)
-    return df.alias(alias) if alias else df
-
-
-def _read_positions(task: Any) -> np.ndarray:
-    """The Parquet row indexes ``read_file(task)`` yields, in order (its DV dropped)."""
-    import pyarrow.parquet as pq
-
-    fs, path = _uri.filesystem(task.uri)
-    with fs.open_input_file(path) as handle:
-        num_rows = pq.ParquetFile(handle).metadata.num_rows
-    positions = np.arange(num_rows, dtype=np.int64)
-    if task.deleted_rows is not None and len(task.deleted_rows):
-        keep = np.ones(num_rows, dtype=bool)
-        keep[task.deleted_rows[task.deleted_rows < num_rows]] = False
-        positions = positions[keep]
-    return positions
-
-
 def _condition_column(condition: Any) -> Column:
     from pyspark.sql import functions as F
 
@@ -736,17 +443,17 @@ def _condition_column(condition: Any) -> Column:
     return F.coalesce(column, F.lit(False))  # NULL does not match, as in SQL's WHERE
 
 
-def _count_matches(scan: TargetScan, condition: Any) -> dict[int, _FileCounts]:
+def _count_matches(scan: _target_scan.TargetScan, condition: Any) -> dict[int, _FileCounts]:
     from pyspark.sql import functions as F
 
     matches = F.when(_condition_column(condition), 1).otherwise(0)
     rows = (
-        scan.df.groupBy(F.col(FILE_INDEX))
+        scan.df.groupBy(F.col(_target_scan.FILE_INDEX))
         .agg(F.count(F.lit(1)).alias("total"), F.sum(matches).alias("matched"))
         .collect()
     )
     return {
-        scan.index(r[FILE_INDEX]): _FileCounts(int(r["total"]), int(r["matched"] or 0))
+        scan.index(r[_target_scan.FILE_INDEX]): _FileCounts(int(r["total"]), int(r["matched"] or 0))
         for r in rows
     }
 
@@ -770,9 +477,9 @@ def _rewritten_rows(
     none = F.lit(None).cast("string")
     if operation == "DELETE":
         if not changes:
-            return scan.where(~matched).drop(FILE_INDEX)
+            return scan.where(~matched).drop(_target_scan.FILE_INDEX)
         kind = F.when(matched, F.lit(cw.DELETE)).otherwise(none)
-        return scan.drop(FILE_INDEX).withColumn(cw.CHANGE_TYPE, kind)
+        return scan.drop(_target_scan.FILE_INDEX).withColumn(cw.CHANGE_TYPE, kind)
     if changes:
         # A matched row is written three times: the new row, its pre- and post-image.
         kinds = F.when(matched, F.array(none, F.lit(cw.PREIMAGE), F.lit(cw.POSTIMAGE))).otherwise(

@@ -7,7 +7,7 @@
    equalities of a target column with a source column (``t.id = s.id``: the source's
    key values against each file's min/max stats, :mod:`._merge_keys`), when the
    condition is SQL text the predicate parser reads; otherwise every file.
-2. The candidates are read (``_delete_update._scan``: Spark's Parquet scan when it reads them
+2. The candidates are read (``_target_scan.scan``: Spark's Parquet scan when it reads them
    exactly, else the Python ``mapInArrow`` scan), each row carrying its file key and a
    row id, and joined with the source: target LEFT OUTER source, so that Spark can
    broadcast a small source and stream the target through a hash join without a
@@ -59,6 +59,7 @@ from deltaflow.spark.dml import (
     _merge_keys,
     _merge_rows,
     _retry,
+    _target_scan,
 )
 from deltaflow.spark.dml._merge_builder import (
     BY_SOURCE_KINDS,
@@ -205,7 +206,7 @@ def _execute_once(spark: SparkSession, spec: MergeSpec) -> MergeMetrics:
             copied=0 if merge.dv else sum(o.unchanged for o in chosen),
         )
         rows = _job2_rows(merge, found, changes, dedupe=any(o.max_pairs > 1 for o in chosen))
-        with _delete_update.balanced_splits(spark, merge.files):
+        with _target_scan.balanced_splits(spark, merge.files):
             written = _changes.write(rows, merge.plan, changes=changes)
     finally:
         for df in merge.cached:
@@ -310,7 +311,7 @@ def _job1(merge: _Merge) -> _Found:
     if not merge.files and live is not None and merge.source_rows is not None:
         # The source's keys are in no file: nothing to read, every source row unmatched.
         return _found_on_driver(merge, [], int, live)
-    scan = _delete_update._scan(
+    scan = _target_scan.scan(
         merge.spark,
         merge.snapshot,
         merge.struct,
@@ -329,7 +330,7 @@ def _job1(merge: _Merge) -> _Found:
         merge.cached.append(joined)
         merge.matched = (joined, scan.df)
     pairs = _merge_rows.per_row(joined, spec.clauses, merge.inserts, inner=live is not None)
-    with _delete_update.balanced_splits(merge.spark, merge.files):
+    with _target_scan.balanced_splits(merge.spark, merge.files):
         small = live is not None and merge.source_rows is not None
         small = small and (merge.source_rows or 0) <= SMALL_SOURCE_ROWS
         collected = _merge_rows.collect_pairs(pairs, MAX_COLLECTED_PAIRS) if small else None
@@ -437,7 +438,7 @@ def _changed_rows(merge: _Merge, found: _Found, changes: bool, dedupe: bool) -> 
         joined, target = merge.matched
     else:
         touched_files = [merge.files[i] for i in found.touched]
-        target = _delete_update._scan(
+        target = _target_scan.scan(
             merge.spark,
             merge.snapshot,
             merge.struct,
@@ -461,7 +462,7 @@ def _rewrite_rows(merge: _Merge, found: _Found, changes: bool, dedupe: bool) -> 
     touched files again (the JVM scan reads just those)."""
     spec = merge.spec
     touched_files = [merge.files[i] for i in found.touched]
-    rescan = _delete_update._scan(
+    rescan = _target_scan.scan(
         merge.spark, merge.snapshot, merge.struct, touched_files, spec.target_alias, keyed=False
     ).df
     joined = _merge_rows.joined(rescan, merge.marked, merge.condition, spec.clauses)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError
-from deltaflow.spark.dml import _delete_update
+from deltaflow.spark.dml import _delete_update, _target_scan
 from deltaflow.spark.dml._merge_builder import MergeSpec
 from deltaflow.spark.write import _replace_where
 from deltaflow.table import _predicates
@@ -226,7 +226,7 @@ def collect(
         # Spark's limit collects scan a few partitions per job and then more in
         # further jobs; all of them at once is one job.
         settings = {LIMIT_PARTITIONS_CONF: str(2**30)}
-        with _delete_update.session_conf(spark, settings):
+        with _target_scan.session_conf(spark, settings):
             rows = selected.limit(MAX_EXACT_ROWS + 1).collect()
     if len(rows) <= MAX_EXACT_ROWS:
         domains = {}
@@ -240,7 +240,7 @@ def collect(
         summary += [F.min(f"k{i}"), F.max(f"k{i}")]
     # A global aggregate gains nothing from adaptive execution, which would run its
     # two stages as two jobs.
-    with _delete_update.session_conf(spark, {_delete_update.ADAPTIVE_CONF: "false"}):
+    with _target_scan.session_conf(spark, {_target_scan.ADAPTIVE_CONF: "false"}):
         row = selected.agg(*summary).collect()[0]
     domains = {key.target: KeyDomain(row[1 + 2 * i], row[2 + 2 * i]) for i, key in enumerate(keys)}
     return SourceKeys(domains, int(row[0]), exact=False)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deltaflow.spark.dml import _changes, _delete_update, _dv, _generated
+from deltaflow.spark.dml import _changes, _delete_update, _dv, _generated, _target_scan
 from deltaflow.spark.dml._merge_builder import (
     BY_SOURCE_KINDS,
     DELETE_KINDS,
@@ -143,7 +143,7 @@ def per_row(
     row_index = [F.col(_dv.ROW_INDEX)] if indexed else []
     if inner:
         return joined.select(
-            F.col(_delete_update.FILE_INDEX),
+            F.col(_target_scan.FILE_INDEX),
             F.col(ROW_ID),
             *row_index,
             source_id.alias(SOURCE_ID),
@@ -152,7 +152,7 @@ def per_row(
         )
     keys = [F.when(matched, F.col(_dv.ROW_INDEX)).alias(_dv.ROW_INDEX)] if indexed else []
     return joined.groupBy(
-        F.col(_delete_update.FILE_INDEX),
+        F.col(_target_scan.FILE_INDEX),
         F.when(matched, F.col(ROW_ID)).alias(ROW_ID),
         F.when(matched, source_id).alias(SOURCE_ID),
         *keys,
@@ -160,7 +160,7 @@ def per_row(
 
 
 def outcomes(
-    pairs: DataFrame, scan: _delete_update.TargetScan, live: Mapping[int, int] | None = None
+    pairs: DataFrame, scan: _target_scan.TargetScan, live: Mapping[int, int] | None = None
 ) -> dict[int, FileOutcome]:
     """Job 1: per target file what the clauses do (from :func:`per_row`'s pairs).
 
@@ -171,7 +171,7 @@ def outcomes(
     from pyspark.sql import functions as F
 
     indexed = _dv.ROW_INDEX in pairs.columns
-    per_row = pairs.groupBy(F.col(_delete_update.FILE_INDEX), F.col(ROW_ID)).agg(
+    per_row = pairs.groupBy(F.col(_target_scan.FILE_INDEX), F.col(ROW_ID)).agg(
         *([F.first(_dv.ROW_INDEX).alias(_dv.ROW_INDEX)] if indexed else []),
         F.sum("n").alias("n"),
         *[F.sum(k).alias(k) for k in ("applied", "m_upd", "s_upd", "m_del", "s_del", "chg")],
@@ -184,7 +184,7 @@ def outcomes(
         return F.when(single, F.least(F.col(k), F.lit(1))).otherwise(F.col(k))
 
     rows = (
-        per_row.groupBy(_delete_update.FILE_INDEX)
+        per_row.groupBy(_target_scan.FILE_INDEX)
         .agg(
             F.max(F.when(single, F.col("n")).otherwise(F.lit(1))).alias("pairs"),
             F.max("applied").alias("applied"),
@@ -209,7 +209,7 @@ def outcomes(
     )
     found = {}
     for r in rows:
-        index = scan.index(r[_delete_update.FILE_INDEX])
+        index = scan.index(r[_target_scan.FILE_INDEX])
         unmatched = 0 if live is None else live[index] - int(r["matched_rows"] or 0)
         found[index] = FileOutcome(
             max_pairs=int(r["pairs"] or 0),
@@ -232,7 +232,7 @@ def collect_pairs(pairs: DataFrame, limit: int) -> list[Any] | None:
     # Spark's limit collects scan a few partitions per job and then more in further
     # jobs; all of them at once is one job.
     settings = {"spark.sql.limit.initialNumPartitions": str(2**30)}  # as _merge_keys
-    with _delete_update.session_conf(pairs.sparkSession, settings):
+    with _target_scan.session_conf(pairs.sparkSession, settings):
         rows = pairs.limit(limit + 1).collect()
     return rows if len(rows) <= limit else None
 
@@ -248,7 +248,7 @@ def outcomes_of_pairs(
     indexed = bool(rows) and _dv.ROW_INDEX in rows[0].asDict()
     flags = ("applied", "m_upd", "s_upd", "m_del", "s_del", "chg")
     for r in rows:
-        key = (r[_delete_update.FILE_INDEX], r[ROW_ID])
+        key = (r[_target_scan.FILE_INDEX], r[ROW_ID])
         sums = per_row.setdefault(key, [0] * (len(flags) + 2))
         sums[0] += int(r["n"])
         for i, name in enumerate(flags, start=1):
