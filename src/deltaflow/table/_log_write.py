@@ -2,9 +2,9 @@
 
 delta-rs 1.6 reads tables whose protocol has a writer feature of
 :data:`~deltaflow.table._protocol.DELTA_RS_UNWRITABLE_FEATURES` (``identityColumns``,
-``clustering``, ``domainMetadata``) but refuses to commit to them. Every commit to such a
-table, or that gives a table one of them, and every DML commit with a read set, is
-written here through :mod:`deltaflow.table._log_commit` (conflict checks, put-if-absent):
+``clustering``, ``domainMetadata``, ``typeWidening``) but refuses to commit to them.
+Every commit to such a table, or that gives a table one of them, and every DML commit
+with a read set, is written here through :mod:`deltaflow.table._log_commit` (conflict checks, put-if-absent):
 
 * **create** (``read_version`` None): version 0 with protocol, metadata, domains and the
   first files (CTAS, ``writeTo().create``, ``CREATE TABLE``), and every creation of a
@@ -55,6 +55,10 @@ _ALTERNATIVES = {
     " IDENTITY",
     "clustering": "drop CLUSTER BY (partition the table or OPTIMIZE ... ZORDER BY instead)",
     "domainMetadata": "drop CLUSTER BY (partition the table or OPTIMIZE ... ZORDER BY instead)",
+    "typeWidening": "rewrite the table without delta.enableTypeWidening (CREATE OR REPLACE"
+    " TABLE ... AS SELECT with a cast)",
+    "typeWidening-preview": "rewrite the table without delta.enableTypeWidening (CREATE OR"
+    " REPLACE TABLE ... AS SELECT with a cast)",
 }
 # delta-rs's names for features in "Unsupported table features required: [...]".
 _DELTA_RS_NAMES = {
