@@ -4,7 +4,8 @@ delta-rs 1.6 reads tables whose protocol has a writer feature of
 :data:`~deltaflow.table._protocol.DELTA_RS_UNWRITABLE_FEATURES` (``identityColumns``,
 ``clustering``, ``domainMetadata``, ``typeWidening``) but refuses to commit to them.
 Every commit to such a table, or that gives a table one of them, and every DML commit
-with a read set, is written here through :mod:`deltaflow.table._log_commit` (conflict checks, put-if-absent):
+with a read set, is written here through :mod:`deltaflow.table._log_commit` (conflict
+checks, put-if-absent):
 
 * **create** (``read_version`` None): version 0 with protocol, metadata, domains and the
   first files (CTAS, ``writeTo().create``, ``CREATE TABLE``), and every creation of a
