@@ -294,8 +294,9 @@ def test_a_preview_type_widening_table_keeps_its_feature() -> None:
     )
     assert preview.with_features({"typeWidening"}) == preview
     assert protocol_for_new_table({"delta.checkpointPolicy": "classic"}, {}) is None
+    # As delta-spark creates it: writer version 2's features stay listed.
     assert protocol_for_new_table({"delta.checkpointPolicy": "V2"}, {}) == Protocol(
-        3, 7, frozenset({"v2Checkpoint"}), frozenset({"v2Checkpoint"})
+        3, 7, frozenset({"v2Checkpoint"}), frozenset({"appendOnly", "invariants", "v2Checkpoint"})
     )
 
 

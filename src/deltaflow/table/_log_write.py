@@ -42,7 +42,7 @@ from deltaflow.table._protocol import (
     DELTA_RS_UNWRITABLE_FEATURES,
     Protocol,
     features_in_use,
-    protocol_for_new_table,
+    new_table_base,
 )
 from deltaflow.table._snapshot import Snapshot, load_snapshot, snapshot_of_table
 from deltaflow.table.errors import UnsupportedFeatureError
@@ -147,11 +147,10 @@ def commit_write(
 def protocol_of(draft: Draft) -> Protocol:
     """The lowest protocol for the draft's metadata and the features its hooks asked for."""
     used = features_needed(draft.schema, draft.configuration)
-    base = Protocol.of(draft.current) if draft.current is not None else Protocol(1, 2)
-    if draft.current is None and protocol_for_new_table(draft.configuration, draft.schema):
-        # A table-features protocol from the start (deletion vectors): exactly the features
-        # in use, without the legacy ones writer version 2 implies.
-        base = Protocol(1, 1)
+    if draft.current is not None:
+        base = Protocol.of(draft.current)
+    else:
+        base = new_table_base(draft.configuration, draft.schema)
     return base.with_features(used | draft.features, used)
 
 

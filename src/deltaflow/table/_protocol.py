@@ -232,10 +232,20 @@ def protocol_for_new_table(
     delta-rs 1.6 lists ``variantType`` (and the legacy ``appendOnly`` / ``invariants``)
     in every table-features protocol it creates, e.g. for ``delta.enableDeletionVectors``,
     and leaves ``delta.checkpointPolicy = 'v2'`` at reader 1 / writer 2 without the
-    ``v2Checkpoint`` feature; deltaflow then writes version 0 itself with exactly the
-    features the table uses.
+    ``v2Checkpoint`` feature; deltaflow then writes version 0 itself with the features the
+    table uses, from :func:`new_table_base`.
     """
     used = features_in_use(configuration, schema)
     if not used & _DELTA_RS_CREATES_WRONGLY:
         return None
-    return Protocol(1, 1).with_features(used, used)
+    return new_table_base(configuration, schema).with_features(used, used)
+
+
+def new_table_base(configuration: Mapping[str, str | None], schema: Mapping[str, Any]) -> Protocol:
+    """The protocol a new table's features are added to: delta-spark's default (1, 2),
+    whose ``appendOnly`` / ``invariants`` stay listed in a table-features protocol (as
+    delta-spark lists them for ``v2Checkpoint`` or ``typeWidening``), except with deletion
+    vectors, whose tables list exactly the features they use."""
+    if "deletionVectors" in features_in_use(configuration, schema):
+        return Protocol(1, 1)
+    return Protocol(1, 2)
