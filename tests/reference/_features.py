@@ -168,7 +168,14 @@ FEATURES = [
             f"ALTER TABLE {T} ALTER COLUMN f TYPE DOUBLE",
             f"INSERT INTO {T} VALUES (2, 100000, 2.25)",
         ),
-        on_top=(f"INSERT INTO {T} VALUES (3, 200000, 3.5)",),
+        on_top=(
+            f"INSERT INTO {T} VALUES (3, 200000, 3.5)",
+            # Rows of files written before the widening, rewritten at the new type.
+            f"UPDATE {T} SET n = n * 1000, f = f * 2 WHERE id = 1",
+            f"MERGE INTO {T} t USING (SELECT * FROM VALUES (2, 70000, 0.125D), (4, -70000, 4.5D)"
+            " AS s(id, n, f)) s ON t.id = s.id WHEN MATCHED THEN DELETE"
+            " WHEN NOT MATCHED THEN INSERT *",
+        ),
         log_marker="delta.typeChanges",
     ),
     Feature(

@@ -24,23 +24,7 @@ DELTAFLOW, DELTA_SPARK = "deltaflow", "delta-spark"
 
 # Known gaps, (feature, writer) -> reason: each is xfail(strict=True), so a fixed gap fails
 # the run until its entry is removed.
-_TYPE_WIDENING = (
-    "deltaflow cannot append to a table with the typeWidening feature: INSERT raises "
-    "UnsupportedFeatureError(feature='typeWidening') ('delta-rs 1.6 cannot commit' it, and "
-    "deltaflow's own log writer does not write WRITE commits yet)"
-)
-GAPS: dict[tuple[str, str], str] = {
-    ("v2_checkpoints", DELTAFLOW): (
-        "deltaflow records TBLPROPERTIES delta.checkpointPolicy='v2' but leaves the protocol "
-        "at reader 1 / writer 2 without the v2Checkpoint feature and writes classic "
-        "checkpoints: it should add the feature and write V2 checkpoints, or refuse the "
-        "property with a typed error"
-    ),
-    # (CREATE TABLE ... TBLPROPERTIES ('delta.enableTypeWidening'='true') and the two ALTER
-    # COLUMN ... TYPE widenings are accepted; the append after them is refused.)
-    ("type_widening", DELTAFLOW): _TYPE_WIDENING,
-    ("type_widening", DELTA_SPARK): _TYPE_WIDENING,
-}
+GAPS: dict[tuple[str, str], str] = {}
 
 
 def _cases() -> list[Any]:

@@ -176,22 +176,43 @@ def test_column_mapping_upgrade_then_rename_and_drop_nested(spark: Any, table_pa
     assert rows(spark, table) == [*expected, (3, "c", (3, "r"))]
 
 
-def test_type_widening_is_refused_where_deltaflow_could_not_write_after(
-    spark: Any, table: Any
-) -> None:
+def test_type_widening_turned_on_then_writes_and_dml(spark: Any, table: Any) -> None:
+    """Widening needs delta.enableTypeWidening; turning it on adds the typeWidening feature
+    (reader 3 / writer 7, as delta-spark), and the table stays writable: appends and DML
+    commit through deltaflow's log writer (delta-rs 1.6 refuses such tables), and rows of
+    files written before the widening read at the new type (issue 27)."""
     name, path = table("id BIGINT, n INT", "(1, 5)")
     error = typed(spark, f"ALTER TABLE {name} ALTER COLUMN n TYPE BIGINT")
     assert isinstance(error, UnsupportedFeatureError)
     assert error.feature == "typeWidening"
     assert "delta.enableTypeWidening" in error.message
-    # Turning the feature on would leave the table unwritable (delta-rs 1.6 refuses it).
-    error = typed(
-        spark, f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.enableTypeWidening'='true')"
-    )
-    assert isinstance(error, UnsupportedFeatureError) and error.feature == "typeWidening"
     assert version(path) == 1
-    spark.sql(f"INSERT INTO {name} VALUES (2, 6)")
-    assert rows(spark, name) == [(1, 5), (2, 6)]
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.enableTypeWidening'='true')")
+    protocol = last_commit(path)["protocol"]
+    assert (protocol["minReaderVersion"], protocol["minWriterVersion"]) == (3, 7)
+    assert "typeWidening" in protocol["readerFeatures"]
+    assert "typeWidening" in protocol["writerFeatures"]
+    spark.sql(f"ALTER TABLE {name} ALTER COLUMN n TYPE BIGINT")
+    spark.sql(f"INSERT INTO {name} VALUES (2, {2**40})")
+    assert last_commit(path)["commitInfo"]["engineInfo"].startswith("deltaflow/")
+    spark.sql(f"UPDATE {name} SET n = n + 1 WHERE id = 1")
+    assert rows(spark, name) == [(1, 6), (2, 2**40)]
+    assert python_rows(spark, path) == [{"id": 1, "n": 6}, {"id": 2, "n": 2**40}]
+    assert spark.sql(f"SELECT n FROM {name} VERSION AS OF 1").collect()[0][0] == 5
+    assert version(path) == 5
+
+
+def test_checkpoint_policy_v2_adds_the_feature(spark: Any, table: Any) -> None:
+    name, path = table("id BIGINT", "(1)")
+    error = typed(spark, f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.checkpointPolicy'='v3')")
+    assert isinstance(error, InvalidOptionError) and "classic, v2" in error.message
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('delta.checkpointPolicy'='v2')")
+    protocol = last_commit(path)["protocol"]
+    assert (protocol["minReaderVersion"], protocol["minWriterVersion"]) == (3, 7)
+    assert "v2Checkpoint" in protocol["readerFeatures"]
+    assert "v2Checkpoint" in protocol["writerFeatures"]
+    spark.sql(f"INSERT INTO {name} VALUES (2)")
+    assert rows(spark, name) == [(1,), (2,)]
 
 
 def test_narrowing_type_is_refused(spark: Any, table: Any) -> None:

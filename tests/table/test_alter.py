@@ -13,7 +13,7 @@ from deltaflow.errors import InvalidOptionError
 from deltaflow.table import _constraints
 from deltaflow.table._alter import plan_alter
 from deltaflow.table._alter_state import TableState
-from deltaflow.table._protocol import Protocol
+from deltaflow.table._protocol import Protocol, protocol_for_new_table
 from deltaflow.table.errors import (
     ConstraintViolationError,
     InvalidConstraintError,
@@ -261,9 +261,43 @@ def test_properties() -> None:
     )
     assert raised.state.protocol == Protocol(1, 4)
     assert "delta.minWriterVersion" not in raised.state.configuration
-    for key in ("delta.enableRowTracking", "delta.enableTypeWidening"):
-        with pytest.raises(UnsupportedFeatureError):
-            plan_alter(state(), [{"op": "setProperty", "key": key, "value": "true"}])
+    with pytest.raises(UnsupportedFeatureError):
+        plan_alter(
+            state(), [{"op": "setProperty", "key": "delta.enableRowTracking", "value": "true"}]
+        )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "feature"),
+    [
+        ("delta.enableTypeWidening", "true", "typeWidening"),
+        ("delta.checkpointPolicy", "v2", "v2Checkpoint"),
+    ],
+)
+def test_properties_that_add_a_reader_writer_feature(key: str, value: str, feature: str) -> None:
+    """As delta-spark: the property upgrades the protocol to reader 3 / writer 7 with the
+    feature in both lists (the legacy writer 2 features kept listed)."""
+    plan = plan_alter(state(), [{"op": "setProperty", "key": key, "value": value}])
+    assert plan.protocol_changed
+    assert plan.state.protocol == Protocol(
+        3, 7, frozenset({feature}), frozenset({"appendOnly", "invariants", feature})
+    )
+    assert plan.state.configuration == {key: value}
+    # Set again (or on a table created with it): nothing more to add.
+    again = plan_alter(plan.state, [{"op": "setProperty", "key": key, "value": value}])
+    assert not again.protocol_changed
+
+
+def test_a_preview_type_widening_table_keeps_its_feature() -> None:
+    preview = Protocol(
+        3, 7, frozenset({"typeWidening-preview"}), frozenset({"typeWidening-preview"})
+    )
+    assert preview.with_features({"typeWidening"}) == preview
+    assert protocol_for_new_table({"delta.checkpointPolicy": "classic"}, {}) is None
+    # As delta-spark creates it: writer version 2's features stay listed.
+    assert protocol_for_new_table({"delta.checkpointPolicy": "V2"}, {}) == Protocol(
+        3, 7, frozenset({"v2Checkpoint"}), frozenset({"appendOnly", "invariants", "v2Checkpoint"})
+    )
 
 
 def Protocol_state(writer: int) -> TableState:

@@ -14,6 +14,7 @@ from typing import Literal
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.table._auto_compact import DEFAULT_SETTINGS, AutoCompactSettings
+from deltaflow.table._protocol import CHECKPOINT_POLICIES, CHECKPOINT_POLICY
 
 _COMMON = ("path",)
 # delta-spark's streaming source options (readStream); batch reads accept and ignore them.
@@ -434,6 +435,14 @@ def checked_table_properties(
                 " stored as given.",
                 option=key,
                 valid=TABLE_PROPERTIES,
+            )
+        if name == CHECKPOINT_POLICY and str(value).lower() not in CHECKPOINT_POLICIES:
+            raise InvalidOptionError(
+                f"{CHECKPOINT_POLICY} {where} must be one of {', '.join(CHECKPOINT_POLICIES)},"
+                f" not {value!r}: 'v2' writes V2 checkpoints (the v2Checkpoint table feature),"
+                " 'classic' the classic ones.",
+                option=key,
+                valid=CHECKPOINT_POLICIES,
             )
         out[name] = str(value)
     return out

@@ -12,6 +12,7 @@ from deltaflow.table._alter_columns import enable_column_mapping
 from deltaflow.table._alter_state import Change, TableState, Work
 from deltaflow.table._protocol import (
     ADDABLE_FEATURES,
+    CHECKPOINT_POLICY,
     KNOWN_FEATURES,
     READER_WRITER_FEATURES,
     Protocol,
@@ -28,7 +29,6 @@ _BOOLEAN_PROPERTIES = (
     "delta.enableTypeWidening",
 )
 # Properties that turn on a feature deltaflow's writers do not implement.
-# (delta.enableTypeWidening is refused apart: it is fine on tables that have the feature.)
 _UNWRITABLE_WHEN_TRUE = {
     "delta.enableRowTracking": "rowTracking",
     "delta.enableInCommitTimestamps": "inCommitTimestamp",
@@ -69,20 +69,6 @@ def set_property(work: Work, change: Change) -> None:
         )
     if key in _UNWRITABLE_WHEN_TRUE and value.lower() == "true":
         raise _unwritable(work, _UNWRITABLE_WHEN_TRUE[key], key)
-    if (
-        key == "delta.enableTypeWidening"
-        and value.lower() == "true"
-        and not {"typeWidening", "typeWidening-preview"} & work.state.protocol.features
-    ):
-        raise UnsupportedFeatureError(
-            f"ALTER TABLE {work.state.label}: delta.enableTypeWidening adds the typeWidening"
-            " table feature, and delta-rs 1.6, which commits deltaflow's writes, refuses to"
-            " write tables that have it: the table would become read-only for deltaflow."
-            " Change a column's type by rewriting the table (CREATE OR REPLACE TABLE ... AS"
-            " SELECT with a cast). Tables that already have the feature can widen columns.",
-            table_uri=work.state.uri,
-            feature="typeWidening",
-        )
     if key == "delta.columnMapping.mode":
         enable_column_mapping(work, value.lower())
         return
@@ -94,6 +80,8 @@ def set_property(work: Work, change: Change) -> None:
         )
     if key in _FEATURE_OF_PROPERTY and value.lower() == "true":
         work.features.add(_FEATURE_OF_PROPERTY[key])
+    if key == CHECKPOINT_POLICY and value.lower() == "v2":
+        work.features.add("v2Checkpoint")  # delta-spark's upgrade; 'classic' keeps it
     work.configuration[key] = value
 
 

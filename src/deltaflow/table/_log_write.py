@@ -2,9 +2,10 @@
 
 delta-rs 1.6 reads tables whose protocol has a writer feature of
 :data:`~deltaflow.table._protocol.DELTA_RS_UNWRITABLE_FEATURES` (``identityColumns``,
-``clustering``, ``domainMetadata``) but refuses to commit to them. Every commit to such a
-table, or that gives a table one of them, and every DML commit with a read set, is
-written here through :mod:`deltaflow.table._log_commit` (conflict checks, put-if-absent):
+``clustering``, ``domainMetadata``, ``typeWidening``) but refuses to commit to them.
+Every commit to such a table, or that gives a table one of them, and every DML commit
+with a read set, is written here through :mod:`deltaflow.table._log_commit` (conflict
+checks, put-if-absent):
 
 * **create** (``read_version`` None): version 0 with protocol, metadata, domains and the
   first files (CTAS, ``writeTo().create``, ``CREATE TABLE``), and every creation of a
@@ -41,7 +42,7 @@ from deltaflow.table._protocol import (
     DELTA_RS_UNWRITABLE_FEATURES,
     Protocol,
     features_in_use,
-    protocol_for_new_table,
+    new_table_base,
 )
 from deltaflow.table._snapshot import Snapshot, load_snapshot, snapshot_of_table
 from deltaflow.table.errors import UnsupportedFeatureError
@@ -55,6 +56,10 @@ _ALTERNATIVES = {
     " IDENTITY",
     "clustering": "drop CLUSTER BY (partition the table or OPTIMIZE ... ZORDER BY instead)",
     "domainMetadata": "drop CLUSTER BY (partition the table or OPTIMIZE ... ZORDER BY instead)",
+    "typeWidening": "rewrite the table without delta.enableTypeWidening (CREATE OR REPLACE"
+    " TABLE ... AS SELECT with a cast)",
+    "typeWidening-preview": "rewrite the table without delta.enableTypeWidening (CREATE OR"
+    " REPLACE TABLE ... AS SELECT with a cast)",
 }
 # delta-rs's names for features in "Unsupported table features required: [...]".
 _DELTA_RS_NAMES = {
@@ -142,11 +147,10 @@ def commit_write(
 def protocol_of(draft: Draft) -> Protocol:
     """The lowest protocol for the draft's metadata and the features its hooks asked for."""
     used = features_needed(draft.schema, draft.configuration)
-    base = Protocol.of(draft.current) if draft.current is not None else Protocol(1, 2)
-    if draft.current is None and protocol_for_new_table(draft.configuration, draft.schema):
-        # A table-features protocol from the start (deletion vectors): exactly the features
-        # in use, without the legacy ones writer version 2 implies.
-        base = Protocol(1, 1)
+    if draft.current is not None:
+        base = Protocol.of(draft.current)
+    else:
+        base = new_table_base(draft.configuration, draft.schema)
     return base.with_features(used | draft.features, used)
 
 

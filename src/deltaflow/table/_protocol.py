@@ -36,8 +36,7 @@ READER_WRITER_FEATURES = frozenset(
         "variantType-preview",
     }
 )
-# Features deltaflow's writers honour, so an ALTER may add them (not typeWidening: delta-rs
-# 1.6, which commits deltaflow's appends, refuses to write a table that has it).
+# Features deltaflow's writers honour, so an ALTER may add them.
 ADDABLE_FEATURES = (
     "appendOnly",
     "changeDataFeed",
@@ -46,6 +45,12 @@ ADDABLE_FEATURES = (
     "deletionVectors",
     "invariants",
     "timestampNtz",
+    # Commits go through deltaflow's log writer (delta-rs 1.6 refuses them); reads cast
+    # each file's columns to the table's type.
+    "typeWidening",
+    # delta-rs 1.6 writes V2-spec checkpoints (a checkpointMetadata action, classic-named)
+    # on tables that have it; see table/_log_upkeep.py.
+    "v2Checkpoint",
     "vacuumProtocolCheck",
 )
 # Every table feature the Delta protocol names (delta-spark 4.4's list, test-only features
@@ -90,7 +95,21 @@ KNOWN_FEATURES = frozenset(
 # Writer features delta-rs 1.6 refuses to commit to ("Unsupported table features
 # required"): every commit to such a table goes through deltaflow's log writer
 # (table/_log_write.py). identityColumns is also implied by a legacy writer version 6.
-DELTA_RS_UNWRITABLE_FEATURES = frozenset({"clustering", "domainMetadata", "identityColumns"})
+DELTA_RS_UNWRITABLE_FEATURES = frozenset(
+    {
+        "clustering",
+        "domainMetadata",
+        "identityColumns",
+        "typeWidening",
+        "typeWidening-preview",
+    }
+)
+# The table property that asks for V2 checkpoints ('v2'; 'classic' is the default), and so
+# for the v2Checkpoint feature (reader 3 / writer 7), as in delta-spark.
+CHECKPOINT_POLICY = "delta.checkpointPolicy"
+CHECKPOINT_POLICIES = ("classic", "v2")
+# Features whose new tables delta-rs 1.6 gives a wrong protocol (protocol_for_new_table).
+_DELTA_RS_CREATES_WRONGLY = frozenset({"deletionVectors", "v2Checkpoint"})
 
 
 @dataclass(frozen=True)
@@ -133,6 +152,8 @@ class Protocol:
         features the table's metadata uses, kept when a legacy protocol turns into a
         table-features one (the legacy versions' other implied features are dropped)."""
         new = set(added) - self.features
+        if "typeWidening-preview" in self.features:  # a table delta-spark 3.x widened
+            new.discard("typeWidening")
         if not new:
             return self
         if self.writer < 7 and all(_legacy_version(f) is not None for f in new):
@@ -196,6 +217,10 @@ def features_in_use(
         used.add("timestampNtz")
     if "'variant'" in text:
         used.add("variantType")
+    if lowered.get("delta.enabletypewidening", "").lower() == "true":
+        used.add("typeWidening")
+    if lowered.get(CHECKPOINT_POLICY.lower(), "").lower() == "v2":
+        used.add("v2Checkpoint")
     return frozenset(used)
 
 
@@ -205,10 +230,22 @@ def protocol_for_new_table(
     """The protocol a new table gets when delta-rs would write a wrong one, else None.
 
     delta-rs 1.6 lists ``variantType`` (and the legacy ``appendOnly`` / ``invariants``)
-    in every table-features protocol it creates, e.g. for ``delta.enableDeletionVectors``;
-    deltaflow then writes version 0 itself with exactly the features the table uses.
+    in every table-features protocol it creates, e.g. for ``delta.enableDeletionVectors``,
+    and leaves ``delta.checkpointPolicy = 'v2'`` at reader 1 / writer 2 without the
+    ``v2Checkpoint`` feature; deltaflow then writes version 0 itself with the features the
+    table uses, from :func:`new_table_base`.
     """
     used = features_in_use(configuration, schema)
-    if "deletionVectors" not in used:
+    if not used & _DELTA_RS_CREATES_WRONGLY:
         return None
-    return Protocol(1, 1).with_features(used, used)
+    return new_table_base(configuration, schema).with_features(used, used)
+
+
+def new_table_base(configuration: Mapping[str, str | None], schema: Mapping[str, Any]) -> Protocol:
+    """The protocol a new table's features are added to: delta-spark's default (1, 2),
+    whose ``appendOnly`` / ``invariants`` stay listed in a table-features protocol (as
+    delta-spark lists them for ``v2Checkpoint`` or ``typeWidening``), except with deletion
+    vectors, whose tables list exactly the features they use."""
+    if "deletionVectors" in features_in_use(configuration, schema):
+        return Protocol(1, 1)
+    return Protocol(1, 2)
