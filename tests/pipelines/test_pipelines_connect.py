@@ -105,6 +105,12 @@ def test_a_pipeline_runs_through_a_connect_server_and_again_incrementally(
         landing, "a.json", [{"id": 1, "kind": "x"}, {"id": 2, "kind": "y"}, {"id": 3, "kind": "x"}]
     )
 
+    # The graph, resolved through the server: the view reads the streaming table.
+    dry = _cli(tmp_path, "dry-run", "--remote", connect_url)
+    assert dry.returncode == 0, dry.stdout + dry.stderr[-3000:]
+    assert "by_kind -> by_kind (materialized_view); reads: orders" in dry.stdout, dry.stdout
+    assert "orders -> orders (streaming_table)" in dry.stdout, dry.stdout
+
     first = _cli(tmp_path, "run", "--remote", connect_url)
     assert first.returncode == 0, first.stdout + first.stderr[-3000:]
     assert "orders: COMPLETED, 3 rows" in first.stdout, first.stdout
