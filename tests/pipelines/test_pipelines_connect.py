@@ -28,6 +28,7 @@ SOURCES = """from deltaflow import pipelines as dp
 
 
 @dp.table(comment="orders as they land")
+@dp.expect_or_drop("positive", "id > 0")
 def orders():
     landing = spark.conf.get("shop.landing")
     return spark.readStream.schema("id BIGINT, kind STRING").json(landing)
@@ -36,6 +37,11 @@ def orders():
 @dp.materialized_view
 def by_kind():
     return spark.read.table("orders").groupBy("kind").count()
+
+
+@dp.table
+def ys():
+    return spark.readStream.table("orders").where("kind = 'y'")
 """
 
 
@@ -102,7 +108,14 @@ def test_a_pipeline_runs_through_a_connect_server_and_again_incrementally(
 ) -> None:
     landing = _project(tmp_path, SOURCES, "shop_connect")
     _land(
-        landing, "a.json", [{"id": 1, "kind": "x"}, {"id": 2, "kind": "y"}, {"id": 3, "kind": "x"}]
+        landing,
+        "a.json",
+        [
+            {"id": 1, "kind": "x"},
+            {"id": 2, "kind": "y"},
+            {"id": -9, "kind": "y"},
+            {"id": 3, "kind": "x"},
+        ],
     )
 
     # The graph, resolved through the server: the view reads the streaming table.
@@ -110,6 +123,7 @@ def test_a_pipeline_runs_through_a_connect_server_and_again_incrementally(
     assert dry.returncode == 0, dry.stdout + dry.stderr[-3000:]
     assert "by_kind -> by_kind (materialized_view); reads: orders" in dry.stdout, dry.stdout
     assert "orders -> orders (streaming_table)" in dry.stdout, dry.stdout
+    assert "ys -> ys (streaming_table); reads: orders" in dry.stdout, dry.stdout
 
     first = _cli(tmp_path, "run", "--remote", connect_url)
     assert first.returncode == 0, first.stdout + first.stderr[-3000:]
@@ -117,6 +131,7 @@ def test_a_pipeline_runs_through_a_connect_server_and_again_incrementally(
     tables = tmp_path / "pipeline-storage" / "tables"
     assert [r["id"] for r in _rows(tables / "orders")] == [1, 2, 3]
     assert _rows(tables / "by_kind") == [{"kind": "x", "count": 2}, {"kind": "y", "count": 1}]
+    assert [r["id"] for r in _rows(tables / "ys")] == [2]
     orders_version = RsTable(str(tables / "orders")).version()
 
     # Again, with the server named by SPARK_REMOTE: only the new file is read.
@@ -127,6 +142,7 @@ def test_a_pipeline_runs_through_a_connect_server_and_again_incrementally(
     orders = RsTable(str(tables / "orders"))
     assert orders.version() == orders_version + 1  # one append: the new file's rows
     assert [r["id"] for r in _rows(tables / "orders")] == [1, 2, 3, 4, 5]
+    assert [r["id"] for r in _rows(tables / "ys")] == [2, 4]
     assert _rows(tables / "by_kind") == [
         {"kind": "x", "count": 2},
         {"kind": "y", "count": 2},
@@ -141,6 +157,15 @@ def test_a_pipeline_runs_through_a_connect_server_and_again_incrementally(
         for issue in technique.get("incrementalization_issues", [])
     ]
     assert issues and set(issues) == {"SPARK_CONNECT"}, issues
+    # The rule's counts, from the stream's observed metrics on the server.
+    dropped = [
+        event["details"]["flow_progress"]["data_quality"]["dropped_records"]
+        for event in dp.read_events(str(tmp_path / "pipeline-storage" / "system" / "events"))
+        if event["event_type"] == "flow_progress"
+        and event["origin"]["flow_name"] == "orders"
+        and "data_quality" in event["details"]["flow_progress"]
+    ]
+    assert dropped == [1, 0], dropped
 
 
 FAIL_RULE = """from deltaflow import pipelines as dp

@@ -57,15 +57,17 @@ def refuse(feature: str, flow: str | None, what_to_do: str = "") -> NotOnConnect
 #   View (`spark_catalog`.`db`.`name`, [...])    (a view)
 #   ... delta.`file:/path/to/table` ...           (a Delta table by path)
 #   StreamingRelation ... path=/landing ...       (a file stream's path)
+# A streaming plan's lines start with `~`; a view's own plan (indented below it) is not
+# looked into when the view is a dataset: the view is the input.
 _ALIAS = re.compile(r"^SubqueryAlias\s+(\S+)")
 _VIEW = re.compile(r"^View\s+\(([^,]+),")
 _DELTA_PATH = re.compile(r"delta\.`([^`]+)`")
 _STREAM_PATH = re.compile(r"\bpath=([^,\]\)\s]+)")
 
 
-def analysed_plan_text(df: DataFrame) -> list[str]:
-    """The lines of ``df``'s analysed plan, as the server prints it, with the tree's
-    drawing stripped."""
+def analysed_plan_text(df: DataFrame) -> list[tuple[int, str]]:
+    """The lines of ``df``'s analysed plan, as the server prints it: each one's depth
+    (the width of the tree's drawing before it) and its text without the drawing."""
     text = df._explain_string(extended=True)  # type: ignore[attr-defined]
     lines = text.splitlines()
     try:
@@ -76,7 +78,8 @@ def analysed_plan_text(df: DataFrame) -> list[str]:
     for line in lines[start:]:
         if line.startswith("== "):
             break
-        out.append(re.sub(r"^[\s:|+\-]*", "", line))
+        text = re.sub(r"^[\s:|+\-~]*", "", line)
+        out.append((len(line) - len(text), text))
     return out
 
 
@@ -89,13 +92,20 @@ def plan_reads(
 
     by_name: list[str] = []
     by_path: list[str] = []
-    for line in analysed_plan_text(df):
+    inside_view: int | None = None  # the depth of a dataset's view being skipped
+    for depth, line in analysed_plan_text(df):
+        if inside_view is not None:
+            if depth > inside_view:
+                continue
+            inside_view = None
         named = _ALIAS.match(line) or _VIEW.match(line)
         if named is not None:
             name = named.group(1).replace("`", "").split(".")[-1]
             dataset = graph.dataset(name)
             if dataset is not None and dataset.name not in by_name:
                 by_name.append(dataset.name)
+            if dataset is not None and line.startswith("View "):
+                inside_view = depth
             continue
         for path in [*_DELTA_PATH.findall(line), *_STREAM_PATH.findall(line)]:
             try:
