@@ -12,8 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
+import re
 import subprocess
 import sys
+import threading
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,6 +83,29 @@ def test_the_environment_names_a_shared_metastore(tmp_path):
     with pytest.raises(deltaflow.InvalidOptionError) as unknown:
         _metastore.catalog_settings({}, {"DELTAFLOW_METASTORE_URL": "jdbc:weird://x"})
     assert unknown.value.option == "DELTAFLOW_METASTORE_DRIVER"
+
+
+def test_a_shared_metastore_creates_every_hive_table_as_it_opens(tmp_path):
+    """Not lazily (that deadlocks a PostgreSQL metastore's first CREATE TABLE): every
+    persistent class of the wheel's Hive model starts with the store; Derby stays lazy."""
+    eager = "spark.hadoop.datanucleus.autoStartMechanism"
+    names = "spark.hadoop.datanucleus.autoStartClassNames"
+    shared = _metastore.catalog_settings({}, {"DELTAFLOW_METASTORE_URL": "jdbc:postgresql://d/m"})
+    assert shared.conf[eager] == "Classes"
+    own = _metastore.catalog_settings({_metastore.CONNECTION_URL: "jdbc:mysql://d/m"}, {})
+    assert own.conf[eager] == "Classes" and own.conf[names] == shared.conf[names]
+    derby = _metastore.catalog_settings({"spark.sql.warehouse.dir": str(tmp_path)}, {})
+    assert eager not in derby.conf and names not in derby.conf
+    # The list is the model of the Hive the wheel ships: every class with a table of its own.
+    (jar,) = (SPARK_HOME / "jars").glob("hive-metastore-*.jar")
+    with zipfile.ZipFile(jar) as archive:
+        model = archive.read("package.jdo").decode()
+    persistent = {
+        f"{_metastore.HIVE_MODEL_PACKAGE}.{name}"
+        for name, attributes in re.findall(r'<class name="(\w+)"([^>]*)>', model)
+        if 'embedded-only="true"' not in attributes
+    }
+    assert set(shared.conf[names].split(",")) == persistent
 
 
 def test_spark_conf_keeps_the_catalog_with_the_warehouse(tmp_path):
@@ -340,17 +367,65 @@ def postgres() -> Iterator[_postgres.Postgres]:
         yield server
 
 
+class SessionProcess:
+    """A ``deltaflow.session()`` process running ``statements`` while the test watches its
+    output: ``WAIT <file>`` statements hold it open until :meth:`resume`."""
+
+    def __init__(self, warehouse: Path, statements: list[str], env: dict[str, str]) -> None:
+        self.flags = warehouse.parent / "flags"
+        self.flags.mkdir(exist_ok=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.output: list[str] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, JOB, str(warehouse), *statements],
+            cwd=warehouse.parent,
+            env={**spark_env(), **env},
+            stdout=subprocess.PIPE,
+            stderr=(warehouse.parent / "session.log").open("w"),
+            text=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def rows_until_waiting(self) -> list:
+        """The rows of each statement it ran until it waits (or ends)."""
+        rows = []
+        while True:
+            line = self.lines.get(timeout=JVM_TIMEOUT)
+            if line is None or line.startswith("WAITING "):
+                return rows
+            self.output.append(line)
+            assert not line.startswith("ERROR "), [*self.output, self.log()]
+            if line.startswith("ROWS "):
+                rows.append(json.loads(line[5:]))
+
+    def resume(self, flag: str) -> None:
+        (self.flags / flag).touch()
+
+    def finish(self) -> list:
+        rows = self.rows_until_waiting()
+        assert self.proc.wait(timeout=JVM_TIMEOUT) == 0, [*self.output, self.log()]
+        return rows
+
+    def log(self) -> str:
+        return (self.flags.parent / "session.log").read_text()[-3000:]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=60)
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
-@pytest.mark.xfail(
-    run=False,
-    reason="open (2026-11-28): with the sql-server up on the PostgreSQL metastore, the"
-    " session's CREATE TABLE sales.orders wrote version 0 and then never returned (900 s);"
-    " suspected: DataNucleus creates Hive's tables lazily (autoCreateAll) and the DDL waits"
-    " on a lock the server's idle connection holds. Creating the whole schema up front is"
-    " the likely fix.",
-)
+@pytest.mark.timeout(1800)  # a server, a session beside it, then spark-sql: ~4 min on 2 cores
 def test_a_postgresql_metastore_is_shared_by_processes_running_together(tmp_path, postgres):
+    """``deltaflow sql-server`` and a ``deltaflow.session()`` both up on one PostgreSQL
+    metastore: each creates, alters and reads tables, and sees the other's at once."""
     env = {
         "DELTAFLOW_METASTORE_URL": postgres.jdbc_url,
         "DELTAFLOW_METASTORE_JARS": str(_postgres.driver_jar()),
@@ -358,19 +433,49 @@ def test_a_postgresql_metastore_is_shared_by_processes_running_together(tmp_path
     }
     warehouse = tmp_path / "warehouse"
     server = SqlServer(warehouse, env)
+    flags = tmp_path / "flags"
+    session = SessionProcess(
+        warehouse,
+        [
+            *CREATE_IN_SESSION,
+            f"WAIT {flags / 'server-wrote'}",
+            "SELECT k FROM sales.by_jdbc",
+            "SHOW TBLPROPERTIES sales.orders ('stage')",
+            "ALTER TABLE sales.by_jdbc SET TBLPROPERTIES ('steward' = 'session')",
+            "INSERT INTO sales.by_jdbc VALUES ('s')",
+            f"WAIT {flags / 'server-read'}",
+            "SHOW TABLES IN sales",
+        ],
+        env,
+    )
     try:
-        # Both up at once: a session registers, the server's clients see it, and back.
-        run_session(warehouse, *CREATE_IN_SESSION, env=env)
+        # The session registered a schema and a table; the server's clients see them.
+        assert len(session.rows_until_waiting()) == len(CREATE_IN_SESSION)
         lines = server.query(
             "SELECT count(*) AS n FROM sales.orders;"
             " CREATE TABLE sales.by_jdbc (k STRING) USING delta;"
             " INSERT INTO sales.by_jdbc VALUES ('j');"
+            " ALTER TABLE sales.orders SET TBLPROPERTIES ('stage' = 'gold');"
         )
         assert "2" in lines, lines
-        (rows,) = run_session(warehouse, "SELECT k FROM sales.by_jdbc", env=env)
-        assert rows == [["j"]]
+        session.resume("server-wrote")
+        # The session, still running, sees the server's new table and its ALTER.
+        by_jdbc, stage, _, _ = session.rows_until_waiting()
+        assert by_jdbc == [["j"]]
+        assert stage == [["stage", "gold"]]
+        lines = server.query(
+            "SHOW TBLPROPERTIES sales.by_jdbc ('steward'); SELECT k FROM sales.by_jdbc ORDER BY k;"
+        )
+        assert "steward,session" in lines and "s" in lines and "j" in lines, lines
+        session.resume("server-read")
+        (tables,) = session.finish()
+        assert sorted(t[1] for t in tables) == ["by_jdbc", "orders"]
     finally:
+        session.kill()
         server.stop()
     assert not (warehouse / "_metastore").exists()  # nothing went to Derby
-    out = spark_sql(warehouse, "SHOW TABLES IN sales;", env)
-    assert "sales\tby_jdbc\tfalse" in out.splitlines(), out
+    out = spark_sql(
+        warehouse, "SHOW TABLES IN sales; SHOW TBLPROPERTIES sales.orders ('stage');", env
+    )
+    lines = out.splitlines()  # a third process, after both: the same catalog
+    assert "by_jdbc" in lines and "orders" in lines and "stage\tgold" in lines, out

@@ -14,9 +14,9 @@ Flags override the file. See docs/ingest-http.md.
 Spark's Thrift JDBC server on a deltaflow session (docs/sql.md).
 
     deltaflow pipelines init NAME
-    deltaflow pipelines dry-run [--spec FILE]
+    deltaflow pipelines dry-run [--spec FILE] [--remote sc://HOST:PORT]
     deltaflow pipelines run [--spec FILE] [--refresh T,...] [--full-refresh T,...]
-                            [--full-refresh-all] [--development]
+                            [--full-refresh-all] [--development] [--remote sc://HOST:PORT]
 
 Declarative pipelines from a spark-pipeline.yml (docs/pipelines.md).
 
@@ -256,6 +256,7 @@ def _pipelines_parser(commands: Any) -> None:
     init.add_argument("name", help="the project directory to create")
     dry = actions.add_parser("dry-run", help="validate the graph; run nothing")
     dry.add_argument("--spec", help="spark-pipeline.yml (default: found from here up)")
+    dry.add_argument("--remote", metavar="sc://HOST:PORT", help=_REMOTE_HELP)
     run = actions.add_parser("run", help="run one triggered update")
     run.add_argument("--spec", help="spark-pipeline.yml (default: found from here up)")
     run.add_argument("--refresh", default="", metavar="T,...", help="update only these")
@@ -271,6 +272,13 @@ def _pipelines_parser(commands: Any) -> None:
         action="store_true",
         help="keep streams running until SIGINT / SIGTERM (pipelines.trigger.interval)",
     )
+    run.add_argument("--remote", metavar="sc://HOST:PORT", help=_REMOTE_HELP)
+
+
+_REMOTE_HELP = (
+    "run the flows through this Spark Connect server (started with deltaflow.spark_conf());"
+    " default: $SPARK_REMOTE, else a local session"
+)
 
 
 def _pipelines(args: argparse.Namespace) -> int:
@@ -285,7 +293,7 @@ def _pipelines(args: argparse.Namespace) -> int:
             print(f"created {project}; run it with: cd {args.name} && deltaflow pipelines run")
             return 0
         if args.action == "dry-run":
-            _commands.dry_run_spec(spec, print)
+            _commands.dry_run_spec(spec, print, remote=args.remote)
             return 0
         stop = _stop_on_signals() if args.continuous else None
         report = _commands.run_spec(
@@ -297,6 +305,7 @@ def _pipelines(args: argparse.Namespace) -> int:
             development=args.development,
             continuous=args.continuous,
             stop=stop,
+            remote=args.remote,
         )
     except DeltaflowError as exc:
         print(f"deltaflow pipelines {args.action}: {exc}", file=sys.stderr)

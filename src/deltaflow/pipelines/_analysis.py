@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from deltaflow.pipelines import _cdc, _cdc_snapshot, _flow_session
+from deltaflow.pipelines import _cdc, _cdc_snapshot, _connect, _flow_session
 from deltaflow.pipelines._declarations import (
     AnyFlow,
     AutoCdcFlow,
@@ -292,6 +292,8 @@ def _analysed(
     locations: Mapping[str, str],
     waited: set[str],
 ) -> ResolvedFlow:
+    if _connect.is_connect(spark):
+        _connect.refuse_flow(graph, flow)
     reader = _RecordingReader(spark, graph, published, publisher)
     if isinstance(flow, AutoCdcFlow):
         df = _cdc.target_frame(reader.read(flow.source, streaming=True), flow)
@@ -339,7 +341,7 @@ def _run_query(
 
     with reading_with(reader):
         try:
-            df = _call_user(flow.name, flow.func)
+            df = _call_user(flow.name, lambda: _analysed_now(flow.func()))
         except UserQueryError as error:
             cause = error.__cause__
             if isinstance(cause, AnalysisException):
@@ -367,6 +369,14 @@ def _run_query(
             flow=flow.name,
             problem="not_a_dataframe",
         )
+    return df
+
+
+def _analysed_now(df: Any) -> Any:
+    """``df``, analysed: a classic DataFrame is; a Spark Connect one is analysed when its
+    schema is first asked for, so a missing input raises here, as in a classic session."""
+    if _connect.is_connect(df) and _is_dataframe(df):
+        df.schema  # noqa: B018 - the server analyses the query
     return df
 
 
@@ -424,6 +434,8 @@ def _plan_reads(
     """Datasets of ``graph`` that ``df``'s analysed plan reads: catalog tables and
     temporary views by name (a view not looked into: the view is the input), and tables
     by their location (batch or stream)."""
+    if _connect.is_connect(df):
+        return _connect.plan_reads(graph, df, locations)
     by_name: list[str] = []
     by_path: list[str] = []
     stack = [df._jdf.queryExecution().analyzed()]

@@ -8,6 +8,7 @@ state change as the event log records it.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -80,18 +81,46 @@ def settings_of(spec: PipelineSpec, *, development: bool = False) -> PipelineSet
     )
 
 
-def _session(spec: PipelineSpec) -> SparkSession:
+def remote_url(remote: str | None) -> str | None:
+    """The Spark Connect server an update runs through: ``remote`` (``--remote``), else
+    ``$SPARK_REMOTE`` (pyspark's own variable), else None (a local classic session)."""
+    url = (remote or os.environ.get("SPARK_REMOTE", "")).strip()
+    if not url:
+        return None
+    if not url.startswith("sc://"):
+        from deltaflow.errors import InvalidOptionError
+
+        raise InvalidOptionError(
+            f"{url!r} is not a Spark Connect URL. Give --remote (or SPARK_REMOTE) as"
+            " sc://host:port, the address of a Connect server started with"
+            " deltaflow.spark_conf().",
+            option="remote" if remote else "SPARK_REMOTE",
+        )
+    return url
+
+
+def _session(spec: PipelineSpec, remote: str | None = None) -> SparkSession:
     import deltaflow
 
+    url = remote_url(remote)
+    if url is not None:
+        return deltaflow.session(app_name=f"pipeline {spec.name}", remote=url)
     return deltaflow.session(app_name=f"pipeline {spec.name}")
 
 
-def dry_run_spec(path: Path | None, echo: Printer, spark: SparkSession | None = None) -> Resolution:
+def dry_run_spec(
+    path: Path | None,
+    echo: Printer,
+    spark: SparkSession | None = None,
+    *,
+    remote: str | None = None,
+) -> Resolution:
+    """Validate the spec's graph (``remote``: through that Connect server)."""
     from deltaflow.pipelines._loader import load_graph
     from deltaflow.pipelines._runner import dry_run
 
     spec = _spec(path)
-    spark = spark or _session(spec)
+    spark = spark or _session(spec, remote)
     resolution = dry_run(spark, load_graph(spark, spec), settings_of(spec))
     for name in resolution.order:
         flow = resolution.flows[name]
@@ -117,12 +146,15 @@ def run_spec(
     continuous: bool = False,
     stop: threading.Event | None = None,
     spark: SparkSession | None = None,
+    remote: str | None = None,
 ) -> UpdateReport:
+    """One update of the spec's pipeline (``remote``: its flows run through that Spark
+    Connect server, see :mod:`._connect`)."""
     from deltaflow.pipelines._loader import load_graph
     from deltaflow.pipelines._runner import run_update
 
     spec = _spec(path)
-    spark = spark or _session(spec)
+    spark = spark or _session(spec, remote)
     report = run_update(
         spark,
         load_graph(spark, spec),

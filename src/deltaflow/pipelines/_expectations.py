@@ -177,6 +177,12 @@ def _observed(observation: Any) -> Mapping[str, Any] | None:
     """The observation's metrics, or None when the write it rode on did not run."""
     import time
 
+    if not hasattr(observation, "_jo"):  # Spark Connect: the client has them, or not
+        try:
+            got = observation.get
+        except Exception:  # NO_OBSERVE_BEFORE_GET: the write did not run
+            return None
+        return cast("Mapping[str, Any]", got) if got else None
     future = observation._jo.future()
     deadline = time.monotonic() + _OBSERVATION_GRACE_S
     while not future.isCompleted():

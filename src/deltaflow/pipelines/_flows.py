@@ -380,10 +380,12 @@ def _input_rows(query: Any, after: int = -1) -> int:
     above ``after`` (those at or below were written before: replays the sink skipped)."""
     total = 0
     for progress in query.recentProgress:
+        # A StreamingQueryProgress is a dict whose properties are the ones to read (over
+        # Spark Connect its dict has no numInputRows); an older pyspark's, a plain dict.
         batch, rows = (
-            (progress.get("batchId"), progress.get("numInputRows"))
-            if isinstance(progress, dict)
-            else (getattr(progress, "batchId", None), getattr(progress, "numInputRows", 0))
+            (getattr(progress, "batchId", None), getattr(progress, "numInputRows", 0))
+            if hasattr(progress, "numInputRows")
+            else (progress.get("batchId"), progress.get("numInputRows"))
         )
         if batch is None or int(batch) > after:
             total += int(rows or 0)

@@ -83,6 +83,15 @@ class QueryShape:
 
 def analyse(df: DataFrame) -> QueryShape:
     """The shape of ``df``'s query (see the module docstring)."""
+    if type(df).__module__.startswith("pyspark.sql.connect."):
+        return QueryShape(
+            None,
+            Issue(
+                "SPARK_CONNECT",
+                "the update runs through a Spark Connect server, where the query's plan"
+                " cannot be taken apart; the view is recomputed in full",
+            ),
+        )
     plan = df._jdf.queryExecution().analyzed()
     above: list[Any] = []  # nodes from the top down to the relation
     aggregate: Any = None

@@ -90,8 +90,7 @@ class ObservedStream:
             metrics = (_field(progress, "observedMetrics") or {}).get(self.name)
             if batch <= after or metrics is None:
                 continue
-            row = metrics.asDict() if hasattr(metrics, "asDict") else dict(metrics)
-            for key, value in row.items():
+            for key, value in _metric_values(metrics).items():
                 totals[key] = totals.get(key, 0) + int(value or 0)
         if not totals:
             zero = tuple(
@@ -102,10 +101,24 @@ class ObservedStream:
         return kept, counts
 
 
+def _metric_values(metrics: Any) -> dict[str, Any]:
+    """An observation's values by name. Over Spark Connect a progress report carries each
+    as ``Row(values=[...], schema={...})``, the names in the schema's fields."""
+    row = metrics.asDict() if hasattr(metrics, "asDict") else dict(metrics)
+    if set(row) == {"values", "schema"} and isinstance(row["schema"], Mapping):
+        names = [field["name"] for field in row["schema"].get("fields", [])]
+        return dict(zip(names, row["values"], strict=True))
+    return dict(row)
+
+
 def _field(progress: Any, name: str) -> Any:
+    # A StreamingQueryProgress is a Mapping whose properties are the ones to read (over
+    # Spark Connect its dict lacks numInputRows and observedMetrics); else a plain dict.
+    if hasattr(progress, name):
+        return getattr(progress, name)
     if isinstance(progress, Mapping):
         return progress.get(name)
-    return getattr(progress, name, None)
+    return None
 
 
 def last_written_batch(checkpoint: str, table: str, identity: str) -> int:

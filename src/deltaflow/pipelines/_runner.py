@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import typed_error
-from deltaflow.pipelines import _expectations
+from deltaflow.pipelines import _connect, _expectations
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow, resolve
 from deltaflow.pipelines._declarations import Flow
 from deltaflow.pipelines._event_log import EventLog, Origin
@@ -152,6 +152,12 @@ def run_update(
     """
     if continuous and stop is None:
         raise ValueError("a continuous update runs until `stop` is set: pass a threading.Event")
+    if continuous and _connect.is_connect(spark):
+        raise _connect.refuse(
+            "a continuous update (its streams write through the driver's foreachBatch)",
+            None,
+            "Run triggered updates (without --continuous) on a schedule",
+        )
     storage = Storage.of(settings.storage, settings.database, settings.configuration)
     update_id = str(uuid.uuid4())
     origin = Origin(settings.pipeline_id, settings.name, update_id)

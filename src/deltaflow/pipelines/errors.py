@@ -97,3 +97,13 @@ class PipelineStorageError(PipelineError, ValueError):
 
     def __init__(self, message: str, *, storage: str, setting: str) -> None:
         super().__init__(message, storage=storage, setting=setting)
+
+
+class NotOnConnectError(PipelineError, NotImplementedError):
+    """A pipeline feature that needs a classic (in-process) Spark session was asked of an
+    update running through a Spark Connect server (``deltaflow pipelines run --remote``):
+    ``feature`` names it, ``flow`` the flow that uses it (None: the whole update). Run the
+    pipeline with a classic session (no ``--remote``), or drop the feature."""
+
+    def __init__(self, message: str, *, feature: str, flow: str | None) -> None:
+        super().__init__(message, feature=feature, flow=flow)

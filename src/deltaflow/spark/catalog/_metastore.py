@@ -53,6 +53,54 @@ _SCHEMA_SETTINGS = {
     "spark.hadoop.hive.metastore.schema.verification": "false",
 }
 
+# On a shared database, every metastore table is created when the metastore opens, never
+# lazily. Lazily, DataNucleus creates a table the first time Hive persists its class, on a
+# connection of its own, while Hive's transaction is open on another: the first CREATE TABLE
+# on a fresh PostgreSQL metastore persists the table's privileges (TBL_PRIVS), whose
+# foreign key to TBLS waits for the lock the same process's open INSERT INTO TBLS holds,
+# forever (a deadlock inside one JVM, which PostgreSQL cannot see). DataNucleus's "Classes"
+# auto-start adds every persistent class of Hive 2.3's model (package.jdo in
+# hive-metastore-2.3.*.jar, in the pyspark wheel; the embedded-only classes have no table)
+# as the store starts, outside any transaction: creating the missing tables once, checking
+# them afterwards. Embedded Derby keeps the lazy creation it has always had (one process at
+# a time; its DDL does not wait on its own open transaction this way).
+HIVE_MODEL_PACKAGE = "org.apache.hadoop.hive.metastore.model"
+HIVE_MODEL_CLASSES = (
+    "MDatabase",
+    "MType",
+    "MTable",
+    "MConstraint",
+    "MSerDeInfo",
+    "MColumnDescriptor",
+    "MStringList",
+    "MStorageDescriptor",
+    "MPartition",
+    "MIndex",
+    "MRole",
+    "MRoleMap",
+    "MGlobalPrivilege",
+    "MDBPrivilege",
+    "MTablePrivilege",
+    "MPartitionPrivilege",
+    "MTableColumnPrivilege",
+    "MPartitionColumnPrivilege",
+    "MPartitionEvent",
+    "MMasterKey",
+    "MDelegationToken",
+    "MTableColumnStatistics",
+    "MPartitionColumnStatistics",
+    "MVersionTable",
+    "MFunction",
+    "MNotificationLog",
+    "MNotificationNextId",
+)
+_EAGER_SCHEMA_SETTINGS = {
+    "spark.hadoop.datanucleus.autoStartMechanism": "Classes",
+    "spark.hadoop.datanucleus.autoStartClassNames": ",".join(
+        f"{HIVE_MODEL_PACKAGE}.{name}" for name in HIVE_MODEL_CLASSES
+    ),
+}
+
 ENV_URL = "DELTAFLOW_METASTORE_URL"
 ENV_JARS = "DELTAFLOW_METASTORE_JARS"
 ENV_USER = "DELTAFLOW_METASTORE_USER"
@@ -192,6 +240,9 @@ def catalog_settings(
     else:
         derby_dir = metastore_dir(given.get(WAREHOUSE))
         conf[CONNECTION_URL] = derby_url(derby_dir)
+    url = given.get(CONNECTION_URL, conf.get(CONNECTION_URL, ""))
+    if url and not url.startswith("jdbc:derby:"):
+        conf.update(_EAGER_SCHEMA_SETTINGS)
     return CatalogSettings(
         conf={k: v for k, v in conf.items() if k not in given}, jars=jars, derby_dir=derby_dir
     )
