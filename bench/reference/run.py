@@ -339,6 +339,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--scale", choices=sorted(SCALES), default="small")
     parser.add_argument("--groups", default="batch,merge,stream")
+    parser.add_argument("--tag", default="", help="appended to the results file's name")
     parser.add_argument("--deltaflow-python", default=sys.executable)
     parser.add_argument("--deltaflow-src", default=str(ROOT / "src"), help="deltaflow's sources")
     parser.add_argument(
@@ -357,7 +358,7 @@ def main() -> int:
     results: dict[str, dict[str, dict]] = {e: {} for e in ENGINES}
     for group in args.groups.split(","):
         for engine in ENGINES:
-            work = str(fresh_dir(DATA_DIR / f"reference_work_{engine}"))
+            work = str(fresh_dir(DATA_DIR / f"reference_work_{engine}_{group}"))
             Path(work).mkdir()
             conf = spark_conf if engine == "delta-spark" else BASE_CONF
             spec = {"conf": conf, "first_table": data["small"],
@@ -366,7 +367,7 @@ def main() -> int:
             results[engine][group] = run_side(engine, group, spec, deltaflow)
             results[engine][group]["load_end"] = loadavg()
             shutil.rmtree(work, ignore_errors=True)
-            save_result(f"reference_{args.scale}", {"scale": scale, "results": results})
+            save_result(f"reference_{args.scale}{args.tag}", {"scale": scale, "results": results})
     table = rows_of_table(results, scale)
     versions = {
         "deltaflow side": results["deltaflow"][next(iter(results["deltaflow"]))]["spark"],
@@ -384,7 +385,7 @@ def main() -> int:
         print("| " + " | ".join(row) + " |")
     print(f"\nload average after: {loadavg()}")
     save_result(
-        f"reference_{args.scale}",
+        f"reference_{args.scale}{args.tag}",
         {"scale": scale, "versions": versions, "table": table, "results": results,
          "machine_extra": machine()},
     )  # fmt: skip
