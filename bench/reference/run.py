@@ -97,31 +97,36 @@ def small_files_table(name: str, files: int, rows_per_file: int, *, removed: int
 
 
 def merge_data(rows: int) -> tuple[Path, Path]:
-    marker = DATA_DIR / "merge" / f"_ROWS_{rows}"
-    if marker.exists():
-        return DATA_DIR / "merge" / "target", DATA_DIR / "merge" / "source.parquet"
-    target, source = make_merge_data(rows, 100_000, range_keys=False)
-    marker.write_text("")
-    return target, source
+    """bench_merge.py's MERGE data (target of ``rows`` in 40 files, 100k source rows spread
+    over it), moved to a folder per size so bench_merge.py's own runs do not replace it."""
+    home = DATA_DIR / f"reference_merge_{rows}"
+    if not (home / "_SUCCESS").exists():
+        target, source = make_merge_data(rows, 100_000, range_keys=False)
+        fresh_dir(home).mkdir()
+        shutil.move(str(target), home / "target")
+        shutil.move(str(source), home / "source.parquet")
+        (home / "_SUCCESS").write_text("")
+    return home / "target", home / "source.parquet"
 
 
-def prepare(scale: dict[str, Any]) -> dict[str, Any]:
+def prepare(scale: dict[str, Any], groups: list[str]) -> dict[str, Any]:
+    """The tables the groups asked for, generated once and cached in bench/.data/."""
     started = time.perf_counter()
-    rows = scale["rows"]
     small = DATA_DIR / "reference_small_10k"
     if not (small / "_delta_log").exists():
         make_small_table(small)
-    data: dict[str, Any] = {
-        "events": str(events_table("events", rows, 20)),
-        "small": str(small),
-        "optimize": str(small_files_table("small_files", 1000, 1000)),
-        "vacuum": str(small_files_table("vacuum_files", 2000, 1000, removed=1000)),
-        "streams": {
+    data: dict[str, Any] = {"small": str(small)}
+    if "batch" in groups:
+        data["events"] = str(events_table("events", scale["rows"], 20))
+        data["optimize"] = str(small_files_table("small_files", 1000, 1000))
+        data["vacuum"] = str(small_files_table("vacuum_files", 2000, 1000, removed=1000))
+    if "stream" in groups:
+        data["streams"] = {
             n: str(events_table("events", n, max(4, n // 250_000))) for n in scale["streams"]
-        },
-    }
-    target, source = merge_data(scale["merge_rows"])
-    data["merge_target"], data["merge_source"] = str(target), str(source)
+        }
+    if "merge" in groups:
+        target, source = merge_data(scale["merge_rows"])
+        data["merge_target"], data["merge_source"] = str(target), str(source)
     print(f"data ready in {time.perf_counter() - started:.0f} s", flush=True)
     return data
 
@@ -354,9 +359,10 @@ def main() -> int:
     print(f"load average before: {loadavg()}", flush=True)
     python = _env.reference_python()
     spark_conf = {**BASE_CONF, **_env.reference_spark_conf(), **REFERENCE_CONF}
-    data = prepare(scale)
+    groups = args.groups.split(",")
+    data = prepare(scale, groups)
     results: dict[str, dict[str, dict]] = {e: {} for e in ENGINES}
-    for group in args.groups.split(","):
+    for group in groups:
         for engine in ENGINES:
             work = str(fresh_dir(DATA_DIR / f"reference_work_{engine}_{group}"))
             Path(work).mkdir()
