@@ -72,10 +72,11 @@ test-spark-versions: check-java $(STAMP)
 bench: jar
 	$(PY) bench/run_all.py
 
-# deltaflow next to delta-spark (bench/reference/run.py; SCALE=small|large), not part of
+# deltaflow next to delta-spark on one Spark version (bench/reference/run.py;
+# SCALE=small|large), not part of
 # `make test` or `make bench`: it builds the reference environment (tests/reference/_env.py).
 bench-reference: jar
-	$(PY) bench/reference/run.py --scale $(or $(SCALE),small)
+	$(PY) bench/reference/run.py --scale $(or $(SCALE),small) --same-spark
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache data src/deltaflow/_jvm

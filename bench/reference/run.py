@@ -174,7 +174,15 @@ def deltaflow_side(args: argparse.Namespace) -> tuple[str, Path]:
 
     python = str(ensure_venv(_env.PYSPARK_VERSION))
     env = {**os.environ, "PYTHONPATH": str(src)}
-    subprocess.run([python, "-m", "deltaflow.spark._jar"], env=env, cwd=src.parent, check=True)
+    built = subprocess.run([python, "-m", "deltaflow.spark._jar"], env=env, cwd=src.parent)
+    if built.returncode != 0:
+        # The table names each side's Spark version, so the mismatch is visible there too.
+        print(
+            f"deltaflow's connector does not compile on pyspark {_env.PYSPARK_VERSION}:"
+            " deltaflow runs on this venv's pyspark instead",
+            flush=True,
+        )
+        return args.deltaflow_python, src
     return python, src
 
 
