@@ -353,6 +353,7 @@ def main() -> int:
     parser.add_argument("--scale", choices=sorted(SCALES), default="small")
     parser.add_argument("--groups", default="batch,merge,stream")
     parser.add_argument("--tag", default="", help="appended to the results file's name")
+    parser.add_argument("--jobs", default=None, help="only these jobs of the groups (names)")
     parser.add_argument("--deltaflow-python", default=sys.executable)
     parser.add_argument("--deltaflow-src", default=str(ROOT / "src"), help="deltaflow's sources")
     parser.add_argument(
@@ -375,8 +376,11 @@ def main() -> int:
             work = str(fresh_dir(DATA_DIR / f"reference_work_{engine}_{group}"))
             Path(work).mkdir()
             conf = spark_conf if engine == "delta-spark" else BASE_CONF
-            spec = {"conf": conf, "first_table": data["small"],
-                    "jobs": jobs(group, scale, data, work), "work": work}  # fmt: skip
+            chosen = [
+                j for j in jobs(group, scale, data, work)
+                if not args.jobs or j["name"] in args.jobs.split(",")
+            ]  # fmt: skip
+            spec = {"conf": conf, "first_table": data["small"], "jobs": chosen, "work": work}
             print(f"== {engine} {group} (load {loadavg()})", flush=True)
             results[engine][group] = run_side(engine, group, spec, deltaflow)
             results[engine][group]["load_end"] = loadavg()
