@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-spark-versions lint bench check-java browser postgres clean jar
+.PHONY: demo test test-spark-versions lint bench bench-reference check-java browser postgres clean jar
 
 check-java:
 	@command -v java >/dev/null 2>&1 || { \
@@ -71,6 +71,12 @@ test-spark-versions: check-java $(STAMP)
 
 bench: jar
 	$(PY) bench/run_all.py
+
+# deltaflow next to delta-spark on one Spark version (bench/reference/run.py;
+# SCALE=small|large), not part of
+# `make test` or `make bench`: it builds the reference environment (tests/reference/_env.py).
+bench-reference: jar
+	$(PY) bench/reference/run.py --scale $(or $(SCALE),small) --same-spark
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache data src/deltaflow/_jvm

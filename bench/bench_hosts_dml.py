@@ -14,7 +14,7 @@ Each host runs in a child process of its own, on a fresh copy of the table (10k 
 files, 4 columns, written by delta-rs): one-row ``INSERT``, ``UPDATE ... WHERE id = k``,
 ``DELETE ... WHERE id = k`` and a ``MERGE`` of one update and one insert (a ``VALUES``
 source), order rotated per repetition, the first repetition dropped. Reported: p50 and
-p95 seconds per statement, and the machine's load. ``--reps`` sets the warm repetitions
+p95 / p99 seconds per statement, and the machine's load. ``--reps`` sets the warm repetitions
 (default 10); ``--only classic`` or ``--only connect`` runs one host. Run with
 ``PYTHONPATH=<a checkout>/src`` to time another version (e.g. the py4j-callback route
 before issue 26, ``--only classic``) with the same script.
@@ -164,9 +164,9 @@ def child(host: str, path: Path, reps: int, port: int | None) -> dict[str, objec
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def p95(values: list[float]) -> float:
+def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def main() -> dict[str, object]:
@@ -194,13 +194,16 @@ def main() -> dict[str, object]:
             server.wait(timeout=120)
     results["load_after"] = loadavg()
     shutil.rmtree(base, ignore_errors=True)
-    print("\n| statement | host | p50 s | p95 s |")
-    print("| --- | --- | ---: | ---: |")
+    print("\n| statement | host | p50 s | p95 s | p99 s |")
+    print("| --- | --- | ---: | ---: | ---: |")
     first = results[hosts[0]]["seconds"]  # type: ignore[index]
     for name in first:
         for host in hosts:
             values = results[host]["seconds"][name]  # type: ignore[index]
-            print(f"| {name} | {host} | {statistics.median(values):.2f} | {p95(values):.2f} |")
+            print(
+                f"| {name} | {host} | {statistics.median(values):.2f}"
+                f" | {percentile(values, 0.95):.2f} | {percentile(values, 0.99):.2f} |"
+            )
     print(f"\nload before {results['load_before']}, after {results['load_after']}")
     save_result("hosts_dml", results)
     return results

@@ -400,3 +400,28 @@ def test_a_parquet_source_gives_the_same_table_on_both_routes(spark, table_path,
     assert _by_delta_rs(native) and not _by_delta_rs(jobs)
     assert _rows(spark, native) == _rows(spark, jobs)
     assert _changes(spark, native, 3) == _changes(spark, jobs, 3)
+
+
+def test_a_source_column_that_widens_without_loss_takes_the_route(spark, table_path):
+    """An INT source key and a SMALLINT value into BIGINT / INT columns (a ``VALUES`` list of
+    plain numbers in SQL is INT): the delta-rs route casts them as Spark's MERGE does, and
+    both routes leave the same rows and schema."""
+    native = _make(table_path())
+    jobs = table_path()
+    shutil.copytree(native, jobs)
+    source = _source(spark, schema="id int, kind string, value smallint, note string")
+    for path, on in ((native, True), (jobs, False)):
+        with _route(spark, on):
+            (
+                DeltaTable.forPath(spark, path)
+                .alias("t")
+                .merge(source, "t.id = s.id")
+                .whenMatchedUpdate(set={"value": "s.value"})
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+    assert _by_delta_rs(native) and not _by_delta_rs(jobs)
+    assert _rows(spark, native) == _rows(spark, jobs)
+    read = spark.read.format("delta").load(native).schema
+    assert read == spark.read.format("delta").load(jobs).schema
+    assert read["id"].dataType.simpleString() == "bigint"

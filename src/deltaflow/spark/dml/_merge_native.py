@@ -22,7 +22,8 @@ other MERGE runs as Spark jobs, which stay the route for large sources.
   rewrites the touched files whole, where the Spark jobs would write new vectors);
 * no schema evolution; both aliases given and distinct; every name a plain identifier;
 * every condition and assignment translates exactly (:mod:`._merge_sql`); ``*All``
-  clauses find each target column in the source with the same type;
+  clauses find each target column in the source with the same type or one that widens to
+  it without loss (INT to BIGINT, FLOAT to DOUBLE...: a CAST, as Spark's MERGE widens);
 * the metrics split (matched vs not-matched-by-source) is unambiguous: not both kinds of
   update clause, nor both kinds of delete clause.
 
@@ -227,9 +228,12 @@ def _assignments(
     if clause.assignments is None:  # *All: each target column from the source's by name
         for key, (name, spark_type) in target.items():
             found = source.get(key)
-            if found is None or found[1] != spark_type:
+            cast = None
+            if found is not None:
+                cast = _merge_sql.widened(f'"{SOURCE}"."{found[0]}"', found[1], spark_type)
+            if cast is None:
                 raise Untranslatable(f"*All: the source has no {spark_type} column {name!r}")
-            out[name] = f'"{SOURCE}"."{found[0]}"'
+            out[name] = cast
         return out
     for key, value in clause.assignments:
         # Assigned columns are the target's, named with its alias or without one.

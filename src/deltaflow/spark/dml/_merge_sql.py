@@ -259,9 +259,28 @@ def _target_source_pair(
     return operator, by_side[TARGET], source_name, families.pop() or ""
 
 
+# A source column assigned to a wider target column: the lossless widenings Spark's MERGE
+# applies implicitly, as DataFusion's CAST (the same values: integers, and float to double).
+_WIDENS_TO = {
+    "tinyint": {"smallint": "SMALLINT", "int": "INT", "bigint": "BIGINT"},
+    "smallint": {"int": "INT", "bigint": "BIGINT"},
+    "int": {"bigint": "BIGINT"},
+    "float": {"double": "DOUBLE"},
+}
+
+
+def widened(sql: str, spark_type: str, target_type: str) -> str | None:
+    """``sql`` (a column of ``spark_type``) as a value of ``target_type``: itself, a CAST
+    when the type widens without loss, or None (a cast that could change a value)."""
+    if spark_type == target_type:
+        return sql
+    cast = _WIDENS_TO.get(spark_type, {}).get(target_type)
+    return None if cast is None else f"CAST({sql} AS {cast})"
+
+
 def value(spark: SparkSession, expression: str | Column, scope: Scope, target_type: str) -> str:
-    """A value assigned to a column of ``target_type``: a column of exactly that type, or
-    a literal that fits it without a narrowing cast."""
+    """A value assigned to a column of ``target_type``: a column of that type or of one
+    that widens to it without loss, or a literal that fits it without a narrowing cast."""
     nodes = tree(spark, expression)
     if len(nodes) != 1:
         raise Untranslatable("an assigned value is not a column or a literal")
@@ -269,9 +288,10 @@ def value(spark: SparkSession, expression: str | Column, scope: Scope, target_ty
     kind = _kind(node)
     if kind == "UnresolvedAttribute":
         sql, spark_type = scope.column(_name_parts(node))
-        if spark_type != target_type:
+        cast = widened(sql, spark_type, target_type)
+        if cast is None:
             raise Untranslatable(f"assigning {spark_type} to a {target_type} column casts")
-        return sql
+        return cast
     if kind == "Literal":
         sql, family = _literal(node)
         fits = {
