@@ -39,8 +39,8 @@ else:  # deltaflow's own dependencies include tomli there
 OLDER_SPARK = ("4.0.5", "4.1.4", "4.2.1")
 
 # The core suite: batch read and write, SQL and SQL DML, DeltaTable DML, streaming source
-# and sink, a pipeline. 172 tests, ~420 CPU-seconds per version: ~4 minutes on 2 quiet
-# cores (docs/architecture.md, "Every Spark 4.x").
+# and sink (a path and a catalog table), a pipeline. 180 tests, ~450 CPU-seconds per
+# version: ~4 minutes on 2 quiet cores (docs/architecture.md, "Every Spark 4.x").
 CORE_TESTS = (
     "tests/spark/test_session.py",
     "tests/spark/test_patches.py",
@@ -52,6 +52,7 @@ CORE_TESTS = (
     "tests/spark/test_merge.py",
     "tests/spark/test_stream_source.py",
     "tests/spark/test_streaming.py",
+    "tests/spark/test_stream_to_table.py",
     "tests/pipelines/test_runner.py",
 )
 
