@@ -39,7 +39,7 @@ else:  # deltaflow's own dependencies include tomli there
 OLDER_SPARK = ("4.0.5", "4.1.4", "4.2.1")
 
 # The core suite: batch read and write, SQL and SQL DML, DeltaTable DML, streaming source
-# and sink (a path and a catalog table), a pipeline. 180 tests, ~450 CPU-seconds per
+# and sink (a path and a catalog table), a pipeline. 180 tests, ~380-420 CPU-seconds per
 # version: ~4 minutes on 2 quiet cores (docs/architecture.md, "Every Spark 4.x").
 CORE_TESTS = (
     "tests/spark/test_session.py",
