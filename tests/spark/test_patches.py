@@ -56,7 +56,7 @@ def test_an_unsupported_pyspark_version_fails_loudly(monkeypatch):
     assert info.value.where == "pyspark"
 
 
-@pytest.mark.parametrize("version", ["3.5.1", "4.2.1", "5.0.0"])
+@pytest.mark.parametrize("version", ["3.5.1", "3.5.7", "5.0.0", "5.1.0"])
 def test_a_pyspark_the_connector_cannot_serve_is_refused_at_session_start(
     spark, monkeypatch, version
 ):
@@ -69,4 +69,13 @@ def test_a_pyspark_the_connector_cannot_serve_is_refused_at_session_start(
         with pytest.raises(PysparkCompatibilityError) as info:
             start()
         assert (info.value.where, info.value.version) == ("pyspark", version)
-        assert info.value.supported == _patches.SUPPORTED_RANGE == ">=4.3,<5"
+        assert info.value.supported == _patches.SUPPORTED_RANGE == ">=4.0,<5"
+        assert "pip install 'pyspark>=4.0,<5'" in str(info.value)
+
+
+@pytest.mark.parametrize("version", ["4.0.0", "4.0.5", "4.1.4", "4.2.1", "4.3.0", "4.9.0"])
+def test_every_spark_4_minor_passes_the_version_check(monkeypatch, version):
+    import pyspark
+
+    monkeypatch.setattr(pyspark, "__version__", version)
+    _patches.check_version()  # raises for a version outside the range

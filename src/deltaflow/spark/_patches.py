@@ -28,9 +28,7 @@ from deltaflow.spark.errors import PysparkCompatibilityError
 # built for the installed one), these patches apply to each, and the core suite runs on
 # the newest patch of every minor (tests/spark_versions.py). Spark 3.x has no Python data
 # source API and Scala 2.12/2.13 jars of another Spark; 5.x is untested.
-# 4.0-4.2 are the goal (issue 27 part 5): the merged connector does not compile there yet
-# (StagedFileWrite's LocalTableScanExec, SupportsV1OverwriteWithSaveAsTable on 4.0).
-SUPPORTED_PYSPARK = ((4, 3), (5, 0))  # from, up to (excluded)
+SUPPORTED_PYSPARK = ((4, 0), (5, 0))  # from, up to (excluded)
 _LOW, _HIGH = SUPPORTED_PYSPARK
 SUPPORTED_RANGE = f">={_LOW[0]}.{_LOW[1]},<{_HIGH[0]}"  # as pip writes it
 _FLAG_PREFIX = "_deltaflow"

@@ -138,7 +138,7 @@ class BridgeError(DeltaflowError):
 
 class PysparkCompatibilityError(DeltaflowError):
     """The installed pyspark is not one deltaflow supports (``where`` is ``"pyspark"``,
-    ``version`` the installed one, ``supported`` the range, e.g. ``">=4.3,<5"``), or a
+    ``version`` the installed one, ``supported`` the range, e.g. ``">=4.0,<5"``), or a
     method a patch replaces is not where it was (``where`` names it)."""
 
     def __init__(

@@ -9,7 +9,7 @@ import com.fasterxml.jackson.databind.JsonNode
 import org.apache.spark.sql.{DataFrame, SaveMode, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.catalog.{CatalogStorageFormat, CatalogTable, CatalogTableType, CatalogUtils}
-import org.apache.spark.sql.connector.catalog.{Column, DelegatingCatalogExtension, Identifier, StagedTable, StagingTableCatalog, SupportsV1OverwriteWithSaveAsTable, SupportsWrite, Table, TableCapability, TableCatalog, TableCatalogCapability, TableChange}
+import org.apache.spark.sql.connector.catalog.{Column, DelegatingCatalogExtension, Identifier, StagedTable, StagingTableCatalog, SupportsWrite, Table, TableCapability, TableCatalog, TableCatalogCapability, TableChange}
 import org.apache.spark.sql.deltaflow.CatalogAccess
 import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.connector.write.{LogicalWriteInfo, SupportsOverwrite, SupportsTruncate, V1Write, Write, WriteBuilder}
@@ -558,7 +558,7 @@ private[spark] class StagedDeltaTable(request: CreateRequest)
         override def toInsertableRelation: InsertableRelation = (data: DataFrame, _: Boolean) => {
           // `saveAsTable(t)` in overwrite mode: Spark's marker (classic and Connect alike) or,
           // for a provider Spark did not ask, the stack at staging time.
-          val marker = SupportsV1OverwriteWithSaveAsTable.OPTION_NAME
+          val marker = SaveAsTableOverwrite.OptionName
           val v1Overwrite = request.mode != "create" &&
             (info.options().getBoolean(marker, false) || !request.replacesMetadata)
           val options = info.options().asCaseSensitiveMap().asScala.toMap

@@ -5,7 +5,7 @@ import java.util
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.{DataFrame, SaveMode, SQLContext}
-import org.apache.spark.sql.connector.catalog.{SupportsV1OverwriteWithSaveAsTable, Table, TableProvider}
+import org.apache.spark.sql.connector.catalog.{Table, TableProvider}
 import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.execution.streaming.Sink
 import org.apache.spark.sql.sources.{BaseRelation, CreatableRelationProvider, DataSourceRegister, StreamSinkProvider}
@@ -26,8 +26,8 @@ class DeltaDataSource extends TableProvider with DataSourceRegister
   with CreatableRelationProvider with StreamSinkProvider
   // `saveAsTable` in overwrite mode marks its write (option `__v1_save_as_table_overwrite`)
   // wherever it is planned — classic or Spark Connect — so the catalog keeps the table's
-  // metadata, as delta-spark's V1 writer does (SPARK-54462, Spark 4.1+).
-  with SupportsV1OverwriteWithSaveAsTable {
+  // metadata, as delta-spark's V1 writer does (SPARK-54462, Spark 4.1+; nothing on 4.0).
+  with SaveAsTableOverwriteMarker {
 
   override def shortName(): String = "delta"
 

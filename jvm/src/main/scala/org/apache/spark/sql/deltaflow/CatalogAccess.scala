@@ -15,6 +15,10 @@ import org.apache.spark.util.Utils
  * Spark's `CREATE TABLE` / `CREATE DATABASE` hand a catalog.
  */
 object CatalogAccess {
+  // The key Spark 4.1+'s CatalogV2Util gives a V2 column's generation expression
+  // (catalog/_columns.py turns it into Delta's `delta.generationExpression`).
+  private val GenerationKey = "GENERATION_EXPRESSION"
+
   /** The catalog entry of a table Spark's session catalog loaded, if it is one. */
   def entryOf(table: Table): Option[CatalogTable] = table match {
     case v1: V1Table => Some(v1.v1Table)
@@ -22,10 +26,17 @@ object CatalogAccess {
   }
 
   /** The columns as a schema; an identity column's spec (which Spark leaves out of the
-   *  field) goes into its metadata under Spark's `identity.*` keys. */
+   *  field) goes into its metadata under Spark's `identity.*` keys, and a generated
+   *  column's expression under `GENERATION_EXPRESSION` (Spark 4.1+ puts it there itself;
+   *  4.0's `v2ColumnsToStructType` leaves it out). */
   def schemaOf(columns: Array[Column]): StructType = {
     val schema = CatalogV2Util.v2ColumnsToStructType(columns)
-    StructType(schema.fields.zip(columns).map { case (field, column) =>
+    StructType(schema.fields.zip(columns).map { case (withoutGeneration, column) =>
+      val field = Option(column.generationExpression())
+        .filterNot(_ => withoutGeneration.metadata.contains(GenerationKey))
+        .map(expression => withoutGeneration.copy(metadata = new MetadataBuilder()
+          .withMetadata(withoutGeneration.metadata).putString(GenerationKey, expression).build()))
+        .getOrElse(withoutGeneration)
       Option(column.identityColumnSpec()) match {
         case Some(spec) =>
           val metadata = new MetadataBuilder().withMetadata(field.metadata)

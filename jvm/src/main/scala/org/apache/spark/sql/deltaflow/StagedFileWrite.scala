@@ -58,10 +58,12 @@ object StagedFileWrite {
   }
 
   /** A local sort of shaped rows by `columns` (a partitioned write's rows grouped by
-   *  partition, as Spark's file writers need them), made where the rows are. */
+   *  partition, as Spark's file writers need them), made where the rows are. The scan
+   *  is a placeholder child: three arguments, which every Spark 4.x takes (4.3 added a
+   *  fourth, with a default). */
   def sorter(output: Seq[Attribute], columns: Seq[Attribute]): SortExec =
     SortExec(columns.map(c => SortOrder(c, Ascending)), global = false,
-      LocalTableScanExec(output, Nil, None, false))
+      LocalTableScanExec(output, Nil, None))
 
   /**
    * A Spark file write of rows of `output` into `directory` (created if missing):
