@@ -266,6 +266,10 @@ def rows_of_table(results: dict[str, dict[str, dict]], scale: dict[str, Any]) ->
         figures = results.get(engine, {}).get(group, {}).get(job)
         return statistics.median(figures["seconds"]) if figures else None
 
+    def timed(label: str, group: str, job: str) -> None:
+        """A row of the two engines' median seconds for ``job``."""
+        add(label, med("deltaflow", group, job), med("delta-spark", group, job))
+
     sessions = {e: [g["session_seconds"] for g in results.get(e, {}).values()] for e in ENGINES}
     if all(sessions.values()):
         add(
@@ -274,27 +278,11 @@ def rows_of_table(results: dict[str, dict[str, dict]], scale: dict[str, Any]) ->
             statistics.median(sessions["delta-spark"]),
         )
     rows = scale["rows"]
-    add(
-        f"full scan, {rows:,} rows, 20 files (median of 2 warm)",
-        med("deltaflow", "batch", "scan"),
-        med("delta-spark", "batch", "scan"),
-    )
-    add(
-        f"selective scan, 1% id range of {rows:,} (skipping 19 of 20 files)",
-        med("deltaflow", "batch", "skipping"),
-        med("delta-spark", "batch", "skipping"),
-    )
-    add(
-        f"write {rows:,} rows (read + write)",
-        med("deltaflow", "batch", "write"),
-        med("delta-spark", "batch", "write"),
-    )
+    timed(f"full scan, {rows:,} rows, 20 files (median of 2 warm)", "batch", "scan")
+    timed(f"selective scan, 1% id range of {rows:,} (skipping 19 of 20 files)", "batch", "skipping")
+    timed(f"write {rows:,} rows (read + write)", "batch", "write")
     for n in scale["streams"]:
-        add(
-            f"Delta -> Delta stream, {n:,} rows (availableNow)",
-            med("deltaflow", "stream", f"stream_{n}"),
-            med("delta-spark", "stream", f"stream_{n}"),
-        )
+        timed(f"Delta -> Delta stream, {n:,} rows (availableNow)", "stream", f"stream_{n}")
     lat = {e: results.get(e, {}).get("stream", {}).get("latency") for e in ENGINES}
     if all(lat.values()):
         for q, name in ((0.5, "p50"), (0.99, "p99")):
@@ -304,11 +292,7 @@ def rows_of_table(results: dict[str, dict[str, dict]], scale: dict[str, Any]) ->
                 percentile(lat["delta-spark"]["seconds"], q),
             )  # type: ignore[index]
     m = scale["merge_rows"]
-    add(
-        f"MERGE 100k into {m:,} (time)",
-        med("deltaflow", "merge", "merge"),
-        med("delta-spark", "merge", "merge"),
-    )
+    timed(f"MERGE 100k into {m:,} (time)", "merge", "merge")
     peaks = {
         e: results.get(e, {}).get("merge", {}).get("peak_rss_mib", {}).get("merge") for e in ENGINES
     }
@@ -319,16 +303,8 @@ def rows_of_table(results: dict[str, dict[str, dict]], scale: dict[str, Any]) ->
             peaks["delta-spark"],
             "MiB",
         )
-    add(
-        f"UPDATE 2% of {rows:,} (every file)",
-        med("deltaflow", "batch", "update"),
-        med("delta-spark", "batch", "update"),
-    )
-    add(
-        f"DELETE 1% of {rows:,} (every file)",
-        med("deltaflow", "batch", "delete"),
-        med("delta-spark", "batch", "delete"),
-    )
+    timed(f"UPDATE 2% of {rows:,} (every file)", "batch", "update")
+    timed(f"DELETE 1% of {rows:,} (every file)", "batch", "delete")
     one = {e: results.get(e, {}).get("batch", {}).get("one_row") for e in ENGINES}
     if all(one.values()):
         for statement in ONE_ROW:
@@ -338,13 +314,8 @@ def rows_of_table(results: dict[str, dict[str, dict]], scale: dict[str, Any]) ->
                     percentile(one["deltaflow"]["seconds"][statement], q),  # type: ignore[index]
                     percentile(one["delta-spark"]["seconds"][statement], q),
                 )  # type: ignore[index]
-    add(
-        "OPTIMIZE 1,000 small files (1M rows)",
-        med("deltaflow", "batch", "optimize"),
-        med("delta-spark", "batch", "optimize"),
-    )
-    add("VACUUM RETAIN 0 HOURS, 2,000 files (1,000 removed)", med("deltaflow", "batch", "vacuum"),
-        med("delta-spark", "batch", "vacuum"))  # fmt: skip
+    timed("OPTIMIZE 1,000 small files (1M rows)", "batch", "optimize")
+    timed("VACUUM RETAIN 0 HOURS, 2,000 files (1,000 removed)", "batch", "vacuum")
     return out
 
 

@@ -18,7 +18,7 @@ import pytest
 from deltalake import DeltaTable as RsTable
 
 from deltaflow import pipelines as dp
-from tests.spark.test_hosts import free_port, start_server, stop, wait_for_port
+from tests.spark.test_hosts import start_connect_server, stop, wait_for_port
 
 pytestmark = pytest.mark.slow
 
@@ -48,15 +48,7 @@ def ys():
 @pytest.fixture(scope="module")
 def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     home = tmp_path_factory.mktemp("connect_server")
-    port = free_port()
-    server = start_server(
-        "org.apache.spark.sql.connect.service.SparkConnectServer",
-        home,
-        {
-            "spark.connect.grpc.binding.port": str(port),
-            "spark.connect.grpc.binding.address": "127.0.0.1",
-        },
-    )
+    server, port = start_connect_server(home)
     try:
         wait_for_port(port, server, timeout=600)
         yield f"sc://127.0.0.1:{port}"

@@ -3,20 +3,17 @@ one's rows (``ROWS <json>``), or the typed error that stopped it (``ERROR <json>
 
 Usage: ``python _catalog_job.py <warehouse> <statement> [<statement> ...]``. The catalog
 tests run it before and after other hosts, to see what a restart keeps, and beside them:
-a statement ``WAIT <file>`` prints ``WAITING <file>`` and holds the session open until the
-test creates ``<file>`` (so another process can act in between).
+a statement ``WAIT <name>`` prints ``WAITING <name>`` and holds the session open until the
+test writes the line ``<name>`` to its stdin (so another process can act in between); a
+closed stdin (the test gone) ends the job.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 
 import deltaflow
-
-WAIT_TIMEOUT = 900  # seconds a WAIT holds the session for the test's signal
 
 
 def main(argv: list[str]) -> int:
@@ -27,14 +24,12 @@ def main(argv: list[str]) -> int:
     try:
         for statement in statements:
             if statement.startswith("WAIT "):
-                flag = statement[len("WAIT ") :]
-                print(f"WAITING {flag}", flush=True)
-                deadline = time.monotonic() + WAIT_TIMEOUT
-                while not os.path.exists(flag):
-                    if time.monotonic() > deadline:
-                        print("ERROR " + json.dumps({"type": "timeout", "fields": {}}), flush=True)
-                        return 3
-                    time.sleep(0.2)
+                name = statement[len("WAIT ") :]
+                print(f"WAITING {name}", flush=True)
+                signal = sys.stdin.readline()  # blocks until the test resumes it
+                if signal.strip() != name:
+                    print("ERROR " + json.dumps({"type": "resume", "fields": {}}), flush=True)
+                    return 3
                 continue
             try:
                 rows = [

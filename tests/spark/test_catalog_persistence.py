@@ -369,19 +369,19 @@ def postgres() -> Iterator[_postgres.Postgres]:
 
 class SessionProcess:
     """A ``deltaflow.session()`` process running ``statements`` while the test watches its
-    output: ``WAIT <file>`` statements hold it open until :meth:`resume`."""
+    output: ``WAIT <name>`` statements hold it open until :meth:`resume`."""
 
     def __init__(self, warehouse: Path, statements: list[str], env: dict[str, str]) -> None:
-        self.flags = warehouse.parent / "flags"
-        self.flags.mkdir(exist_ok=True)
+        self.log_path = warehouse.parent / "session.log"
         self.lines: queue.Queue[str | None] = queue.Queue()
         self.output: list[str] = []
         self.proc = subprocess.Popen(
             [sys.executable, JOB, str(warehouse), *statements],
             cwd=warehouse.parent,
             env={**spark_env(), **env},
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=(warehouse.parent / "session.log").open("w"),
+            stderr=self.log_path.open("w"),
             text=True,
         )
         threading.Thread(target=self._read, daemon=True).start()
@@ -404,8 +404,10 @@ class SessionProcess:
             if line.startswith("ROWS "):
                 rows.append(json.loads(line[5:]))
 
-    def resume(self, flag: str) -> None:
-        (self.flags / flag).touch()
+    def resume(self, name: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(name + "\n")
+        self.proc.stdin.flush()
 
     def finish(self) -> list:
         rows = self.rows_until_waiting()
@@ -413,7 +415,7 @@ class SessionProcess:
         return rows
 
     def log(self) -> str:
-        return (self.flags.parent / "session.log").read_text()[-3000:]
+        return self.log_path.read_text()[-3000:]
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -433,17 +435,16 @@ def test_a_postgresql_metastore_is_shared_by_processes_running_together(tmp_path
     }
     warehouse = tmp_path / "warehouse"
     server = SqlServer(warehouse, env)
-    flags = tmp_path / "flags"
     session = SessionProcess(
         warehouse,
         [
             *CREATE_IN_SESSION,
-            f"WAIT {flags / 'server-wrote'}",
+            "WAIT server-wrote",
             "SELECT k FROM sales.by_jdbc",
             "SHOW TBLPROPERTIES sales.orders ('stage')",
             "ALTER TABLE sales.by_jdbc SET TBLPROPERTIES ('steward' = 'session')",
             "INSERT INTO sales.by_jdbc VALUES ('s')",
-            f"WAIT {flags / 'server-read'}",
+            "WAIT server-read",
             "SHOW TABLES IN sales",
         ],
         env,

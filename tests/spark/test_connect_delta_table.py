@@ -25,7 +25,7 @@ import pytest
 from deltalake import DeltaTable as DeltaRsTable
 from deltalake import write_deltalake
 
-from tests.spark.test_hosts import free_port, start_server, stop, wait_for_port
+from tests.spark.test_hosts import start_connect_server, stop, wait_for_port
 
 pytestmark = pytest.mark.slow
 
@@ -70,16 +70,7 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory, tables: Path) -> Iterator[Client]:
     server_dir = tmp_path_factory.mktemp("connect_server")
-    port = free_port()
-    server = start_server(
-        "org.apache.spark.sql.connect.service.SparkConnectServer",
-        server_dir,
-        {
-            "spark.connect.grpc.binding.port": str(port),
-            "spark.connect.grpc.binding.address": "127.0.0.1",
-            "spark.sql.shuffle.partitions": "2",
-        },
-    )
+    server, port = start_connect_server(server_dir, {"spark.sql.shuffle.partitions": "2"})
     process = None
     try:
         wait_for_port(port, server, timeout=180)

@@ -102,6 +102,22 @@ def start_server(
     )
 
 
+CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+def start_connect_server(
+    tmp_path: Path, conf: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], int]:
+    """A Spark Connect server (:func:`start_server`) on a free loopback port, and the port;
+    the caller waits for it (``wait_for_port``) and stops it (:func:`stop`)."""
+    port = free_port()
+    binding = {
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+    }
+    return start_server(CONNECT_SERVER, tmp_path, {**binding, **(conf or {})}), port
+
+
 def stop(server: subprocess.Popen[str], tmp_path: Path) -> str:
     """Stop ``server``; the tail of its log, for failure messages."""
     server.terminate()
@@ -134,15 +150,7 @@ def run_connect_client(
     """A Spark Connect server started with only spark_conf(), and the client script
     ``source`` run against it with ``<port> <path>``; the client's result and the
     server's log."""
-    port = free_port()
-    server = start_server(
-        "org.apache.spark.sql.connect.service.SparkConnectServer",
-        tmp_path,
-        {
-            "spark.connect.grpc.binding.port": str(port),
-            "spark.connect.grpc.binding.address": "127.0.0.1",
-        },
-    )
+    server, port = start_connect_server(tmp_path)
     try:
         wait_for_port(port, server, timeout=180)
         client = tmp_path / "client.py"

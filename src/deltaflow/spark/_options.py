@@ -192,6 +192,23 @@ class WriteOptions:
     create_replaces_metadata: bool = False
 
 
+JVM_PATH_MODES = ("auto", "false")
+
+
+def jvm_path_mode(conf: str, value: str | None, off: str) -> str:
+    """The Spark conf ``conf`` that switches a JVM fast path: ``auto`` (also when unset) or
+    ``false``; ``off`` says what ``false`` does, for the error on any other value."""
+    mode = (value or "auto").strip().lower()
+    if mode not in JVM_PATH_MODES:
+        raise InvalidOptionError(
+            f"Spark conf '{conf}' must be one of {', '.join(JVM_PATH_MODES)}, not {value!r}:"
+            f" spark.conf.set('{conf}', 'false') {off}.",
+            option=conf,
+            valid=JVM_PATH_MODES,
+        )
+    return mode
+
+
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in options.items() if v is not None}
 

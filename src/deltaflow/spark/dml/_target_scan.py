@@ -22,7 +22,7 @@ from urllib.parse import unquote
 import numpy as np
 import pyarrow as pa
 
-from deltaflow.errors import InvalidOptionError
+from deltaflow.spark._options import JVM_PATH_MODES, jvm_path_mode
 from deltaflow.spark.dml import _dv
 from deltaflow.spark.read._native import Fallback, NativeScan, plan_native_files
 from deltaflow.table import _uri
@@ -41,7 +41,7 @@ MIN_PARTITIONS_CONF = "spark.sql.files.minPartitionNum"
 FILE_INDEX = "__deltaflow_file_index"
 # auto: target files are read by Spark's Parquet scan when it reads them exactly.
 NATIVE_SCAN_CONF = "deltaflow.dml.nativeScan"
-NATIVE_SCAN_MODES = ("auto", "false")
+NATIVE_SCAN_MODES = JVM_PATH_MODES
 # Deleted rows up to this many are broadcast to the DML scan's anti join.
 BROADCAST_DELETED_ROWS = 2_000_000
 
@@ -64,16 +64,9 @@ class TargetScan:
 
 
 def dml_scan_mode(value: str | None) -> str:
-    mode = (value or "auto").strip().lower()
-    if mode not in NATIVE_SCAN_MODES:
-        raise InvalidOptionError(
-            f"Spark conf '{NATIVE_SCAN_CONF}' must be one of {', '.join(NATIVE_SCAN_MODES)},"
-            f" not {value!r}: spark.conf.set('{NATIVE_SCAN_CONF}', 'false') makes DELETE,"
-            " UPDATE and MERGE read target files through Python.",
-            option=NATIVE_SCAN_CONF,
-            valid=NATIVE_SCAN_MODES,
-        )
-    return mode
+    return jvm_path_mode(
+        NATIVE_SCAN_CONF, value, "makes DELETE, UPDATE and MERGE read target files through Python"
+    )
 
 
 def scan(

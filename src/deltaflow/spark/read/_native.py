@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from deltaflow.errors import InvalidOptionError
+from deltaflow.spark._options import JVM_PATH_MODES, jvm_path_mode
 from deltaflow.table import _partitions, _schema, _uri
 from deltaflow.table._snapshot import FileEntry, Snapshot
 
 NATIVE_SCAN_CONF = "deltaflow.read.nativeScan"
-NATIVE_SCAN_MODES = ("auto", "false")
+NATIVE_SCAN_MODES = JVM_PATH_MODES
 # Spark stats every path it is given while building the DataFrame (a listing job once
 # there are more than spark.sql.sources.parallelPartitionDiscovery.threshold paths);
 # beyond this many files that planning cost outweighs the faster scan.
@@ -71,16 +71,7 @@ def hadoop_opens(uri: str) -> bool:
 
 
 def native_scan_mode(value: str | None) -> str:
-    mode = (value or "auto").strip().lower()
-    if mode not in NATIVE_SCAN_MODES:
-        raise InvalidOptionError(
-            f"Spark conf '{NATIVE_SCAN_CONF}' must be one of {', '.join(NATIVE_SCAN_MODES)},"
-            f" not {value!r}: spark.conf.set('{NATIVE_SCAN_CONF}', 'false') turns the JVM"
-            " read path off.",
-            option=NATIVE_SCAN_CONF,
-            valid=NATIVE_SCAN_MODES,
-        )
-    return mode
+    return jvm_path_mode(NATIVE_SCAN_CONF, value, "turns the JVM read path off")
 
 
 def plan_native_scan(

@@ -55,7 +55,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from deltaflow.errors import InvalidOptionError
+from deltaflow.spark._options import JVM_PATH_MODES, jvm_path_mode
 from deltaflow.spark.read._native import (
     NATIVE_PARTITION_TYPES,
     Fallback,
@@ -72,7 +72,7 @@ from deltaflow.table.errors import CorruptTableError
 log = logging.getLogger("deltaflow.write")
 
 NATIVE_WRITE_CONF = "deltaflow.write.nativeWrite"
-NATIVE_WRITE_MODES = ("auto", "false")
+NATIVE_WRITE_MODES = JVM_PATH_MODES
 STAGING_DIR = "_delta_staging"
 # Codecs Spark and every Delta reader decode alike. Spark's "lz4" is Hadoop-framed
 # LZ4, which pyarrow-based readers reject; other codecs take the Python path.
@@ -114,16 +114,7 @@ class StagedFile:
 
 
 def native_write_mode(value: str | None) -> str:
-    mode = (value or "auto").strip().lower()
-    if mode not in NATIVE_WRITE_MODES:
-        raise InvalidOptionError(
-            f"Spark conf '{NATIVE_WRITE_CONF}' must be one of {', '.join(NATIVE_WRITE_MODES)},"
-            f" not {value!r}: spark.conf.set('{NATIVE_WRITE_CONF}', 'false') turns the JVM"
-            " write path off.",
-            option=NATIVE_WRITE_CONF,
-            valid=NATIVE_WRITE_MODES,
-        )
-    return mode
+    return jvm_path_mode(NATIVE_WRITE_CONF, value, "turns the JVM write path off")
 
 
 def plan_native_write(
