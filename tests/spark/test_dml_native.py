@@ -14,7 +14,7 @@ from deltalake import write_deltalake
 
 import deltaflow
 from deltaflow.errors import InvalidOptionError
-from deltaflow.spark.dml import _changes, _delete_update, _target_scan
+from deltaflow.spark.dml import _changes, _delete_update, _local_rewrite, _target_scan
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
 from deltaflow.spark.write._native import NATIVE_WRITE_CONF
 from tests.table.dv_fixtures import add_deletion_vectors
@@ -30,8 +30,11 @@ _LAYOUT_METRICS = ("Bytes", "Files", "TimeMs")
 def default_paths(spark: Any) -> Iterator[None]:
     for key in (_target_scan.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF):
         spark.conf.unset(key)
+    # These tables are small: UPDATE / DELETE would take the one-job route, whose writer is
+    # the Python one (tests/spark/test_dml_local_rewrite.py). Here: the two jobs' paths.
+    spark.conf.set(_local_rewrite.MAX_BYTES_CONF, "0")
     yield
-    for key in (_target_scan.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF):
+    for key in (_target_scan.NATIVE_SCAN_CONF, NATIVE_WRITE_CONF, _local_rewrite.MAX_BYTES_CONF):
         spark.conf.unset(key)
 
 

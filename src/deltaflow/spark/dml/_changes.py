@@ -17,11 +17,12 @@ writer and follows delta-spark's conflict rules.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -99,8 +100,15 @@ def write(rows: DataFrame, plan: WritePlan, *, changes: bool) -> Written:
     (:mod:`._native_write`, same eligibility and ``deltaflow.write.nativeWrite`` conf
     as a batch write); otherwise Python tasks do (:class:`FileSetWriter`).
     """
-    try:
+    with constraint_errors(plan):
         return _write(guarded(rows, plan, changes=changes), plan, changes=changes)
+
+
+@contextlib.contextmanager
+def constraint_errors(plan: WritePlan) -> Iterator[None]:
+    """A Spark job's failure from :func:`guarded`'s check raised as the typed violation."""
+    try:
+        yield
     except Exception as exc:
         violation = _constraints.violation_from_text(str(exc), plan.checks, plan.table_uri)
         if violation is not None:
@@ -134,38 +142,17 @@ def _write(rows: DataFrame, plan: WritePlan, *, changes: bool) -> Written:
         if native is not None:
             return native
     job_id = uuid.uuid4().hex[:8]
-    cdc_plan = change_plan(plan) if changes else None
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        writer = _files.FileSetWriter(plan, job_id=job_id)
-        cdc_writer = ChangeDataWriter(cdc_plan, job_id=job_id) if cdc_plan else None
         try:
-            for batch in batches:
-                if cdc_writer is None:
-                    writer.write(batch)
-                    continue
-                position = batch.schema.get_field_index(CHANGE_TYPE)
-                kind = batch.column(position)
-                is_data = pc.is_null(kind)
-                writer.write(batch.filter(is_data).drop_columns([CHANGE_TYPE]))
-                cdc_writer.write(batch.filter(pc.invert(is_data)))
-            message = writer.close()
-            changed = cdc_writer.close().files if cdc_writer else []
+            written = write_batches(batches, plan, changes=changes, job_id=job_id)
         except DeltaflowError as exc:
-            writer.discard()
-            if cdc_writer:
-                cdc_writer.discard()
             raise RemoteDeltaflowError(exc) from exc
-        except BaseException:
-            writer.discard()
-            if cdc_writer:
-                cdc_writer.discard()
-            raise
         yield pa.RecordBatch.from_pydict(
             {
-                "files": [json.dumps([dataclasses.asdict(f) for f in message.files])],
-                "cdc": [json.dumps([dataclasses.asdict(f) for f in changed])],
-                "rows": [message.num_rows],
+                "files": [json.dumps([dataclasses.asdict(f) for f in written.adds])],
+                "cdc": [json.dumps([dataclasses.asdict(f) for f in written.cdc])],
+                "rows": [written.rows],
             },
             schema=pa.schema([("files", pa.string()), ("cdc", pa.string()), ("rows", pa.int64())]),
         )
@@ -183,6 +170,32 @@ def _write(rows: DataFrame, plan: WritePlan, *, changes: bool) -> Written:
         cdc=[_commit.AddedFile(**f) for r in results for f in json.loads(r["cdc"])],
         rows=sum(int(r["rows"]) for r in results),
     )
+
+
+def write_batches(
+    batches: Iterable[pa.RecordBatch], plan: WritePlan, *, changes: bool, job_id: str
+) -> Written:
+    """Write ``batches`` here, in this process: table rows to data files and, with
+    ``changes``, rows whose ``_change_type`` is set to change data files. On failure
+    every file written is deleted and the error raised."""
+    writer = _files.FileSetWriter(plan, job_id=job_id)
+    cdc_writer = ChangeDataWriter(change_plan(plan), job_id=job_id) if changes else None
+    try:
+        for batch in batches:
+            if cdc_writer is None:
+                writer.write(batch)
+                continue
+            is_data = pc.is_null(batch.column(batch.schema.get_field_index(CHANGE_TYPE)))
+            writer.write(batch.filter(is_data).drop_columns([CHANGE_TYPE]))
+            cdc_writer.write(batch.filter(pc.invert(is_data)))
+        message = writer.close()
+        changed = cdc_writer.close().files if cdc_writer else []
+    except BaseException:
+        writer.discard()
+        if cdc_writer:
+            cdc_writer.discard()
+        raise
+    return Written(adds=list(message.files), cdc=list(changed), rows=message.num_rows)
 
 
 def _write_native(rows: DataFrame, plan: WritePlan) -> Written | None:

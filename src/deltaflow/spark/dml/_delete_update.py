@@ -40,14 +40,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import DeltaflowError
 from deltaflow.spark._options import parse_write_options
-from deltaflow.spark.dml import _changes, _dv, _generated, _retry, _target_scan
-from deltaflow.spark.write import _replace_where
+from deltaflow.spark.dml import (
+    _changes,
+    _dv,
+    _generated,
+    _local_rewrite,
+    _retry,
+    _target_scan,
+)
 from deltaflow.spark.write._plan import WritePlan, plan_write
-from deltaflow.table import _commit, _predicates, _schema
+from deltaflow.table import _commit, _constraints, _schema
 from deltaflow.table._snapshot import FileEntry, Snapshot, load_snapshot
 from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -56,6 +63,9 @@ log = logging.getLogger("deltaflow.dml")
 # Commit-info key naming the operation: delta-rs writes "operation": "WRITE" for every
 # commit built from actions and does not let callers set it; history() reads this one.
 OPERATION_KEY = "deltaflow.operation"
+
+# Per candidate file index: (its rows, the rows the condition matched).
+_Counts = dict[int, tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -121,12 +131,6 @@ def update(
     )
 
 
-@dataclass(frozen=True)
-class _FileCounts:
-    total: int
-    matched: int
-
-
 def _run(
     spark: SparkSession,
     uri: str,
@@ -144,7 +148,7 @@ def _run(
     generation = _generated.Generation.of(uri, snapshot.schema)
     generation.refuse_identity_update(resolved, operation)
     check_resolves(table_frame(spark, struct, alias), condition, assignments.values())
-    files = _candidate_files(snapshot, condition, alias)
+    files = _target_scan.candidate_files(snapshot, condition, alias)
     if not files:
         return DmlMetrics(operation)
     if _dv.enabled(snapshot) and condition is not None:
@@ -165,19 +169,29 @@ def _run(
     counts = (
         _shortcut_counts(snapshot, files) if operation == "DELETE" and condition is None else None
     )
-    if counts is None:
+    changes = _changes.cdf_enabled(snapshot)
+    local: tuple[pa.Table, _target_scan.TargetScan] | None = None
+    if counts is None and _local_rewrite.eligible(spark, files):
+        scan = _target_scan.scan(spark, snapshot, struct, files, alias)
+        rows = _rewritten_rows(
+            scan.df, struct, condition, resolved, operation, changes, generation, keep=True
+        )
+        with _target_scan.balanced_splits(spark, files), _changes.constraint_errors(plan):
+            table = _changes.guarded(rows, plan, changes=changes).toArrow()
+        local = (table, scan)
+        counts = _local_rewrite.counts(table, scan, operation, changes=changes)
+    elif counts is None:
         scan = _target_scan.scan(spark, snapshot, struct, files, alias)
         with _target_scan.balanced_splits(spark, files):
             counts = _count_matches(scan, condition)
     scanned = time.perf_counter()
 
-    touched = [i for i, c in counts.items() if c.matched > 0]
+    touched = [i for i, c in counts.items() if c[1] > 0]
     if not touched:
         log.info("%s on %s matched no rows; nothing to commit", operation, uri)
         return DmlMetrics(operation, scan_time_ms=_ms(started, scanned))
-    changes = _changes.cdf_enabled(snapshot)
     if operation == "DELETE":
-        rewrite = [i for i in touched if counts[i].matched < counts[i].total]
+        rewrite = [i for i in touched if counts[i][1] < counts[i][0]]
         if changes and rewrite:
             # The commit will have change files, which readers then take as all of its
             # changes: rows of wholly deleted files must be in them too.
@@ -185,16 +199,16 @@ def _run(
     else:
         rewrite = touched
 
-    affected = sum(counts[i].matched for i in touched)
-    copied = sum(counts[i].total - counts[i].matched for i in rewrite)
+    affected = sum(counts[i][1] for i in touched)
+    copied = sum(counts[i][0] - counts[i][1] for i in rewrite)
     written = _changes.Written([], [], 0)
-    if rewrite:
-        scan = _target_scan.scan(
+    if rewrite and local is not None:
+        written = _local_rewrite.write(*local, rewrite, operation, plan, changes=changes)
+    elif rewrite:
+        scan_df = _target_scan.scan(
             spark, snapshot, struct, [files[i] for i in rewrite], alias, keyed=False
         ).df
-        rows = _rewritten_rows(
-            scan, struct, condition, resolved, operation, changes=changes, generation=generation
-        )
+        rows = _rewritten_rows(scan_df, struct, condition, resolved, operation, changes, generation)
         with _target_scan.balanced_splits(spark, [files[i] for i in rewrite]):
             written = _changes.write(rows, plan, changes=changes)
         expected = copied + (affected if operation == "UPDATE" else 0)
@@ -217,7 +231,10 @@ def _run(
         rewrite_time_ms=_ms(scanned, rewritten),
     )
     read = _changes.read_set(
-        snapshot, files, _parse_or_none(condition, alias), whole_table=condition is None
+        snapshot,
+        files,
+        _target_scan.parse_condition(condition, alias),
+        whole_table=condition is None,
     )
     return _commit_changes(snapshot, plan, written, removed, metrics, condition, started, read)
 
@@ -268,8 +285,8 @@ def _run_with_dvs(
             condition,
             assignments,
             operation,
-            changes=changes,
-            generation=generation,
+            changes,
+            generation,
         )
         with _target_scan.balanced_splits(spark, [files[i] for i in touched]):
             written = _changes.write(rows, plan, changes=changes)
@@ -295,7 +312,9 @@ def _run_with_dvs(
         rewrite_time_ms=_ms(scanned, rewritten),
         dv_metrics=tuple(marked.operation_metrics().items()),
     )
-    read = _changes.read_set(snapshot, files, _parse_or_none(condition, alias), whole_table=False)
+    read = _changes.read_set(
+        snapshot, files, _target_scan.parse_condition(condition, alias), whole_table=False
+    )
     return _commit_changes(
         snapshot, plan, written, [], metrics, condition, started, read, marked=marked
     )
@@ -385,53 +404,11 @@ def check_resolves(frame: DataFrame, condition: Any, values: Iterable[Any] = ())
         frame.select(*columns)
 
 
-def _candidate_files(snapshot: Snapshot, condition: Any, alias: str | None) -> list[FileEntry]:
-    """Files that may hold matching rows: pruned by partition values and stats when we can."""
-    files = snapshot.files()
-    node = _parse(condition, alias) if isinstance(condition, str) else None
-    if node is None:
-        return files
-    partitions = {c.lower(): c for c in snapshot.partition_columns}
-    kept = [
-        f for f in files if _predicates.may_match(node, _replace_where._stats_lookup(f, partitions))
-    ]
-    log.info("DML on %s: %d of %d files may match", snapshot.uri, len(kept), len(files))
-    return kept
-
-
-def _parse_or_none(condition: Any, alias: str | None) -> _predicates.Node | None:
-    return _parse(condition, alias) if isinstance(condition, str) else None
-
-
-def _parse(condition: str, alias: str | None) -> _predicates.Node | None:
-    try:
-        node = _predicates.parse(condition, option="condition")
-    except DeltaflowError:
-        return None  # beyond the parser (functions, casts...): Spark decides, every file is read
-    return _strip_alias(node, alias) if alias else node
-
-
-def _strip_alias(node: Any, alias: str) -> Any:
-    if isinstance(node, _predicates.Column):
-        path = node.path
-        if len(path) > 1 and path[0].lower() == alias.lower():
-            return _predicates.Column(path[1:])
-        return node
-    if isinstance(node, tuple):
-        return tuple(_strip_alias(n, alias) for n in node)
-    if dataclasses.is_dataclass(node) and not isinstance(node, _predicates.Literal):
-        changes = {
-            f.name: _strip_alias(getattr(node, f.name), alias) for f in dataclasses.fields(node)
-        }
-        return dataclasses.replace(node, **changes)  # type: ignore[type-var]
-    return node
-
-
-def _shortcut_counts(snapshot: Snapshot, files: list[FileEntry]) -> dict[int, _FileCounts] | None:
+def _shortcut_counts(snapshot: Snapshot, files: list[FileEntry]) -> _Counts | None:
     """DELETE without a condition removes every file: stats give the row counts, no scan."""
     if any(f.num_records is None for f in files) or snapshot.deleted_rows():
         return None
-    return {i: _FileCounts(f.num_records or 0, f.num_records or 0) for i, f in enumerate(files)}
+    return {i: (f.num_records or 0, f.num_records or 0) for i, f in enumerate(files)}
 
 
 def _condition_column(condition: Any) -> Column:
@@ -443,7 +420,7 @@ def _condition_column(condition: Any) -> Column:
     return F.coalesce(column, F.lit(False))  # NULL does not match, as in SQL's WHERE
 
 
-def _count_matches(scan: _target_scan.TargetScan, condition: Any) -> dict[int, _FileCounts]:
+def _count_matches(scan: _target_scan.TargetScan, condition: Any) -> _Counts:
     from pyspark.sql import functions as F
 
     matches = F.when(_condition_column(condition), 1).otherwise(0)
@@ -453,7 +430,7 @@ def _count_matches(scan: _target_scan.TargetScan, condition: Any) -> dict[int, _
         .collect()
     )
     return {
-        scan.index(r[_target_scan.FILE_INDEX]): _FileCounts(int(r["total"]), int(r["matched"] or 0))
+        scan.index(r[_target_scan.FILE_INDEX]): (int(r["total"]), int(r["matched"] or 0))
         for r in rows
     }
 
@@ -464,22 +441,27 @@ def _rewritten_rows(
     condition: Any,
     assignments: Mapping[str, Column],
     operation: str,
+    changes: bool,
+    generation: _generated.Generation,
     *,
-    changes: bool = False,
-    generation: _generated.Generation | None = None,
+    keep: bool = False,
 ) -> DataFrame:
     """Job 2's rows; with ``changes``, plus change rows (``_change_type`` not NULL).
-    An UPDATE computes the generated columns it does not set from the new values."""
+    An UPDATE computes the generated columns it does not set from the new values.
+    ``keep``: every row, with its ``FILE_INDEX`` and ``_local_rewrite.MATCHED`` (a DELETE
+    keeps its matched rows too, for the one-job route to count)."""
     from pyspark.sql import functions as F
 
     cw = _changes
     matched = _condition_column(condition)
     none = F.lit(None).cast("string")
+    extra = [F.col(_target_scan.FILE_INDEX), matched.alias(_local_rewrite.MATCHED)] if keep else []
     if operation == "DELETE":
+        data = [F.col(_constraints.quote([f.name])) for f in struct.fields]
         if not changes:
-            return scan.where(~matched).drop(_target_scan.FILE_INDEX)
+            return scan.select(*data, *extra) if keep else scan.where(~matched).select(*data)
         kind = F.when(matched, F.lit(cw.DELETE)).otherwise(none)
-        return scan.drop(_target_scan.FILE_INDEX).withColumn(cw.CHANGE_TYPE, kind)
+        return scan.select(*data, kind.alias(cw.CHANGE_TYPE), *extra)
     if changes:
         # A matched row is written three times: the new row, its pre- and post-image.
         kinds = F.when(matched, F.array(none, F.lit(cw.PREIMAGE), F.lit(cw.POSTIMAGE))).otherwise(
@@ -501,9 +483,8 @@ def _rewritten_rows(
         columns.append(chosen.alias(field.name))
     if changes:
         columns.append(F.col(cw.CHANGE_TYPE))
-    regenerate = [
-        c.name for c in (generation.generated if generation else ()) if c.name not in assignments
-    ]
+    columns.extend(extra)
+    regenerate = [c.name for c in generation.generated if c.name not in assignments]
     if not regenerate:
         return scan.select(*columns)
     # A row's new generated values: where the condition holds, not for pre-images.
@@ -512,7 +493,6 @@ def _rewritten_rows(
         updated = updated & ~F.coalesce(is_preimage, F.lit(False))
     markers = {name: _generated.marker(i) for i, name in enumerate(regenerate)}
     columns.extend(updated.alias(m) for m in markers.values())
-    assert generation is not None
     return _generated.recomputed(scan.select(*columns), generation, markers)
 
 

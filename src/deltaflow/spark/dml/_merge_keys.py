@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import DeltaflowError
-from deltaflow.spark.dml import _delete_update, _target_scan
+from deltaflow.spark.dml import _target_scan
 from deltaflow.spark.dml._merge_builder import MergeSpec
 from deltaflow.spark.write import _replace_where
 from deltaflow.table import _predicates
@@ -131,7 +131,7 @@ def candidate_files(
         combined = pruning[0]
         for c in pruning[1:]:
             combined = _predicates.And(combined, c)
-        combined = _delete_update._strip_alias(combined, alias)
+        combined = _target_scan.strip_alias(combined, alias)
 
     def may_match(entry: FileEntry) -> bool:
         if found is not None and not file_may_match(entry, found.domains, partitions):

@@ -12,6 +12,7 @@ files), otherwise a ``mapInArrow`` over the ``read_file`` the ``delta`` source u
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,10 +23,12 @@ from urllib.parse import unquote
 import numpy as np
 import pyarrow as pa
 
+from deltaflow.errors import DeltaflowError
 from deltaflow.spark._options import JVM_PATH_MODES, jvm_path_mode
 from deltaflow.spark.dml import _dv
 from deltaflow.spark.read._native import Fallback, NativeScan, plan_native_files
-from deltaflow.table import _uri
+from deltaflow.spark.write import _replace_where
+from deltaflow.table import _predicates, _uri
 from deltaflow.table._snapshot import FileEntry, Snapshot
 
 if TYPE_CHECKING:
@@ -116,6 +119,51 @@ def scan(
     return TargetScan(
         _python_scan(spark, snapshot, struct, files, alias, row_index=row_index), native=False
     )
+
+
+def candidate_files(snapshot: Snapshot, condition: Any, alias: str | None) -> list[FileEntry]:
+    """Files that may hold matching rows: pruned by partition values and stats when we can."""
+    files = snapshot.files()
+    node = parse_condition(condition, alias)
+    if node is None:
+        return files
+    partitions = {c.lower(): c for c in snapshot.partition_columns}
+    kept = [
+        f for f in files if _predicates.may_match(node, _replace_where._stats_lookup(f, partitions))
+    ]
+    log.info("DML on %s: %d of %d files may match", snapshot.uri, len(kept), len(files))
+    return kept
+
+
+def parse_condition(condition: Any, alias: str | None) -> _predicates.Node | None:
+    """``condition`` as a predicate tree without ``alias``, or None: not SQL text the
+    predicate parser reads (functions, casts...; Spark decides, every file is read)."""
+    return _parse(condition, alias) if isinstance(condition, str) else None
+
+
+def _parse(condition: str, alias: str | None) -> _predicates.Node | None:
+    try:
+        node = _predicates.parse(condition, option="condition")
+    except DeltaflowError:
+        return None  # beyond the parser (functions, casts...): Spark decides, every file is read
+    return strip_alias(node, alias) if alias else node
+
+
+def strip_alias(node: Any, alias: str) -> Any:
+    """``node`` with column paths ``alias.x`` shortened to ``x``."""
+    if isinstance(node, _predicates.Column):
+        path = node.path
+        if len(path) > 1 and path[0].lower() == alias.lower():
+            return _predicates.Column(path[1:])
+        return node
+    if isinstance(node, tuple):
+        return tuple(strip_alias(n, alias) for n in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, _predicates.Literal):
+        changes = {
+            f.name: strip_alias(getattr(node, f.name), alias) for f in dataclasses.fields(node)
+        }
+        return dataclasses.replace(node, **changes)  # type: ignore[type-var]
+    return node
 
 
 # Below this many input bytes a DML job runs without adaptive execution (balanced_splits).
