@@ -59,15 +59,48 @@ def timed(action: Any) -> float:
     return time.perf_counter() - start
 
 
+def tree_cpu() -> float:
+    """CPU seconds (user + system) this process and its descendants have used so far: the
+    driver's Python, its JVM, deltaflow's brain, Spark's Python workers (Linux ``/proc``;
+    reaped children through their parents' ``cutime``/``cstime``). Other jobs on the machine
+    stretch wall time far more than CPU time, so the two engines' CPU seconds compare even
+    when the load moved between their runs."""
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        ticks[int(entry)] = sum(int(v) for v in fields[11:15])
+    total, stack = 0, [os.getpid()]
+    while stack:
+        pid = stack.pop()
+        total += ticks.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def measured(action: Any) -> tuple[float, float]:
+    """``action``'s wall seconds and the CPU seconds of the process tree (:func:`tree_cpu`)."""
+    cpu = tree_cpu()
+    seconds = timed(action)
+    return seconds, tree_cpu() - cpu
+
+
 def noop(df: Any) -> None:
     df.write.format("noop").mode("overwrite").save()
 
 
 def job_scan(spark: Any, dt: Any, job: dict[str, Any]) -> dict[str, Any]:
     path = job["table"]
-    runs = range(job["reps"] + 1)
-    seconds = [timed(lambda: noop(spark.read.format("delta").load(path))) for _ in runs]
-    return {"seconds": seconds[1:]}
+    runs = [measured(lambda: noop(spark.read.format("delta").load(path)))
+            for _ in range(job["reps"] + 1)]  # fmt: skip
+    return {"seconds": [s for s, _ in runs[1:]], "cpu_seconds": [c for _, c in runs[1:]]}
 
 
 def job_skipping(spark: Any, dt: Any, job: dict[str, Any]) -> dict[str, Any]:
@@ -76,8 +109,8 @@ def job_skipping(spark: Any, dt: Any, job: dict[str, Any]) -> dict[str, Any]:
     def run() -> None:
         noop(spark.read.format("delta").load(path).where(f"id >= {low} AND id < {high}"))
 
-    seconds = [timed(run) for _ in range(job["reps"] + 1)]
-    return {"seconds": seconds[1:]}
+    runs = [measured(run) for _ in range(job["reps"] + 1)]
+    return {"seconds": [s for s, _ in runs[1:]], "cpu_seconds": [c for _, c in runs[1:]]}
 
 
 def job_write(spark: Any, dt: Any, job: dict[str, Any]) -> dict[str, Any]:

@@ -76,6 +76,12 @@ ONE_ROW = {
 }
 
 
+# Warm repetitions of the two scans, after one dropped: a JVM's first few scans run while
+# the JIT compiles Parquet's decoding (2-3 times slower on a loaded 2-core machine), and the
+# two engines' processes run minutes apart, so two repetitions left the ratio to the load.
+SCAN_REPS = 5
+
+
 def small_files_table(name: str, files: int, rows_per_file: int, *, removed: int = 0) -> Path:
     """``files`` Parquet files of ``rows_per_file`` events in one commit (delta-rs's convert);
     with ``removed``, a delete then drops that many whole files (VACUUM's work)."""
@@ -136,9 +142,9 @@ def jobs(group: str, scale: dict[str, Any], data: dict[str, Any], work: str) -> 
     if group == "batch":
         table = {"table": data["events"], "work": work}
         return [
-            {"name": "scan", "kind": "scan", "reps": 2, **table},
+            {"name": "scan", "kind": "scan", "reps": SCAN_REPS, **table},
             # One file's id range of the 20: the others are skipped on min/max stats.
-            {"name": "skipping", "kind": "skipping", "reps": 2, "low": rows // 2,
+            {"name": "skipping", "kind": "skipping", "reps": SCAN_REPS, "low": rows // 2,
              "high": rows // 2 + rows // 100, **table},
             {"name": "write", "kind": "write", "reps": 1, **table},
             {"name": "update", "kind": "sql", "reps": 1, **table,
@@ -259,7 +265,7 @@ def rows_of_table(results: dict[str, dict[str, dict]], scale: dict[str, Any]) ->
     def add(label: str, df: float | None, ds: float | None, unit: str = "s") -> None:
         if df is None or ds is None:
             return
-        shown = (lambda v: f"{v:.0f} MiB") if unit == "MiB" else (lambda v: f"{v:.2f} s")
+        shown = (lambda v: f"{v:.0f} MiB") if unit == "MiB" else (lambda v: f"{v:.2f} {unit}")
         out.append([label, shown(df), shown(ds), f"{ds / df:.2f}"])
 
     def med(engine: str, group: str, job: str) -> float | None:
@@ -270,6 +276,14 @@ def rows_of_table(results: dict[str, dict[str, dict]], scale: dict[str, Any]) ->
         """A row of the two engines' median seconds for ``job``."""
         add(label, med("deltaflow", group, job), med("delta-spark", group, job))
 
+    def cpu(label: str, group: str, job: str) -> None:
+        """A row of the two engines' median CPU seconds of the process tree for ``job``."""
+        df, ds = (
+            results.get(e, {}).get(group, {}).get(job, {}).get("cpu_seconds") for e in ENGINES
+        )
+        if df and ds:
+            add(label, statistics.median(df), statistics.median(ds), "CPU-s")
+
     sessions = {e: [g["session_seconds"] for g in results.get(e, {}).values()] for e in ENGINES}
     if all(sessions.values()):
         add(
@@ -278,8 +292,11 @@ def rows_of_table(results: dict[str, dict[str, dict]], scale: dict[str, Any]) ->
             statistics.median(sessions["delta-spark"]),
         )
     rows = scale["rows"]
-    timed(f"full scan, {rows:,} rows, 20 files (median of 2 warm)", "batch", "scan")
-    timed(f"selective scan, 1% id range of {rows:,} (skipping 19 of 20 files)", "batch", "skipping")
+    timed(f"full scan, {rows:,} rows, 20 files (median of {SCAN_REPS} warm)", "batch", "scan")
+    cpu(f"full scan, {rows:,} rows: CPU of the process tree", "batch", "scan")
+    skipping = f"selective scan, 1% id range of {rows:,} (skipping 19 of 20 files)"
+    timed(skipping, "batch", "skipping")
+    cpu(f"selective scan, 1% of {rows:,}: CPU of the process tree", "batch", "skipping")
     timed(f"write {rows:,} rows (read + write)", "batch", "write")
     for n in scale["streams"]:
         timed(f"Delta -> Delta stream, {n:,} rows (availableNow)", "stream", f"stream_{n}")
