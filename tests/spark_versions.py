@@ -44,7 +44,7 @@ from pathlib import Path
 OLDER_SPARK = ("4.0.5", "4.1.4", "4.2.1")
 
 # The core suite: batch read and write, SQL and SQL DML, DeltaTable DML, streaming source
-# and sink (a path and a catalog table), a pipeline. 180 tests, ~380-420 CPU-seconds per
+# and sink (a path and a catalog table), a pipeline. 180 tests, ~400-480 CPU-seconds per
 # version: ~4 minutes on 2 quiet cores (docs/architecture.md, "Every Spark 4.x").
 CORE_TESTS = (
     "tests/spark/test_session.py",
@@ -123,7 +123,11 @@ def _probe(python: Path, version: str, home: Path) -> None:
             f" project's venv (make test-spark-versions).\n{out.stderr.strip()}"
         )
     imported, installed, where = json.loads(out.stdout)
-    if imported != version or installed != version or not Path(where).is_relative_to(home):
+    if (
+        imported != version
+        or installed != version
+        or not Path(where).resolve().is_relative_to(home.resolve())
+    ):
         raise SystemExit(
             f"spark-versions: the side venv {home} imports pyspark {imported} (metadata"
             f" {installed}) from {where}, not pyspark {version} of its own"
