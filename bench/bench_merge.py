@@ -6,6 +6,9 @@ copy of it, in its own process so peak memory is that variant's alone:
 * ``deltaflow``: ``deltaflow.DeltaTable.forPath(spark, t).merge(src, "t.id = s.id")
   .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute()`` on ``local[2]``
   (driver JVM heap 2 GiB, ``spark.driver.memory``);
+* ``deltaflow-sql``: the same as SQL, ``MERGE INTO delta.`t` AS t USING src AS s ...``
+  (``src`` a temp view of the source): the connector's MERGE command, which the brain
+  executes in the statement's session, as on every host (Connect, ``spark-sql``, Thrift);
 * ``deltaflow-spark``: the same with deltaflow's delta-rs MERGE route off
   (``spark.deltaflow.merge.nativeMaxSourceRows=0``): the MERGE runs as Spark jobs (the
   ``deltaflow`` variant takes the delta-rs route: a small source, an exact condition);
@@ -114,14 +117,21 @@ def run_variant(variant: str, target: str, source: str, on: str = ON) -> None:
         session_ready = time.perf_counter()
         session_rss = rss_by_kind(os.getpid())
         src = spark.read.parquet(source)
-        (
-            deltaflow.DeltaTable.forPath(spark, target)
-            .alias("t")
-            .merge(src.alias("s"), on)
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+        if variant == "deltaflow-sql":
+            src.createOrReplaceTempView("src")
+            spark.sql(
+                f"MERGE INTO delta.`{target}` AS t USING src AS s ON {on}"
+                " WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            ).collect()
+        else:
+            (
+                deltaflow.DeltaTable.forPath(spark, target)
+                .alias("t")
+                .merge(src.alias("s"), on)
+                .whenMatchedUpdateAll()
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
         merged = time.perf_counter()
         metrics = (
             deltaflow.DeltaTable.forPath(spark, target).history(1).collect()[0]["operationMetrics"]
@@ -199,7 +209,7 @@ def measure(
     return result
 
 
-VARIANTS = ("deltaflow", "deltaflow-spark", "deltaflow-dv", "deltalake")
+VARIANTS = ("deltaflow", "deltaflow-sql", "deltaflow-spark", "deltaflow-dv", "deltalake")
 KINDS = ("driver python", "driver jvm", "brain", "python workers")
 
 
