@@ -200,3 +200,20 @@ def test_a_bad_bound_is_a_typed_error_naming_the_conf(spark, table_path):
             DeltaTable.forPath(spark, path).delete("id = 3")
     finally:
         spark.conf.unset(_local_rewrite.MAX_BYTES_CONF)
+
+
+def test_a_variant_table_keeps_two_jobs_and_its_nulls(spark, table_path):
+    """pyspark's toArrow() cannot cast a NULL VARIANT (its Arrow children are non-nullable),
+    so a VARIANT table keeps the two-job route, whose writer is Spark's."""
+    path = table_path()
+    t = f"delta.`{path}`"
+    spark.sql(f"CREATE TABLE {t} (id INT, v VARIANT) USING delta").collect()
+    spark.sql(
+        f"INSERT INTO {t} VALUES (1, parse_json('{{\"a\": 1}}')), (2, parse_json('\"s\"')),"
+        " (3, NULL)"
+    ).collect()
+    before = _jobs_started(spark)
+    spark.sql(f"DELETE FROM {t} WHERE id = 2").collect()
+    assert _jobs_started(spark) - before == 2
+    rows = spark.sql(f"SELECT id, to_json(v) FROM {t} ORDER BY id").collect()
+    assert [tuple(r) for r in rows] == [(1, '{"a":1}'), (3, None)]

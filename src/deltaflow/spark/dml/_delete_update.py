@@ -171,7 +171,7 @@ def _run(
     )
     changes = _changes.cdf_enabled(snapshot)
     local: tuple[pa.Table, _target_scan.TargetScan] | None = None
-    if counts is None and _local_rewrite.eligible(spark, files):
+    if counts is None and _local_rewrite.eligible(spark, struct, files):
         scan = _target_scan.scan(spark, snapshot, struct, files, alias)
         rows = _rewritten_rows(
             scan.df, struct, condition, resolved, operation, changes, generation, keep=True

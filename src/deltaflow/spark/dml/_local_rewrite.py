@@ -30,6 +30,7 @@ from deltaflow.table._snapshot import FileEntry
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType, StructType
 
     from deltaflow.spark.write._plan import WritePlan
 
@@ -39,8 +40,11 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 MATCHED = "__deltaflow_matched"
 
 
-def eligible(spark: SparkSession, files: list[FileEntry]) -> bool:
-    """Whether ``files`` are small enough for the one-job route."""
+def eligible(spark: SparkSession, struct: StructType, files: list[FileEntry]) -> bool:
+    """Whether ``files`` are small enough for the one-job route, and the table's columns
+    come back through ``toArrow()``: pyspark (4.0-4.3, pyarrow 26) fails to cast a VARIANT
+    column holding a NULL (its Arrow struct has non-nullable children), so VARIANT tables
+    keep the two jobs, whose writer is Spark's."""
     raw = spark.conf.get(MAX_BYTES_CONF, None)
     try:
         limit = DEFAULT_MAX_BYTES if raw is None else int(raw)
@@ -50,7 +54,21 @@ def eligible(spark: SparkSession, files: list[FileEntry]) -> bool:
             f" (0 turns the one-job DELETE/UPDATE route off; default {DEFAULT_MAX_BYTES}).",
             option=MAX_BYTES_CONF,
         ) from None
-    return sum(f.size for f in files) <= limit
+    return sum(f.size for f in files) <= limit and not _has_variant(struct)
+
+
+def _has_variant(data_type: DataType) -> bool:
+    from pyspark.sql.types import ArrayType, MapType, StructType, VariantType
+
+    if isinstance(data_type, VariantType):
+        return True
+    if isinstance(data_type, StructType):
+        return any(_has_variant(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return _has_variant(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return _has_variant(data_type.keyType) or _has_variant(data_type.valueType)
+    return False
 
 
 def counts(
