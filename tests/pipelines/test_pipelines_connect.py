@@ -184,3 +184,33 @@ def test_what_cannot_run_through_connect_is_refused_by_name(
     assert not (tmp_path / "pipeline-storage" / "tables" / "orders").exists()
     bad = _cli(tmp_path, "run", "--remote", "http://127.0.0.1:1")
     assert bad.returncode == 2 and "is not a Spark Connect URL" in bad.stderr, bad.stderr
+
+
+SDP_SOURCES = """from pyspark import pipelines as dp
+from pyspark.sql import SparkSession
+
+spark = SparkSession.active()
+LANDING = spark.conf.get("shop.landing")  # the spec's configuration, read at import time
+
+
+@dp.table
+def orders():
+    return spark.readStream.schema("id BIGINT, kind STRING").json(LANDING)
+
+
+@dp.materialized_view
+def by_kind():
+    return spark.read.table("orders").groupBy("kind").count()
+"""
+
+
+def test_an_sdp_project_runs_unchanged_through_connect(connect_url: str, tmp_path: Path) -> None:
+    """Files as `spark-pipelines init` writes them (`from pyspark import pipelines as dp`,
+    the session from `SparkSession.active()`, configuration read at import time)."""
+    landing = _project(tmp_path, SDP_SOURCES, "shop_sdp")
+    _land(landing, "a.json", [{"id": 1, "kind": "x"}, {"id": 2, "kind": "y"}])
+    run = _cli(tmp_path, "run", "--remote", connect_url)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    tables = tmp_path / "pipeline-storage" / "tables"
+    assert [r["id"] for r in _rows(tables / "orders")] == [1, 2]
+    assert _rows(tables / "by_kind") == [{"kind": "x", "count": 1}, {"kind": "y", "count": 1}]
