@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from deltaflow import DeltaTable
 from deltaflow.spark.dml import _local_rewrite
 from deltaflow.table.errors import ConstraintViolationError
+from tests.spark._rows import sorted_tuples, version_changes
 
 COLUMNS = ("id", "kind", "value", "note", "twice")
 ROWS = [(i, "ab"[i % 2], i * 10 if i % 3 else None, f"n{i}") for i in range(12)]
@@ -66,20 +67,12 @@ def _jobs_started(spark: Any) -> int:
 
 
 def _rows(spark: Any, path: str) -> list[tuple[Any, ...]]:
-    df = spark.read.format("delta").load(path)
-    return sorted((tuple(r) for r in df.collect()), key=repr)
+    return sorted_tuples(spark.read.format("delta").load(path))
 
 
 def _changes(spark: Any, path: str, version: int) -> list[tuple[Any, ...]]:
-    df = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", version)
-        .option("endingVersion", version)
-        .load(path)
-        .drop("_commit_version", "_commit_timestamp")
-    )
-    return sorted((tuple(r) for r in df.collect()), key=repr)
+    changes = version_changes(spark, path, version)
+    return sorted_tuples(changes.drop("_commit_version", "_commit_timestamp"))
 
 
 Statement = Callable[[Any, str], Any]  # (session, table path) -> runs one DELETE / UPDATE

@@ -23,6 +23,7 @@ from deltaflow import ConcurrentWriteError, DeltaTable
 from deltaflow.spark.dml import _merge_native, _merge_sql
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
 from deltaflow.table import _log
+from tests.spark._rows import sorted_tuples, version_changes
 
 COLUMNS = ("id", "kind", "value", "note")
 SCHEMA = "id long, kind string, value int, note string"
@@ -80,20 +81,11 @@ def _route(spark: Any, native: bool) -> Iterator[None]:
 
 
 def _rows(spark: Any, path: str) -> list[tuple[Any, ...]]:
-    df = spark.read.format("delta").load(path).select(*COLUMNS)
-    return sorted((tuple(r) for r in df.collect()), key=repr)
+    return sorted_tuples(spark.read.format("delta").load(path).select(*COLUMNS))
 
 
 def _changes(spark: Any, path: str, version: int) -> list[tuple[Any, ...]]:
-    df = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", version)
-        .option("endingVersion", version)
-        .load(path)
-        .select(*COLUMNS, "_change_type")
-    )
-    return sorted((tuple(r) for r in df.collect()), key=repr)
+    return sorted_tuples(version_changes(spark, path, version).select(*COLUMNS, "_change_type"))
 
 
 def _by_delta_rs(path: str) -> bool:

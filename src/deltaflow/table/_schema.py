@@ -225,6 +225,21 @@ def type_to_string(t: JsonType) -> str:
     return str(kind)
 
 
+def holds_type(t: JsonType, name: str) -> bool:
+    """Whether type ``t`` (or a schema: a struct) is ``name`` or has it in a field, element,
+    key or value (``holds_type(schema, "variant")``)."""
+    if isinstance(t, str):
+        return t == name
+    kind = t["type"]
+    if kind == "struct":
+        return any(holds_type(f["type"], name) for f in t["fields"])
+    if kind == "array":
+        return holds_type(t["elementType"], name)
+    if kind == "map":
+        return holds_type(t["keyType"], name) or holds_type(t["valueType"], name)
+    return False
+
+
 def is_widening(source: JsonType, target: JsonType) -> bool:
     """True when values of type ``source`` fit losslessly in ``target`` (a safe implicit cast)."""
     if source == target:

@@ -105,7 +105,7 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
     features = _PYTHON_READ_FEATURES.intersection(snapshot.reader_features)
     if route == "jvm" and features:
         route, reason = "python", f"reader feature {sorted(features)[0]!r}"
-    if route == "python" and _has_variant(snapshot.schema):
+    if route == "python" and _schema.holds_type(snapshot.schema, "variant"):
         raise UnsupportedFeatureError(
             f"Table {snapshot.uri} has VARIANT columns, which only deltaflow's connector reads,"
             f" and this read needs the Python data source ({reason}). Read it without that"
@@ -124,10 +124,6 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
         reason,
         snapshot,
     )
-
-
-def _has_variant(schema: dict[str, Any]) -> bool:
-    return '"variant"' in json.dumps(schema)
 
 
 _STREAM_ONLY = frozenset(k.lower() for k in STREAM_READ_OPTIONS if k not in ("readChangeFeed",))

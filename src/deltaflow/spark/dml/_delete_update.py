@@ -64,8 +64,8 @@ log = logging.getLogger("deltaflow.dml")
 # commit built from actions and does not let callers set it; history() reads this one.
 OPERATION_KEY = "deltaflow.operation"
 
-# Per candidate file index: (its rows, the rows the condition matched).
-_Counts = dict[int, tuple[int, int]]
+# Per candidate file index: its rows and the rows the condition matched.
+_Counts = dict[int, _target_scan.FileCounts]
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def _run(
     )
     changes = _changes.cdf_enabled(snapshot)
     local: tuple[pa.Table, _target_scan.TargetScan] | None = None
-    if counts is None and _local_rewrite.eligible(spark, struct, files):
+    if counts is None and _local_rewrite.eligible(spark, snapshot, files):
         scan = _target_scan.scan(spark, snapshot, struct, files, alias)
         rows = _rewritten_rows(
             scan.df, struct, condition, resolved, operation, changes, generation, keep=True
@@ -186,12 +186,12 @@ def _run(
             counts = _count_matches(scan, condition)
     scanned = time.perf_counter()
 
-    touched = [i for i, c in counts.items() if c[1] > 0]
+    touched = [i for i, c in counts.items() if c.matched > 0]
     if not touched:
         log.info("%s on %s matched no rows; nothing to commit", operation, uri)
         return DmlMetrics(operation, scan_time_ms=_ms(started, scanned))
     if operation == "DELETE":
-        rewrite = [i for i in touched if counts[i][1] < counts[i][0]]
+        rewrite = [i for i in touched if counts[i].matched < counts[i].total]
         if changes and rewrite:
             # The commit will have change files, which readers then take as all of its
             # changes: rows of wholly deleted files must be in them too.
@@ -199,8 +199,8 @@ def _run(
     else:
         rewrite = touched
 
-    affected = sum(counts[i][1] for i in touched)
-    copied = sum(counts[i][0] - counts[i][1] for i in rewrite)
+    affected = sum(counts[i].matched for i in touched)
+    copied = sum(counts[i].total - counts[i].matched for i in rewrite)
     written = _changes.Written([], [], 0)
     if rewrite and local is not None:
         written = _local_rewrite.write(*local, rewrite, operation, plan, changes=changes)
@@ -408,7 +408,8 @@ def _shortcut_counts(snapshot: Snapshot, files: list[FileEntry]) -> _Counts | No
     """DELETE without a condition removes every file: stats give the row counts, no scan."""
     if any(f.num_records is None for f in files) or snapshot.deleted_rows():
         return None
-    return {i: (f.num_records or 0, f.num_records or 0) for i, f in enumerate(files)}
+    counted = _target_scan.FileCounts
+    return {i: counted(f.num_records or 0, f.num_records or 0) for i, f in enumerate(files)}
 
 
 def _condition_column(condition: Any) -> Column:
@@ -430,7 +431,9 @@ def _count_matches(scan: _target_scan.TargetScan, condition: Any) -> _Counts:
         .collect()
     )
     return {
-        scan.index(r[_target_scan.FILE_INDEX]): (int(r["total"]), int(r["matched"] or 0))
+        scan.index(r[_target_scan.FILE_INDEX]): _target_scan.FileCounts(
+            int(r["total"]), int(r["matched"] or 0)
+        )
         for r in rows
     }
 

@@ -26,11 +26,11 @@ import pyarrow.compute as pc
 
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark.dml import _changes, _target_scan
-from deltaflow.table._snapshot import FileEntry
+from deltaflow.table import _schema
+from deltaflow.table._snapshot import FileEntry, Snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.types import DataType, StructType
 
     from deltaflow.spark.write._plan import WritePlan
 
@@ -40,7 +40,7 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 MATCHED = "__deltaflow_matched"
 
 
-def eligible(spark: SparkSession, struct: StructType, files: list[FileEntry]) -> bool:
+def eligible(spark: SparkSession, snapshot: Snapshot, files: list[FileEntry]) -> bool:
     """Whether ``files`` are small enough for the one-job route, and the table's columns
     come back through ``toArrow()``: pyspark (4.0-4.3, pyarrow 26) fails to cast a VARIANT
     column holding a NULL (its Arrow struct has non-nullable children), so VARIANT tables
@@ -54,27 +54,15 @@ def eligible(spark: SparkSession, struct: StructType, files: list[FileEntry]) ->
             f" (0 turns the one-job DELETE/UPDATE route off; default {DEFAULT_MAX_BYTES}).",
             option=MAX_BYTES_CONF,
         ) from None
-    return sum(f.size for f in files) <= limit and not _has_variant(struct)
-
-
-def _has_variant(data_type: DataType) -> bool:
-    from pyspark.sql.types import ArrayType, MapType, StructType, VariantType
-
-    if isinstance(data_type, VariantType):
-        return True
-    if isinstance(data_type, StructType):
-        return any(_has_variant(f.dataType) for f in data_type.fields)
-    if isinstance(data_type, ArrayType):
-        return _has_variant(data_type.elementType)
-    if isinstance(data_type, MapType):
-        return _has_variant(data_type.keyType) or _has_variant(data_type.valueType)
-    return False
+    return sum(f.size for f in files) <= limit and not _schema.holds_type(
+        snapshot.schema, "variant"
+    )
 
 
 def counts(
     rows: pa.Table, scan: _target_scan.TargetScan, operation: str, *, changes: bool
-) -> dict[int, tuple[int, int]]:
-    """Per candidate file index with rows: (rows, rows the condition matched)."""
+) -> dict[int, _target_scan.FileCounts]:
+    """Per candidate file index with rows: its rows and the rows the condition matched."""
     original = rows
     if changes and operation == "UPDATE":
         # A matched row comes three times (the new row, its pre- and post-image).
@@ -90,7 +78,7 @@ def counts(
         .aggregate([("m", "count"), ("m", "sum")])
     )
     return {
-        scan.index(key): (int(total), int(matched or 0))
+        scan.index(key): _target_scan.FileCounts(int(total), int(matched or 0))
         for key, total, matched in zip(
             grouped["key"].to_pylist(),
             grouped["m_count"].to_pylist(),

@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote
 
 import numpy as np
@@ -64,6 +64,13 @@ class TargetScan:
 
     def index(self, key: Any) -> int:
         return int(key) if self.keys is None else self.keys[key]
+
+
+class FileCounts(NamedTuple):
+    """One candidate file's rows, and how many of them a DML's condition matched."""
+
+    total: int
+    matched: int
 
 
 def dml_scan_mode(value: str | None) -> str:
