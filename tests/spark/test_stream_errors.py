@@ -138,7 +138,6 @@ def start_with(spark: Any, source: str, target: str, *, checkpoint: str | None, 
         ({"mergeSchemaa": "true"}, "mergeschemaa"),
         ({"txnAppId": "app", "txnVersion": "abc"}, "txnAppId"),
         ({"txnVersion": "3"}, "txnVersion"),
-        ({"outputMode": "update"}, "outputMode"),
     ],
 )
 def test_wrong_sink_settings_fail_at_start(spark, table_path, settings, option) -> None:

@@ -31,6 +31,7 @@ from deltaflow.spark._options import (
     parse_stream_options,
     parse_write_options,
 )
+from deltaflow.spark.bridge._sink_modes import check_output_mode
 from deltaflow.spark.errors import BridgeError
 from deltaflow.spark.read._native import HADOOP_SCHEMES, NATIVE_SCAN_CONF, native_scan_mode
 from deltaflow.spark.stream._writer import FLOW_IDENTITY_OPTION, STREAM_ONLY_OPTIONS, commit_batch
@@ -459,14 +460,11 @@ def row_guard(plan: WritePlan, incoming: dict[str, Any]) -> dict[str, Any]:
     return {"widen": quoted + missing, "guarded": guarded, "violations": violations}
 
 
-# Output modes a Delta sink can honour: complete overwrites, append appends. Update would
-# need an upsert per key, which is MERGE's job (foreachBatch), as in delta-spark.
-_SINK_OUTPUT_MODES = ("append", "complete")
-
-
 def check_sink(args: dict[str, Any]) -> dict[str, Any]:
     """``sink.check``: a stream's Delta sink settings, checked inside ``start()`` (Spark
-    calls ``createSink`` there); the write options each batch uses, and the path."""
+    calls ``createSink`` there); the write options each batch uses, and the path.
+    ``modeOnly``: only the output mode against the query's ``perKeyOperators`` (the
+    connector's analysis check of the started query, which sees its plan)."""
     options = options_of(args)
     path = _get(options, "path")
     if not path:
@@ -476,14 +474,9 @@ def check_sink(args: dict[str, Any]) -> dict[str, Any]:
             option="path",
         )
     mode = str(args.get("outputMode") or "append").lower()
-    if mode not in _SINK_OUTPUT_MODES:
-        raise InvalidOptionError(
-            f"A Delta sink takes output mode 'append' or 'complete', not {mode!r}: a Delta"
-            " table has no per-key update. To upsert each micro-batch by key, use"
-            " .foreachBatch(...) with DeltaTable.forPath(spark, path).merge(...).",
-            option="outputMode",
-            valid=_SINK_OUTPUT_MODES,
-        )
+    check_output_mode(path, mode, [str(o) for o in args.get("perKeyOperators") or []])
+    if args.get("modeOnly"):
+        return {"path": path}
     if not args.get("checkpointLocation"):
         raise InvalidOptionError(
             f"The stream into {path} has no checkpointLocation, which its exactly-once Delta"

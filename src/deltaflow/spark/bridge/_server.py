@@ -34,9 +34,10 @@ The whole interface, every operation the JVM may call:
 ``catalog.alter``  ``{uri, name, changes, checkedVersion?}`` -> ``{committed,
                    version}`` or ``{check: {version, checks}}``: ALTER TABLE as one
                    metadata commit; see :mod:`deltaflow.spark.catalog._alter`.
-``sink.check``     ``{options, outputMode, checkpointLocation, partitionColumns}`` ->
-                   ``{path, writeOptions}``: a stream's Delta sink settings, checked
-                   inside ``start()``; typed errors for wrong ones.
+``sink.check``     ``{options, outputMode, checkpointLocation, partitionColumns,
+                   perKeyOperators?, modeOnly?}`` -> ``{path, writeOptions}``: a
+                   stream's Delta sink settings, checked inside ``start()``; typed
+                   errors for wrong ones (update mode with per-key operators).
 ``stream.open``    ``{uri, schema, options}`` -> ``{handle}``: a stream source.
 ``sql.history``    ``{uri, limit}`` -> ``rows``: DESCRIBE HISTORY's rows, newest first.
 ``sql.detail``     ``{uri, name}`` -> ``rows``: DESCRIBE DETAIL's one row.

@@ -23,8 +23,12 @@ import org.apache.spark.sql.streaming.OutputMode
  * `appId`: the app transaction's id instead of the query id (a pipeline flow's identity,
  * which its foreachBatch writes use too, so either way a batch is written once); the
  * commit's info still names the query, which progress tracking pairs batches by.
+ *
+ * Output mode update appends, as append does: [[StreamWriteCheck]] refuses it at
+ * `start()` for a query with per-key state (an aggregation), whose update rows would be
+ * duplicates in the table.
  */
-class DeltaSink(path: String, writeOptions: Map[String, String], partitionColumns: Seq[String],
+class DeltaSink(val path: String, writeOptions: Map[String, String], partitionColumns: Seq[String],
     outputMode: OutputMode, appId: Option[String] = None) extends Sink with Logging {
 
   override def addBatch(batchId: Long, data: DataFrame): Unit = {

@@ -13,7 +13,7 @@ import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.write.{BatchWrite, DataWriter, DataWriterFactory, LogicalWriteInfo, PhysicalWriteInfo, WriterCommitMessage}
 import org.apache.spark.sql.connector.write.streaming.{StreamingDataWriterFactory, StreamingWrite}
 import org.apache.spark.sql.deltaflow.StagedFileWrite
-import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
 import org.apache.spark.sql.catalyst.streaming.WriteToStream
 import org.apache.spark.sql.execution.SortExec
 import org.apache.spark.sql.streaming.OutputMode
@@ -36,7 +36,8 @@ import org.apache.spark.sql.streaming.OutputMode
  * (`write.commit`: footers for stats, conflict checks, the app transaction). A failed or
  * aborted batch deletes what it staged (`write.abort`); nothing is visible before the
  * commit. Output modes: append; complete overwrites the table in that one commit
- * (`overwrite`). Update is refused when the stream starts ([[StreamWriteCheck]]).
+ * (`overwrite`); update appends when the query has no per-key state ([[StreamWriteCheck]]
+ * refuses it otherwise, when the stream starts).
  */
 class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrite: Boolean)
   extends StreamingWrite with Logging {
@@ -221,23 +222,45 @@ object DeltaTruncate {
 }
 
 /**
- * The checks of a stream into a catalog table Spark's `start()` / `toTable()` runs (its
- * analysis of the stream's write): an output mode a Delta table cannot honour (update) is
- * the brain's typed error there, as the V1 sink's `start()` raises it, rather than
- * Spark's untyped refusal in the first micro-batch.
+ * The checks of a stream into a Delta table Spark's `start()` / `toTable()` runs (its
+ * analysis of the stream's write). Update output mode means append when the query
+ * emits each row once (a stateless query; what Spark's real-time mode runs); with an
+ * operator that re-emits a key's row on every change ([[StreamWriteCheck.perKey]]) it
+ * is the brain's typed error here, rather than duplicates in the table or Spark's
+ * untyped refusal in the first micro-batch.
  */
 class StreamWriteCheck extends (LogicalPlan => Unit) {
   override def apply(plan: LogicalPlan): Unit = plan match {
-    case w: WriteToStream if w.outputMode == OutputMode.Update() &&
-        (w.sink.isInstanceOf[DeltaTable] || w.sink.isInstanceOf[LocatedPythonTable]) =>
+    case w: WriteToStream if w.outputMode == OutputMode.Update() =>
       val uri = w.sink match {
-        case t: DeltaTable => t.info.uri
-        case other => other.name()
+        case t: DeltaTable => Some(t.info.uri)
+        case t: LocatedPythonTable => Some(t.name())
+        case s: DeltaSink => Some(s.path)
+        case _ => None
       }
-      val args = Brain.newArgs()
-      args.putObject("options").put("path", uri)
-      args.put("outputMode", "update")
-      Brain.call("sink.check", args)
+      uri.foreach { path =>
+        val args = Brain.newArgs()
+        args.putObject("options").put("path", path)
+        args.put("outputMode", "update")
+        args.put("modeOnly", true)
+        val operators = args.putArray("perKeyOperators")
+        StreamWriteCheck.perKey(w.inputQuery).foreach(operators.add)
+        Brain.call("sink.check", args)
+      }
     case _ =>
   }
+}
+
+object StreamWriteCheck {
+  // Logical operators whose update-mode output re-emits a key's row on every change (by
+  // node name: the classes moved between Spark versions). Deduplication emits each row
+  // once, so it stays an append.
+  private val PerKeyNodes = Set("FlatMapGroupsWithState", "FlatMapGroupsInPandasWithState",
+    "TransformWithState", "TransformWithStateInPySpark", "TransformWithStateInPandas")
+
+  /** The operators of a streaming query that make its update mode more than an append. */
+  def perKey(query: LogicalPlan): Seq[String] = query.collect {
+    case a: Aggregate if a.isStreaming => "a streaming aggregation"
+    case n if PerKeyNodes.contains(n.nodeName) => n.nodeName
+  }.distinct
 }

@@ -15,6 +15,7 @@ import org.apache.spark.sql.connector.write.streaming.{StreamingDataWriterFactor
 import org.apache.spark.sql.sources.{AlwaysTrue, Filter, InsertableRelation}
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2
 import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.internal.connector.SupportsStreamingUpdateAsAppend
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 /**
@@ -108,9 +109,12 @@ object DeltaTable {
  * or catalog table of it; `toTable(name)` streams). Batch: a V1 write, so the DataFrame
  * reaches [[DeltaBatchWrite]] whole. Streaming: [[DeltaStreamingWrite]]; the Python data
  * source's sink for tables the brain routes `python` or with `deltaflow.write.nativeWrite=false`.
+ * Update output mode streams append (`SupportsStreamingUpdateAsAppend`): a query with
+ * per-key state is refused at `start()` ([[StreamWriteCheck]]).
  */
 class DeltaWriteBuilder(info: TableInfo, writeInfo: LogicalWriteInfo)
-  extends WriteBuilder with SupportsOverwrite with SupportsDynamicOverwrite {
+  extends WriteBuilder with SupportsOverwrite with SupportsDynamicOverwrite
+  with SupportsStreamingUpdateAsAppend {
   private var overwrite = false
   // INSERT OVERWRITE t PARTITION (p = v): the rows to replace, as a replaceWhere predicate.
   private var replaceWhere: Option[String] = None
