@@ -31,6 +31,7 @@ from deltaflow.spark._options import (
     parse_stream_options,
     parse_write_options,
 )
+from deltaflow.spark.bridge._realtime import commit_interval_ms
 from deltaflow.spark.bridge._sink_modes import check_output_mode
 from deltaflow.spark.errors import BridgeError
 from deltaflow.spark.read._native import HADOOP_SCHEMES, NATIVE_SCAN_CONF, native_scan_mode
@@ -392,7 +393,10 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
             delegate[IDENTITY_GENERATED_OPTION] = ",".join(plan.identity_generated)
         return {"route": "python", "tableUri": uri, "delegateOptions": delegate, **checked}
     job_id = uuid.uuid4().hex[:8]
-    staging = _uri.join(uri, f"{STAGING_DIR}/{job_id}-{uuid.uuid4().hex}")
+    # A real-time roll names the directory its task already wrote (see RealTimeCommits).
+    staging = str(
+        args.get("staging") or _uri.join(uri, f"{STAGING_DIR}/{job_id}-{uuid.uuid4().hex}")
+    )
     handle = uuid.uuid4().hex
     with _pending_lock:
         _pending[handle] = _PendingWrite(plan, native, staging, job_id, batch, table)
@@ -492,6 +496,7 @@ def check_sink(args: dict[str, Any]) -> dict[str, Any]:
                 " txnAppId and txnVersion on batch writes inside foreachBatch instead.",
                 option=key,
             )
+    commit_interval_ms(options)
     stream_only = {k.lower() for k in STREAM_ONLY_OPTIONS} | {"path"}
     write = {k: v for k, v in options.items() if k.lower() not in stream_only}
     parse_write_options({**write, "path": path})

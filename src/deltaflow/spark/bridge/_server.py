@@ -38,6 +38,8 @@ The whole interface, every operation the JVM may call:
                    perKeyOperators?, modeOnly?}`` -> ``{path, writeOptions}``: a
                    stream's Delta sink settings, checked inside ``start()``; typed
                    errors for wrong ones (update mode with per-key operators).
+``sink.transactions`` ``{path, appIds, options}`` -> ``{versions, intervalMs}``: app
+                   transaction versions of a real-time sink's partitions.
 ``stream.open``    ``{uri, schema, options}`` -> ``{handle}``: a stream source.
 ``sql.history``    ``{uri, limit}`` -> ``rows``: DESCRIBE HISTORY's rows, newest first.
 ``sql.detail``     ``{uri, name}`` -> ``rows``: DESCRIBE DETAIL's one row.
@@ -78,7 +80,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 from deltaflow.errors import DeltaflowError, error_answer, from_wire
-from deltaflow.spark.bridge import _commands, _ops, _stream
+from deltaflow.spark.bridge import _commands, _ops, _realtime, _stream
 from deltaflow.spark.catalog import _alter, _create
 from deltaflow.spark.errors import BridgeError
 
@@ -121,6 +123,7 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "write.commit": _ops.commit_write,
     "write.abort": _ops.abort_write,
     "sink.check": _ops.check_sink,
+    "sink.transactions": _realtime.transactions,
     "sql.history": _commands.history,
     "sql.detail": _commands.detail,
     "sql.vacuum": _commands.vacuum,

@@ -59,6 +59,7 @@ STREAM_ONLY_OPTIONS = (
     "queryName",
     "asyncProgressTrackingEnabled",
     "asyncProgressTrackingCheckpointIntervalMs",
+    "realTimeCommitIntervalMs",
     FLOW_IDENTITY_OPTION,
 )
 

@@ -72,9 +72,12 @@ object DeltaBatchWrite extends Logging {
   /** The brain's plan for writing rows of `schema` (`write.plan`): the route (`skip`,
    *  `jvm`, `python`) and, for `jvm`, the staging directory and how to shape the rows. */
   private[spark] def plan(session: SparkSession, schema: StructType, mode: SaveMode,
-      parameters: Map[String, String], stream: Option[(String, Long, String)]): JsonNode = {
+      parameters: Map[String, String], stream: Option[(String, Long, String)],
+      staging: Option[String] = None): JsonNode = {
     val args = Brain.newArgs()
     args.put("mode", modeName(mode))
+    // A real-time roll's files are staged already, where its task wrote them.
+    staging.foreach(args.put("staging", _))
     stream.foreach { case (appId, batchId, queryId) =>
       val s = args.putObject("stream")
       s.put("queryId", appId)

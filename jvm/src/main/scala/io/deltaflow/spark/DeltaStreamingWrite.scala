@@ -12,7 +12,7 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.write.{BatchWrite, DataWriter, DataWriterFactory, LogicalWriteInfo, PhysicalWriteInfo, WriterCommitMessage}
 import org.apache.spark.sql.connector.write.streaming.{StreamingDataWriterFactory, StreamingWrite}
-import org.apache.spark.sql.deltaflow.StagedFileWrite
+import org.apache.spark.sql.deltaflow.{FileRolls, RealTimeCommitEndpoint, RealTimeCommits, RealTimeQueries, RealTimeWriterFactory, StagedFileWrite}
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
 import org.apache.spark.sql.catalyst.streaming.WriteToStream
 import org.apache.spark.sql.execution.SortExec
@@ -57,6 +57,9 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
     val appId = checked.appId.getOrElse(queryId)
     val parameters = checked.writeOptions ++ Map("path" -> checked.path, "txnAppId" -> appId,
       "txnVersion" -> batchId.toString)
+    RealTimeQueries.find(queryId).filter(RealTimeQueries.isRealTime).foreach { query =>
+      return realTime(query, batchId, appId, queryId)
+    }
     val mode = if (overwrite) SaveMode.Overwrite else SaveMode.Append
     val plan = DeltaBatchWrite.plan(session, writeInfo.schema(), mode, parameters,
       Some((appId, batchId, queryId)))
@@ -94,8 +97,100 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
     }
   }
 
+  /**
+   * A real-time mode epoch ([[RealTimeCommits]]): the epoch's plan gives the rows' shape
+   * and a staging directory; each task's rolls are committed by the driver as they come,
+   * one Delta commit each, with the partition's app transaction.
+   */
+  private def realTime(query: AnyRef, epoch: Long, appId: String, queryId: String)
+      : StreamingDataWriterFactory = {
+    val blocking = RealTimeQueries.executedPlan(query).map(RealTimeQueries.notReplayable)
+      .getOrElse(Nil)
+    if (blocking.nonEmpty || overwrite) {
+      val what = if (overwrite) "complete output mode" else blocking.mkString(", ")
+      throw DeltaflowException.of("UnsupportedFeatureError",
+        s"A real-time mode stream into ${info.uri} runs $what: its Delta sink commits " +
+          "within each epoch and stays exactly once by replaying an epoch row for row, " +
+          "which only a stateless query without a shuffle does. Run the query with a " +
+          "micro-batch trigger (trigger(processingTime='1 second')), or write it to Kafka " +
+          "or a foreach sink in real-time mode.",
+        Map("table_uri" -> info.uri, "feature" -> "realTimeSinkOperators"))
+    }
+    val schema = writeInfo.schema()
+    val base = checked.writeOptions ++ Map("path" -> checked.path)
+    val plan = DeltaBatchWrite.plan(session, schema, SaveMode.Append, base, None)
+    if (plan.get("route").asText() != "jvm") {
+      throw DeltaflowException.of("UnsupportedFeatureError",
+        s"A real-time mode stream into ${info.uri} needs the connector's own file write, " +
+          "which this table cannot take (CHECK constraints, NOT NULL columns, column " +
+          "mapping, or an object store Spark cannot open): run the query with a " +
+          "micro-batch trigger instead.",
+        Map("table_uri" -> info.uri, "feature" -> "realTimeSinkRoute"))
+    }
+    val shape = StagedFileWrite.shape(session, schema,
+      df => DeltaBatchWrite.prepared(df, plan, shape = true))
+    val partitions = plan.get("partitionColumns").elements().asScala.map(_.asText()).toSeq
+    val template = FileRolls.template(session, shape.output, partitions,
+      plan.get("codec").asText(), plan.get("maxRecordsPerFile").asLong(),
+      plan.get("hasTimestamps").asBoolean())
+    val lowered = partitions.map(_.toLowerCase).toSet
+    val sortBy = shape.output.filter(a => lowered.contains(a.name.toLowerCase))
+    val sort = if (sortBy.isEmpty) None else Some(StagedFileWrite.sorter(shape.output, sortBy))
+    val checks = Option(plan.get("checks")).filterNot(_.isNull).map(_.toString)
+    val failed: Throwable => Throwable =
+      e => checks.flatMap(c => RowChecks.violation(e, Brain.json.readTree(c))).getOrElse(e)
+    val hadoopConf = session.sessionState.newHadoopConf()
+    val partitionApp = (p: Int) => s"$appId/rtm-p$p"
+    val first = transactions(Seq.empty)
+    val endpoint = RealTimeCommits.open(env => new RealTimeCommitEndpoint(env,
+      p => committedRows(transactions(Seq(partitionApp(p))).path("versions")
+        .path(partitionApp(p)), epoch),
+      roll => commitRoll(roll, partitionApp(roll.partition), queryId, base, hadoopConf),
+      dir => RealTimeQueries.delete(dir, hadoopConf)))
+    planned = Some(Planned(epoch, plan, base, None, Some(endpoint)))
+    logInfo(s"deltaflow real-time epoch $epoch into ${info.uri}: commits every " +
+      s"${first.path("intervalMs").asLong()} ms")
+    new RealTimeWriterFactory(endpoint, plan.get("staging").asText(), template, shape, sort,
+      failed, first.path("intervalMs").asLong())
+  }
+
+  private def transactions(appIds: Seq[String]): JsonNode = {
+    val args = Brain.newArgs()
+    args.put("path", checked.path)
+    val opts = args.putObject("options")
+    options.foreach { case (k, v) => opts.put(k, v) }
+    val ids = args.putArray("appIds")
+    appIds.foreach(ids.add)
+    Brain.call("sink.transactions", args)
+  }
+
+  private def commitRoll(roll: RealTimeCommits.Roll, app: String, queryId: String,
+      base: Map[String, String], hadoopConf: org.apache.hadoop.conf.Configuration): Unit = {
+    if (roll.toRow >= (1L << 32) || roll.epoch >= (1L << 31)) {
+      throw new IllegalStateException(s"deltaflow: a real-time epoch of more than 2^32 rows " +
+        s"in one partition (epoch ${roll.epoch}) cannot be recorded: use a shorter epoch")
+    }
+    val version = (roll.epoch << 32) | roll.toRow
+    val parameters = base ++ Map("txnAppId" -> app, "txnVersion" -> version.toString)
+    val plan = DeltaBatchWrite.plan(session, writeInfo.schema(), SaveMode.Append, parameters,
+      Some((app, version, queryId)), staging = Some(roll.directory))
+    if (plan.get("route").asText() != "jvm") {
+      RealTimeQueries.delete(roll.directory, hadoopConf)
+      return
+    }
+    val args = Brain.newArgs()
+    args.put("handle", plan.get("handle").asText())
+    try Brain.call("write.commit", args)
+    catch {
+      case e: Exception =>
+        try Brain.call("write.abort", args) catch { case _: Exception => () }
+        throw e
+    }
+  }
+
   override def commit(epochId: Long, messages: Array[WriterCommitMessage]): Unit = {
     val batch = current(epochId)
+    if (batch.realTime.isDefined) return endRealTime(batch)
     batch.write match {
       case None => DeltaBatchWrite.report(batch.plan, batch.parameters, None)
       case Some(write) =>
@@ -120,7 +215,20 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
   override def useCommitCoordinator(): Boolean = false
 
   override def abort(epochId: Long, messages: Array[WriterCommitMessage]): Unit =
-    planned.filter(_.batchId == epochId).foreach(discard(_, messages))
+    planned.filter(_.batchId == epochId).foreach { batch =>
+      if (batch.realTime.isDefined) endRealTime(batch) else discard(batch, messages)
+    }
+
+  // The end of a real-time epoch: its rolls are in the log (or dropped); the endpoint
+  // closes and the epoch's staging directory goes.
+  private def endRealTime(batch: Planned): Unit = {
+    planned = None
+    batch.realTime.foreach(RealTimeCommits.close)
+    val args = Brain.newArgs()
+    args.put("handle", batch.plan.get("handle").asText())
+    try Brain.call("write.abort", args)
+    catch { case e: Exception => logWarning(s"deltaflow could not clean up an epoch: $e") }
+  }
 
   override def toString: String = s"DeltaStreamingWrite[${info.uri}]"
 
@@ -149,7 +257,20 @@ object DeltaStreamingWrite {
   private val CheckpointConf = "spark.sql.streaming.checkpointLocation"
 
   private final case class Planned(batchId: Long, plan: JsonNode,
-      parameters: Map[String, String], write: Option[BatchWrite])
+      parameters: Map[String, String], write: Option[BatchWrite],
+      realTime: Option[String] = None)
+
+  /** The rows of `epoch` a partition's app transaction `version` records (all of them
+   *  when it records a later epoch; none when an earlier one or nothing). */
+  private[spark] def committedRows(version: JsonNode, epoch: Long): Long =
+    if (version == null || version.isNull || version.isMissingNode) 0L
+    else {
+      val v = version.asLong()
+      val recorded = v >>> 32
+      if (recorded == epoch) v & 0xffffffffL
+      else if (recorded > epoch) Long.MaxValue
+      else 0L
+    }
 
   /** The brain's checked sink settings: the table's path, the write options each batch
    *  uses and the app id a pipeline flow names. */
@@ -243,6 +364,8 @@ class StreamWriteCheck extends (LogicalPlan => Unit) {
         args.putObject("options").put("path", path)
         args.put("outputMode", "update")
         args.put("modeOnly", true)
+        // Real-time mode runs update mode only: the write finds its query through this.
+        RealTimeQueries.remember(SparkSession.active)
         val operators = args.putArray("perKeyOperators")
         StreamWriteCheck.perKey(w.inputQuery).foreach(operators.add)
         Brain.call("sink.check", args)

@@ -14,9 +14,9 @@ import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.classic.{SparkSession => ClassicSession}
 import org.apache.spark.sql.connector.write.{BatchWrite, DataWriter}
 import org.apache.spark.sql.execution.{LocalTableScanExec, SortExec, UnsafeExternalRowSorter}
-import org.apache.spark.sql.execution.datasources.WriteJobDescription
+import org.apache.spark.sql.execution.datasources.{WriteJobDescription, WriteTaskResult}
 import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat
-import org.apache.spark.sql.execution.datasources.v2.FileBatchWrite
+import org.apache.spark.sql.execution.datasources.v2.{FileBatchWrite, FileWriterFactory}
 import org.apache.spark.sql.types.{StructField, StructType}
 import org.apache.spark.util.SerializableConfiguration
 
@@ -159,5 +159,116 @@ object StagedFileWrite {
     }
 
     override def close(): Unit = inner.close()
+  }
+}
+
+/**
+ * Spark's Parquet file write in small pieces inside one long-running task (a real-time
+ * mode epoch, [[RealTimeCommits]]): each [[Roll]] is a file write of its own, set up,
+ * written and committed by the task itself into its own directory, with what a driver
+ * prepared once per epoch ([[RollTemplate]]: the Hadoop job settings and Parquet writer
+ * factory a batch write would use).
+ */
+object FileRolls {
+  final case class RollTemplate(
+      hadoopConf: SerializableConfiguration,
+      factory: org.apache.spark.sql.execution.datasources.OutputWriterFactory,
+      output: Seq[Attribute],
+      data: Seq[Attribute],
+      partitions: Seq[Attribute],
+      maxRecordsPerFile: Long,
+      timeZone: String,
+      committerClass: String)
+
+  /** The epoch's template (on the driver): as [[StagedFileWrite.batchWrite]] sets a job up. */
+  def template(
+      session: SparkSession,
+      output: Seq[Attribute],
+      partitionColumns: Seq[String],
+      codec: String,
+      maxRecordsPerFile: Long,
+      microTimestamps: Boolean): RollTemplate = {
+    val classic = session.asInstanceOf[ClassicSession]
+    val conf = classic.sessionState.conf
+    val job = Job.getInstance(classic.sessionState.newHadoopConf())
+    job.setOutputKeyClass(classOf[Void])
+    job.setOutputValueClass(classOf[InternalRow])
+    val lowered = partitionColumns.map(_.toLowerCase).toSet
+    val partitions = output.filter(a => lowered.contains(a.name.toLowerCase))
+    val data = output.filterNot(partitions.contains)
+    val factory = new ParquetFileFormat().prepareWrite(classic, job,
+      Map("compression" -> codec),
+      StructType(data.map(a => StructField(a.name, a.dataType, a.nullable, a.metadata))))
+    if (microTimestamps) job.getConfiguration.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    RollTemplate(new SerializableConfiguration(job.getConfiguration), factory, output, data,
+      partitions, maxRecordsPerFile, conf.sessionLocalTimeZone, conf.fileCommitProtocolClass)
+  }
+
+  /** One file write into `directory`, in a task: `writer` takes the rows; [[finish]]
+   *  commits them there (Hadoop's commit protocol, task and job), [[abort]] drops them. */
+  final class Roll(template: RollTemplate, val directory: String, partitionId: Int, taskId: Long) {
+    private val path = new Path(directory)
+    private val job = Job.getInstance(template.hadoopConf.value)
+    FileOutputFormat.setOutputPath(job, path)
+    private val jobId = UUID.randomUUID().toString
+    private val committer = new DirectCommitter(jobId, directory)
+    committer.setupJob(job)
+    private val description = new WriteJobDescription(jobId,
+      new SerializableConfiguration(job.getConfiguration), template.factory, template.output,
+      template.data, template.partitions, None, directory, Map.empty,
+      template.maxRecordsPerFile, template.timeZone, Seq.empty)
+    val writer: DataWriter[InternalRow] =
+      new FileWriterFactory(description, committer).createWriter(partitionId, taskId)
+
+    /** Commit what `committed` (the writer's commit message) names into the directory. */
+    def finish(committed: org.apache.spark.sql.connector.write.WriterCommitMessage): Unit = {
+      val result = committed.asInstanceOf[WriteTaskResult]
+      committer.commitJob(job, Seq(result.commitMsg))
+    }
+
+    def abort(): Unit = {
+      try writer.abort() finally committer.abortJob(job)
+    }
+  }
+
+  /**
+   * A roll's files go straight to their names in the roll's own directory: nobody reads
+   * it until the driver commits the roll, so Hadoop's task and job commits (and Spark's
+   * commit coordinator, which allows one commit per task, not one per roll) have nothing
+   * to protect. Aborting deletes the directory.
+   */
+  final class DirectCommitter(jobId: String, directory: String) extends FileCommitProtocol
+    with Serializable {
+    @transient private var context: org.apache.hadoop.mapreduce.JobContext = _
+
+    override def setupJob(job: org.apache.hadoop.mapreduce.JobContext): Unit = {
+      context = job
+      val path = new Path(directory)
+      path.getFileSystem(job.getConfiguration).mkdirs(path)
+    }
+    override def commitJob(job: org.apache.hadoop.mapreduce.JobContext,
+        messages: Seq[FileCommitProtocol.TaskCommitMessage]): Unit = ()
+    override def abortJob(job: org.apache.hadoop.mapreduce.JobContext): Unit = {
+      val path = new Path(directory)
+      path.getFileSystem(job.getConfiguration).delete(path, true)
+    }
+    override def setupTask(task: org.apache.hadoop.mapreduce.TaskAttemptContext): Unit = ()
+    override def newTaskTempFile(task: org.apache.hadoop.mapreduce.TaskAttemptContext,
+        dir: Option[String], ext: String): String =
+      newTaskTempFile(task, dir, org.apache.spark.internal.io.FileNameSpec("", ext))
+    override def newTaskTempFile(task: org.apache.hadoop.mapreduce.TaskAttemptContext,
+        dir: Option[String], spec: org.apache.spark.internal.io.FileNameSpec): String = {
+      // Spark's own names (part-<split>-<job>...): the brain reads the split from them.
+      val split = task.getTaskAttemptID.getTaskID.getId
+      val name = f"${spec.prefix}part-$split%05d-$jobId${spec.suffix}"
+      dir.map(d => new Path(new Path(directory, d), name)).getOrElse(new Path(directory, name))
+        .toString
+    }
+    override def newTaskTempFileAbsPath(task: org.apache.hadoop.mapreduce.TaskAttemptContext,
+        absoluteDir: String, ext: String): String =
+      throw new UnsupportedOperationException("deltaflow: a roll writes no absolute paths")
+    override def commitTask(task: org.apache.hadoop.mapreduce.TaskAttemptContext)
+        : FileCommitProtocol.TaskCommitMessage = new FileCommitProtocol.TaskCommitMessage(Nil)
+    override def abortTask(task: org.apache.hadoop.mapreduce.TaskAttemptContext): Unit = ()
   }
 }
