@@ -1,0 +1,188 @@
+"""The Delta sink in Spark's real-time mode (``trigger(realTime=...)``, Spark >= 4.1):
+rows land in the table within the epoch, every commit interval, exactly once across a
+task failure and a restart mid-epoch; what the sink cannot replay is refused typed.
+
+The source is Spark's own real-time memory stream (``LowLatencyMemoryStream``), reached
+through the JVM: its rows live in the driver, so a restart gets a new stream fed the same
+rows in the same order, which is what a durable source (Kafka, Delta) replays. The table
+is read with delta-rs while the query runs: the epoch's long-running tasks hold the
+session's cores, so a Spark read would wait for the epoch to end.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+import deltaflow
+from deltaflow.errors import InvalidOptionError
+from deltaflow.spark._compat import PYSPARK_MINOR
+from deltaflow.table.errors import UnsupportedFeatureError
+from tests._waiting import wait_until
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(PYSPARK_MINOR < (4, 1), reason="real-time mode is Spark >= 4.1"),
+]
+
+_names = itertools.count()
+# An epoch far longer than any test: every commit seen below was made inside it.
+EPOCH = "5 minutes"
+ALLOWLIST = "spark.sql.streaming.realTimeMode.allowlistCheck"
+_SOURCES = "org.apache.spark.sql.execution.streaming.sources"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def real_time_session(spark) -> Any:
+    # Spark's sink allowlist names only its own sinks (see docs/realtime.md); the
+    # connector checks the query's operators itself.
+    before = spark.conf.get(ALLOWLIST, None)
+    spark.conf.set(ALLOWLIST, "false")
+    yield
+    if before is None:
+        spark.conf.unset(ALLOWLIST)
+    else:
+        spark.conf.set(ALLOWLIST, before)
+
+
+class MemoryStream:
+    """Spark's real-time memory source over two partitions, fed from the test."""
+
+    def __init__(self, spark: Any) -> None:
+        jvm = spark._jvm
+        cls = getattr(jvm, f"{_SOURCES}.LowLatencyMemoryStream")
+        self._jvm = jvm
+        self._stream = cls.apply(spark._jsparkSession, 2, jvm.org.apache.spark.sql.Encoders.INT())
+        self.spark = spark
+
+    def add(self, values: list[int]) -> None:
+        self._stream.addData(self._jvm.org.apache.spark.api.python.PythonUtils.toSeq(values))
+
+    def frame(self) -> Any:
+        from pyspark.sql import DataFrame
+
+        return DataFrame(self._stream.toDF(), self.spark).selectExpr("value AS id")
+
+
+def new_table(spark: Any) -> tuple[str, str]:
+    name = f"realtime_{next(_names)}"
+    spark.sql(f"CREATE TABLE {name} (id INT) USING delta")
+    location = spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["location"]
+    return name, str(location).removeprefix("file:")
+
+
+def start(frame: Any, name: str, checkpoint: str, **options: str) -> Any:
+    return (
+        frame.writeStream.format("delta")
+        .outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        # Spark turns asynchronous progress tracking on in real-time mode and allows it
+        # only for its own sinks (see docs/realtime.md).
+        .option("asyncProgressTrackingEnabled", "false")
+        .options(**options)
+        .trigger(realTime=EPOCH)
+        .toTable(name)
+    )
+
+
+def ids(location: str) -> list[int]:
+    return sorted(DeltaTable(location).to_pyarrow_table().column("id").to_pylist())
+
+
+def wait_for_rows(location: str, query: Any, count: int) -> None:
+    def landed() -> bool:
+        assert query.exception() is None, query.exception()
+        return len(ids(location)) >= count
+
+    wait_until(landed, 120, f"{count} rows in {location}")
+
+
+def test_rows_land_within_the_epoch_exactly_once_across_a_restart(spark, table_path) -> None:
+    name, location = new_table(spark)
+    checkpoint = table_path("ck")
+    source = MemoryStream(spark)
+    query = start(source.frame(), name, checkpoint, realTimeCommitIntervalMs="20")
+    try:
+        for start_at in range(0, 30, 10):
+            source.add(list(range(start_at, start_at + 10)))
+            wait_for_rows(location, query, start_at + 10)
+        # Still the first epoch: Spark has committed no batch, the table has every row.
+        assert query.lastProgress is None
+        assert ids(location) == list(range(30))
+    finally:
+        query.stop()
+
+    history = DeltaTable(location).history()
+    streamed = [h for h in history if h.get("operation") == "STREAMING UPDATE"]
+    assert len(streamed) >= 2  # more than one commit inside one epoch
+
+    # The restart replays epoch 0 from its start offsets: the same rows, then new ones.
+    again = MemoryStream(spark)
+    for start_at in range(0, 30, 10):
+        again.add(list(range(start_at, start_at + 10)))
+    again.add(list(range(30, 40)))
+    query = start(again.frame(), name, checkpoint)
+    try:
+        wait_for_rows(location, query, 40)
+        assert ids(location) == list(range(40))
+    finally:
+        query.stop()
+    assert ids(location) == list(range(40))
+
+
+def test_a_task_failure_mid_epoch_is_replayed_without_duplicates(spark, table_path) -> None:
+    name, location = new_table(spark)
+    source = MemoryStream(spark)
+    marker = f"deltaflow.test.realtime.failed.{next(_names)}"
+    # Row 25 fails its task once: the first evaluation sets a JVM system property (and
+    # raises); the retry finds it set.
+    failing = source.frame().selectExpr(
+        f"CASE WHEN id = 25 AND reflect('java.lang.System', 'setProperty', '{marker}', 'x')"
+        " IS NULL THEN CAST(raise_error('injected failure') AS INT) ELSE id END AS id"
+    )
+    query = start(failing, name, table_path("ck"))
+    try:
+        source.add(list(range(20)))
+        wait_for_rows(location, query, 20)
+        source.add(list(range(20, 40)))
+        wait_for_rows(location, query, 40)
+        assert ids(location) == list(range(40))
+    finally:
+        query.stop()
+    assert spark._jvm.java.lang.System.getProperty(marker) == "x"  # the failure happened
+    assert ids(location) == list(range(40))
+
+
+def test_a_shuffle_is_refused_typed(spark, table_path) -> None:
+    if PYSPARK_MINOR < (4, 3):
+        pytest.skip("Spark < 4.3 refuses dropDuplicates in real-time mode itself")
+    name, location = new_table(spark)
+    source = MemoryStream(spark)
+    query = start(source.frame().dropDuplicates(["id"]), name, table_path("ck"))
+    try:
+        source.add([1, 2])
+        wait_until(lambda: query.exception() is not None, 120, "the query to fail")
+    finally:
+        query.stop()
+    error = deltaflow.typed_error(query.exception())
+    assert isinstance(error, UnsupportedFeatureError)
+    assert error.feature == "realTimeSinkOperators"
+    assert ids(location) == []
+
+
+def test_a_commit_interval_out_of_bounds_is_refused_typed(spark, table_path) -> None:
+    # A catalog table's streaming write reads its options when the first epoch starts.
+    name, location = new_table(spark)
+    source = MemoryStream(spark)
+    query = start(source.frame(), name, table_path("ck"), realTimeCommitIntervalMs="1")
+    try:
+        wait_until(lambda: query.exception() is not None, 120, "the query to fail")
+    finally:
+        query.stop()
+    error = deltaflow.typed_error(query.exception())
+    assert isinstance(error, InvalidOptionError)
+    assert error.option == "realTimeCommitIntervalMs"
+    assert ids(location) == []
