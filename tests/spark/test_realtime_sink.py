@@ -67,9 +67,9 @@ class MemoryStream:
         return DataFrame(self._stream.toDF(), self.spark).selectExpr("value AS id")
 
 
-def new_table(spark: Any) -> tuple[str, str]:
+def new_table(spark: Any, properties: str = "") -> tuple[str, str]:
     name = f"realtime_{next(_names)}"
-    spark.sql(f"CREATE TABLE {name} (id INT) USING delta")
+    spark.sql(f"CREATE TABLE {name} (id INT) USING delta {properties}")
     location = spark.sql(f"DESCRIBE DETAIL {name}").collect()[0]["location"]
     return name, str(location).removeprefix("file:")
 
@@ -131,6 +131,32 @@ def test_rows_land_within_the_epoch_exactly_once_across_a_restart(spark, table_p
     finally:
         query.stop()
     assert ids(location) == list(range(40))
+
+
+def test_auto_compaction_of_the_small_files_never_fails_the_stream(spark, table_path) -> None:
+    name, location = new_table(spark, "TBLPROPERTIES ('delta.autoOptimize.autoCompact' = 'true')")
+    source = MemoryStream(spark)
+    key = "spark.databricks.delta.autoCompact.minNumFiles"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, "3")
+    try:
+        query = start(source.frame(), name, table_path("ck"), realTimeCommitIntervalMs="10")
+        try:
+            for start_at in range(0, 60, 6):
+                source.add(list(range(start_at, start_at + 6)))
+                wait_for_rows(location, query, start_at + 6)
+            assert query.exception() is None
+        finally:
+            query.stop()
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+    assert ids(location) == list(range(60))
+    operations = [h.get("operation") for h in DeltaTable(location).history()]
+    assert "OPTIMIZE" in operations, operations
+    assert len(DeltaTable(location).file_uris()) < operations.count("STREAMING UPDATE")
 
 
 def test_a_task_failure_mid_epoch_is_replayed_without_duplicates(spark, table_path) -> None:
