@@ -1,0 +1,73 @@
+"""Run by test_realtime_chaos.py: a real-time mode query into a Delta table, to be killed.
+
+``<location> <checkpoint> <rows>``: feeds Spark's real-time memory source the ids
+``0 .. rows-1`` in chunks of ``CHUNK`` (the same chunks on every run, so a restart replays
+the killed run's epoch row for row), streams them into the table at ``location`` with
+``trigger(realTime=...)``, prints ``ROWS <n>`` as rows land and ``DONE`` once all have.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame
+
+import deltaflow
+
+CHUNK = 10
+_SOURCES = "org.apache.spark.sql.execution.streaming.sources"
+
+
+def main(location: str, checkpoint: str, rows: int) -> None:
+    spark = deltaflow.session(
+        app_name="realtime-chaos",
+        master="local[2]",
+        conf={"spark.sql.streaming.realTimeMode.allowlistCheck": "false"},
+    )
+    spark.sql(f"CREATE TABLE IF NOT EXISTS rt (id INT) USING delta LOCATION '{location}'")
+    jvm = spark._jvm
+    stream = getattr(jvm, f"{_SOURCES}.LowLatencyMemoryStream").apply(
+        spark._jsparkSession, 2, jvm.org.apache.spark.sql.Encoders.INT()
+    )
+    frame = DataFrame(stream.toDF(), spark).selectExpr("value AS id")
+    query = (
+        frame.writeStream.format("delta")
+        .outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .option("asyncProgressTrackingEnabled", "false")
+        .option("realTimeCommitIntervalMs", "20")
+        .trigger(realTime="5 minutes")
+        .toTable("rt")
+    )
+    seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
+    landed = -1
+
+    def report() -> int:
+        nonlocal landed
+        if query.exception() is not None:
+            print(f"FAILED {query.exception()}", flush=True)
+            sys.exit(1)
+        try:
+            n = DeltaTable(location).to_pyarrow_table().num_rows
+        except Exception:  # the table's first commit may not have landed yet
+            n = 0
+        if n != landed:
+            landed = n
+            print(f"ROWS {n}", flush=True)
+        return n
+
+    for start in range(0, rows, CHUNK):
+        stream.addData(seq(list(range(start, min(start + CHUNK, rows)))))
+        time.sleep(0.05)
+        report()
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and report() < rows:
+        time.sleep(0.05)
+    query.stop()
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
