@@ -177,8 +177,7 @@ object FileRolls {
       data: Seq[Attribute],
       partitions: Seq[Attribute],
       maxRecordsPerFile: Long,
-      timeZone: String,
-      committerClass: String)
+      timeZone: String)
 
   /** The epoch's template (on the driver): as [[StagedFileWrite.batchWrite]] sets a job up. */
   def template(
@@ -201,7 +200,7 @@ object FileRolls {
       StructType(data.map(a => StructField(a.name, a.dataType, a.nullable, a.metadata))))
     if (microTimestamps) job.getConfiguration.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     RollTemplate(new SerializableConfiguration(job.getConfiguration), factory, output, data,
-      partitions, maxRecordsPerFile, conf.sessionLocalTimeZone, conf.fileCommitProtocolClass)
+      partitions, maxRecordsPerFile, conf.sessionLocalTimeZone)
   }
 
   /** One file write into `directory`, in a task: `writer` takes the rows; [[finish]]
@@ -239,10 +238,7 @@ object FileRolls {
    */
   final class DirectCommitter(jobId: String, directory: String) extends FileCommitProtocol
     with Serializable {
-    @transient private var context: org.apache.hadoop.mapreduce.JobContext = _
-
     override def setupJob(job: org.apache.hadoop.mapreduce.JobContext): Unit = {
-      context = job
       val path = new Path(directory)
       path.getFileSystem(job.getConfiguration).mkdirs(path)
     }
