@@ -8,6 +8,7 @@ the killed run's epoch row for row), streams them into the table at ``location``
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 
@@ -32,15 +33,20 @@ def main(location: str, checkpoint: str, rows: int) -> None:
         spark._jsparkSession, 2, jvm.org.apache.spark.sql.Encoders.INT()
     )
     frame = DataFrame(stream.toDF(), spark).selectExpr("value AS id")
-    query = (
+    writer = (
         frame.writeStream.format("delta")
         .outputMode("update")
         .option("checkpointLocation", checkpoint)
         .option("asyncProgressTrackingEnabled", "false")
         .option("realTimeCommitIntervalMs", "20")
-        .trigger(realTime="5 minutes")
-        .toTable("rt")
     )
+    if "realTime" in inspect.signature(writer.trigger).parameters:
+        writer = writer.trigger(realTime="5 minutes")
+    else:  # PySpark 4.1 and 4.2 have the trigger only in Scala
+        writer._jwrite = writer._jwrite.trigger(
+            jvm.org.apache.spark.sql.streaming.Trigger.RealTime("5 minutes")
+        )
+    query = writer.toTable("rt")
     seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
     landed = -1
 

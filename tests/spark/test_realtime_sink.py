@@ -11,6 +11,7 @@ session's cores, so a Spark read would wait for the epoch to end.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from typing import Any
 
@@ -75,7 +76,7 @@ def new_table(spark: Any, properties: str = "") -> tuple[str, str]:
 
 
 def start(frame: Any, name: str, checkpoint: str, **options: str) -> Any:
-    return (
+    writer = (
         frame.writeStream.format("delta")
         .outputMode("update")
         .option("checkpointLocation", checkpoint)
@@ -83,9 +84,18 @@ def start(frame: Any, name: str, checkpoint: str, **options: str) -> Any:
         # only for its own sinks (see docs/realtime.md).
         .option("asyncProgressTrackingEnabled", "false")
         .options(**options)
-        .trigger(realTime=EPOCH)
-        .toTable(name)
     )
+    return real_time(writer, EPOCH).toTable(name)
+
+
+def real_time(writer: Any, epoch: str) -> Any:
+    """``writer.trigger(realTime=epoch)``; PySpark 4.1 and 4.2 have that trigger only in
+    Scala (``Trigger.RealTime``), reached here through the JVM."""
+    if "realTime" in inspect.signature(writer.trigger).parameters:
+        return writer.trigger(realTime=epoch)
+    trigger = writer._spark._jvm.org.apache.spark.sql.streaming.Trigger.RealTime(epoch)
+    writer._jwrite = writer._jwrite.trigger(trigger)
+    return writer
 
 
 def ids(location: str) -> list[int]:
