@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,6 +61,13 @@ def test_settings_from_session_conf_and_precedence() -> None:
     assert _auto_compact.enabled_for(AutoCompactSettings(), table_on)
     assert _auto_compact.enabled_for(AutoCompactSettings(), {"delta.autoOptimize": "true"})
     assert not _auto_compact.enabled_for(AutoCompactSettings(), {})
+    # A stream's writer: on unless the session or the table says otherwise.
+    stream = AutoCompactSettings(stream=True)
+    assert _auto_compact.enabled_for(stream, {})
+    assert _auto_compact.enabled_for(stream, {"delta.autoOptimize.autoCompact": "sometimes"})
+    assert not _auto_compact.enabled_for(stream, {"delta.autoOptimize.autoCompact": "false"})
+    assert not _auto_compact.enabled_for(stream, {"delta.autoOptimize": "false"})
+    assert not _auto_compact.enabled_for(replace(stream, enabled=False), {})
     with pytest.raises(InvalidOptionError) as caught:
         AutoCompactSettings.from_conf({"spark.databricks.delta.autoCompact.maxFileSize": "0"})
     assert caught.value.option == "spark.databricks.delta.autoCompact.maxFileSize"

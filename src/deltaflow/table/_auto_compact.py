@@ -17,11 +17,18 @@ it. A running DML holds a lease that keeps auto compaction off the table until i
 commits (:mod:`deltaflow.table._dml_lease`); one that still lost to a compaction started
 before it is re-run by the DML layer (``spark/dml/_retry.py``), so it is not failed either.
 
+**Streams compact by default** (deltaflow's default, not delta-spark's): a table that a
+stream writes (a micro-batch or real-time Delta sink, ``deltaflow serve``'s ingest) is
+compacted when neither the session (``spark.databricks.delta.autoCompact.enabled``) nor the
+table (``delta.autoOptimize.autoCompact`` / ``delta.autoOptimize``) says anything, in the
+background; ``'false'`` in either turns it off. Batch writers keep delta-spark's default
+(off).
+
 Where it runs: synchronously, inside the commit call, as delta-spark does (the write
 returns once the compaction is done or has given up); or, with deltaflow's
-``spark.deltaflow.autoCompact.background=true`` (and always for ``deltaflow serve``), on
-one background thread per process that coalesces requests per table, so the writer does
-not wait at all.
+``spark.deltaflow.autoCompact.background=true`` (always for ``deltaflow serve``, and for a
+stream on by the default alone), on one background thread per process that coalesces
+requests per table, so the writer does not wait at all.
 """
 
 from __future__ import annotations
@@ -75,6 +82,10 @@ class AutoCompactSettings:
     min_file_size: int | None = None  # None: half of max_file_size, as delta-spark
     max_partitions: int = DEFAULT_MAX_PARTITIONS
     background: bool = False
+    # The writer is a stream (a micro-batch or real-time sink, HTTP ingest): its many small
+    # commits make small files, so compaction is on unless the session or the table says
+    # otherwise, and runs in the background so the stream never waits for it.
+    stream: bool = False
 
     @property
     def small_file_size(self) -> int:
@@ -160,16 +171,26 @@ def _count(raw: str, key: str) -> int:
 
 def enabled_for(settings: AutoCompactSettings, configuration: Mapping[str, str | None]) -> bool:
     """delta-spark's precedence: the session setting, then the legacy ``delta.autoOptimize``,
-    then ``delta.autoOptimize.autoCompact``; off when none is set."""
+    then ``delta.autoOptimize.autoCompact``; when none is set, off for batch writers and
+    on for streams (deltaflow's default: a stream's table stays healthy by itself)."""
     if settings.enabled is not None:
         return settings.enabled
     lowered = {k.lower(): (v or "").strip().lower() for k, v in configuration.items()}
-    if lowered.get(LEGACY_TABLE_PROPERTY.lower()) == "true":
+    legacy = lowered.get(LEGACY_TABLE_PROPERTY.lower(), "")
+    if legacy == "true":
         return True
     value = lowered.get(TABLE_PROPERTY.lower(), "")
     if value and value not in (*_ON_VALUES, "false"):
         log.warning("ignoring %s=%r: it takes true, false, auto, legacy", TABLE_PROPERTY, value)
+        value = ""
+    if not value and not legacy:
+        return settings.stream
     return value in _ON_VALUES
+
+
+def _asked_for(configuration: Mapping[str, str | None]) -> bool:
+    """Whether the table's properties turn auto compaction on themselves."""
+    return enabled_for(AutoCompactSettings(), configuration)
 
 
 # ---- the hook ------------------------------------------------------------------------
@@ -232,14 +253,17 @@ def after_commit(
         if not touched:
             return None
         table = None
+        background = settings.background
         if settings.enabled is None:
             if configuration is None and load_table is not None:
                 table = load_table()
                 configuration = dict(table.metadata().configuration)
             if not enabled_for(settings, configuration or {}):
                 return None
+            # On by the stream default alone: in the background, so the stream never waits.
+            background = background or (settings.stream and not _asked_for(configuration or {}))
         job = CompactionJob(table_uri, columns, touched, settings, storage_options, version)
-        if settings.background:
+        if background:
             _WORKER.submit(job)
             return None
         if table is None and load_table is not None:
