@@ -21,7 +21,8 @@ before it is re-run by the DML layer (``spark/dml/_retry.py``), so it is not fai
 stream writes (a micro-batch or real-time Delta sink, ``deltaflow serve``'s ingest) is
 compacted when neither the session (``spark.databricks.delta.autoCompact.enabled``) nor the
 table (``delta.autoOptimize.autoCompact`` / ``delta.autoOptimize``) says anything, in the
-background; ``'false'`` in either turns it off. Batch writers keep delta-spark's default
+background, from 10 small files in a partition (``minNumFiles`` when set); ``'false'`` in
+either turns it off. Batch writers keep delta-spark's default
 (off).
 
 Where it runs: synchronously, inside the commit call, as delta-spark does (the write
@@ -33,6 +34,7 @@ requests per table, so the writer does not wait at all.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -65,6 +67,10 @@ SESSION_CONFS = (
 )
 
 DEFAULT_MIN_NUM_FILES = 50
+# deltaflow's threshold when a stream's table is compacted by the stream default alone
+# (minNumFiles not set): a micro-batch's files are tiny, so rewriting ten of them costs
+# little, and a stream that stops leaves at most nine small files per partition behind.
+STREAM_MIN_NUM_FILES = 10
 DEFAULT_MAX_FILE_SIZE = 128 * 1024 * 1024
 DEFAULT_MAX_PARTITIONS = 128
 # Property values that turn it on: delta-spark's "true"; Databricks' "auto" (it tunes the
@@ -260,8 +266,12 @@ def after_commit(
                 configuration = dict(table.metadata().configuration)
             if not enabled_for(settings, configuration or {}):
                 return None
-            # On by the stream default alone: in the background, so the stream never waits.
-            background = background or (settings.stream and not _asked_for(configuration or {}))
+            if settings.stream and not _asked_for(configuration or {}):
+                # On by the stream default alone: in the background, so the stream never
+                # waits, and from fewer files (a stream's are tiny, cheap to rewrite).
+                background = True
+                if settings.min_num_files == DEFAULT_MIN_NUM_FILES:
+                    settings = replace(settings, min_num_files=STREAM_MIN_NUM_FILES)
         job = CompactionJob(table_uri, columns, touched, settings, storage_options, version)
         if background:
             _WORKER.submit(job)
@@ -459,20 +469,43 @@ def partition_filters(
 
 
 class _BackgroundWorker:
-    """One daemon thread per process; one pending job per table, merged while it waits."""
+    """One daemon thread per process; one pending job per table, merged while it waits.
+
+    At interpreter exit (:meth:`close`, an ``atexit`` hook) the jobs still waiting are
+    dropped (the next commit asks again) and a running one is waited for: a daemon thread
+    left inside delta-rs while the interpreter finalizes can crash the process (seen:
+    ``deltaflow serve`` killed by SIGSEGV as it stopped)."""
 
     # An idle thread exits after this long; the next request starts a new one.
     IDLE_SECONDS = 30.0
+    # How long exit waits for a running compaction (a partition's small files: seconds).
+    EXIT_WAIT_SECONDS = 120.0
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._pending: dict[str, CompactionJob] = {}
         self._running = 0
         self._thread: threading.Thread | None = None
+        self._closed = False
+        self._hooked = False
         self.outcomes: list[CompactionOutcome] = []  # the last few, for tests and bench
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._pending.clear()
+        if not self.wait_idle(self.EXIT_WAIT_SECONDS):
+            log.warning(
+                "exiting while an auto compaction still runs (over %.0f s)", self.EXIT_WAIT_SECONDS
+            )
 
     def submit(self, job: CompactionJob) -> None:
         with self._changed:
+            if self._closed:
+                return
+            if not self._hooked:
+                self._hooked = True
+                atexit.register(self.close)
             waiting = self._pending.get(job.table_uri)
             if waiting is not None:
                 job = replace(
