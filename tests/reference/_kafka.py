@@ -160,6 +160,7 @@ class KafkaBroker:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         port, controller = _free_port(), _free_port()
+        self.port = port
         self.bootstrap = f"127.0.0.1:{port}"
         properties = root / "server.properties"
         properties.write_text(
@@ -210,8 +211,8 @@ class KafkaBroker:
     def _wait_ready(self, timeout: float) -> None:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
         deadline = time.monotonic() + timeout
+        admin = None
         while True:
             if self.process.poll() is not None:
                 raise RuntimeError(
@@ -219,6 +220,9 @@ class KafkaBroker:
                     f" {(self.root / 'broker.log').read_text()[-3000:]}"
                 )
             try:
+                if admin is None:  # a client only once the port listens: no retry noise
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    admin = AdminClient({"bootstrap.servers": self.bootstrap})
                 if admin.list_topics(timeout=2).brokers:
                     return
             except Exception:  # not up yet: the broker's own error is in broker.log
