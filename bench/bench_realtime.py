@@ -13,7 +13,9 @@ only N events/s), all in one Spark session, one after the other:
   ``_delta_log`` (one ``stat`` every 2 ms), takes the time the commit file appears, then reads
   its added files' ids. Latency starts when the source commit returned.
 * ``delta -> foreach RTM``: the same source into a ``foreach`` sink whose writer sends each
-  row's id by UDP to this process: the source's latency alone.
+  row's id by UDP to this process: the source's latency alone (Python's ``foreach`` hands
+  rows to its worker in batches: see docs/realtime.md). ``delta -> kafka RTM``: the same
+  source into Spark's Kafka sink (a JVM sink), read back by a consumer.
 * ``serve -> delta -> delta RTM``: events POSTed to ``deltaflow serve`` (durable
   acknowledgement, every 10 ms) land in the source table; the rest as above. Latency starts
   when the event was due by the rate schedule.
@@ -27,7 +29,7 @@ during the measurement window / events created in it; the Kafka broker's CPU is 
 apart. Every result records the load average: the machine is shared.
 
     .venv/bin/python bench/bench_realtime.py [--quick] [--rows 1000] [--only kafka,delta]
-    (parts: kafka, delta, foreach, serve, microbatch)
+    (parts: kafka, delta, foreach, delta-kafka, serve, microbatch)
 """
 
 from __future__ import annotations
@@ -65,10 +67,12 @@ NAMES = {
     "kafka": "kafka -> kafka RTM",
     "delta": "delta -> delta RTM",
     "foreach": "delta -> foreach RTM",
+    "delta-kafka": "delta -> kafka RTM",
     "serve": "serve -> delta -> delta RTM",
     "microbatch": "delta -> delta micro-batch",
 }
 PARTS = tuple(NAMES)
+ALLOWLIST = "spark.sql.streaming.realTimeMode.allowlistCheck"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -171,7 +175,14 @@ def kafka_variant(spark: Any, broker: Any, rate: int, args: Any, out: Path, pid:
 
 
 def delta_variant(
-    spark: Any, part: str, rate: int, args: Any, out: Path, pid: int, serve: Any = None
+    spark: Any,
+    part: str,
+    rate: int,
+    args: Any,
+    out: Path,
+    pid: int,
+    serve: Any = None,
+    broker: Any = None,
 ) -> dict:
     from pyspark.sql import functions as F
 
@@ -182,24 +193,59 @@ def delta_variant(
         _create_source(source_path)
     else:
         writer = serve(source_path, rate)
-    probe: Any = ForeachProbe() if part == "foreach" else DeltaProbe(target)
+    probe: Any
+    if part == "foreach":
+        probe = ForeachProbe()
+    elif part == "delta-kafka":
+        topic = f"from-delta-{rate}-{time.time_ns()}"
+        broker.create_topics(topic)
+        probe = KafkaProbe(broker.bootstrap, topic)
+    else:
+        probe = DeltaProbe(target)
 
     def start() -> Any:
-        stream = (
+        rows = (
             spark.readStream.format("delta")
             .load(source_path)
             .where("kind <> 'heartbeat'")
             .select("id", F.upper("kind").alias("kind"), "ts")
-            .writeStream.option("checkpointLocation", checkpoint)
         )
+        if part == "delta-kafka":  # Kafka's sink takes a value column
+            rows = rows.select(F.col("id").cast("string").alias("value"))
+        stream = rows.writeStream.option("checkpointLocation", checkpoint)
         if part == "microbatch":
             return stream.format("delta").trigger(processingTime="0 seconds").start(target)
         stream = stream.outputMode("update").trigger(realTime=REALTIME)
         if part == "foreach":
             return stream.foreach(UdpRowWriter(probe.port)).start()
-        return stream.format("delta").start(target)
+        if part == "delta-kafka":
+            return (
+                stream.format("kafka")
+                .option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("topic", topic)
+                .start()
+            )
+        # The real-time Delta sink is a catalog table's streaming write (Spark's path sink
+        # is a micro-batch one); Spark turns asynchronous progress tracking on in real-time
+        # mode and allows it only for its own sinks.
+        table = f"realtime_target_{time.time_ns()}"
+        spark.sql(
+            f"CREATE TABLE {table} (id BIGINT, kind STRING, ts BIGINT) USING delta"
+            f" LOCATION '{target}'"
+        )
+        return stream.format("delta").option("asyncProgressTrackingEnabled", "false").toTable(table)
 
-    return measure(NAMES[part], rate, args, writer, probe, start, pid)
+    # Spark's real-time sink allowlist names only Spark's own sinks; the connector checks a
+    # real-time query's operators itself (docs/realtime.md), so the check is off for them.
+    allowlist_off = part in ("delta", "serve")
+    if allowlist_off:
+        spark.conf.set(ALLOWLIST, "false")
+    try:
+        result = measure(NAMES[part], rate, args, writer, probe, start, pid)
+    finally:
+        if allowlist_off:
+            spark.conf.unset(ALLOWLIST)
+    return {**result, "allowlist_check_off": allowlist_off}
 
 
 def _create_source(path: str) -> None:
@@ -265,7 +311,7 @@ def main() -> dict[str, object]:
     conf: dict[str, str] = {}
     broker = None
     anchor: dict[str, Any] = {}
-    if "kafka" in parts:
+    if "kafka" in parts or "delta-kafka" in parts:
         try:
             version, _ = _kafka.connector_jars()
             conf = _kafka.spark_kafka_conf()
@@ -285,13 +331,13 @@ def main() -> dict[str, object]:
         for rate in rates:
             for part in parts:
                 try:
+                    if part in ("kafka", "delta-kafka") and broker is None:
+                        continue
                     if part == "kafka":
-                        if broker is None:
-                            continue
                         result = kafka_variant(spark, broker, rate, args, out, jvm_pid)
                     else:
                         hook = serve if part == "serve" else None
-                        result = delta_variant(spark, part, rate, args, out, jvm_pid, hook)
+                        result = delta_variant(spark, part, rate, args, out, jvm_pid, hook, broker)
                 except Exception as exc:  # a refused variant is reported, the run goes on
                     message = str(exc).strip().splitlines()[0][:400] if str(exc) else repr(exc)
                     print(f"| {NAMES[part]} | {rate} | unavailable: {message} |", flush=True)
