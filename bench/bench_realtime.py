@@ -73,6 +73,7 @@ NAMES = {
 }
 PARTS = tuple(NAMES)
 ALLOWLIST = "spark.sql.streaming.realTimeMode.allowlistCheck"
+FIRST_EVENT_TIMEOUT = 120.0
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -93,17 +94,28 @@ def measure(
     """Starts ``probe``, the query, then ``source``; warms up until events flow, measures
     ``args.seconds``, and waits (bounded) for the window's events to be seen."""
     probe.start()
-    query = start_query()
-    source.start()
-    deadline = time.monotonic() + 180
-    while not probe.seen_at:  # the first event made it through: tasks and workers are up
-        if not query.isActive:
-            raise RuntimeError(f"the query stopped: {query.exception()}")
-        if source.error is not None:
-            raise RuntimeError(f"the event source failed: {source.error}")
-        if time.monotonic() > deadline:
-            raise RuntimeError("no event arrived within 180 s")
-        time.sleep(0.05)
+    query = None
+    try:
+        query = start_query()
+        source.start()
+        deadline = time.monotonic() + FIRST_EVENT_TIMEOUT
+        while not probe.seen_at:  # the first event made it through: tasks and workers are up
+            if not query.isActive:
+                raise RuntimeError(f"the query stopped: {query.exception()}")
+            if source.error is not None:
+                raise RuntimeError(f"the event source failed: {source.error}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no event arrived within {FIRST_EVENT_TIMEOUT:.0f} s")
+            time.sleep(0.05)
+    except BaseException:  # no thread left polling (a daemon thread in pyarrow at exit)
+        source.stop_event.set()
+        probe.stop_event.set()
+        if query is not None:
+            query.stop()
+        for thread in (source, probe):
+            if thread.is_alive():
+                thread.join(30)
+        raise
     time.sleep(args.warmup)
     first, load_before = source.sent, loadavg()
     cpu_before = tree_cpu_seconds(jvm_pid)
