@@ -124,11 +124,17 @@ SOURCE_SCHEMA = pa.schema([("id", pa.int64()), ("kind", pa.string()), ("ts", pa.
 
 
 class DeltaWriter(Paced):
-    """Appends the due events to a Delta table with delta-rs, one commit per tick."""
+    """Appends the due events to a Delta table with delta-rs, one commit per tick.
+
+    An event's creation time is its commit file's modification time: the moment the commit
+    landed, which a tailing reader can see before ``write_deltalake`` returns (delta-rs
+    does more work after the commit). The table is created empty at version 0, so the
+    writer's n-th commit is version n."""
 
     def __init__(self, path: str, rate: int, tick_s: float = 0.05) -> None:
         super().__init__(rate, tick_s)
         self.path = path
+        self.version = 0
 
     def emit(self, first: int, count: int) -> None:
         from deltalake import write_deltalake
@@ -143,7 +149,9 @@ class DeltaWriter(Paced):
             schema=SOURCE_SCHEMA,
         )
         write_deltalake(self.path, table, mode="append")
-        done = time.time()
+        self.version += 1
+        entry = Path(self.path, "_delta_log", f"{self.version:020d}.json")
+        done = entry.stat().st_mtime_ns / 1e9
         for event in ids:
             self.created[event] = done
 

@@ -11,7 +11,8 @@ only N events/s), all in one Spark session, one after the other:
 * ``delta -> delta RTM``: a delta-rs writer commits the due events to a source table every
   50 ms; the RTM query copies them to a target table; a probe tails the target's
   ``_delta_log`` (one ``stat`` every 2 ms), takes the time the commit file appears, then reads
-  its added files' ids. Latency starts when the source commit returned.
+  its added files' ids. Latency starts when the source commit landed (its log file's
+  modification time: a real-time reader may see it before ``write_deltalake`` returns).
 * ``delta -> foreach RTM``: the same source into a ``foreach`` sink whose writer sends each
   row's id by UDP to this process: the source's latency alone (Python's ``foreach`` hands
   rows to its worker in batches: see docs/realtime.md). ``delta -> kafka RTM``: the same
