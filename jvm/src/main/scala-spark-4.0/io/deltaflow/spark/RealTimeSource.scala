@@ -1,0 +1,20 @@
+package io.deltaflow.spark
+
+import org.apache.spark.sql.connector.read.{InputPartition, PartitionReaderFactory}
+import org.apache.spark.sql.connector.read.streaming.Offset
+
+/**
+ * Spark 4.0 has no real-time mode (`SupportsRealTimeMode` came with Spark 4.1: see
+ * `scala-spark-4.1+/.../RealTimeSource.scala`), so the Delta source is micro-batch only.
+ */
+trait RealTimeSupport { self: DeltaMicroBatchStream =>
+  private[spark] def realTimeMode: Boolean = false
+
+  private[spark] def stopRealTime(): Unit = ()
+
+  private[spark] def realTimeReplay(start: Offset, end: Offset): Array[InputPartition] =
+    throw new IllegalStateException("no real-time mode on Spark 4.0")
+
+  private[spark] def realTimeReaderFactory(): PartitionReaderFactory =
+    throw new IllegalStateException("no real-time mode on Spark 4.0")
+}

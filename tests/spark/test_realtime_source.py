@@ -1,0 +1,253 @@
+"""The Delta source in Spark's real-time mode (``trigger(realTime=...)``, Spark 4.1+), and
+the continuous trigger's typed refusal.
+
+Rows are committed by Spark batch writes while a real-time query runs; they reach a
+``foreach`` sink (one of the sinks real-time mode allows), which appends each row to a file
+of its own per epoch. Waits are on conditions with deadlines, never on timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+
+from deltaflow.errors import typed_error
+from deltaflow.spark.errors import UnsupportedTriggerError
+from tests._waiting import wait_until
+
+HAS_REAL_TIME = tuple(int(p) for p in pyspark.__version__.split(".")[:2]) >= (4, 1)
+needs_real_time = pytest.mark.skipif(
+    not HAS_REAL_TIME, reason="Spark's real-time mode came with Spark 4.1"
+)
+# An epoch: how often the query checkpoints. Python's foreach sink hands rows to its
+# Python worker in batches, so short epochs keep the tests short.
+EPOCH = "2 seconds"
+MIN_EPOCH_CONF = "spark.sql.streaming.realTimeMode.minBatchDuration"
+WAIT = 90.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def short_epochs(spark: Any) -> Iterator[None]:
+    """Spark's floor on the epoch length (5 s) lowered for this module, then restored."""
+    before = spark.conf.get(MIN_EPOCH_CONF, None)
+    spark.conf.set(MIN_EPOCH_CONF, "1000")
+    yield
+    if before is None:
+        spark.conf.unset(MIN_EPOCH_CONF)
+    else:
+        spark.conf.set(MIN_EPOCH_CONF, before)
+
+
+class FileSink:
+    """A foreach writer: each epoch's rows of a partition as JSON lines in a file of its own."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        name = f"{epoch_id}-{partition_id}-{uuid.uuid4().hex}.jsonl"
+        self.out = open(os.path.join(self.folder, name), "a")  # noqa: SIM115
+        return True
+
+    def process(self, row: Any) -> None:
+        self.out.write(json.dumps(row.asDict()) + "\n")
+        self.out.flush()
+
+    def close(self, error: BaseException | None) -> None:
+        self.out.close()
+
+
+def received(folder: Path) -> list[int]:
+    """Every id the sink received, duplicates kept, sorted."""
+    ids: list[int] = []
+    for name in os.listdir(folder):
+        with open(folder / name) as f:
+            ids += [json.loads(line)["id"] for line in f if line.strip()]
+    return sorted(ids)
+
+
+def append(spark: Any, path: str, ids: list[int]) -> None:
+    """One commit of ``ids`` by Spark's batch writer."""
+    df = spark.createDataFrame([(i,) for i in ids], "id long")
+    df.coalesce(1).write.format("delta").mode("append").save(path)
+
+
+def version_of(path: str) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(path).version()
+
+
+def start(spark: Any, source: str, checkpoint: str, out: Path, **options: str) -> Any:
+    out.mkdir(exist_ok=True)
+    return (
+        spark.readStream.format("delta")
+        .options(**options)
+        .load(source)
+        .writeStream.foreach(FileSink(str(out)))
+        .outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .trigger(realTime=EPOCH)
+        .start()
+    )
+
+
+@pytest.fixture
+def stopping() -> Iterator[list[Any]]:
+    """Queries to stop when the test ends, whatever happened."""
+    queries: list[Any] = []
+    yield queries
+    for query in queries:
+        query.stop()
+
+
+def wait_for(out: Path, expected: list[int], query: Any) -> None:
+    def arrived() -> bool:
+        if query.exception() is not None:
+            raise AssertionError(f"the query failed: {query.exception()}")
+        return len(received(out)) >= len(expected)
+
+    wait_until(arrived, WAIT, f"{len(expected)} rows in the foreach sink")
+    assert received(out) == sorted(expected)
+
+
+def wait_for_epoch_past(query: Any, version: int) -> None:
+    """Until an epoch whose end offset is past commit ``version`` is checkpointed."""
+
+    def past() -> bool:
+        for progress in query.recentProgress:
+            end = progress["sources"][0]["endOffset"] or {}
+            end = json.loads(end) if isinstance(end, str) else end
+            if end.get("reservoirVersion", -1) > version and "rowsOfNextFile" not in end:
+                return True
+        return False
+
+    wait_until(past, WAIT, f"an epoch checkpointed past version {version}")
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_committed_rows_reach_a_foreach_sink(spark, table_path, tmp_path, stopping) -> None:
+    source = table_path("src")
+    append(spark, source, [0, 1, 2])
+    out = tmp_path / "out"
+    query = start(spark, source, str(tmp_path / "ck"), out)
+    stopping.append(query)
+    wait_for(out, [0, 1, 2], query)  # the snapshot
+    for batch in ([10, 11], [20], [30, 31, 32]):
+        append(spark, source, batch)  # a commit each, while the epoch runs
+    wait_for(out, [0, 1, 2, 10, 11, 20, 30, 31, 32], query)
+    assert "DeltaSource" in query.lastProgress["sources"][0]["description"]
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_restart_from_checkpoint_loses_and_repeats_nothing(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    source, checkpoint = table_path("src"), str(tmp_path / "ck")
+    append(spark, source, [0, 1])
+    out = tmp_path / "out"
+    first = start(spark, source, checkpoint, out)
+    stopping.append(first)
+    append(spark, source, [2, 3])
+    wait_for(out, [0, 1, 2, 3], first)
+    wait_for_epoch_past(first, version_of(source))
+    first.stop()
+    append(spark, source, [4, 5])  # while the query is down
+    again = start(spark, source, checkpoint, out)
+    stopping.append(again)
+    append(spark, source, [6])
+    wait_for(out, [0, 1, 2, 3, 4, 5, 6], again)
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_starting_version(spark, table_path, tmp_path, stopping) -> None:
+    source = table_path("src")
+    for batch in ([0], [1], [2]):
+        append(spark, source, batch)  # versions 0, 1, 2
+    out = tmp_path / "out"
+    query = start(spark, source, str(tmp_path / "ck"), out, startingVersion="1")
+    stopping.append(query)
+    append(spark, source, [3])
+    wait_for(out, [1, 2, 3], query)
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_rows_deleted_by_deletion_vectors_are_not_emitted(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    source = table_path("src")
+    spark.sql(
+        f"CREATE TABLE delta.`{source}` (id BIGINT) USING delta"
+        " TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+    )
+    append(spark, source, list(range(10)))
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE id % 2 = 0")
+    out = tmp_path / "out"
+    query = start(spark, source, str(tmp_path / "ck"), out, skipChangeCommits="true")
+    stopping.append(query)
+    wait_for(out, [1, 3, 5, 7, 9], query)
+    # A DELETE while the query runs is a change commit: skipped, and later appends flow.
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE id = 1")
+    append(spark, source, [100])
+    wait_for(out, [1, 3, 5, 7, 9, 100], query)
+
+
+@pytest.mark.skipif(HAS_REAL_TIME, reason="Spark 4.1+ has real-time mode")
+def test_spark_without_real_time_mode_has_no_such_trigger(spark, table_path) -> None:
+    # Spark 4.0 has no real-time mode at all: its DataStreamWriter takes no realTime
+    # trigger, so nothing reaches the connector to refuse.
+    writer = spark.readStream.format("delta").load(table_path("src")).writeStream
+    with pytest.raises(TypeError):
+        writer.trigger(realTime="5 seconds")
+
+
+def test_continuous_trigger_from_delta_is_refused_with_a_typed_error(
+    spark, table_path, tmp_path
+) -> None:
+    source = table_path("src")
+    append(spark, source, [0])
+    writer = (
+        spark.readStream.format("delta")
+        .load(source)
+        .writeStream.format("console")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(continuous="1 second")
+    )
+    with pytest.raises(Exception) as caught:
+        writer.start().stop()
+    error = typed_error(caught.value)
+    assert isinstance(error, UnsupportedTriggerError), caught.value
+    assert error.alternative == "trigger(realTime=...)"
+    assert error.table_uri.rstrip("/").endswith(Path(source).name)
+
+
+def test_continuous_trigger_into_delta_is_refused_with_a_typed_error(
+    spark, table_path, tmp_path
+) -> None:
+    target = table_path("dst")
+    writer = (
+        spark.readStream.format("rate")
+        .load()
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(continuous="1 second")
+    )
+    started = time.monotonic()
+    with pytest.raises(Exception) as caught:
+        writer.start(target).stop()
+    error = typed_error(caught.value)
+    assert isinstance(error, UnsupportedTriggerError), caught.value
+    assert error.alternative == "trigger(realTime=...)"
+    assert time.monotonic() - started < WAIT
