@@ -47,13 +47,14 @@ def short_epochs(spark: Any) -> Iterator[None]:
 
 
 class FileSink:
-    """A foreach writer: each epoch's rows of a partition as JSON lines in a file of its own."""
+    """A foreach writer: each attempt at an epoch's rows of a partition as JSON lines in a
+    file of its own, named so that the latest attempt sorts last."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
 
     def open(self, partition_id: int, epoch_id: int) -> bool:
-        name = f"{epoch_id}-{partition_id}-{uuid.uuid4().hex}.jsonl"
+        name = f"{epoch_id:08d}-{partition_id}-{time.time_ns()}-{uuid.uuid4().hex}.jsonl"
         self.out = open(os.path.join(self.folder, name), "a")  # noqa: SIM115
         return True
 
@@ -66,9 +67,15 @@ class FileSink:
 
 
 def received(folder: Path) -> list[int]:
-    """Every id the sink received, duplicates kept, sorted."""
+    """Every id the sink received, sorted: of an epoch Spark ran again (a query stopped
+    before the epoch was checkpointed), the last attempt, as a foreach writer that is
+    idempotent by epoch id keeps it."""
+    latest: dict[tuple[str, str], str] = {}
+    for name in sorted(os.listdir(folder)):
+        epoch, partition, _ = name.split("-", 2)
+        latest[(epoch, partition)] = name
     ids: list[int] = []
-    for name in os.listdir(folder):
+    for name in latest.values():
         with open(folder / name) as f:
             ids += [json.loads(line)["id"] for line in f if line.strip()]
     return sorted(ids)
@@ -119,16 +126,23 @@ def wait_for(out: Path, expected: list[int], query: Any) -> None:
     assert received(out) == sorted(expected)
 
 
+def end_offsets(query: Any) -> list[dict[str, Any]]:
+    """The source's end offset of each recent epoch."""
+    ends = []
+    for progress in query.recentProgress:
+        end = progress["sources"][0]["endOffset"] or {}
+        ends.append(json.loads(end) if isinstance(end, str) else end)
+    return ends
+
+
 def wait_for_epoch_past(query: Any, version: int) -> None:
     """Until an epoch whose end offset is past commit ``version`` is checkpointed."""
 
     def past() -> bool:
-        for progress in query.recentProgress:
-            end = progress["sources"][0]["endOffset"] or {}
-            end = json.loads(end) if isinstance(end, str) else end
-            if end.get("reservoirVersion", -1) > version and "rowsOfNextFile" not in end:
-                return True
-        return False
+        return any(
+            end.get("reservoirVersion", -1) > version and "rowsOfNextFile" not in end
+            for end in end_offsets(query)
+        )
 
     wait_until(past, WAIT, f"an epoch checkpointed past version {version}")
 
@@ -167,6 +181,30 @@ def test_restart_from_checkpoint_loses_and_repeats_nothing(
     stopping.append(again)
     append(spark, source, [6])
     wait_for(out, [0, 1, 2, 3, 4, 5, 6], again)
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_an_epoch_ending_inside_a_file_resumes_at_its_next_row(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    # One file larger than an epoch can hand to Python's foreach writer: epochs end inside
+    # it, and their offsets count the rows of it already emitted.
+    source, checkpoint = table_path("src"), str(tmp_path / "ck")
+    rows = 300_000
+    spark.range(rows).coalesce(1).write.format("delta").save(source)
+    out = tmp_path / "out"
+    first = start(spark, source, checkpoint, out)
+    stopping.append(first)
+    wait_until(
+        lambda: any("rowsOfNextFile" in end for end in end_offsets(first)),
+        WAIT,
+        "an epoch checkpointed inside the file",
+    )
+    first.stop()  # inside the file: the restart goes on from the checkpointed row
+    again = start(spark, source, checkpoint, out)
+    stopping.append(again)
+    wait_for(out, list(range(rows)), again)
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 package io.deltaflow.spark
 
+import org.apache.spark.sql.catalyst.streaming.WriteToStreamStatement
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming.Offset
 
@@ -17,4 +18,10 @@ trait RealTimeSupport { self: DeltaMicroBatchStream =>
 
   private[spark] def realTimeReaderFactory(): PartitionReaderFactory =
     throw new IllegalStateException("no real-time mode on Spark 4.0")
+}
+
+object ContinuousTrigger {
+  /** Spark 4.0's statement only says whether the trigger is continuous. */
+  def of(w: WriteToStreamStatement): Option[String] =
+    if (w.isContinuousTrigger) Some("ContinuousTrigger") else None
 }

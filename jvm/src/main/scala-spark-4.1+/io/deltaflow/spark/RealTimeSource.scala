@@ -8,6 +8,7 @@ import org.apache.hadoop.fs.{FileSystem, Path}
 
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.streaming.WriteToStreamStatement
 import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming.{Offset, PartitionOffset, SupportsRealTimeMode, SupportsRealTimeRead}
@@ -118,6 +119,12 @@ object RealTimeSupport {
   // How often an idle reader stats the next commit file: a commit waits half of this on
   // average before its rows flow; a stat of a local or mounted file costs microseconds.
   val DefaultPollMs: Long = 10L
+}
+
+object ContinuousTrigger {
+  /** The statement's trigger, when it is the continuous one ([[ContinuousTriggerCheck]]). */
+  def of(w: WriteToStreamStatement): Option[String] =
+    Some(w.trigger).filter(_.getClass.getSimpleName == "ContinuousTrigger").map(_.toString)
 }
 
 /** A file for a real-time reader, and the offset the stream is at once it is read whole. */

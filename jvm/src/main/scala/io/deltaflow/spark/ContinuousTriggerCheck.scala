@@ -17,18 +17,19 @@ import org.apache.spark.sql.connector.catalog.Table
 class ContinuousTriggerCheck extends Rule[LogicalPlan] {
   override def apply(plan: LogicalPlan): LogicalPlan = {
     plan match {
-      case w: WriteToStreamStatement if w.trigger.getClass.getSimpleName == "ContinuousTrigger" =>
+      case w: WriteToStreamStatement if ContinuousTrigger.of(w).isDefined =>
+        val trigger = ContinuousTrigger.of(w).get
         val sink = deltaUri(w.sink).map(uri => (uri, "sink"))
         val source = w.inputQuery.collectFirst {
           case r: StreamingRelationV2 if deltaUri(r.table).isDefined => (deltaUri(r.table).get, "source")
         }
         sink.orElse(source).foreach { case (uri, role) =>
           throw DeltaflowException.of("UnsupportedTriggerError",
-            s"The continuous trigger (${w.trigger}) is not supported with a Delta $role " +
+            s"The continuous trigger ($trigger) is not supported with a Delta $role " +
               s"($uri). For low latency use trigger(realTime=\"5 minutes\") (Spark's real-time " +
               "mode, Spark 4.1+; the duration is how often it checkpoints), or a " +
               "processingTime trigger.",
-            Map("table_uri" -> uri, "trigger" -> w.trigger.toString,
+            Map("table_uri" -> uri, "trigger" -> trigger,
               "alternative" -> "trigger(realTime=...)"))
         }
       case _ =>
