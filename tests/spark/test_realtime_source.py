@@ -8,8 +8,11 @@ of its own per epoch. Waits are on conditions with deadlines, never on timing.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,6 +26,8 @@ from deltaflow.errors import typed_error
 from deltaflow.spark.errors import UnsupportedTriggerError
 from tests._waiting import wait_until
 
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
 HAS_REAL_TIME = tuple(int(p) for p in pyspark.__version__.split(".")[:2]) >= (4, 1)
 needs_real_time = pytest.mark.skipif(
     not HAS_REAL_TIME, reason="Spark's real-time mode came with Spark 4.1"
@@ -93,18 +98,29 @@ def version_of(path: str) -> int:
     return DeltaTable(path).version()
 
 
+def real_time(writer: Any, epoch: str) -> Any:
+    """``writer.trigger(realTime=epoch)``; pyspark 4.1 lacks the argument (its JVM has the
+    trigger), so there it is set on the JVM writer."""
+    if "realTime" in inspect.signature(writer.trigger).parameters:
+        return writer.trigger(realTime=epoch)
+    jvm = writer._spark._jvm
+    writer._jwrite = writer._jwrite.trigger(
+        jvm.org.apache.spark.sql.streaming.Trigger.RealTime(epoch)
+    )
+    return writer
+
+
 def start(spark: Any, source: str, checkpoint: str, out: Path, **options: str) -> Any:
     out.mkdir(exist_ok=True)
-    return (
+    writer = (
         spark.readStream.format("delta")
         .options(**options)
         .load(source)
         .writeStream.foreach(FileSink(str(out)))
         .outputMode("update")
         .option("checkpointLocation", checkpoint)
-        .trigger(realTime=EPOCH)
-        .start()
     )
+    return real_time(writer, EPOCH).start()
 
 
 @pytest.fixture
@@ -126,22 +142,27 @@ def wait_for(out: Path, expected: list[int], query: Any) -> None:
     assert received(out) == sorted(expected)
 
 
-def end_offsets(query: Any) -> list[dict[str, Any]]:
-    """The source's end offset of each recent epoch."""
+def end_offsets(checkpoint: str) -> list[dict[str, Any]]:
+    """The source's end offset of each epoch the checkpoint committed (its offset log
+    entry: a version line, the query's metadata, then one offset per source)."""
+    root = Path(checkpoint)
+    if not (root / "commits").is_dir():
+        return []
     ends = []
-    for progress in query.recentProgress:
-        end = progress["sources"][0]["endOffset"] or {}
-        ends.append(json.loads(end) if isinstance(end, str) else end)
+    for name in os.listdir(root / "commits"):
+        if name.isdigit() and (root / "offsets" / name).is_file():
+            lines = (root / "offsets" / name).read_text().splitlines()
+            ends.append(json.loads(lines[2]))
     return ends
 
 
-def wait_for_epoch_past(query: Any, version: int) -> None:
+def wait_for_epoch_past(checkpoint: str, version: int) -> None:
     """Until an epoch whose end offset is past commit ``version`` is checkpointed."""
 
     def past() -> bool:
         return any(
             end.get("reservoirVersion", -1) > version and "rowsOfNextFile" not in end
-            for end in end_offsets(query)
+            for end in end_offsets(checkpoint)
         )
 
     wait_until(past, WAIT, f"an epoch checkpointed past version {version}")
@@ -174,7 +195,7 @@ def test_restart_from_checkpoint_loses_and_repeats_nothing(
     stopping.append(first)
     append(spark, source, [2, 3])
     wait_for(out, [0, 1, 2, 3], first)
-    wait_for_epoch_past(first, version_of(source))
+    wait_for_epoch_past(checkpoint, version_of(source))
     first.stop()
     append(spark, source, [4, 5])  # while the query is down
     again = start(spark, source, checkpoint, out)
@@ -197,7 +218,7 @@ def test_an_epoch_ending_inside_a_file_resumes_at_its_next_row(
     first = start(spark, source, checkpoint, out)
     stopping.append(first)
     wait_until(
-        lambda: any("rowsOfNextFile" in end for end in end_offsets(first)),
+        lambda: any("rowsOfNextFile" in end for end in end_offsets(checkpoint)),
         WAIT,
         "an epoch checkpointed inside the file",
     )
@@ -240,6 +261,36 @@ def test_rows_deleted_by_deletion_vectors_are_not_emitted(
     spark.sql(f"DELETE FROM delta.`{source}` WHERE id = 1")
     append(spark, source, [100])
     wait_for(out, [1, 3, 5, 7, 9, 100], query)
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@needs_real_time
+def test_real_time_on_local_cluster(tmp_path) -> None:
+    """The long-lived task runs in an executor JVM, which reaches the driver only by RPC."""
+    from tests.spark.test_cluster import _spark_home
+
+    env = {
+        **os.environ,
+        "SPARK_HOME": _spark_home(tmp_path),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "_realtime_cluster_job.py"), str(tmp_path)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+    assert result["error"] is None
+    assert result["executors"] == 1
+    assert result["ids"] == [0, 1, 2, 10, 11, 12]
 
 
 @pytest.mark.skipif(HAS_REAL_TIME, reason="Spark 4.1+ has real-time mode")

@@ -112,11 +112,12 @@ def realtime_start(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def realtime_next(args: dict[str, Any]) -> dict[str, Any]:
-    """``stream.rtNext`` ``{handle, after}`` -> ``{files, end, latest}``: the files a
-    real-time reader reads after its position ``after``, each with the offset it ends at."""
+    """``stream.rtNext`` ``{handle, after, until?}`` -> ``{files, end, latest, more}``: the
+    files a real-time reader reads after its position ``after`` (up to ``until`` when an
+    epoch is read again), each with the offset it ends at."""
     from deltaflow.spark.stream._realtime import next_files
 
-    found = next_files(_reader(args), args["after"])
+    found = next_files(_reader(args), args["after"], args.get("until"))
     files = []
     for offset, t in found["files"]:
         item = file_item(t.uri, t.size, t.partition_values, t.deleted_rows)

@@ -50,12 +50,22 @@ def resolve_start(reader: DeltaStreamReader, start: dict[str, Any]) -> dict[str,
 
 
 @carry_errors
-def next_files(reader: DeltaStreamReader, after: dict[str, Any]) -> dict[str, Any]:
+def next_files(
+    reader: DeltaStreamReader, after: dict[str, Any], until: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The files after ``after``, at most ``maxFilesPerTrigger`` of them, each with its
     stream position; the position after them (``end``); and the newest version looked
     at (``latest``); ``more``: the read limit cut the answer short, ask again at once.
-    A reader that got everything waits for commit ``latest + 1``."""
+    A reader that got everything waits for commit ``latest + 1``. With ``until``: the
+    files of ``after`` -> ``until``, all of them."""
     latest = reader._latest_version()
+    if until is not None:  # an epoch read again: exactly its recorded range
+        return {
+            "files": positioned(reader, after, until),
+            "end": until,
+            "latest": latest,
+            "more": False,
+        }
     opts = reader.options
     end = reader.latestOffset(after, ReadMaxFiles(opts.max_files_per_trigger))
     files = positioned(reader, after, end)

@@ -67,8 +67,13 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
   }
 
   /** The brain's answer to a reader at `after`, as the reader takes it. */
-  private def nextFiles(after: String): RealTimeFiles = {
-    val result = call("stream.rtNext", _.set[JsonNode]("after", Brain.json.readTree(after)))
+  private def nextFiles(after: String): RealTimeFiles = filesAfter(after, None)
+
+  private def filesAfter(after: String, until: Option[String]): RealTimeFiles = {
+    val result = call("stream.rtNext", { args =>
+      args.set[JsonNode]("after", Brain.json.readTree(after))
+      until.foreach(u => args.set[JsonNode]("until", Brain.json.readTree(u)))
+    })
     val files = result.get("files").elements().asScala.map { node =>
       RealTimeFile(node.get("offset").toString, FileReads.wholeFile(ScanFile.fromJson(node), layout))
     }.toArray
@@ -91,11 +96,7 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
     val (from, fromRows) = DeltaSourceOffset.split(start)
     val (to, toRows) = DeltaSourceOffset.split(end)
     val begin = resolve(from)
-    val between = call("stream.files", { args =>
-      args.set[JsonNode]("start", Brain.json.readTree(begin))
-      args.set[JsonNode]("end", Brain.json.readTree(to))
-    }).get("files").elements().asScala.map(n =>
-      RealTimeFile("", FileReads.wholeFile(ScanFile.fromJson(n), layout))).toArray
+    val between = filesAfter(begin, Some(to)).files
     val partial = if (toRows == 0) Array.empty[RealTimeFile] else nextFiles(to).files.take(1)
     val replay = RealTimeReplay(between, partial.headOption, to, toRows)
     Array(RealTimeInputPartition(address, begin, fromRows, Some(replay), info.uri, pollMs))
@@ -176,6 +177,7 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
   private var currentLimit = -1L // rows to emit of the current file; -1: all
   private var nextVersion = -1L // the commit whose file the reader waits for; -1: ask now
   private var replayed = false
+  private var lastFetch = 0L
 
   p.replay.foreach { r =>
     queue ++= r.files
@@ -218,9 +220,14 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
 
   private def committed(version: Long): Boolean =
     try fs.exists(new Path(logDir, f"$version%020d.json"))
-    catch { case _: java.io.IOException => true } // a store Hadoop cannot stat: ask the driver
+    catch {
+      // A store Hadoop cannot stat (no connector for its scheme): ask the driver instead,
+      // once per poll interval.
+      case _: java.io.IOException => System.currentTimeMillis() >= lastFetch + p.pollMs
+    }
 
   private def fetch(): Unit = {
+    lastFetch = System.currentTimeMillis()
     val answer = RealTimeFilesEndpoint.ask[RealTimeFiles](driver, position)
     queue ++= answer.files
     queueEnd = answer.end
