@@ -22,7 +22,7 @@ from typing import Any
 import pyspark
 import pytest
 
-from deltaflow.errors import typed_error
+from deltaflow.errors import InvalidOptionError, typed_error
 from deltaflow.spark.errors import UnsupportedTriggerError
 from tests._waiting import wait_until
 
@@ -235,10 +235,27 @@ def test_starting_version(spark, table_path, tmp_path, stopping) -> None:
     for batch in ([0], [1], [2]):
         append(spark, source, batch)  # versions 0, 1, 2
     out = tmp_path / "out"
-    query = start(spark, source, str(tmp_path / "ck"), out, startingVersion="1")
+    query = start(
+        spark, source, str(tmp_path / "ck"), out, startingVersion="1", realTimePollIntervalMs="50"
+    )
     stopping.append(query)
     append(spark, source, [3])
     wait_for(out, [1, 2, 3], query)
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_a_bad_poll_interval_fails_the_query_with_a_typed_error(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    source = table_path("src")
+    append(spark, source, [0])
+    query = start(spark, source, str(tmp_path / "ck"), tmp_path / "out", realTimePollIntervalMs="0")
+    stopping.append(query)
+    wait_until(lambda: not query.isActive, WAIT, "the query to fail")
+    error = typed_error(query.exception())
+    assert isinstance(error, InvalidOptionError), query.exception()
+    assert error.option == "realTimePollIntervalMs"
 
 
 @pytest.mark.slow
