@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import carry_errors
 from deltaflow.spark._compat import ReadMaxFiles
-from deltaflow.spark.errors import RealTimeModeError
 
 if TYPE_CHECKING:
     from deltaflow.spark.read._reader import FileTask
@@ -34,13 +33,6 @@ def resolve_start(reader: DeltaStreamReader, start: dict[str, Any]) -> dict[str,
     """
     from deltaflow.spark.stream._reader import Offset
 
-    if reader.options.read_change_feed:
-        raise RealTimeModeError(
-            f"readChangeFeed is not supported in real-time mode yet (stream over {reader.uri})."
-            " Read the change feed with a processing-time or availableNow trigger.",
-            table_uri=reader.uri,
-            feature="readChangeFeed",
-        )
     begin = reader._parse(start)
     if begin.is_unresolved:
         latest = reader._latest_version()

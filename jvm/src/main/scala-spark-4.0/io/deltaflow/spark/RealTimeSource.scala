@@ -20,8 +20,12 @@ trait RealTimeSupport { self: DeltaMicroBatchStream =>
     throw new IllegalStateException("no real-time mode on Spark 4.0")
 }
 
-object ContinuousTrigger {
+/** What [[StreamTriggerCheck]] needs to know of a statement's trigger. */
+object StreamTrigger {
   /** Spark 4.0's statement only says whether the trigger is continuous. */
-  def of(w: WriteToStreamStatement): Option[String] =
+  def continuous(w: WriteToStreamStatement): Option[String] =
     if (w.isContinuousTrigger) Some("ContinuousTrigger") else None
+
+  /** Spark 4.0 has no real-time mode. */
+  def realTime(w: WriteToStreamStatement): Boolean = false
 }

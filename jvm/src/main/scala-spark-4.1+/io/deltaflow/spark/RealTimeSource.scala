@@ -39,15 +39,8 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
 
   private[spark] def realTimeMode: Boolean = realTime
 
-  override def prepareForRealTimeMode(): Unit = {
-    if (Option(options.get("readChangeFeed")).exists(_.trim.equalsIgnoreCase("true"))) {
-      throw DeltaflowException.of("RealTimeModeError",
-        s"readChangeFeed is not supported in real-time mode yet (stream over ${info.uri}). Read " +
-          "the change feed with a processing-time or availableNow trigger.",
-        Map("table_uri" -> info.uri, "feature" -> "readChangeFeed"))
-    }
-    realTime = true
-  }
+  // (A change-feed stream is the Python data source's, refused by StreamTriggerCheck.)
+  override def prepareForRealTimeMode(): Unit = realTime = true
 
   private def pollMs: Long = {
     val raw = Option(options.get("realTimePollIntervalMs")).map(_.trim)
@@ -122,10 +115,15 @@ object RealTimeSupport {
   val DefaultPollMs: Long = 10L
 }
 
-object ContinuousTrigger {
-  /** The statement's trigger, when it is the continuous one ([[ContinuousTriggerCheck]]). */
-  def of(w: WriteToStreamStatement): Option[String] =
+/** What [[StreamTriggerCheck]] needs to know of a statement's trigger. */
+object StreamTrigger {
+  /** The trigger, when it is the continuous one. */
+  def continuous(w: WriteToStreamStatement): Option[String] =
     Some(w.trigger).filter(_.getClass.getSimpleName == "ContinuousTrigger").map(_.toString)
+
+  /** Whether the query runs in real-time mode. */
+  def realTime(w: WriteToStreamStatement): Boolean =
+    w.trigger.getClass.getSimpleName == "RealTimeTrigger"
 }
 
 /** A file for a real-time reader, and the offset the stream is at once it is read whole. */

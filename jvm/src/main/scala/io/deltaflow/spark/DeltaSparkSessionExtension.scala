@@ -13,7 +13,7 @@ import io.deltaflow.spark.sql.{DeltaSqlParser, TableChanges}
  * and dynamic partition overwrites work ([[DeltaAnalysis]]). ALTER TABLE forms Spark's
  * analysis would refuse for a Delta table go to its catalog ([[AlterTableRule]]). A
  * stream into a catalog table is checked when it starts ([[StreamWriteCheck]]), and a
- * continuous trigger from or into Delta refused ([[ContinuousTriggerCheck]]).
+ * continuous trigger from or into Delta refused ([[StreamTriggerCheck]]).
  * `deltaflow.spark_conf()` sets this and `spark.sql.catalog.spark_catalog` ([[DeltaCatalog]]).
  */
 class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
@@ -28,6 +28,6 @@ class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     extensions.injectResolutionRule(session => new DeltaAnalysis(session))
     extensions.injectResolutionRule(session => new AlterTableRule(session))
     extensions.injectCheckRule(_ => new StreamWriteCheck)
-    extensions.injectHintResolutionRule(_ => new ContinuousTriggerCheck)
+    extensions.injectHintResolutionRule(_ => new StreamTriggerCheck)
   }
 }
