@@ -110,7 +110,9 @@ def real_time(writer: Any, epoch: str) -> Any:
     return writer
 
 
-def start(spark: Any, source: str, checkpoint: str, out: Path, **options: str) -> Any:
+def start(
+    spark: Any, source: str, checkpoint: str, out: Path, epoch: str = EPOCH, **options: str
+) -> Any:
     out.mkdir(exist_ok=True)
     writer = (
         spark.readStream.format("delta")
@@ -120,7 +122,7 @@ def start(spark: Any, source: str, checkpoint: str, out: Path, **options: str) -
         .outputMode("update")
         .option("checkpointLocation", checkpoint)
     )
-    return real_time(writer, EPOCH).start()
+    return real_time(writer, epoch).start()
 
 
 @pytest.fixture
@@ -209,13 +211,17 @@ def test_restart_from_checkpoint_loses_and_repeats_nothing(
 def test_an_epoch_ending_inside_a_file_resumes_at_its_next_row(
     spark, table_path, tmp_path, stopping
 ) -> None:
-    # One file larger than an epoch can hand to Python's foreach writer: epochs end inside
-    # it, and their offsets count the rows of it already emitted.
+    # One file larger than a short epoch reads: epochs end inside it, and their offsets
+    # count the rows of it already emitted.
     source, checkpoint = table_path("src"), str(tmp_path / "ck")
     rows = 300_000
     spark.range(rows).coalesce(1).write.format("delta").save(source)
     out = tmp_path / "out"
-    first = start(spark, source, checkpoint, out)
+    spark.conf.set(MIN_EPOCH_CONF, "100")
+    try:
+        first = start(spark, source, checkpoint, out, epoch="200 milliseconds")
+    finally:
+        spark.conf.set(MIN_EPOCH_CONF, "1000")
     stopping.append(first)
     wait_until(
         lambda: any("rowsOfNextFile" in end for end in end_offsets(checkpoint)),
