@@ -24,7 +24,7 @@ import org.apache.spark.sql.streaming.OutputMode
  * which its foreachBatch writes use too, so either way a batch is written once); the
  * commit's info still names the query, which progress tracking pairs batches by.
  */
-class DeltaSink(path: String, writeOptions: Map[String, String], partitionColumns: Seq[String],
+class DeltaSink(private[spark] val path: String, writeOptions: Map[String, String], partitionColumns: Seq[String],
     outputMode: OutputMode, appId: Option[String] = None) extends Sink with Logging {
 
   override def addBatch(batchId: Long, data: DataFrame): Unit = {
