@@ -15,6 +15,10 @@ here) and a bare Python stream source that lists the folder (the floor for any P
 source). Variants run one after another in one Spark session (Python workers warm), each
 with a fresh source, sink and checkpoint: a warm-up, then ``--seconds`` of measurement.
 p50 / p90 / p99 / max are over the upstream commits of the measurement window.
+
+Real-time mode variants (``_realtime.py``; ``--only realtime`` runs just those): the Delta
+source under ``trigger(realTime=...)`` into a JVM foreach sink that stamps each row on
+arrival; latency of a commit = its last row's arrival minus ``write_deltalake``'s return.
 """
 
 from __future__ import annotations
@@ -40,9 +44,12 @@ RAW_LOCAL_FS = "org.apache.hadoop.fs.local.RawLocalFs"
 
 
 class Upstream(threading.Thread):
-    def __init__(self, path: str, interval_s: float, kind: str = "delta") -> None:
+    def __init__(
+        self, path: str, interval_s: float, kind: str = "delta", rows: int = ROWS_PER_COMMIT
+    ) -> None:
         super().__init__(daemon=True)
         self.path = path
+        self.rows = rows
         self.kind = kind  # "delta": a commit per write; otherwise a Parquet file per write
         self.interval_s = interval_s
         self.visible_at: dict[int, float] = {}  # seq -> when write_deltalake returned
@@ -55,9 +62,9 @@ class Upstream(threading.Thread):
         seq = self.seq
         table = pa.table(
             {
-                "seq": pa.array([seq] * ROWS_PER_COMMIT, pa.int64()),
-                "id": pa.array(range(seq * 100, seq * 100 + ROWS_PER_COMMIT), pa.int64()),
-                "kind": pa.array(["click"] * ROWS_PER_COMMIT),
+                "seq": pa.array([seq] * self.rows, pa.int64()),
+                "id": pa.array(range(seq * 100, seq * 100 + self.rows), pa.int64()),
+                "kind": pa.array(["click"] * self.rows),
             }
         )
         if self.kind == "delta":
@@ -249,8 +256,14 @@ def main() -> dict[str, object]:
     args.seconds = 15 if args.quick else 60
     args.warmup = 5 if args.quick else 10
     args.interval_ms = 200
-    spark = spark_session()
+    from _realtime import measure_realtime, writer_jar
+
+    spark = spark_session({"spark.jars": str(writer_jar())})
     out = fresh_dir(DATA_DIR / "stream_latency_out")
+    if args.only == "realtime":
+        results = [measure_realtime(spark, rate, args, out, Upstream) for rate in (100, 1000)]
+        save_result("stream_latency_realtime", {"seconds": args.seconds, "results": results})
+        return {"results": results}
     print("| variant | commits | p50 ms | p90 ms | p99 ms | max ms | load |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     results = []
@@ -284,6 +297,8 @@ def main() -> dict[str, object]:
                     spark.conf.unset(key)
                 else:
                     spark.conf.set(key, value)
+    # Real-time mode (Spark 4.1+): Delta -> a JVM foreach sink, at ~100 and ~1,000 events/s.
+    results += [measure_realtime(spark, rate, args, out, Upstream) for rate in (100, 1000)]
     result = {
         "interval_ms": args.interval_ms,
         "rows_per_commit": ROWS_PER_COMMIT,

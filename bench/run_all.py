@@ -24,6 +24,7 @@ BENCHMARKS = (
     "bench_stream_throughput.py",
     ("bench_stream_throughput.py", "--sources-only"),
     "bench_stream_latency.py",
+    "bench_realtime.py",
 )
 
 

@@ -115,6 +115,45 @@ def test_stream_of_tiny_batches_ends_with_few_files(spark, table_path, tmp_path)
     assert any(h["operation"] == "OPTIMIZE" for h in history)
 
 
+def test_a_streams_table_compacts_itself_unless_it_says_otherwise(
+    spark, table_path, tmp_path
+) -> None:
+    """deltaflow's default: no setting anywhere, a stream's table is compacted (in the
+    background); the table's 'false' keeps it off."""
+    source = table_path("source")
+    source_table(source, batches=8, rows=3)
+
+    def stream(target: str, name: str) -> None:
+        query = (
+            spark.readStream.format("delta")
+            .option("maxFilesPerTrigger", "1")
+            .load(source)
+            .writeStream.format("delta")
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(availableNow=True)
+            .start(target)
+        )
+        assert query.awaitTermination(600)
+        assert query.exception() is None
+
+    kept_off, by_default = table_path("kept_off"), table_path("by_default")
+    spark.createDataFrame([], "id bigint, p bigint").write.format("delta").option(
+        AUTO_COMPACT, "false"
+    ).save(kept_off)
+    with session_conf(spark, spark__databricks__delta__autoCompact__minNumFiles="4"):
+        stream(kept_off, "off")
+        stream(by_default, "default")
+    # The table saying 'false' never asks for one (the hook decides at the commit), and
+    # one background thread serves both tables in order.
+    wait_until(lambda: bool(optimize_commits(by_default)), 120.0, "a background compaction")
+    assert not optimize_commits(kept_off)
+    assert len(DeltaTable(kept_off).file_uris()) >= 8  # one per micro-batch
+    assert len(DeltaTable(by_default).file_uris()) < 8
+    for path in (kept_off, by_default):
+        ids = DeltaTable(path).to_pyarrow_table().column("id").to_pylist()
+        assert sorted(ids) == list(range(8 * 3))
+
+
 def test_settings_off_change_nothing(spark, table_path) -> None:
     plain, overridden = table_path("plain"), table_path("overridden")
     df = spark.range(4).selectExpr("id", "id % 2 AS p")

@@ -300,6 +300,26 @@ CREATE_IN_SESSION = (
 
 
 @pytest.mark.slow
+def test_sql_dml_by_path_leaves_the_metastore_closed(tmp_path):
+    """A MERGE, UPDATE and DELETE on tables named by path never open the metastore (a MERGE
+    hands its source to the brain as a session-local view, not a global one): a fresh
+    embedded Derby costs seconds to create."""
+    warehouse, table = tmp_path / "warehouse", tmp_path / "by_path"
+    write_deltalake(str(table), pa.table({"k": ["a"]}))
+    merged, updated, deleted, rows = run_session(
+        warehouse,
+        f"MERGE INTO delta.`{table}` AS t USING (SELECT 'p' AS k) AS s ON t.k = s.k"
+        " WHEN NOT MATCHED THEN INSERT *",
+        f"UPDATE delta.`{table}` SET k = 'q' WHERE k = 'p'",
+        f"DELETE FROM delta.`{table}` WHERE k = 'a'",
+        f"SELECT k FROM delta.`{table}`",
+    )
+    assert merged == [["1", "0", "0", "1"]] and updated == [["1"]] and deleted == [["1"]]
+    assert rows == [["q"]]
+    assert not (warehouse / "_metastore" / "metastore_db").exists()
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(3600)  # six JVMs one after another: ~5 min on 2 quiet cores
 def test_the_catalog_survives_restarts_and_is_shared_by_every_host(tmp_path):
     """session() -> sql-server + beeline -> spark-sql -> session(), one warehouse: each

@@ -369,8 +369,15 @@ def test_a_parquet_source_is_read_by_pyarrow_with_sparks_rows(spark, tmp_path):
     assert sorted(map(repr, direct.to_pylist())) == sorted(map(repr, df.toArrow().to_pylist()))
     with pytest.raises(_merge_sql.Untranslatable):
         _merge_native._parquet_files_read_directly(df, len(SOURCE) - 1)
-    # Anything but the bare relation goes through Spark.
+    # SQL's `USING view AS s`: a temporary view over the files, a `SELECT *` of it.
+    spark.read.parquet(plain).createOrReplaceTempView("plain_source")
+    for viewed in (spark.table("plain_source").alias("s"), spark.sql("SELECT * FROM plain_source")):
+        again = _merge_native._parquet_files_read_directly(viewed, 100)
+        assert again is not None and again.equals(direct)
+    # Anything else goes through Spark: a subset, a filter, a renaming.
     assert _merge_native._parquet_files_read_directly(df.select("id").alias("s"), 100) is None
+    for query in ("SELECT * FROM plain_source WHERE id > 1", "SELECT id AS x FROM plain_source"):
+        assert _merge_native._parquet_files_read_directly(spark.sql(query), 100) is None
     parted = str(tmp_path / "parted")
     _source(spark).write.partitionBy("kind").parquet(parted)
     assert _merge_native._parquet_files_read_directly(spark.read.parquet(parted), 100) is None

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,8 +21,17 @@ from deltaflow.table._auto_compact import AutoCompactSettings
 from deltaflow.table.errors import ConcurrentWriteError
 
 
-def small_files(path: str, count: int, partitioned: bool = False) -> None:
-    for i in range(count):
+def small_files(
+    path: str,
+    count: int,
+    partitioned: bool = False,
+    *,
+    start: int = 0,
+    configuration: dict[str, str | None] | None = None,
+) -> None:
+    if configuration is None:
+        configuration = {"delta.autoOptimize.autoCompact": "true"}
+    for i in range(start, start + count):
         data = {"id": pa.array([i], pa.int64())}
         if partitioned:
             data["p"] = pa.array([i % 2], pa.int64())
@@ -30,7 +40,7 @@ def small_files(path: str, count: int, partitioned: bool = False) -> None:
             pa.table(data),
             mode="append",
             partition_by=["p"] if partitioned else None,
-            configuration={"delta.autoOptimize.autoCompact": "true"},
+            configuration=configuration,
         )
 
 
@@ -60,6 +70,13 @@ def test_settings_from_session_conf_and_precedence() -> None:
     assert _auto_compact.enabled_for(AutoCompactSettings(), table_on)
     assert _auto_compact.enabled_for(AutoCompactSettings(), {"delta.autoOptimize": "true"})
     assert not _auto_compact.enabled_for(AutoCompactSettings(), {})
+    # A stream's writer: on unless the session or the table says otherwise.
+    stream = AutoCompactSettings(stream=True)
+    assert _auto_compact.enabled_for(stream, {})
+    assert _auto_compact.enabled_for(stream, {"delta.autoOptimize.autoCompact": "sometimes"})
+    assert not _auto_compact.enabled_for(stream, {"delta.autoOptimize.autoCompact": "false"})
+    assert not _auto_compact.enabled_for(stream, {"delta.autoOptimize": "false"})
+    assert not _auto_compact.enabled_for(replace(stream, enabled=False), {})
     with pytest.raises(InvalidOptionError) as caught:
         AutoCompactSettings.from_conf({"spark.databricks.delta.autoCompact.maxFileSize": "0"})
     assert caught.value.option == "spark.databricks.delta.autoCompact.maxFileSize"
@@ -170,3 +187,44 @@ def test_background_compaction(tmp_path: Path) -> None:
     assert _auto_compact.wait_for_background(60)
     assert len(DeltaTable(path).get_add_actions(flatten=True)) == 1
     assert ids(path) == [0, 1, 2]
+
+
+def test_a_streams_table_is_compacted_from_ten_small_files_by_default(tmp_path: Path) -> None:
+    """The stream default (no setting anywhere): in the background, from 10 small files."""
+    stream = AutoCompactSettings(stream=True)
+    path = str(tmp_path / "t")
+    small_files(path, 9, configuration={})
+
+    def commit(version: int) -> None:
+        scheduled = _auto_compact.after_commit(
+            table_uri=path,
+            partition_columns=[],
+            added_partitions=[{}],
+            version=version,
+            settings=stream,
+            configuration={},
+        )
+        assert scheduled is None  # never in the stream's own call
+        assert _auto_compact.wait_for_background(60)
+
+    commit(8)
+    assert len(DeltaTable(path).get_add_actions(flatten=True)) == 9  # under the threshold
+    small_files(path, 1, start=9, configuration={})
+    commit(9)
+    assert len(DeltaTable(path).get_add_actions(flatten=True)) == 1
+    assert ids(path) == list(range(10))
+
+
+def test_exit_drops_waiting_runs_and_finishes_the_running_one(tmp_path: Path) -> None:
+    """The worker's exit hook: nothing is left inside delta-rs while the interpreter ends."""
+    worker = _auto_compact._BackgroundWorker()
+    first, second = str(tmp_path / "first"), str(tmp_path / "second")
+    small_files(first, 3)
+    small_files(second, 3)
+    worker.submit(job(first))
+    worker.close()  # returns once no run is in progress
+    assert worker.wait_idle(0)
+    worker.submit(job(second))  # after exit began: ignored
+    assert worker.wait_idle(0)
+    assert len(DeltaTable(second).get_add_actions(flatten=True)) == 3
+    assert ids(first) == [0, 1, 2]  # compacted or not, every row once

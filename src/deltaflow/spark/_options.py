@@ -26,6 +26,8 @@ STREAM_READ_OPTIONS = (
     "skipChangeCommits",
     "ignoreDeletes",
     "readChangeFeed",
+    # deltaflow's: how often a real-time-mode reader looks for the next commit (ms).
+    "realTimePollIntervalMs",
 )
 # delta-spark's change data feed options (readChangeFeed, with readChangeData its old name).
 CDF_READ_OPTIONS = ("endingVersion", "endingTimestamp", "readChangeData")

@@ -66,6 +66,26 @@ class CheckpointLocationError(StreamingError):
         super().__init__(message, checkpoint_location=checkpoint_location, scheme=scheme)
 
 
+class RealTimeModeError(StreamingError):
+    """A stream over the Delta table at ``table_uri`` asked real-time mode
+    (``trigger(realTime=...)``) for ``feature``, which it cannot do here (a Spark without
+    real-time mode, or a read option the real-time source does not support). Terminal:
+    the message names the trigger or option to use instead."""
+
+    def __init__(self, message: str, *, table_uri: str, feature: str) -> None:
+        super().__init__(message, table_uri=table_uri, feature=feature)
+
+
+class UnsupportedTriggerError(StreamingError):
+    """A stream from or into the Delta table at ``table_uri`` was started with
+    ``trigger`` (continuous processing), which deltaflow's source and sink do not take.
+    Terminal: ``alternative`` is the trigger to use (``trigger(realTime=...)`` for low
+    latency)."""
+
+    def __init__(self, message: str, *, table_uri: str, trigger: str, alternative: str) -> None:
+        super().__init__(message, table_uri=table_uri, trigger=trigger, alternative=alternative)
+
+
 class RetentionTooShortError(DeltaflowError, ValueError):
     """VACUUM was asked to keep removed files for ``retention_hours``, less than the table's
     ``minimum_hours`` (``delta.deletedFileRetentionDuration``, 168 by default), which could

@@ -17,15 +17,24 @@ it. A running DML holds a lease that keeps auto compaction off the table until i
 commits (:mod:`deltaflow.table._dml_lease`); one that still lost to a compaction started
 before it is re-run by the DML layer (``spark/dml/_retry.py``), so it is not failed either.
 
+**Streams compact by default** (deltaflow's default, not delta-spark's): a table that a
+stream writes (a micro-batch or real-time Delta sink, ``deltaflow serve``'s ingest) is
+compacted when neither the session (``spark.databricks.delta.autoCompact.enabled``) nor the
+table (``delta.autoOptimize.autoCompact`` / ``delta.autoOptimize``) says anything, in the
+background, from 10 small files in a partition (``minNumFiles`` when set); ``'false'`` in
+either turns it off. Batch writers keep delta-spark's default
+(off).
+
 Where it runs: synchronously, inside the commit call, as delta-spark does (the write
 returns once the compaction is done or has given up); or, with deltaflow's
-``spark.deltaflow.autoCompact.background=true`` (and always for ``deltaflow serve``), on
-one background thread per process that coalesces requests per table, so the writer does
-not wait at all.
+``spark.deltaflow.autoCompact.background=true`` (always for ``deltaflow serve``, and for a
+stream on by the default alone), on one background thread per process that coalesces
+requests per table, so the writer does not wait at all.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -58,6 +67,10 @@ SESSION_CONFS = (
 )
 
 DEFAULT_MIN_NUM_FILES = 50
+# deltaflow's threshold when a stream's table is compacted by the stream default alone
+# (minNumFiles not set): a micro-batch's files are tiny, so rewriting ten of them costs
+# little, and a stream that stops leaves at most nine small files per partition behind.
+STREAM_MIN_NUM_FILES = 10
 DEFAULT_MAX_FILE_SIZE = 128 * 1024 * 1024
 DEFAULT_MAX_PARTITIONS = 128
 # Property values that turn it on: delta-spark's "true"; Databricks' "auto" (it tunes the
@@ -75,6 +88,10 @@ class AutoCompactSettings:
     min_file_size: int | None = None  # None: half of max_file_size, as delta-spark
     max_partitions: int = DEFAULT_MAX_PARTITIONS
     background: bool = False
+    # The writer is a stream (a micro-batch or real-time sink, HTTP ingest): its many small
+    # commits make small files, so compaction is on unless the session or the table says
+    # otherwise, and runs in the background so the stream never waits for it.
+    stream: bool = False
 
     @property
     def small_file_size(self) -> int:
@@ -160,16 +177,26 @@ def _count(raw: str, key: str) -> int:
 
 def enabled_for(settings: AutoCompactSettings, configuration: Mapping[str, str | None]) -> bool:
     """delta-spark's precedence: the session setting, then the legacy ``delta.autoOptimize``,
-    then ``delta.autoOptimize.autoCompact``; off when none is set."""
+    then ``delta.autoOptimize.autoCompact``; when none is set, off for batch writers and
+    on for streams (deltaflow's default: a stream's table stays healthy by itself)."""
     if settings.enabled is not None:
         return settings.enabled
     lowered = {k.lower(): (v or "").strip().lower() for k, v in configuration.items()}
-    if lowered.get(LEGACY_TABLE_PROPERTY.lower()) == "true":
+    legacy = lowered.get(LEGACY_TABLE_PROPERTY.lower(), "")
+    if legacy == "true":
         return True
     value = lowered.get(TABLE_PROPERTY.lower(), "")
     if value and value not in (*_ON_VALUES, "false"):
         log.warning("ignoring %s=%r: it takes true, false, auto, legacy", TABLE_PROPERTY, value)
+        value = ""
+    if not value and not legacy:
+        return settings.stream
     return value in _ON_VALUES
+
+
+def _asked_for(configuration: Mapping[str, str | None]) -> bool:
+    """Whether the table's properties turn auto compaction on themselves."""
+    return enabled_for(AutoCompactSettings(), configuration)
 
 
 # ---- the hook ------------------------------------------------------------------------
@@ -232,14 +259,21 @@ def after_commit(
         if not touched:
             return None
         table = None
+        background = settings.background
         if settings.enabled is None:
             if configuration is None and load_table is not None:
                 table = load_table()
                 configuration = dict(table.metadata().configuration)
             if not enabled_for(settings, configuration or {}):
                 return None
+            if settings.stream and not _asked_for(configuration or {}):
+                # On by the stream default alone: in the background, so the stream never
+                # waits, and from fewer files (a stream's are tiny, cheap to rewrite).
+                background = True
+                if settings.min_num_files == DEFAULT_MIN_NUM_FILES:
+                    settings = replace(settings, min_num_files=STREAM_MIN_NUM_FILES)
         job = CompactionJob(table_uri, columns, touched, settings, storage_options, version)
-        if settings.background:
+        if background:
             _WORKER.submit(job)
             return None
         if table is None and load_table is not None:
@@ -435,20 +469,43 @@ def partition_filters(
 
 
 class _BackgroundWorker:
-    """One daemon thread per process; one pending job per table, merged while it waits."""
+    """One daemon thread per process; one pending job per table, merged while it waits.
+
+    At interpreter exit (:meth:`close`, an ``atexit`` hook) the jobs still waiting are
+    dropped (the next commit asks again) and a running one is waited for: a daemon thread
+    left inside delta-rs while the interpreter finalizes can crash the process (seen:
+    ``deltaflow serve`` killed by SIGSEGV as it stopped)."""
 
     # An idle thread exits after this long; the next request starts a new one.
     IDLE_SECONDS = 30.0
+    # How long exit waits for a running compaction (a partition's small files: seconds).
+    EXIT_WAIT_SECONDS = 120.0
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._pending: dict[str, CompactionJob] = {}
         self._running = 0
         self._thread: threading.Thread | None = None
+        self._closed = False
+        self._hooked = False
         self.outcomes: list[CompactionOutcome] = []  # the last few, for tests and bench
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._pending.clear()
+        if not self.wait_idle(self.EXIT_WAIT_SECONDS):
+            log.warning(
+                "exiting while an auto compaction still runs (over %.0f s)", self.EXIT_WAIT_SECONDS
+            )
 
     def submit(self, job: CompactionJob) -> None:
         with self._changed:
+            if self._closed:
+                return
+            if not self._hooked:
+                self._hooked = True
+                atexit.register(self.close)
             waiting = self._pending.get(job.table_uri)
             if waiting is not None:
                 job = replace(

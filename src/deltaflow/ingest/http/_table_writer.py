@@ -39,7 +39,7 @@ from deltaflow.table.errors import ConcurrentWriteError, UnsupportedFeatureError
 
 log = logging.getLogger("deltaflow.serve")
 
-_AUTO_COMPACT = _auto_compact.AutoCompactSettings(background=True)
+_AUTO_COMPACT = _auto_compact.AutoCompactSettings(background=True, stream=True)
 # Conflicts a group's blind append resolves by committing again on the new version.
 _METADATA_CONFLICTS = frozenset({"MetadataChanged", "ProtocolChanged"})
 

@@ -62,7 +62,8 @@ The whole interface, every operation the JVM may call:
                    session, which lacked them.
 ``stream.*``       ``initialOffset``, ``latestOffset {start, all}``,
                    ``availableNow``, ``files {start, end}``, ``commit {end}``,
-                   ``backlog {offset}``, ``close``: each ``{handle, ...}``; see
+                   ``backlog {offset}``, ``close``, and real-time mode's
+                   ``rtStart {start}``, ``rtNext {after}``: each ``{handle, ...}``; see
                    :mod:`deltaflow.spark.bridge._stream`.
 =================  ==============================================================
 """
@@ -142,6 +143,8 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "stream.commit": _stream.commit,
     "stream.backlog": _stream.backlog,
     "stream.close": _stream.close,
+    "stream.rtStart": _stream.realtime_start,
+    "stream.rtNext": _stream.realtime_next,
 }
 
 

@@ -101,3 +101,31 @@ def close(args: dict[str, Any]) -> dict[str, Any]:
     if reader is not None:
         reader.stop()
     return {}
+
+
+def realtime_start(args: dict[str, Any]) -> dict[str, Any]:
+    """``stream.rtStart`` ``{handle, start}`` -> ``{start}``: a real-time epoch's start,
+    a fresh query's open position pinned to a version."""
+    from deltaflow.spark.stream._realtime import resolve_start
+
+    return {"start": resolve_start(_reader(args), args["start"])}
+
+
+def realtime_next(args: dict[str, Any]) -> dict[str, Any]:
+    """``stream.rtNext`` ``{handle, after, until?}`` -> ``{files, end, latest, more}``: the
+    files a real-time reader reads after its position ``after`` (up to ``until`` when an
+    epoch is read again), each with the offset it ends at."""
+    from deltaflow.spark.stream._realtime import next_files
+
+    found = next_files(_reader(args), args["after"], args.get("until"))
+    files = []
+    for offset, t in found["files"]:
+        item = file_item(t.uri, t.size, t.partition_values, t.deleted_rows)
+        item["offset"] = offset
+        files.append(item)
+    return {
+        "files": files,
+        "end": found["end"],
+        "latest": found["latest"],
+        "more": found["more"],
+    }

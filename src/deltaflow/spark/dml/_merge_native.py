@@ -334,7 +334,9 @@ def _plain_parquet_files(source: DataFrame) -> list[str] | None:
     from urllib.parse import unquote, urlparse
 
     plan = source._jdf.queryExecution().analyzed()
-    while plan.getClass().getSimpleName() == "SubqueryAlias":
+    # Aliases, a view (SQL's ``USING src``: a temporary view over the files) and a
+    # projection of every column in order change names only, never rows.
+    while _renames_only(plan):
         plan = plan.child()
     if plan.getClass().getSimpleName() != "LogicalRelation":
         return None
@@ -356,6 +358,21 @@ def _plain_parquet_files(source: DataFrame) -> list[str] | None:
             return None
         paths.append(unquote(parsed.path))
     return paths
+
+
+def _renames_only(plan: Any) -> bool:
+    kind = plan.getClass().getSimpleName()
+    if kind in ("SubqueryAlias", "View"):
+        return True
+    if kind != "Project":
+        return False
+    names = [str(a.exprId().id()) for a in _seq(plan.projectList())]
+    child = [str(a.exprId().id()) for a in _seq(plan.child().output())]
+    return names == child
+
+
+def _seq(scala_seq: Any) -> list[Any]:
+    return [scala_seq.apply(i) for i in range(scala_seq.length())]
 
 
 def _run(spec: MergeSpec, plan: _Plan, source: pa.Table, started: float) -> MergeMetrics | None:

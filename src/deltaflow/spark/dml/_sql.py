@@ -7,7 +7,7 @@ which runs them here, in the statement's own session lent to it
 implementation of each operation, its conflict rules, change-data files and history
 entries, on every host (a PySpark driver, a Connect server, ``spark-sql``, the Thrift
 server). The request is JSON with the statement's parts as the SQL text the user wrote;
-a MERGE's source arrives as a global temporary view.
+a MERGE's source arrives as a temporary view of that session.
 """
 
 from __future__ import annotations

@@ -193,6 +193,8 @@ def commit_batch(
             operation="STREAMING UPDATE",
             **({"table": table} if table is not None else {}),
         )
+        # A stream's table compacts itself unless told otherwise (table/_auto_compact.py).
+        request = replace(request, auto_compact=replace(request.auto_compact, stream=True))
         try:
             result = _commit.commit(request)
         except DeltaflowError:

@@ -28,11 +28,13 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  * and replays the same range after a crash; the brain's plan for a range is a pure
  * function of the two offsets and the immutable log, so a replay reads the same files.
  */
-class DeltaMicroBatchStream(info: TableInfo, options: CaseInsensitiveStringMap)
+class DeltaMicroBatchStream(
+    private[spark] val info: TableInfo,
+    private[spark] val options: CaseInsensitiveStringMap)
   extends MicroBatchStream with SupportsAdmissionControl with SupportsTriggerAvailableNow
-  with ReportsSourceMetrics with Logging {
+  with ReportsSourceMetrics with RealTimeSupport with Logging {
 
-  private val layout = ReadLayout(info, info.schema)
+  private[spark] val layout = ReadLayout(info, info.schema)
   // Uniform per stream (Spark wants every task of a scan columnar, or none): a table
   // that may have deletion vectors is read in row mode.
   private val withDeletes = info.deletionVectors
@@ -54,7 +56,7 @@ class DeltaMicroBatchStream(info: TableInfo, options: CaseInsensitiveStringMap)
   }
 
   /** Call a stream operation; a brain that restarted since gets the stream opened again. */
-  private def call(op: String, fill: ObjectNode => Unit): JsonNode = {
+  private[spark] def call(op: String, fill: ObjectNode => Unit): JsonNode = {
     def attempt(): JsonNode = {
       val args = Brain.newArgs()
       args.put("handle", handle)
@@ -91,6 +93,8 @@ class DeltaMicroBatchStream(info: TableInfo, options: CaseInsensitiveStringMap)
   override def prepareForTriggerAvailableNow(): Unit = call("stream.availableNow", _ => ())
 
   override def planInputPartitions(start: Offset, end: Offset): Array[InputPartition] = {
+    // Real-time mode replays an epoch its offset log recorded through this call too.
+    if (realTimeMode) return realTimeReplay(start, end)
     val result = call("stream.files", { args =>
       offsetArg(args, "start", start)
       offsetArg(args, "end", end)
@@ -105,7 +109,8 @@ class DeltaMicroBatchStream(info: TableInfo, options: CaseInsensitiveStringMap)
   }
 
   override def createReaderFactory(): PartitionReaderFactory =
-    FileReads.readerFactory(SparkSession.active, layout, withDeletes, Array.empty[Filter],
+    if (realTimeMode) realTimeReaderFactory()
+    else FileReads.readerFactory(SparkSession.active, layout, withDeletes, Array.empty[Filter],
       inRequiredOrder = true)
 
   override def deserializeOffset(json: String): Offset =
@@ -114,7 +119,7 @@ class DeltaMicroBatchStream(info: TableInfo, options: CaseInsensitiveStringMap)
   override def commit(end: Offset): Unit = call("stream.commit", offsetArg(_, "end", end))
 
   override def stop(): Unit =
-    try call("stream.close", _ => ())
+    try { stopRealTime(); call("stream.close", _ => ()) }
     catch { case e: Exception => logWarning(s"deltaflow stream over ${info.uri}: close: $e") }
 
   /** delta-spark's backlog metrics: files and bytes committed but not read yet. */
@@ -134,5 +139,25 @@ class DeltaMicroBatchStream(info: TableInfo, options: CaseInsensitiveStringMap)
 case class DeltaSourceOffset(override val json: String) extends Offset
 
 object DeltaSourceOffset {
+  /** Real-time mode's one addition to delta-spark's offset: how many rows of the file
+   *  after the position a real-time epoch that ended inside that file already emitted.
+   *  Absent (0) whenever an epoch ended between files. */
+  val RowsOfNextFile = "rowsOfNextFile"
+
   def of(node: JsonNode): DeltaSourceOffset = DeltaSourceOffset(node.toString)
+
+  /** `position` (the brain's offset JSON) with `rows` of the next file emitted. */
+  def of(position: String, rows: Long): DeltaSourceOffset = {
+    val node = Brain.json.readTree(position).asInstanceOf[ObjectNode]
+    node.remove(RowsOfNextFile)
+    if (rows > 0) node.put(RowsOfNextFile, rows)
+    of(node)
+  }
+
+  /** The brain's part of `offset` (compact JSON) and its rows of the next file. */
+  def split(offset: Offset): (String, Long) = {
+    val node = Brain.json.readTree(offset.json()).asInstanceOf[ObjectNode]
+    val rows = Option(node.remove(RowsOfNextFile)).map(_.asLong()).getOrElse(0L)
+    (node.toString, rows)
+  }
 }

@@ -28,7 +28,7 @@ import org.apache.spark.sql.streaming.OutputMode
  * `start()` for a query with per-key state (an aggregation), whose update rows would be
  * duplicates in the table.
  */
-class DeltaSink(val path: String, writeOptions: Map[String, String], partitionColumns: Seq[String],
+class DeltaSink(private[spark] val path: String, writeOptions: Map[String, String], partitionColumns: Seq[String],
     outputMode: OutputMode, appId: Option[String] = None) extends Sink with Logging {
 
   override def addBatch(batchId: Long, data: DataFrame): Unit = {

@@ -12,7 +12,8 @@ import io.deltaflow.spark.sql.{DeltaSqlParser, TableChanges}
  * ([[TableChanges]]); everything else stays Spark's. Catalog reads honour `readChangeFeed`
  * and dynamic partition overwrites work ([[DeltaAnalysis]]). ALTER TABLE forms Spark's
  * analysis would refuse for a Delta table go to its catalog ([[AlterTableRule]]). A
- * stream into a catalog table is checked when it starts ([[StreamWriteCheck]]).
+ * stream into a catalog table is checked when it starts ([[StreamWriteCheck]]), and a
+ * continuous trigger from or into Delta refused ([[StreamTriggerCheck]]).
  * `deltaflow.spark_conf()` sets this and `spark.sql.catalog.spark_catalog` ([[DeltaCatalog]]).
  */
 class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
@@ -27,5 +28,6 @@ class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     extensions.injectResolutionRule(session => new DeltaAnalysis(session))
     extensions.injectResolutionRule(session => new AlterTableRule(session))
     extensions.injectCheckRule(_ => new StreamWriteCheck)
+    extensions.injectHintResolutionRule(_ => new StreamTriggerCheck)
   }
 }

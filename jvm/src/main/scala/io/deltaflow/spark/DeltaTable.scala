@@ -183,7 +183,7 @@ class DeltaWriteBuilder(info: TableInfo, writeInfo: LogicalWriteInfo)
  * partition overwrites then mean what they do on a local table (a Python data source
  * reports no partitioning and takes only whole-table overwrites).
  */
-class LocatedPythonTable(delegate: Table with SupportsRead with SupportsWrite, info: TableInfo)
+class LocatedPythonTable(delegate: Table with SupportsRead with SupportsWrite, private[spark] val info: TableInfo)
   extends Table with SupportsRead with SupportsWrite {
   // The Python source's name: SQL DML (dml/SqlDml.scala) knows these tables by it.
   override def name(): String = delegate.name()

@@ -120,6 +120,10 @@ object FileReads {
       DeltaInputPartition(p, Array.empty): InputPartition).toArray
   }
 
+  /** `f` read whole, in one task of its own (its deleted rows, if any, left out). */
+  def wholeFile(f: ScanFile, layout: ReadLayout): DeltaInputPartition =
+    DeltaInputPartition(FilePartition(0, Array(partitioned(f, 0, f.size, layout))), Array(f.deleted))
+
   private def partitioned(f: ScanFile, start: Long, length: Long, layout: ReadLayout) =
     PartitionedFile(layout.partitionRow(f, start, length), SparkPath.fromPath(new Path(f.location)),
       start, length, Array.empty[String], f.modificationTime, f.size, Map.empty)

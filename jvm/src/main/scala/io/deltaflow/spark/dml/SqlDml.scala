@@ -172,9 +172,12 @@ object SqlDml {
       case m: MergeIntoTable =>
         val (source, sourceAlias) = target(m.sourceTable)
         val name = "deltaflow_merge_source_" + java.util.UUID.randomUUID().toString.replace("-", "")
-        Plans.ofRows(session, source).createGlobalTempView(name)
+        // A temporary view of the statement's own session (the one lent to the brain): a
+        // global one would open the metastore (its global_temp check), seconds on a fresh
+        // embedded Derby, and fail where another process holds it, for a MERGE by path.
+        Plans.ofRows(session, source).createTempView(name)
         view = Some(name)
-        request.put("sourceView", s"${session.conf.get("spark.sql.globalTempDatabase", "global_temp")}.$name")
+        request.put("sourceView", name)
         sourceAlias.foreach(request.put("sourceAlias", _))
         request.put("condition", text(m.mergeCondition))
         request.put("schemaEvolution", m.withSchemaEvolution)
@@ -184,7 +187,7 @@ object SqlDml {
         m.notMatchedBySourceActions.foreach(putAction(clauses, "notMatchedBySource", _, alias))
     }
     val answer = try Brain.callInSession("dml.run", request, session)
-    finally view.foreach(v => session.catalog.dropGlobalTempView(v))
+    finally view.foreach(v => session.catalog.dropTempView(v))
     val counts = answer.get("counts")
     Seq(Row.fromSeq((0 until counts.size()).map(i => counts.get(i).asLong())))
   }

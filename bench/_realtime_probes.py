@@ -1,0 +1,266 @@
+"""Event sources and visibility probes for ``bench_realtime.py``.
+
+Every event has a unique ``id`` and a creation time (this process's wall clock, seconds):
+for Kafka the moment it was handed to the producer, for a Delta writer the moment its commit
+returned (the event is in the source table), for ``deltaflow serve`` the moment it was due
+(rate schedule; a request waiting on the previous acknowledgement delays it, as a real
+client would be). A probe records when each id became visible downstream; latency = seen -
+created, per event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of ``root`` and every live descendant (``/proc``)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / ticks
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in tree:
+                tree.add(pid)
+                frontier.append(pid)
+    return sum(cpu.get(pid, 0.0) for pid in tree)
+
+
+class Paced(threading.Thread):
+    """Calls ``emit(first_id, count)`` so that ``rate`` events/s go out, in ticks of
+    ``tick_s``; ``created[id]`` is filled by ``emit``."""
+
+    def __init__(self, rate: int, tick_s: float) -> None:
+        super().__init__(daemon=True)
+        self.rate = rate
+        self.tick_s = tick_s
+        self.created: dict[int, float] = {}
+        self.sent = 0
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+
+    def emit(self, first: int, count: int) -> None:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        started = time.monotonic()
+        try:
+            while not self.stop_event.is_set():
+                due = int((time.monotonic() - started) * self.rate) - self.sent
+                if due > 0:
+                    self.emit(self.sent, due)
+                    self.sent += due
+                self.stop_event.wait(self.tick_s)
+        except BaseException as exc:  # reported by the variant, never silently lost
+            self.error = exc
+
+
+class KafkaProducer(Paced):
+    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
+        super().__init__(rate, 0.001)
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+
+    def emit(self, first: int, count: int) -> None:
+        for event in range(first, first + count):
+            self.created[event] = time.time()
+            self.producer.produce(self.topic, value=str(event).encode())
+        self.producer.poll(0)
+
+    def run(self) -> None:
+        super().run()
+        self.producer.flush(30)
+
+
+class KafkaProbe(threading.Thread):
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Consumer
+
+        self.seen_at: dict[int, float] = {}
+        self.stop_event = threading.Event()
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"probe-{topic}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        self.consumer.subscribe([topic])
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            message = self.consumer.poll(0.05)
+            if message is not None and message.error() is None:
+                self.seen_at.setdefault(int(message.value()), time.time())
+        self.consumer.close()
+
+
+SOURCE_SCHEMA = pa.schema([("id", pa.int64()), ("kind", pa.string()), ("ts", pa.int64())])
+
+
+class DeltaWriter(Paced):
+    """Appends the due events to a Delta table with delta-rs, one commit per tick.
+
+    An event's creation time is its commit file's modification time: the moment the commit
+    landed, which a tailing reader can see before ``write_deltalake`` returns (delta-rs
+    does more work after the commit). The table is created empty at version 0, so the
+    writer's n-th commit is version n."""
+
+    def __init__(self, path: str, rate: int, tick_s: float = 0.05) -> None:
+        super().__init__(rate, tick_s)
+        self.path = path
+        self.version = 0
+
+    def emit(self, first: int, count: int) -> None:
+        from deltalake import write_deltalake
+
+        ids = range(first, first + count)
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "kind": pa.array(["click"] * count),
+                "ts": pa.array([time.time_ns()] * count, pa.int64()),
+            },
+            schema=SOURCE_SCHEMA,
+        )
+        write_deltalake(self.path, table, mode="append")
+        self.version += 1
+        entry = Path(self.path, "_delta_log", f"{self.version:020d}.json")
+        done = entry.stat().st_mtime_ns / 1e9
+        for event in ids:
+            self.created[event] = done
+
+
+class ServePoster(Paced):
+    """POSTs the due events as NDJSON to ``deltaflow serve`` (durable acknowledgement), one
+    request per tick on one keep-alive connection."""
+
+    def __init__(self, port: int, table: str, token: str, rate: int, tick_s: float = 0.01):
+        super().__init__(rate, tick_s)
+        import http.client
+
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.url = f"/v1/tables/{table}/events"
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/x-ndjson"}
+        self.started = time.monotonic()
+        self.wall_offset = time.time() - time.monotonic()
+
+    def emit(self, first: int, count: int) -> None:
+        body = "\n".join(
+            json.dumps({"id": event, "kind": "click", "ts": time.time_ns()})
+            for event in range(first, first + count)
+        )
+        for event in range(first, first + count):  # when it was due, by the rate schedule
+            self.created[event] = self.wall_offset + self.started + (event + 1) / self.rate
+        self.connection.request("POST", self.url, body.encode(), self.headers)
+        response = self.connection.getresponse()
+        text = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"serve answered {response.status}: {text[:300]!r}")
+
+    def run(self) -> None:
+        self.started = time.monotonic()
+        self.wall_offset = time.time() - self.started
+        super().run()
+
+
+class DeltaProbe(threading.Thread):
+    """Tails a Delta table's ``_delta_log``: every 2 ms one ``stat`` for the next commit
+    file; when it appears, the time is taken first, then the ids of its added files are read
+    (Parquet, the ``id`` column only)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(daemon=True)
+        self.path = Path(path)
+        self.seen_at: dict[int, float] = {}
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        import pyarrow.parquet as pq
+
+        version = 0
+        while not self.stop_event.is_set():
+            entry = self.path / "_delta_log" / f"{version:020d}.json"
+            try:
+                text = entry.read_text()
+            except FileNotFoundError:
+                time.sleep(0.002)
+                continue
+            seen = time.time()
+            for line in text.splitlines():
+                action = json.loads(line)
+                add = action.get("add")
+                if add is None or not add.get("dataChange", True):
+                    continue
+                file = urlparse(add["path"])
+                local = unquote(file.path) if file.scheme else self.path / unquote(add["path"])
+                ids = pq.read_table(local, columns=["id"])
+                for event in ids.column("id").to_pylist():
+                    self.seen_at.setdefault(event, seen)
+            version += 1
+
+
+class ForeachProbe(threading.Thread):
+    """Receives one UDP datagram per row (the row's id) from a foreach sink's writer."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.05)
+        self.port = int(self.sock.getsockname()[1])
+        self.seen_at: dict[int, float] = {}
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                data = self.sock.recv(64)
+            except TimeoutError:
+                continue
+            self.seen_at.setdefault(int(data), time.time())
+        self.sock.close()
+
+
+class UdpRowWriter:
+    """A ``foreach`` writer: sends each row's id to the probe (runs in Spark's Python worker)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sock: Any = None
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        return True
+
+    def process(self, row: Any) -> None:
+        self.sock.sendto(str(row["id"]).encode(), ("127.0.0.1", self.port))
+
+    def close(self, error: BaseException | None) -> None:
+        if self.sock is not None:
+            self.sock.close()

@@ -1,0 +1,380 @@
+"""Real-time mode latency (issue 28 part 7): per-event p50 / p99 / p99.9 and CPU per event.
+
+Variants, each at 100, 1,000 and 10,000 events/s (``--quick``: 100 and 1,000; ``--rows N``:
+only N events/s), all in one Spark session, one after the other:
+
+* ``kafka -> kafka RTM`` (the anchor): Spark's own real-time mode, Kafka topic A to topic B, a
+  stateless projection, on a single-node KRaft broker started for the run. Both the broker
+  and Spark's Kafka connector come from Maven Central (``tests/reference/_kafka.py``); neither
+  is part of deltaflow. A producer in this process stamps each event at send time; a consumer
+  here records when it reaches B.
+* ``delta -> delta RTM``: a delta-rs writer commits the due events to a source table every
+  50 ms; the RTM query copies them to a target table; a probe tails the target's
+  ``_delta_log`` (one ``stat`` every 2 ms), takes the time the commit file appears, then reads
+  its added files' ids. Latency starts when the source commit landed (its log file's
+  modification time: a real-time reader may see it before ``write_deltalake`` returns).
+* ``delta -> foreach RTM``: the same source into a ``foreach`` sink whose writer sends each
+  row's id by UDP to this process: the source's latency alone (Python's ``foreach`` hands
+  rows to its worker in batches: see docs/realtime.md). ``delta -> kafka RTM``: the same
+  source into Spark's Kafka sink (a JVM sink), read back by a consumer.
+* ``serve -> delta -> delta RTM``: events POSTed to ``deltaflow serve`` (durable
+  acknowledgement, every 10 ms) land in the source table; the rest as above. Latency starts
+  when the event was due by the rate schedule.
+* ``delta -> delta micro-batch``: today's best Delta path, ``processingTime="0 seconds"``,
+  as the baseline.
+
+A variant Spark refuses (no RTM Delta source/sink yet: ``STREAMING_REAL_TIME_MODE...``) is
+reported as unavailable with Spark's message, and the run goes on. CPU per event = CPU
+seconds of the Spark JVM's process tree (the JVM, its Python workers, the deltaflow brain)
+during the measurement window / events created in it; the Kafka broker's CPU is reported
+apart. Every result records the load average: the machine is shared.
+
+    .venv/bin/python bench/bench_realtime.py [--quick] [--rows 1000] [--only kafka,delta]
+    (parts: kafka, delta, foreach, delta-kafka, serve, microbatch)
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from tests.reference import _env, _kafka  # noqa: E402
+
+from _common import DATA_DIR, fresh_dir, loadavg, parse_args, save_result, spark_session  # noqa: E402
+from _realtime_probes import (  # noqa: E402
+    DeltaProbe,
+    DeltaWriter,
+    ForeachProbe,
+    KafkaProbe,
+    KafkaProducer,
+    Paced,
+    ServePoster,
+    UdpRowWriter,
+    tree_cpu_seconds,
+)
+
+REALTIME = "5 minutes"  # the real-time trigger's checkpoint interval (Spark's own examples)
+NAMES = {
+    "kafka": "kafka -> kafka RTM",
+    "delta": "delta -> delta RTM",
+    "foreach": "delta -> foreach RTM",
+    "delta-kafka": "delta -> kafka RTM",
+    "serve": "serve -> delta -> delta RTM",
+    "microbatch": "delta -> delta micro-batch",
+}
+PARTS = tuple(NAMES)
+ALLOWLIST = "spark.sql.streaming.realTimeMode.allowlistCheck"
+FIRST_EVENT_TIMEOUT = 120.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def measure(
+    name: str,
+    rate: int,
+    args: Any,
+    source: Paced,
+    probe: Any,
+    start_query: Any,
+    jvm_pid: int,
+    broker_pid: int | None = None,
+) -> dict[str, Any]:
+    """Starts ``probe``, the query, then ``source``; warms up until events flow, measures
+    ``args.seconds``, and waits (bounded) for the window's events to be seen."""
+    probe.start()
+    query = None
+    try:
+        query = start_query()
+        source.start()
+        deadline = time.monotonic() + FIRST_EVENT_TIMEOUT
+        while not probe.seen_at:  # the first event made it through: tasks and workers are up
+            if not query.isActive:
+                raise RuntimeError(f"the query stopped: {query.exception()}")
+            if source.error is not None:
+                raise RuntimeError(f"the event source failed: {source.error}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no event arrived within {FIRST_EVENT_TIMEOUT:.0f} s")
+            time.sleep(0.05)
+    except BaseException:  # no thread left polling (a daemon thread in pyarrow at exit)
+        source.stop_event.set()
+        probe.stop_event.set()
+        if query is not None:
+            query.stop()
+        for thread in (source, probe):
+            if thread.is_alive():
+                thread.join(30)
+        raise
+    time.sleep(args.warmup)
+    first, load_before = source.sent, loadavg()
+    cpu_before = tree_cpu_seconds(jvm_pid)
+    broker_before = tree_cpu_seconds(broker_pid) if broker_pid else 0.0
+    time.sleep(args.seconds)
+    last = source.sent
+    cpu = tree_cpu_seconds(jvm_pid) - cpu_before
+    broker_cpu = (tree_cpu_seconds(broker_pid) - broker_before) if broker_pid else None
+    load_after = loadavg()
+    source.stop_event.set()
+    source.join(60)
+    window = range(first, last)
+    deadline = time.monotonic() + 30
+    while any(e not in probe.seen_at for e in window) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    active = query.isActive
+    query.stop()
+    probe.stop_event.set()
+    probe.join(10)
+    latencies = [
+        (probe.seen_at[e] - source.created[e]) * 1000
+        for e in window
+        if e in probe.seen_at and e in source.created
+    ]
+    if not latencies:
+        raise RuntimeError(f"none of the window's {len(window)} events arrived")
+    events = len(window)
+    result: dict[str, Any] = {
+        "variant": name,
+        "rate": rate,
+        "events": events,
+        "missing": events - len(latencies),
+        "query_active_at_end": active,
+        "p50_ms": percentile(latencies, 0.5),
+        "p99_ms": percentile(latencies, 0.99),
+        "p999_ms": percentile(latencies, 0.999),
+        "max_ms": max(latencies),
+        "mean_ms": statistics.fmean(latencies),
+        "cpu_s": cpu,
+        "cpu_us_per_event": cpu / events * 1e6,
+        "broker_cpu_us_per_event": broker_cpu / events * 1e6 if broker_cpu is not None else None,
+        "loadavg_before": load_before,
+        "loadavg_after": load_after,
+    }
+    print(
+        f"| {name} | {rate} | {events} | {result['missing']} | {result['p50_ms']:.1f} |"
+        f" {result['p99_ms']:.1f} | {result['p999_ms']:.1f} | {result['max_ms']:.1f} |"
+        f" {result['cpu_us_per_event']:.0f} | {load_before.split()[0]} |",
+        flush=True,
+    )
+    return result
+
+
+def kafka_variant(spark: Any, broker: Any, rate: int, args: Any, out: Path, pid: int) -> dict:
+    a, b = f"a-{rate}-{time.time_ns()}", f"b-{rate}-{time.time_ns()}"
+    broker.create_topics(a, b)
+    return measure(
+        NAMES["kafka"],
+        rate,
+        args,
+        KafkaProducer(broker.bootstrap, a, rate),
+        KafkaProbe(broker.bootstrap, b),
+        lambda: _kafka.start_rtm_copy(
+            spark, broker.bootstrap, a, b, str(out / f"chk-{a}"), REALTIME
+        ),
+        pid,
+        broker.pid,
+    )
+
+
+def delta_variant(
+    spark: Any,
+    part: str,
+    rate: int,
+    args: Any,
+    out: Path,
+    pid: int,
+    serve: Any = None,
+    broker: Any = None,
+) -> dict:
+    from pyspark.sql import functions as F
+
+    root = out / f"{part}-{rate}-{time.time_ns()}"
+    source_path, target, checkpoint = str(root / "src"), str(root / "dst"), str(root / "chk")
+    if serve is None:
+        writer: Paced = DeltaWriter(source_path, rate)
+        _create_source(source_path)
+    else:
+        writer = serve(source_path, rate)
+    probe: Any
+    if part == "foreach":
+        probe = ForeachProbe()
+    elif part == "delta-kafka":
+        topic = f"from-delta-{rate}-{time.time_ns()}"
+        broker.create_topics(topic)
+        probe = KafkaProbe(broker.bootstrap, topic)
+    else:
+        probe = DeltaProbe(target)
+
+    def start() -> Any:
+        rows = (
+            spark.readStream.format("delta")
+            .load(source_path)
+            .where("kind <> 'heartbeat'")
+            .select("id", F.upper("kind").alias("kind"), "ts")
+        )
+        if part == "delta-kafka":  # Kafka's sink takes a value column
+            rows = rows.select(F.col("id").cast("string").alias("value"))
+        stream = rows.writeStream.option("checkpointLocation", checkpoint)
+        if part == "microbatch":
+            return stream.format("delta").trigger(processingTime="0 seconds").start(target)
+        stream = stream.outputMode("update").trigger(realTime=REALTIME)
+        if part == "foreach":
+            return stream.foreach(UdpRowWriter(probe.port)).start()
+        if part == "delta-kafka":
+            return (
+                stream.format("kafka")
+                .option("kafka.bootstrap.servers", broker.bootstrap)
+                .option("topic", topic)
+                .start()
+            )
+        # The real-time Delta sink is a catalog table's streaming write (Spark's path sink
+        # is a micro-batch one); Spark turns asynchronous progress tracking on in real-time
+        # mode and allows it only for its own sinks.
+        table = f"realtime_target_{time.time_ns()}"
+        spark.sql(
+            f"CREATE TABLE {table} (id BIGINT, kind STRING, ts BIGINT) USING delta"
+            f" LOCATION '{target}'"
+        )
+        return stream.format("delta").option("asyncProgressTrackingEnabled", "false").toTable(table)
+
+    # Spark's real-time sink allowlist names only Spark's own sinks; the connector checks a
+    # real-time query's operators itself (docs/realtime.md), so the check is off for them.
+    allowlist_off = part in ("delta", "serve")
+    if allowlist_off:
+        spark.conf.set(ALLOWLIST, "false")
+    try:
+        result = measure(NAMES[part], rate, args, writer, probe, start, pid)
+    finally:
+        if allowlist_off:
+            spark.conf.unset(ALLOWLIST)
+    return {**result, "allowlist_check_off": allowlist_off}
+
+
+def _create_source(path: str) -> None:
+    """An empty source table, so the query starts before the first event."""
+    from deltalake import DeltaTable
+
+    from _realtime_probes import SOURCE_SCHEMA
+
+    DeltaTable.create(path, schema=SOURCE_SCHEMA)
+
+
+class Serve:
+    """``deltaflow serve`` on a free port for one source table; ``__call__`` makes the
+    poster. The table is created by the server (``--schema``)."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.server: subprocess.Popen[bytes] | None = None
+
+    def __call__(self, path: str, rate: int) -> ServePoster:
+        port = _kafka._free_port()
+        env = {**os.environ, "BENCH_TOKENS": "bench-token"}
+        self.server = subprocess.Popen(
+            [sys.executable, "-m", "deltaflow.cli", "serve", "--table", f"events={path}",
+             "--schema", "events=id BIGINT, kind STRING, ts BIGINT",
+             "--token-env", "events=BENCH_TOKENS", "--port", str(port),
+             "--log-level", "warning"],
+            env=env,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.server.poll() is not None:
+                    raise RuntimeError("deltaflow serve did not start") from None
+                time.sleep(0.1)
+        poster = ServePoster(port, "events", "bench-token", rate)
+        # The table exists once the first event is committed: one warm-up POST.
+        poster.connection.request(
+            "POST", poster.url, b'{"id": -1, "kind": "heartbeat", "ts": 0}', poster.headers
+        )
+        poster.connection.getresponse().read()
+        return poster
+
+    def close(self) -> None:
+        if self.server is not None and self.server.poll() is None:
+            self.server.terminate()
+            self.server.wait(60)
+
+
+def main() -> dict[str, object]:
+    args = parse_args(__doc__ or "")
+    args.seconds = 20 if args.quick else 60
+    args.warmup = 5 if args.quick else 10
+    rates = [args.rows] if args.rows else ([100, 1000] if args.quick else [100, 1000, 10000])
+    parts = args.only.split(",") if args.only else list(PARTS)
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise SystemExit(f"--only: unknown parts {sorted(unknown)}; the parts are {PARTS}")
+    out = fresh_dir(DATA_DIR / "realtime_out")
+    conf: dict[str, str] = {}
+    broker = None
+    anchor: dict[str, Any] = {}
+    if "kafka" in parts or "delta-kafka" in parts:
+        try:
+            version, _ = _kafka.connector_jars()
+            conf = _kafka.spark_kafka_conf()
+            broker = _kafka.KafkaBroker(Path(tempfile.mkdtemp(prefix="bench-kafka-")))
+            anchor = {"broker": _kafka.BROKER_VERSION, "spark_sql_kafka": version}
+        except (_env.ReferenceUnavailable, RuntimeError, TimeoutError) as exc:
+            anchor = {"error": str(exc).splitlines()[0][:300]}
+            print(f"kafka anchor unavailable: {anchor['error']}", flush=True)
+    spark = spark_session(conf)
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    print("| variant | events/s | events | missing | p50 ms | p99 ms | p99.9 ms | max ms |"
+          " CPU µs/event | load |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    results: list[dict[str, Any]] = []
+    serve = Serve(out)
+    try:
+        for rate in rates:
+            for part in parts:
+                try:
+                    if part in ("kafka", "delta-kafka") and broker is None:
+                        continue
+                    if part == "kafka":
+                        result = kafka_variant(spark, broker, rate, args, out, jvm_pid)
+                    else:
+                        hook = serve if part == "serve" else None
+                        result = delta_variant(spark, part, rate, args, out, jvm_pid, hook, broker)
+                except Exception as exc:  # a refused variant is reported, the run goes on
+                    message = str(exc).strip().splitlines()[0][:400] if str(exc) else repr(exc)
+                    print(f"| {NAMES[part]} | {rate} | unavailable: {message} |", flush=True)
+                    result = {"variant": NAMES[part], "rate": rate, "unavailable": message}
+                finally:
+                    serve.close()
+                    for query in spark.streams.active:
+                        query.stop()
+                results.append(result)
+    finally:
+        spark.stop()  # before the broker: Spark's cached Kafka producers would retry it
+        if broker is not None:
+            broker.close()
+    result = {
+        "seconds": args.seconds,
+        "warmup_seconds": args.warmup,
+        "rates": rates,
+        "realtime_trigger": REALTIME,
+        "anchor": anchor,
+        "results": results,
+    }
+    save_result("realtime", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

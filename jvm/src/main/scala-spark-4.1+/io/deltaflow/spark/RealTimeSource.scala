@@ -1,0 +1,253 @@
+package io.deltaflow.spark
+
+import scala.collection.mutable
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.JsonNode
+import org.apache.hadoop.fs.{FileSystem, Path}
+
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.streaming.WriteToStreamStatement
+import org.apache.spark.sql.classic.SparkSession
+import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
+import org.apache.spark.sql.connector.read.streaming.{Offset, PartitionOffset, SupportsRealTimeMode, SupportsRealTimeRead}
+import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.RecordStatus
+import org.apache.spark.sql.deltaflow.RealTimeFilesEndpoint
+import org.apache.spark.sql.sources.Filter
+import org.apache.spark.util.SerializableConfiguration
+
+/**
+ * Spark's real-time mode (`trigger(realTime="...")`, Spark 4.1+) for the Delta source.
+ *
+ * Each epoch runs one long-lived task ([[RealTimeReader]]) that tails the table's log:
+ * it stats the next commit file (`_delta_log/<version>.json`) every
+ * `realTimePollIntervalMs` (default [[RealTimeSupport.DefaultPollMs]]), and when it
+ * exists asks the driver ([[RealTimeFilesEndpoint]]) for the files after its position,
+ * which the brain's stream rules plan (`stream.rtNext`: `startingVersion`,
+ * `skipChangeCommits`, `ignoreDeletes` as in micro-batch), then reads them with Spark's
+ * Parquet reader, deleted rows left out. When the epoch's time is up Spark takes the
+ * reader's position ([[DeltaPartitionOffset]]: the offset of the last file read whole
+ * and the rows of the next one already emitted) as the epoch's end offset.
+ *
+ * One partition: a Delta log is one sequence of commits; a commit's rows arrive in one
+ * task, in log order.
+ */
+trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMicroBatchStream =>
+  @volatile private var realTime = false
+  @volatile private var endpoint: (RealTimeFilesEndpoint.Address, () => Unit) = _
+
+  private[spark] def realTimeMode: Boolean = realTime
+
+  // (A change-feed stream is the Python data source's, refused by StreamTriggerCheck.)
+  override def prepareForRealTimeMode(): Unit = realTime = true
+
+  private def pollMs: Long = {
+    val raw = Option(options.get("realTimePollIntervalMs")).map(_.trim)
+    val parsed = raw.map(r => r.toLongOption.filter(_ > 0).getOrElse(throw DeltaflowException.of(
+      "InvalidOptionError", s"Option 'realTimePollIntervalMs' must be a positive number of " +
+        s"milliseconds, not '$r'.", Map("option" -> "realTimePollIntervalMs"))))
+    parsed.getOrElse(RealTimeSupport.DefaultPollMs)
+  }
+
+  private def address: RealTimeFilesEndpoint.Address = synchronized {
+    if (endpoint == null) endpoint = RealTimeFilesEndpoint.start(nextFiles)
+    endpoint._1
+  }
+
+  private[spark] def stopRealTime(): Unit = synchronized {
+    if (endpoint != null) { endpoint._2(); endpoint = null }
+  }
+
+  /** The brain's answer to a reader at `after`, as the reader takes it. */
+  private def nextFiles(after: String): RealTimeFiles = filesAfter(after, None)
+
+  private def filesAfter(after: String, until: Option[String]): RealTimeFiles = {
+    val result = call("stream.rtNext", { args =>
+      args.set[JsonNode]("after", Brain.json.readTree(after))
+      until.foreach(u => args.set[JsonNode]("until", Brain.json.readTree(u)))
+    })
+    val files = result.get("files").elements().asScala.map { node =>
+      RealTimeFile(node.get("offset").toString, FileReads.wholeFile(ScanFile.fromJson(node), layout))
+    }.toArray
+    RealTimeFiles(files, result.get("end").toString, result.get("latest").asLong(),
+      result.path("more").asBoolean(false))
+  }
+
+  private def resolve(position: String): String =
+    call("stream.rtStart", _.set[JsonNode]("start", Brain.json.readTree(position)))
+      .get("start").toString
+
+  override def planInputPartitions(start: Offset): Array[InputPartition] = {
+    val (position, rows) = DeltaSourceOffset.split(start)
+    Array(RealTimeInputPartition(address, resolve(position), rows, None, info.uri, pollMs))
+  }
+
+  /** An epoch the offset log recorded, read again exactly: its files, then as many rows
+   *  of the next file as the epoch had emitted. */
+  private[spark] def realTimeReplay(start: Offset, end: Offset): Array[InputPartition] = {
+    val (from, fromRows) = DeltaSourceOffset.split(start)
+    val (to, toRows) = DeltaSourceOffset.split(end)
+    val begin = resolve(from)
+    val between = filesAfter(begin, Some(to)).files
+    val partial = if (toRows == 0) Array.empty[RealTimeFile] else nextFiles(to).files.take(1)
+    val replay = RealTimeReplay(between, partial.headOption, to, toRows)
+    Array(RealTimeInputPartition(address, begin, fromRows, Some(replay), info.uri, pollMs))
+  }
+
+  override def mergeOffsets(offsets: Array[PartitionOffset]): Offset = {
+    val Array(only: DeltaPartitionOffset) = offsets
+    DeltaSourceOffset.of(only.position, only.rows)
+  }
+
+  private[spark] def realTimeReaderFactory(): PartitionReaderFactory = {
+    val spark = SparkSession.active
+    val files = FileReads.readerFactory(spark, layout, withDeletes = true, Array.empty[Filter],
+      inRequiredOrder = true)
+    val conf = spark.sessionState.newHadoopConfWithOptions(Map.empty[String, String])
+    new RealTimeReaderFactory(files, new SerializableConfiguration(conf))
+  }
+}
+
+object RealTimeSupport {
+  // How often an idle reader stats the next commit file: a commit waits half of this on
+  // average before its rows flow; a stat of a local or mounted file costs microseconds.
+  val DefaultPollMs: Long = 10L
+}
+
+/** What [[StreamTriggerCheck]] needs to know of a statement's trigger. */
+object StreamTrigger {
+  /** The trigger, when it is the continuous one. */
+  def continuous(w: WriteToStreamStatement): Option[String] =
+    Some(w.trigger).filter(_.getClass.getSimpleName == "ContinuousTrigger").map(_.toString)
+
+  /** Whether the query runs in real-time mode. */
+  def realTime(w: WriteToStreamStatement): Boolean =
+    w.trigger.getClass.getSimpleName == "RealTimeTrigger"
+}
+
+/** A file for a real-time reader, and the offset the stream is at once it is read whole. */
+case class RealTimeFile(offset: String, partition: DeltaInputPartition)
+
+/** The brain's answer to one reader's question: files, the position after them, the newest
+ *  version it looked at, and whether more files wait beyond the read limit. */
+case class RealTimeFiles(files: Array[RealTimeFile], end: String, latest: Long, more: Boolean)
+
+/** A recorded epoch read again: `files` whole, then `rows` rows of `partial`; it ends at
+ *  `end` with `rows`. */
+case class RealTimeReplay(files: Array[RealTimeFile], partial: Option[RealTimeFile], end: String,
+    rows: Long)
+
+case class RealTimeInputPartition(
+    endpoint: RealTimeFilesEndpoint.Address,
+    start: String,
+    startRows: Long,
+    replay: Option[RealTimeReplay],
+    tableUri: String,
+    pollMs: Long) extends InputPartition
+
+/** A real-time reader's position: the offset of the last file read whole (the brain's JSON)
+ *  and how many rows of the next file it emitted. */
+case class DeltaPartitionOffset(position: String, rows: Long) extends PartitionOffset
+
+class RealTimeReaderFactory(files: PartitionReaderFactory, conf: SerializableConfiguration)
+  extends PartitionReaderFactory {
+  override def supportColumnarReads(partition: InputPartition): Boolean = false
+
+  override def createReader(partition: InputPartition): PartitionReader[InternalRow] =
+    new RealTimeReader(partition.asInstanceOf[RealTimeInputPartition], files, conf)
+}
+
+/** One epoch's long-lived task over the table's log (see [[RealTimeSupport]]). */
+class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
+    conf: SerializableConfiguration) extends SupportsRealTimeRead[InternalRow] {
+  private lazy val driver = RealTimeFilesEndpoint.connect(p.endpoint)
+  private val logDir = new Path(new Path(p.tableUri), "_delta_log")
+  private lazy val fs: FileSystem = logDir.getFileSystem(conf.value)
+
+  private var position = p.start
+  private var rows = p.startRows
+  private var skip = p.startRows
+  private val queue = mutable.Queue[RealTimeFile]()
+  private var queueEnd: String = _
+  private var current: PartitionReader[InternalRow] = _
+  private var currentFile: RealTimeFile = _
+  private var currentLimit = -1L // rows to emit of the current file; -1: all
+  private var nextVersion = -1L // the commit whose file the reader waits for; -1: ask now
+  private var replayed = false
+  private var lastFetch = 0L
+
+  p.replay.foreach { r =>
+    queue ++= r.files
+    r.partial.foreach(queue += _)
+  }
+
+  override def getOffset: PartitionOffset = DeltaPartitionOffset(position, rows)
+
+  override def get(): InternalRow = current.get()
+
+  override def next(): Boolean = nextWithTimeout(0L).hasRecord
+
+  override def nextWithTimeout(timeoutMs: java.lang.Long): RecordStatus = {
+    val deadline = System.currentTimeMillis() + timeoutMs
+    while (true) {
+      if (current != null) {
+        if ((currentLimit < 0 || rows < currentLimit) && current.next()) {
+          rows += 1
+          return RecordStatus.newStatusWithoutArrivalTime(true)
+        }
+        closeCurrent()
+      } else if (queue.nonEmpty) {
+        open(queue.dequeue())
+      } else if (p.replay.isDefined) {
+        if (!replayed) { position = p.replay.get.end; rows = p.replay.get.rows; replayed = true }
+        return RecordStatus.newStatusWithoutArrivalTime(false)
+      } else {
+        if (queueEnd != null) { position = queueEnd; rows = 0; queueEnd = null }
+        if (nextVersion < 0 || committed(nextVersion)) {
+          fetch()
+        } else {
+          val left = deadline - System.currentTimeMillis()
+          if (left <= 0) return RecordStatus.newStatusWithoutArrivalTime(false)
+          Thread.sleep(math.min(p.pollMs, left))
+        }
+      }
+    }
+    RecordStatus.newStatusWithoutArrivalTime(false)
+  }
+
+  private def committed(version: Long): Boolean =
+    try fs.exists(new Path(logDir, f"$version%020d.json"))
+    catch {
+      // A store Hadoop cannot stat (no connector for its scheme): ask the driver instead,
+      // once per poll interval.
+      case _: java.io.IOException => System.currentTimeMillis() >= lastFetch + p.pollMs
+    }
+
+  private def fetch(): Unit = {
+    lastFetch = System.currentTimeMillis()
+    val answer = RealTimeFilesEndpoint.ask[RealTimeFiles](driver, position)
+    queue ++= answer.files
+    queueEnd = answer.end
+    nextVersion = if (answer.more) -1L else answer.latest + 1
+  }
+
+  private def open(file: RealTimeFile): Unit = {
+    currentFile = file
+    current = files.createReader(file.partition)
+    val isPartial = p.replay.exists(_.partial.contains(file))
+    currentLimit = if (isPartial) p.replay.get.rows else -1L
+    rows = 0
+    while (skip > 0 && current.next()) { skip -= 1; rows += 1 }
+    skip = 0
+  }
+
+  private def closeCurrent(): Unit = {
+    current.close()
+    current = null
+    if (currentLimit < 0) { position = currentFile.offset; rows = 0 }
+    currentLimit = -1L
+  }
+
+  override def close(): Unit = if (current != null) current.close()
+}

@@ -1,0 +1,66 @@
+package io.deltaflow.spark
+
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.rules.Rule
+import org.apache.spark.sql.catalyst.streaming.{StreamingRelationV2, WriteToStreamStatement}
+import org.apache.spark.sql.connector.catalog.Table
+
+/**
+ * Triggers a Delta stream cannot run with, refused when the query starts with a typed
+ * error naming what to use instead:
+ *
+ *  - `trigger(continuous=...)` from or into a Delta table (`UnsupportedTriggerError`):
+ *    deltaflow's source is not a `ContinuousStream` and its sink not a continuous write, and
+ *    Spark's own failures there are untyped ("Unknown type of trigger:
+ *    ContinuousTrigger(1000)") or come only after `start()` returned.
+ *  - `trigger(realTime=...)` on a Delta source read by the Python data source (the change
+ *    feed): real-time mode takes only JVM sources (`RealTimeModeError`).
+ *
+ * The statement that carries the trigger (`WriteToStreamStatement`) is resolved away by
+ * Spark's first resolution rules, so this runs with the hint rules, which come before them.
+ */
+class StreamTriggerCheck extends Rule[LogicalPlan] {
+  override def apply(plan: LogicalPlan): LogicalPlan = {
+    plan match {
+      case w: WriteToStreamStatement if StreamTrigger.continuous(w).isDefined =>
+        val trigger = StreamTrigger.continuous(w).get
+        val sink = deltaUri(w.sink).map(uri => (uri, "sink"))
+        val source = w.inputQuery.collectFirst {
+          case r: StreamingRelationV2 if deltaUri(r.table).isDefined => (deltaUri(r.table).get, "source")
+        }
+        sink.orElse(source).foreach { case (uri, role) =>
+          throw DeltaflowException.of("UnsupportedTriggerError",
+            s"The continuous trigger ($trigger) is not supported with a Delta $role " +
+              s"($uri). For low latency use trigger(realTime=\"5 minutes\") (Spark's real-time " +
+              "mode, Spark 4.1+; the duration is how often it checkpoints), or a " +
+              "processingTime trigger.",
+            Map("table_uri" -> uri, "trigger" -> trigger,
+              "alternative" -> "trigger(realTime=...)"))
+        }
+      case w: WriteToStreamStatement if StreamTrigger.realTime(w) =>
+        w.inputQuery.collectFirst {
+          case r: StreamingRelationV2 if r.table.isInstanceOf[LocatedPythonTable] => r
+        }.foreach { r =>
+          val uri = r.table.asInstanceOf[LocatedPythonTable].info.uri
+          val feed = Seq("readChangeFeed", "readChangeData").exists(key =>
+            Option(r.extraOptions.get(key)).exists(_.trim.equalsIgnoreCase("true")))
+          val feature = if (feed) "readChangeFeed" else "pythonDataSource"
+          throw DeltaflowException.of("RealTimeModeError",
+            s"This Delta stream over $uri is read by deltaflow's Python data source" +
+              (if (feed) " (the change feed)" else "") + ", which Spark's real-time mode " +
+              "cannot run. Read it with a processingTime or availableNow trigger" +
+              (if (feed) ", or without readChangeFeed." else "."),
+            Map("table_uri" -> uri, "feature" -> feature))
+        }
+      case _ =>
+    }
+    plan
+  }
+
+  private def deltaUri(table: Table): Option[String] = table match {
+    case t: DeltaTable => Some(t.info.uri)
+    case t: LocatedPythonTable => Some(t.info.uri)
+    case s: DeltaSink => Some(s.path)
+    case _ => None
+  }
+}

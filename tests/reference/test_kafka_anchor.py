@@ -1,0 +1,113 @@
+"""The real-time benchmark's anchor works: a Kafka broker from Maven Central and Spark's own
+real-time mode copying topic A to topic B (``bench/bench_realtime.py`` measures it).
+
+No timing is asserted: only that every event produced to A arrives in B, unchanged, once.
+Skipped only when Maven Central cannot be reached (the first run fetches the broker's and the
+connector's jars into ``~/.cache/deltaflow/reference/ivy``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.reference import _env, _kafka
+
+pytestmark = [pytest.mark.reference, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_kafka.KafkaBroker]:
+    try:
+        _kafka.broker_classpath()
+        _kafka.connector_jars()
+    except _env.ReferenceUnavailable as exc:
+        pytest.skip(f"Kafka anchor unavailable: {exc}")
+    with _kafka.KafkaBroker(tmp_path_factory.mktemp("kafka")) as running:
+        yield running
+
+
+def _consume(bootstrap: str, topic: str, want: int, timeout: float) -> list[bytes]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "anchor-test", "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(values) < want and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+        # a little longer: a duplicate would arrive now
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+@pytest.mark.timeout(900)
+def test_rtm_kafka_to_kafka_copies_every_event(broker: _kafka.KafkaBroker, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    broker.create_topics("a", "b")
+    query = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.reference._kafka",
+            broker.bootstrap,
+            "a",
+            "b",
+            str(tmp_path / "checkpoint"),
+        ],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(query.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 300
+        while not any(line.startswith("STARTED") for line in output):
+            assert query.poll() is None, f"the RTM query's process exited: {''.join(output)}"
+            assert time.monotonic() < deadline, f"the RTM query never started: {''.join(output)}"
+            time.sleep(0.2)
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        sent = [f"event-{i}".encode() for i in range(300)]
+        for value in sent:
+            producer.produce("a", value=value)
+            producer.poll(0)
+            time.sleep(0.002)  # a trickle, as a real-time source sees it
+        assert producer.flush(30) == 0
+        received = _consume(broker.bootstrap, "b", len(sent), timeout=180)
+        assert sorted(received) == sorted(sent), (
+            f"{len(received)} of {len(sent)} events in B: {''.join(output)[-3000:]}"
+        )
+        assert query.poll() is None, f"the RTM query died: {''.join(output)[-3000:]}"
+    finally:
+        if query.stdin is not None:
+            query.stdin.close()
+        try:
+            query.wait(120)
+        except subprocess.TimeoutExpired:
+            query.kill()
+            query.wait(10)
+        reader.join(10)
+    assert not any(line.startswith("FAILED") for line in output), "".join(output)[-3000:]

@@ -1,0 +1,383 @@
+"""The Delta source in Spark's real-time mode (``trigger(realTime=...)``, Spark 4.1+), and
+the continuous trigger's typed refusal.
+
+Rows are committed by Spark batch writes while a real-time query runs; they reach a
+``foreach`` sink (one of the sinks real-time mode allows), which appends each row to a file
+of its own per epoch. Waits are on conditions with deadlines, never on timing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+
+from deltaflow.errors import InvalidOptionError, typed_error
+from deltaflow.spark.errors import RealTimeModeError, UnsupportedTriggerError
+from tests._waiting import wait_until
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+HAS_REAL_TIME = tuple(int(p) for p in pyspark.__version__.split(".")[:2]) >= (4, 1)
+needs_real_time = pytest.mark.skipif(
+    not HAS_REAL_TIME, reason="Spark's real-time mode came with Spark 4.1"
+)
+# An epoch: how often the query checkpoints. Python's foreach sink hands rows to its
+# Python worker in batches, so short epochs keep the tests short.
+EPOCH = "2 seconds"
+MIN_EPOCH_CONF = "spark.sql.streaming.realTimeMode.minBatchDuration"
+WAIT = 90.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def short_epochs(spark: Any) -> Iterator[None]:
+    """Spark's floor on the epoch length (5 s) lowered for this module, then restored."""
+    before = spark.conf.get(MIN_EPOCH_CONF, None)
+    spark.conf.set(MIN_EPOCH_CONF, "1000")
+    yield
+    if before is None:
+        spark.conf.unset(MIN_EPOCH_CONF)
+    else:
+        spark.conf.set(MIN_EPOCH_CONF, before)
+
+
+class FileSink:
+    """A foreach writer: each attempt at an epoch's rows of a partition as JSON lines in a
+    file of its own, named so that the latest attempt sorts last."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        name = f"{epoch_id:08d}-{partition_id}-{time.time_ns()}-{uuid.uuid4().hex}.jsonl"
+        self.out = open(os.path.join(self.folder, name), "a")  # noqa: SIM115
+        return True
+
+    def process(self, row: Any) -> None:
+        self.out.write(json.dumps(row.asDict()) + "\n")
+        self.out.flush()
+
+    def close(self, error: BaseException | None) -> None:
+        self.out.close()
+
+
+def received(folder: Path) -> list[int]:
+    """Every id the sink received, sorted: of an epoch Spark ran again (a query stopped
+    before the epoch was checkpointed), the last attempt, as a foreach writer that is
+    idempotent by epoch id keeps it."""
+    latest: dict[tuple[str, str], str] = {}
+    for name in sorted(os.listdir(folder)):
+        epoch, partition, _ = name.split("-", 2)
+        latest[(epoch, partition)] = name
+    ids: list[int] = []
+    for name in latest.values():
+        with open(folder / name) as f:
+            ids += [json.loads(line)["id"] for line in f if line.strip()]
+    return sorted(ids)
+
+
+def append(spark: Any, path: str, ids: list[int]) -> None:
+    """One commit of ``ids`` by Spark's batch writer."""
+    df = spark.createDataFrame([(i,) for i in ids], "id long")
+    df.coalesce(1).write.format("delta").mode("append").save(path)
+
+
+def version_of(path: str) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(path).version()
+
+
+def real_time(writer: Any, epoch: str) -> Any:
+    """``writer.trigger(realTime=epoch)``; pyspark 4.1 lacks the argument (its JVM has the
+    trigger), so there it is set on the JVM writer."""
+    if "realTime" in inspect.signature(writer.trigger).parameters:
+        return writer.trigger(realTime=epoch)
+    jvm = writer._spark._jvm
+    writer._jwrite = writer._jwrite.trigger(
+        jvm.org.apache.spark.sql.streaming.Trigger.RealTime(epoch)
+    )
+    return writer
+
+
+def start(
+    spark: Any, source: str, checkpoint: str, out: Path, epoch: str = EPOCH, **options: str
+) -> Any:
+    out.mkdir(exist_ok=True)
+    writer = (
+        spark.readStream.format("delta")
+        .options(**options)
+        .load(source)
+        .writeStream.foreach(FileSink(str(out)))
+        .outputMode("update")
+        .option("checkpointLocation", checkpoint)
+    )
+    return real_time(writer, epoch).start()
+
+
+@pytest.fixture
+def stopping() -> Iterator[list[Any]]:
+    """Queries to stop when the test ends, whatever happened."""
+    queries: list[Any] = []
+    yield queries
+    for query in queries:
+        query.stop()
+
+
+def wait_for(out: Path, expected: list[int], query: Any) -> None:
+    def arrived() -> bool:
+        if query.exception() is not None:
+            raise AssertionError(f"the query failed: {query.exception()}")
+        return len(received(out)) >= len(expected)
+
+    wait_until(arrived, WAIT, f"{len(expected)} rows in the foreach sink")
+    assert received(out) == sorted(expected)
+
+
+def end_offsets(checkpoint: str) -> list[dict[str, Any]]:
+    """The source's end offset of each epoch the checkpoint committed (its offset log
+    entry: a version line, the query's metadata, then one offset per source)."""
+    root = Path(checkpoint)
+    if not (root / "commits").is_dir():
+        return []
+    ends = []
+    for name in os.listdir(root / "commits"):
+        if name.isdigit() and (root / "offsets" / name).is_file():
+            lines = (root / "offsets" / name).read_text().splitlines()
+            ends.append(json.loads(lines[2]))
+    return ends
+
+
+def wait_for_epoch_past(checkpoint: str, version: int) -> None:
+    """Until an epoch whose end offset is past commit ``version`` is checkpointed."""
+
+    def past() -> bool:
+        return any(
+            end.get("reservoirVersion", -1) > version and "rowsOfNextFile" not in end
+            for end in end_offsets(checkpoint)
+        )
+
+    wait_until(past, WAIT, f"an epoch checkpointed past version {version}")
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_committed_rows_reach_a_foreach_sink(spark, table_path, tmp_path, stopping) -> None:
+    source = table_path("src")
+    append(spark, source, [0, 1, 2])
+    out = tmp_path / "out"
+    query = start(spark, source, str(tmp_path / "ck"), out)
+    stopping.append(query)
+    wait_for(out, [0, 1, 2], query)  # the snapshot
+    for batch in ([10, 11], [20], [30, 31, 32]):
+        append(spark, source, batch)  # a commit each, while the epoch runs
+    wait_for(out, [0, 1, 2, 10, 11, 20, 30, 31, 32], query)
+    assert "DeltaSource" in query.lastProgress["sources"][0]["description"]
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_restart_from_checkpoint_loses_and_repeats_nothing(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    source, checkpoint = table_path("src"), str(tmp_path / "ck")
+    append(spark, source, [0, 1])
+    out = tmp_path / "out"
+    first = start(spark, source, checkpoint, out)
+    stopping.append(first)
+    append(spark, source, [2, 3])
+    wait_for(out, [0, 1, 2, 3], first)
+    wait_for_epoch_past(checkpoint, version_of(source))
+    first.stop()
+    append(spark, source, [4, 5])  # while the query is down
+    again = start(spark, source, checkpoint, out)
+    stopping.append(again)
+    append(spark, source, [6])
+    wait_for(out, [0, 1, 2, 3, 4, 5, 6], again)
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_an_epoch_ending_inside_a_file_resumes_at_its_next_row(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    # One file larger than a short epoch reads: epochs end inside it, and their offsets
+    # count the rows of it already emitted.
+    source, checkpoint = table_path("src"), str(tmp_path / "ck")
+    rows = 300_000
+    spark.range(rows).coalesce(1).write.format("delta").save(source)
+    out = tmp_path / "out"
+    spark.conf.set(MIN_EPOCH_CONF, "100")
+    try:
+        first = start(spark, source, checkpoint, out, epoch="200 milliseconds")
+    finally:
+        spark.conf.set(MIN_EPOCH_CONF, "1000")
+    stopping.append(first)
+    wait_until(
+        lambda: any("rowsOfNextFile" in end for end in end_offsets(checkpoint)),
+        WAIT,
+        "an epoch checkpointed inside the file",
+    )
+    first.stop()  # inside the file: the restart goes on from the checkpointed row
+    again = start(spark, source, checkpoint, out)
+    stopping.append(again)
+    wait_for(out, list(range(rows)), again)
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_starting_version(spark, table_path, tmp_path, stopping) -> None:
+    source = table_path("src")
+    for batch in ([0], [1], [2]):
+        append(spark, source, batch)  # versions 0, 1, 2
+    out = tmp_path / "out"
+    query = start(
+        spark, source, str(tmp_path / "ck"), out, startingVersion="1", realTimePollIntervalMs="50"
+    )
+    stopping.append(query)
+    append(spark, source, [3])
+    wait_for(out, [1, 2, 3], query)
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_a_bad_poll_interval_fails_the_query_with_a_typed_error(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    source = table_path("src")
+    append(spark, source, [0])
+    query = start(spark, source, str(tmp_path / "ck"), tmp_path / "out", realTimePollIntervalMs="0")
+    stopping.append(query)
+    wait_until(lambda: not query.isActive, WAIT, "the query to fail")
+    error = typed_error(query.exception())
+    assert isinstance(error, InvalidOptionError), query.exception()
+    assert error.option == "realTimePollIntervalMs"
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_the_change_feed_is_refused_in_real_time_mode(spark, table_path, tmp_path, stopping):
+    source = table_path("src")
+    spark.sql(
+        f"CREATE TABLE delta.`{source}` (id BIGINT) USING delta"
+        " TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
+    )
+    append(spark, source, [0])
+    with pytest.raises(Exception) as caught:
+        stopping.append(
+            start(spark, source, str(tmp_path / "ck"), tmp_path / "out", readChangeFeed="true")
+        )
+    error = typed_error(caught.value)
+    assert isinstance(error, RealTimeModeError), caught.value
+    assert error.feature == "readChangeFeed"
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_rows_deleted_by_deletion_vectors_are_not_emitted(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    source = table_path("src")
+    spark.sql(
+        f"CREATE TABLE delta.`{source}` (id BIGINT) USING delta"
+        " TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')"
+    )
+    append(spark, source, list(range(10)))
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE id % 2 = 0")
+    out = tmp_path / "out"
+    query = start(spark, source, str(tmp_path / "ck"), out, skipChangeCommits="true")
+    stopping.append(query)
+    wait_for(out, [1, 3, 5, 7, 9], query)
+    # A DELETE while the query runs is a change commit: skipped, and later appends flow.
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE id = 1")
+    append(spark, source, [100])
+    wait_for(out, [1, 3, 5, 7, 9, 100], query)
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@needs_real_time
+def test_real_time_on_local_cluster(tmp_path) -> None:
+    """The long-lived task runs in an executor JVM, which reaches the driver only by RPC."""
+    from tests.spark.test_cluster import _spark_home
+
+    env = {
+        **os.environ,
+        "SPARK_HOME": _spark_home(tmp_path),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "_realtime_cluster_job.py"), str(tmp_path)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+    assert result["error"] is None
+    assert result["executors"] == 1
+    assert result["ids"] == [0, 1, 2, 10, 11, 12]
+
+
+@pytest.mark.skipif(HAS_REAL_TIME, reason="Spark 4.1+ has real-time mode")
+def test_spark_without_real_time_mode_has_no_such_trigger(spark, table_path) -> None:
+    # Spark 4.0 has no real-time mode at all: its DataStreamWriter takes no realTime
+    # trigger, so nothing reaches the connector to refuse.
+    writer = spark.readStream.format("delta").load(table_path("src")).writeStream
+    with pytest.raises(TypeError):
+        writer.trigger(realTime="5 seconds")
+
+
+def test_continuous_trigger_from_delta_is_refused_with_a_typed_error(
+    spark, table_path, tmp_path
+) -> None:
+    source = table_path("src")
+    append(spark, source, [0])
+    writer = (
+        spark.readStream.format("delta")
+        .load(source)
+        .writeStream.format("console")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(continuous="1 second")
+    )
+    with pytest.raises(Exception) as caught:
+        writer.start().stop()
+    error = typed_error(caught.value)
+    assert isinstance(error, UnsupportedTriggerError), caught.value
+    assert error.alternative == "trigger(realTime=...)"
+    assert error.table_uri.rstrip("/").endswith(Path(source).name)
+
+
+def test_continuous_trigger_into_delta_is_refused_with_a_typed_error(
+    spark, table_path, tmp_path
+) -> None:
+    target = table_path("dst")
+    writer = (
+        spark.readStream.format("rate")
+        .load()
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(continuous="1 second")
+    )
+    started = time.monotonic()
+    with pytest.raises(Exception) as caught:
+        writer.start(target).stop()
+    error = typed_error(caught.value)
+    assert isinstance(error, UnsupportedTriggerError), caught.value
+    assert error.alternative == "trigger(realTime=...)"
+    assert time.monotonic() - started < WAIT
