@@ -15,8 +15,9 @@ import inspect
 import itertools
 from typing import Any
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 import deltaflow
 from deltaflow.errors import InvalidOptionError
@@ -222,3 +223,20 @@ def test_a_commit_interval_out_of_bounds_is_refused_typed(spark, table_path) -> 
     assert isinstance(error, InvalidOptionError)
     assert error.option == "realTimeCommitIntervalMs"
     assert ids(location) == []
+
+
+def test_delta_to_delta_in_real_time(spark, table_path) -> None:
+    # The Delta source's real-time mode (issue 28 part 1) into the Delta sink.
+    source = table_path("src")
+    write_deltalake(source, pa.table({"id": pa.array([0], pa.int32())}))
+    name, location = new_table(spark)
+    query = start(spark.readStream.format("delta").load(source), name, table_path("ck"))
+    try:
+        wait_for_rows(location, query, 1)
+        for i in range(1, 4):
+            write_deltalake(source, pa.table({"id": pa.array([i], pa.int32())}), mode="append")
+            wait_for_rows(location, query, i + 1)
+        assert query.lastProgress is None  # all inside the first epoch
+    finally:
+        query.stop()
+    assert ids(location) == [0, 1, 2, 3]
