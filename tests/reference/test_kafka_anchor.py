@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests._waiting import wait_until
 from tests.reference import _env, _kafka
 
 pytestmark = [pytest.mark.reference, pytest.mark.slow]
@@ -84,11 +85,12 @@ def test_rtm_kafka_to_kafka_copies_every_event(broker: _kafka.KafkaBroker, tmp_p
     reader = threading.Thread(target=lambda: output.extend(query.stdout or ()), daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 300
-        while not any(line.startswith("STARTED") for line in output):
+
+        def started() -> bool:
             assert query.poll() is None, f"the RTM query's process exited: {''.join(output)}"
-            assert time.monotonic() < deadline, f"the RTM query never started: {''.join(output)}"
-            time.sleep(0.2)
+            return any(line.startswith("STARTED") for line in output)
+
+        wait_until(started, 300, "the RTM query to start")
         producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
         sent = [f"event-{i}".encode() for i in range(300)]
         for value in sent:

@@ -24,6 +24,7 @@ from deltaflow.errors import InvalidOptionError
 from deltaflow.spark._compat import PYSPARK_MINOR
 from deltaflow.table.errors import UnsupportedFeatureError
 from tests._waiting import wait_until
+from tests.spark._conf import conf_set
 
 pytestmark = [
     pytest.mark.slow,
@@ -41,13 +42,8 @@ _SOURCES = "org.apache.spark.sql.execution.streaming.sources"
 def real_time_session(spark) -> Any:
     # Spark's sink allowlist names only its own sinks (see docs/realtime.md); the
     # connector checks the query's operators itself.
-    before = spark.conf.get(ALLOWLIST, None)
-    spark.conf.set(ALLOWLIST, "false")
-    yield
-    if before is None:
-        spark.conf.unset(ALLOWLIST)
-    else:
-        spark.conf.set(ALLOWLIST, before)
+    with conf_set(spark, ALLOWLIST, "false"):
+        yield
 
 
 class MemoryStream:

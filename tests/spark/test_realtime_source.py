@@ -25,6 +25,7 @@ import pytest
 from deltaflow.errors import InvalidOptionError, typed_error
 from deltaflow.spark.errors import RealTimeModeError, UnsupportedTriggerError
 from tests._waiting import wait_until
+from tests.spark._conf import conf_set
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -42,13 +43,8 @@ WAIT = 90.0
 @pytest.fixture(scope="module", autouse=True)
 def short_epochs(spark: Any) -> Iterator[None]:
     """Spark's floor on the epoch length (5 s) lowered for this module, then restored."""
-    before = spark.conf.get(MIN_EPOCH_CONF, None)
-    spark.conf.set(MIN_EPOCH_CONF, "1000")
-    yield
-    if before is None:
-        spark.conf.unset(MIN_EPOCH_CONF)
-    else:
-        spark.conf.set(MIN_EPOCH_CONF, before)
+    with conf_set(spark, MIN_EPOCH_CONF, "1000"):
+        yield
 
 
 class FileSink:
