@@ -184,22 +184,44 @@ def _check_connect_server(spark: SparkSession) -> None:
         )
 
 
-def _warm_brain(spark: SparkSession) -> None:
-    """Start the connector's brain process now, in the background.
+WARM_UP_CONF = "spark.deltaflow.session.warmUp"
+WARM_UP_JOB_GROUP = "deltaflow-warm-up"
+WARM_UP_JOB_TEXT = "deltaflow: the process's first job, run at session start (see session.warmUp)"
 
-    The driver JVM starts it at the first call (``Brain.call``): a Python process that
-    imports delta-rs, pyarrow and deltaflow, ~1 s on a quiet machine, several under
-    load, that the first Delta statement of a session would otherwise wait for. A ping
-    from a daemon thread overlaps that with whatever the user does next. Failures are
-    ignored here: the first real call starts the brain again and reports them.
+
+def _warm_brain(spark: SparkSession) -> None:
+    """Start the connector's brain process now, and warm the session's first Spark job,
+    in the background.
+
+    The driver JVM starts the brain at the first call (``Brain.call``): a Python process
+    that imports delta-rs, pyarrow and deltaflow, ~1 s on a quiet machine, several under
+    load, that the first Delta statement of a session would otherwise wait for. Then a
+    process's first Spark job pays once for loading the scheduler's, the executors' and
+    the code generator's classes: 2-4 s, which the first ``spark.read.parquet`` (its
+    schema inference is a job) or the first query would otherwise pay. A daemon thread
+    overlaps both with whatever the user does next; a one-row job on one partition
+    touches no catalog (the metastore stays closed, see architecture.md) and no storage.
+    ``spark.deltaflow.session.warmUp=false`` leaves the job out. Failures are ignored
+    here: the first real call starts the brain again and reports them.
     """
+    warm_job = (spark.conf.get(WARM_UP_CONF, "true") or "true").strip().lower() != "false"
 
     def ping() -> None:
         with suppress(Exception):
             brain = spark._jvm.io.deltaflow.spark.Brain  # type: ignore[attr-defined]
             brain.call("ping", brain.newArgs())
 
+    def first_job() -> None:
+        with suppress(Exception):
+            jspark = spark._jsparkSession  # type: ignore[attr-defined]
+            # This thread's jobs only (py4j pins a JVM thread to it): named in the UI.
+            jspark.sparkContext().setJobGroup(WARM_UP_JOB_GROUP, WARM_UP_JOB_TEXT, False)
+            jspark.range(0, 1, 1, 1).count()
+
+    # Two threads: the brain's start is another process's work, the job the JVM's.
     threading.Thread(target=ping, name="deltaflow-brain-warmup", daemon=True).start()
+    if warm_job:
+        threading.Thread(target=first_job, name="deltaflow-job-warmup", daemon=True).start()
 
 
 def _check_connector(spark: SparkSession) -> None:

@@ -12,6 +12,8 @@ import pyspark
 
 import deltaflow
 from deltaflow import _session
+from tests._waiting import wait_until
+from tests.spark._conf import conf_set
 
 
 def _pyspark_origin(_: Any) -> str:
@@ -53,6 +55,33 @@ def test_register_starts_the_brain_in_the_background(spark) -> None:
     pid = brain.call("ping", brain.newArgs()).get("pid").asInt()
     command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     assert b"deltaflow.spark.bridge._server" in command
+
+
+def _warm_up_jobs(spark: Any) -> list[int]:
+    return list(spark.sparkContext.statusTracker().getJobIdsForGroup(_session.WARM_UP_JOB_GROUP))
+
+
+def test_register_runs_a_first_job_unless_told_not_to(spark) -> None:
+    # A process's first Spark job loads the scheduler's and executors' classes (seconds):
+    # register() pays that in the background, not the user's first query.
+    tracker = spark.sparkContext.statusTracker()
+    before = set(_warm_up_jobs(spark))
+    _session.register(spark)
+    wait_until(lambda: set(_warm_up_jobs(spark)) - before, 120, "the warm-up job")
+    for job in set(_warm_up_jobs(spark)) - before:
+        wait_until(
+            lambda job=job: tracker.getJobInfo(job).status == "SUCCEEDED",
+            120,
+            f"warm-up job {job} to succeed",
+        )
+
+    with conf_set(spark, _session.WARM_UP_CONF, "false"):
+        before = set(_warm_up_jobs(spark))
+        _session.register(spark)
+        for thread in threading.enumerate():
+            if thread.name in ("deltaflow-brain-warmup", "deltaflow-job-warmup"):
+                thread.join(timeout=120)
+        assert set(_warm_up_jobs(spark)) == before
 
 
 def test_spark_conf_names_the_jar_the_sql_extension_and_the_catalog(spark):
