@@ -280,19 +280,51 @@ def start_rtm_copy(
     )
 
 
+def start_rtm_delta_to_kafka(
+    spark: Any, table: str, bootstrap: str, target: str, checkpoint: str, interval: str
+) -> Any:
+    """deltaflow's real-time Delta source into Spark's Kafka sink: every row of the Delta
+    table at path ``table`` (column ``id``) to topic ``target`` as its value, from the
+    table's first version."""
+    return (
+        spark.readStream.format("delta")
+        .load(table)
+        .selectExpr("CAST(id AS STRING) AS value")
+        .writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", target)
+        .option("checkpointLocation", checkpoint)
+        .outputMode("update")
+        .trigger(realTime=interval)
+        .start()
+    )
+
+
 def _main(bootstrap: str, source: str, target: str, checkpoint: str) -> int:
+    """Copy topic ``source`` to topic ``target`` in real-time mode, or, when ``source`` is
+    a path (``/...``), the Delta table there through deltaflow's session."""
     from pyspark.sql import SparkSession
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("deltaflow-kafka-anchor")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.jars", spark_kafka_conf()["spark.jars"])
-        .getOrCreate()
-    )
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.jars": spark_kafka_conf()["spark.jars"],
+    }
+    from_delta = source.startswith("/")
+    if from_delta:
+        import deltaflow
+
+        spark = deltaflow.session(app_name="deltaflow-delta-to-kafka", conf=conf)
+    else:
+        builder = SparkSession.builder.master("local[2]").appName("deltaflow-kafka-anchor")
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    query = start_rtm_copy(spark, bootstrap, source, target, checkpoint, "5 minutes")
+    if from_delta:
+        query = start_rtm_delta_to_kafka(spark, source, bootstrap, target, checkpoint, "5 minutes")
+    else:
+        query = start_rtm_copy(spark, bootstrap, source, target, checkpoint, "5 minutes")
     print("STARTED", flush=True)
     sys.stdin.read()  # until the caller closes our standard input
     failure = query.exception()

@@ -7,6 +7,7 @@ connector's jars into ``~/.cache/deltaflow/reference/ivy``)."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -60,49 +61,35 @@ def _consume(bootstrap: str, topic: str, want: int, timeout: float) -> list[byte
     return values
 
 
-@pytest.mark.timeout(900)
-def test_rtm_kafka_to_kafka_copies_every_event(broker: _kafka.KafkaBroker, tmp_path: Path) -> None:
-    from confluent_kafka import Producer
-
-    broker.create_topics("a", "b")
+@contextlib.contextmanager
+def _rtm_query(broker: _kafka.KafkaBroker, source: str, target: str, checkpoint: Path):
+    """The RTM query of ``tests.reference._kafka`` in its own process, started; yields a
+    function that returns its output so far; stops it (closing its stdin) on exit."""
     query = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.reference._kafka",
-            broker.bootstrap,
-            "a",
-            "b",
-            str(tmp_path / "checkpoint"),
-        ],
+        [sys.executable, "-m", "tests.reference._kafka", broker.bootstrap, source, target,
+         str(checkpoint)],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )
+    )  # fmt: skip
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(query.stdout or ()), daemon=True)
     reader.start()
+
+    def text() -> str:
+        return "".join(output)[-3000:]
+
     try:
 
         def started() -> bool:
-            assert query.poll() is None, f"the RTM query's process exited: {''.join(output)}"
+            assert query.poll() is None, f"the RTM query's process exited: {text()}"
             return any(line.startswith("STARTED") for line in output)
 
         wait_until(started, 300, "the RTM query to start")
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
-        sent = [f"event-{i}".encode() for i in range(300)]
-        for value in sent:
-            producer.produce("a", value=value)
-            producer.poll(0)
-            time.sleep(0.002)  # a trickle, as a real-time source sees it
-        assert producer.flush(30) == 0
-        received = _consume(broker.bootstrap, "b", len(sent), timeout=180)
-        assert sorted(received) == sorted(sent), (
-            f"{len(received)} of {len(sent)} events in B: {''.join(output)[-3000:]}"
-        )
-        assert query.poll() is None, f"the RTM query died: {''.join(output)[-3000:]}"
+        yield text
+        assert query.poll() is None, f"the RTM query died: {text()}"
     finally:
         if query.stdin is not None:
             query.stdin.close()
@@ -112,4 +99,48 @@ def test_rtm_kafka_to_kafka_copies_every_event(broker: _kafka.KafkaBroker, tmp_p
             query.kill()
             query.wait(10)
         reader.join(10)
-    assert not any(line.startswith("FAILED") for line in output), "".join(output)[-3000:]
+    assert not any(line.startswith("FAILED") for line in output), text()
+
+
+@pytest.mark.timeout(900)
+def test_rtm_kafka_to_kafka_copies_every_event(broker: _kafka.KafkaBroker, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    broker.create_topics("a", "b")
+    with _rtm_query(broker, "a", "b", tmp_path / "checkpoint") as output:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        sent = [f"event-{i}".encode() for i in range(300)]
+        for value in sent:
+            producer.produce("a", value=value)
+            producer.poll(0)
+            time.sleep(0.002)  # a trickle, as a real-time source sees it
+        assert producer.flush(30) == 0
+        received = _consume(broker.bootstrap, "b", len(sent), timeout=180)
+        assert sorted(received) == sorted(sent), (
+            f"{len(received)} of {len(sent)} events in B: {output()}"
+        )
+
+
+@pytest.mark.timeout(900)
+def test_rtm_delta_source_into_kafka_sends_every_row_once(
+    broker: _kafka.KafkaBroker, tmp_path: Path
+) -> None:
+    """deltaflow's real-time Delta source feeds Spark's own real-time Kafka sink: rows
+    committed before the start and while it runs, each in B once."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    table = tmp_path / "events"
+
+    def commit(ids: range) -> None:
+        write_deltalake(str(table), pa.table({"id": pa.array(ids, pa.int64())}), mode="append")
+
+    commit(range(0, 50))
+    broker.create_topics("from-delta")
+    with _rtm_query(broker, str(table), "from-delta", tmp_path / "checkpoint") as output:
+        for first in range(50, 300, 25):  # ten more commits while the query runs
+            commit(range(first, first + 25))
+        received = _consume(broker.bootstrap, "from-delta", 300, timeout=180)
+        assert sorted(int(v) for v in received) == list(range(300)), (
+            f"{len(received)} of 300 rows in the topic: {output()}"
+        )
