@@ -17,9 +17,10 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 DATA_DIR = BENCH_DIR / ".data"
@@ -146,3 +147,33 @@ def print_table(title: str, rows: list[tuple[str, float, int, float]]) -> None:
     print("| --- | ---: | ---: | ---: |")
     for name, seconds, count, ratio in rows:
         print(f"| {name} | {seconds:.3f} | {count / seconds / 1e6:.2f} M | {ratio:.2f} |")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def drive_upstream(
+    upstream: Any, arrived: Callable[[], Container[int]], args: Any, drain_seconds: float
+) -> tuple[int, int, str]:
+    """Run a latency benchmark's paced ``upstream`` writer (a thread with ``seq`` and
+    ``stop_event``): ``args.warmup`` seconds, then ``args.seconds`` measured; then wait up to
+    ``drain_seconds`` until every measured ``seq`` is in ``arrived()``. Returns the first
+    and last measured ``seq`` (end exclusive) and the load average at the start."""
+    upstream.start()
+    time.sleep(args.warmup)
+    first_seq = upstream.seq
+    load_before = loadavg()
+    time.sleep(args.seconds)
+    last_seq = upstream.seq
+    upstream.stop_event.set()
+    upstream.join()
+    deadline = time.monotonic() + drain_seconds
+    while time.monotonic() < deadline:
+        seen = arrived()
+        if all(s in seen for s in range(first_seq, last_seq)):
+            break
+        time.sleep(0.05)
+    return first_seq, last_seq, load_before

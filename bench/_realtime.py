@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import DATA_DIR, loadavg
+from _common import DATA_DIR, drive_upstream, loadavg, percentile
 
 HERE = Path(__file__).parent
 EPOCH = "5 seconds"
@@ -42,11 +42,6 @@ def _arrivals(folder: Path) -> dict[int, float]:
             seq, at = line.split()
             last[int(seq)] = max(last.get(int(seq), 0.0), int(at) / 1000)
     return last
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def measure_realtime(
@@ -80,19 +75,9 @@ def measure_realtime(
         if time.monotonic() > deadline or not query.isActive:
             raise RuntimeError(f"{name}: the first rows never arrived: {query.exception()}")
         time.sleep(0.05)
-    upstream.start()
-    time.sleep(args.warmup)
-    first_seq = upstream.seq
-    load_before = loadavg()
-    time.sleep(args.seconds)
-    last_seq = upstream.seq
-    upstream.stop_event.set()
-    upstream.join()
-    deadline = time.monotonic() + 30
-    while any(s not in _arrivals(arrived) for s in range(first_seq, last_seq)):
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    first_seq, last_seq, load_before = drive_upstream(
+        upstream, lambda: _arrivals(arrived), args, drain_seconds=30
+    )
     seen = _arrivals(arrived)
     query.stop()
     latencies = [
@@ -104,9 +89,9 @@ def measure_realtime(
         "rows_per_commit": rows,
         "commits": len(latencies),
         "missing": sum(1 for s in range(first_seq, last_seq) if s not in seen),
-        "p50_ms": _percentile(latencies, 0.5),
-        "p90_ms": _percentile(latencies, 0.9),
-        "p99_ms": _percentile(latencies, 0.99),
+        "p50_ms": percentile(latencies, 0.5),
+        "p90_ms": percentile(latencies, 0.9),
+        "p99_ms": percentile(latencies, 0.99),
         "max_ms": max(latencies),
         "mean_ms": statistics.fmean(latencies),
         "loadavg_before": load_before,

@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import DATA_DIR, fresh_dir, loadavg, parse_args, save_result
+from _common import DATA_DIR, fresh_dir, loadavg, parse_args, percentile, save_result
 
 ROWS = 10_000
 CONNECT = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -162,11 +162,6 @@ def child(host: str, path: Path, reps: int, port: int | None) -> dict[str, objec
     if out.returncode != 0:
         raise RuntimeError(f"{host} failed: {out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def main() -> dict[str, object]:

@@ -36,7 +36,16 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 
 import _bare_source
-from _common import DATA_DIR, fresh_dir, loadavg, parse_args, save_result, spark_session
+from _common import (
+    DATA_DIR,
+    drive_upstream,
+    fresh_dir,
+    loadavg,
+    parse_args,
+    percentile,
+    save_result,
+    spark_session,
+)
 
 ROWS_PER_COMMIT = 10
 FILE_SCHEMA = "seq long, id long, kind string"
@@ -143,11 +152,6 @@ class SinkPoller(threading.Thread):
             batch += 1
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def measure(
     spark: Any, name: str, options: dict[str, str], args: Any, out: Path, kind: str = "delta"
 ) -> dict[str, Any]:
@@ -181,19 +185,9 @@ def measure(
         if time.monotonic() > deadline or not query.isActive:
             raise RuntimeError(f"{name}: the first batch never arrived: {query.exception()}")
         time.sleep(0.05)
-    upstream.start()
-    time.sleep(args.warmup)
-    first_seq = upstream.seq
-    load_before = loadavg()
-    time.sleep(args.seconds)
-    last_seq = upstream.seq
-    upstream.stop_event.set()
-    upstream.join()
-    deadline = time.monotonic() + 60
-    while any(s not in poller.seen_at for s in range(first_seq, last_seq)):
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    first_seq, last_seq, load_before = drive_upstream(
+        upstream, lambda: poller.seen_at, args, drain_seconds=60
+    )
     progress = query.recentProgress
     query.stop()
     poller.stop_event.set()
