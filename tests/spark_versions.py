@@ -44,7 +44,8 @@ from pathlib import Path
 OLDER_SPARK = ("4.0.5", "4.1.4", "4.2.1")
 
 # The core suite: batch read and write, SQL and SQL DML, DeltaTable DML, streaming source
-# and sink (a path and a catalog table), a pipeline. 180 tests, ~400-480 CPU-seconds per
+# and sink (a path and a catalog table), a pipeline, real-time mode's source and sink. 180 tests
+# before real-time mode was added, ~400-480 CPU-seconds per
 # version: ~4 minutes on 2 quiet cores (docs/architecture.md, "Every Spark 4.x").
 CORE_TESTS = (
     "tests/spark/test_session.py",
@@ -59,6 +60,9 @@ CORE_TESTS = (
     "tests/spark/test_streaming.py",
     "tests/spark/test_stream_to_table.py",
     "tests/pipelines/test_runner.py",
+    # Real-time mode (Spark 4.1+; on 4.0 they assert the typed refusal and skip the rest).
+    "tests/spark/test_realtime_source.py",
+    "tests/spark/test_realtime_sink.py",
 )
 
 ROOT = Path(__file__).resolve().parents[1]
