@@ -377,3 +377,29 @@ def test_continuous_trigger_into_delta_is_refused_with_a_typed_error(
     assert isinstance(error, UnsupportedTriggerError), caught.value
     assert error.alternative == "trigger(realTime=...)"
     assert time.monotonic() - started < WAIT
+
+
+@needs_real_time
+@pytest.mark.parametrize("mode", ["complete", "append"])
+def test_output_modes_other_than_update_are_refused_naming_update(
+    spark, table_path, tmp_path, mode
+) -> None:
+    # Spark refuses them at start() with its own error class, naming the alternative; the
+    # connector adds nothing (docs/realtime.md, "Limits").
+    from pyspark.errors import AnalysisException
+
+    source = table_path("src")
+    append(spark, source, [0])
+    rows = spark.readStream.format("delta").load(source)
+    if mode == "complete":
+        rows = rows.groupBy("id").count()
+    writer = (
+        rows.writeStream.outputMode(mode)
+        .foreach(lambda row: None)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(realTime=EPOCH)
+    )
+    with pytest.raises(AnalysisException) as caught:
+        writer.start().stop()
+    assert caught.value.getCondition() == "STREAMING_REAL_TIME_MODE.OUTPUT_MODE_NOT_SUPPORTED"
+    assert "set the output mode to Update" in str(caught.value)
