@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyspark
 import pytest
 from deltalake import DeltaTable as DeltaRsTable
 from deltalake import write_deltalake
 
+from tests._waiting import wait_until
 from tests.spark.test_hosts import start_connect_server, stop, wait_for_port
 
 pytestmark = pytest.mark.slow
@@ -419,3 +421,50 @@ def test_merge_every_clause_kind_and_schema_evolution(client: Client, tables: Pa
     entry = table.history()[1]
     assert entry["operation"] == "MERGE"
     assert int(entry["operationMetrics"]["numTargetRowsInserted"]) == 1
+
+
+@pytest.mark.skipif(
+    tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (4, 2),
+    reason="pyspark's trigger(realTime=...) came with 4.2 (4.1 has it on the JVM only)",
+)
+def test_a_real_time_query_from_a_delta_table_into_another(client: Client, tables: Path) -> None:
+    """A Connect client runs a real-time query Delta -> Delta on the server: rows committed
+    while it runs land in the target once each."""
+    source = seeded(tables / "rt_source")
+    target, checkpoint = tables / "rt_target", tables / "rt_checkpoint"
+    client.run(
+        f"""
+        spark.conf.set("spark.sql.streaming.realTimeMode.minBatchDuration", "1000")
+        spark.conf.set("spark.sql.streaming.realTimeMode.allowlistCheck", "false")
+        spark.sql("CREATE TABLE rt_target (id BIGINT, name STRING) USING delta"
+                  " LOCATION '{target}'")
+        rt_query = (
+            spark.readStream.format("delta").load({source!r})
+            .writeStream.outputMode("update")
+            .option("checkpointLocation", {str(checkpoint)!r})
+            .option("asyncProgressTrackingEnabled", "false")
+            .trigger(realTime="2 seconds")
+            .toTable("rt_target")
+        )
+        result = rt_query.isActive
+        """
+    )
+    for first in (4, 7):
+        ids = list(range(first, first + 3))
+        write_deltalake(
+            source,
+            pa.table({"id": pa.array(ids, pa.int64()), "name": [f"n{i}" for i in ids]}),
+            mode="append",
+        )
+
+    def landed() -> list[int]:
+        if not (target / "_delta_log").exists():
+            return []
+        return sorted(DeltaRsTable(str(target)).to_pyarrow_table().column("id").to_pylist())
+
+    try:
+        wait_until(lambda: len(landed()) >= 9, 180, "nine rows in the real-time target")
+        assert landed() == list(range(1, 10))
+    finally:
+        failure = client.run("rt_query.stop(); result = repr(rt_query.exception())")
+    assert failure == "None"
