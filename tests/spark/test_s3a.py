@@ -12,6 +12,7 @@ delta-rs, directly against the store.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,6 +97,16 @@ def table(store: _object_store.ObjectStore, uri: str) -> DeltaTable:
     return DeltaTable(uri, storage_options=store.storage_options)
 
 
+# The JVM write path's file names (write/_native.py): part-<n>-<job>-s<split>-<uuid>-c000.
+_JVM_FILE = re.compile(r"/part-\d{5}-[0-9a-f]{8}-s\d+-[0-9a-f-]{36}-c000\.snappy\.parquet$")
+
+
+def jvm_written(store: _object_store.ObjectStore, uri: str) -> bool:
+    """Whether every file of ``uri``'s current version was written by the JVM path."""
+    files = table(store, uri).file_uris()
+    return bool(files) and all(_JVM_FILE.search(f) for f in files)
+
+
 def store_fs(store: _object_store.ObjectStore) -> pafs.S3FileSystem:
     return pafs.S3FileSystem(
         access_key=_object_store.ACCESS_KEY,
@@ -120,9 +131,7 @@ def test_batch_write_and_read_take_the_jvm_path(spark, object_store, uris):
     assert f"DeltaScan delta.`{uri}" in plan, plan
     assert "deltaflow_python" not in plan, plan
     assert [r[0] for r in rows_of(object_store, s3)] == list(range(150))
-    # The JVM writer's file names, not the Python data path's.
-    files = table(object_store, s3).file_uris()
-    assert files and all("-c000.snappy.parquet" in f for f in files), files
+    assert jvm_written(object_store, s3)
     # A filter on the partition-less table still reads on the JVM path.
     assert spark.read.format("delta").load(uri).where("id >= 140").count() == 10
 
@@ -212,6 +221,7 @@ def test_a_stream_with_its_checkpoint_on_s3a_restarts_exactly_once(spark, object
     frame(spark, 20, 5).write.format("delta").mode("append").save(source)
     run()
     assert [r[0] for r in rows_of(object_store, sink_s3)] == list(range(25))
+    assert jvm_written(object_store, sink_s3)
     # The offsets and commits Spark wrote are on S3, read back by the second and third runs.
     commits = store_fs(object_store).get_file_info(
         pafs.FileSelector(checkpoint.removeprefix("s3a://") + "/commits")
@@ -260,3 +270,27 @@ def test_credentials_come_from_fs_s3a_and_are_never_shown(spark, server, uris):
     assert _object_store.SECRET_KEY not in text
     log = (server[1] / "server.log").read_text()
     assert _object_store.SECRET_KEY not in log
+
+
+def test_routing_follows_the_schemes_the_driver_names(monkeypatch):
+    """Without the connector's variable (no S3A on the driver, or
+    spark.deltaflow.objectStore.jvmPath=false) object stores stay on the Python path."""
+    from deltaflow.spark.read import _native
+
+    def opens(listed: str | None, uri: str) -> bool:
+        if listed is None:
+            monkeypatch.delenv(_native.HADOOP_SCHEMES_VARIABLE, raising=False)
+        else:
+            monkeypatch.setenv(_native.HADOOP_SCHEMES_VARIABLE, listed)
+        _native.hadoop_object_stores.cache_clear()
+        try:
+            return _native.hadoop_opens(uri)
+        finally:
+            _native.hadoop_object_stores.cache_clear()
+
+    assert not opens(None, "s3a://b/t")
+    assert not opens("", "s3://b/t")
+    assert opens("s3a,s3", "s3a://b/t") and opens("s3a,s3", "S3://b/t")
+    assert not opens("s3a", "s3://b/t")
+    assert not opens("s3a,s3", "gs://b/t")
+    assert opens(None, "file:///tmp/t") and opens(None, "/tmp/t")
