@@ -1,7 +1,7 @@
 """Hadoop's S3A for tests and benchmarks: ``hadoop-aws`` matching the wheel's Hadoop and the
 few AWS SDK v2 modules it needs, from Maven Central, resolved once.
 
-Not part of deltaflow (users bring S3A with their cluster, see docs/object-stores.md); the
+Not part of deltaflow (users bring S3A with their cluster: README, "Object stores"); the
 tests use it to run the JVM path against SeaweedFS. The set is the one
 ``docs/notes/s3a-research.md`` measured (36 jars, about 13 MB): the SDK ``bundle`` (686 MB)
 is excluded and the modules S3A uses (``s3``, ``sts``, ``s3-transfer-manager``) are named

@@ -57,6 +57,9 @@ object HadoopStores extends Logging {
     try FileSystem.getFileSystemClass(scheme, conf) != null
     catch { case NonFatal(_) | _: LinkageError => false }
 
+  private def uri(text: String): Option[URI] =
+    try Some(URI.create(text)) catch { case NonFatal(_) => None }
+
   /** The AWS variables S3A's own settings imply (static keys, region, endpoint, style). */
   private[spark] def awsVariables(conf: Configuration): Map[String, String] = {
     def setting(key: String): Option[String] =
@@ -64,12 +67,15 @@ object HadoopStores extends Logging {
        catch { case NonFatal(_) => None })
         .orElse(Option(conf.get(key))).map(_.trim).filter(_.nonEmpty)
     val ssl = Option(conf.get("fs.s3a.connection.ssl.enabled")).forall(_.trim != "false")
-    val endpoint = setting("fs.s3a.endpoint").map { e =>
-      if (e.contains("://")) e else (if (ssl) "https://" else "http://") + e
-    }
+    // AWS's own endpoints are left to the SDKs (they resolve them from the region, in the
+    // addressing style each prefers); others (S3-compatible servers) are passed on.
+    val endpoint = setting("fs.s3a.endpoint")
+      .map(e => if (e.contains("://")) e else (if (ssl) "https://" else "http://") + e)
+      .filterNot(e =>
+        uri(e).flatMap(u => Option(u.getHost)).exists(_.endsWith(".amazonaws.com")))
     val region = setting("fs.s3a.endpoint.region").orElse(setting("fs.s3a.region"))
     val pathStyle = Option(conf.get("fs.s3a.path.style.access")).exists(_.trim == "true")
-    val plainHttp = endpoint.exists(e => Option(URI.create(e).getScheme).contains("http"))
+    val plainHttp = endpoint.flatMap(uri).flatMap(u => Option(u.getScheme)).contains("http")
     Seq(
       "AWS_ACCESS_KEY_ID" -> setting("fs.s3a.access.key"),
       "AWS_SECRET_ACCESS_KEY" -> setting("fs.s3a.secret.key"),
