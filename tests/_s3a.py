@@ -28,6 +28,11 @@ EXCLUDES = (
 S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 
 
+class NoJarSet(RuntimeError):
+    """No tested S3A jar set for this Hadoop (Spark 4.0's 3.4.1: Maven Central has no
+    ``s3-transfer-manager`` at the SDK version it pins)."""
+
+
 def cache_dir() -> Path:
     return Path.home() / ".cache" / "deltaflow" / "jars"
 
@@ -47,9 +52,9 @@ def s3a_jars() -> list[Path]:
     hadoop = hadoop_version()
     sdk = SDK_VERSIONS.get(hadoop)
     if sdk is None:
-        raise RuntimeError(
-            f"no known AWS SDK version for hadoop-aws {hadoop}: add it to SDK_VERSIONS"
-            " (hadoop-project's aws-java-sdk-v2.version)"
+        raise NoJarSet(
+            f"no tested S3A jar set for Hadoop {hadoop}: add the AWS SDK version its"
+            " hadoop-aws pins (hadoop-project's aws-java-sdk-v2.version) to SDK_VERSIONS"
         )
     modules = [
         f"org.apache.hadoop:hadoop-aws:{hadoop}",
