@@ -296,3 +296,34 @@ def test_routing_follows_the_schemes_the_driver_names(monkeypatch):
     assert not opens("s3a", "s3://b/t")
     assert not opens("s3a,s3", "gs://b/t")
     assert opens(None, "file:///tmp/t") and opens(None, "/tmp/t")
+
+
+def test_the_python_path_on_demand(s3a_conf, object_store, uris, tmp_path):
+    """``spark.deltaflow.objectStore.jvmPath=false``: S3A on the class path, yet s3a:// takes
+    the Python data path (whose executors read the store through the AWS variables)."""
+    from pyspark.sql.connect.session import SparkSession
+
+    conf = {**s3a_conf, "spark.deltaflow.objectStore.jvmPath": "false"}
+    saved = dict(os.environ)
+    os.environ.update(object_store.env)
+    try:
+        process, port = start_connect_server(tmp_path, conf)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    try:
+        wait_for_port(port, process, timeout=300)
+        session = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create()
+        try:
+            uri, s3 = uris()
+            # Written by delta-rs, and only planned here: the route is the brain's answer,
+            # and the Python path's first run (its workers) is slow on a busy machine.
+            data = pa.table({"id": pa.array(range(5), pa.int64())})
+            write_deltalake(s3, data, storage_options=object_store.storage_options)
+            plan = session.read.format("delta").load(uri)._explain_string()
+            assert "BatchScan deltaflow_python" in plan, plan
+            assert "DeltaScan" not in plan, plan
+        finally:
+            session.stop()
+    finally:
+        stop(process, tmp_path)
