@@ -41,6 +41,9 @@ def parse_args(description: str) -> argparse.Namespace:
         action="store_true",
         help="streaming throughput: the sources alone, into Spark's noop sink",
     )
+    parser.add_argument(
+        "--s3a", action="store_true", help="bench_s3: S3 through Hadoop's S3A (the JVM path)"
+    )
     args = parser.parse_args()
     if args.reps is None:
         args.reps = 2 if args.quick else 5

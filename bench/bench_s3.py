@@ -11,7 +11,7 @@ table, alternating which goes first per repetition:
 * **stream**: a Delta -> Delta stream (``trigger(availableNow=True)``) reads that table
   and appends every row to a new table beside it (``<uri>_copy``, on the same store);
   its checkpoint is on local disk (checkpoints cannot be on ``s3://`` from the pyspark
-  wheel); reported in rows/s too;
+  wheel; see ``--s3a`` below); reported in rows/s too;
 * **MERGE**: 1 % of the rows upserted (half updates, half inserts) through
   ``DeltaTable.merge``;
 * **commits**: ``COMMITS`` one-row appends in a row through delta-rs (what deltaflow's
@@ -26,6 +26,12 @@ cost in requests at S3 Standard's list prices when they arrive in commits of
 ``EVENTS_PER_COMMIT`` events (``deltaflow serve``'s group commits): the gateway here is on
 the same machine, so its latencies are a floor, not what a region's S3 answers in.
 ``--only write,scan,commits`` runs some of the steps (names as above, comma-separated).
+
+``--s3a`` puts Hadoop's S3A on the session's class path (``tests/_s3a.py``: resolved once
+from Maven Central) and uses ``s3a://`` URIs, so the S3 side runs on the JVM path (issue 29);
+its **stream** keeps the checkpoint on local disk like the local side, and an extra step,
+**stream, checkpoint on store**, runs it again with the checkpoint on ``s3a://`` (the local
+side: on local disk); results are saved as ``s3a``.
 """
 
 from __future__ import annotations
@@ -142,8 +148,14 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
 
     from _common import spark_session
 
-    steps = set((args.only or "write,scan,stream,merge,commits").split(","))
-    spark = spark_session()
+    every = "write,scan,stream,stream on store,merge,commits"
+    steps = set((args.only or every).split(","))
+    conf = None
+    if args.s3a:
+        from tests import _s3a
+
+        conf = _s3a.s3a_conf(store.endpoint, ACCESS_KEY, SECRET_KEY, REGION)
+    spark = spark_session(conf)
     load_start = loadavg()
     seconds: dict[str, list[float]] = collections.defaultdict(list)
     requests: dict[str, collections.Counter[str]] = {}
@@ -168,7 +180,13 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
             # A new table per repetition.
             uri = str(work / f"t{rep}") if where == "local" else store.uri(f"bench{rep}")
             checkpoint = str(work / f"checkpoint-{where}-{rep}")
-            for name, step in table_steps(spark, uri, data, changes, checkpoint).items():
+            on_store = None
+            if args.s3a:
+                on_store = str(work / f"checkpoint2-{where}-{rep}")
+                if where == "s3":
+                    uri = "s3a://" + uri.removeprefix("s3://")
+                    on_store = f"{uri}_checkpoint"
+            for name, step in table_steps(spark, uri, data, changes, checkpoint, on_store).items():
                 if name in steps:
                     timed(name, step, where)
         print(f"  rep {rep} done, load {loadavg()}", flush=True)
@@ -211,7 +229,7 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
         timed("conditional PUTs", ceiling, "s3")
     load_end = loadavg()
     medians = {name: statistics.median(values) for name, values in seconds.items()}
-    _print(rows, commits, medians, requests, load_start, load_end)
+    _print(rows, commits, medians, requests, load_start, load_end, args.s3a)
     result = {
         "rows": rows,
         "commits": commits,
@@ -220,15 +238,20 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
         "s3_requests": {k: dict(v) for k, v in requests.items()},
         "load_start": load_start,
         "load_end": load_end,
+        "s3a": args.s3a,
         "machine": machine(),
     }
-    save_result("s3_quick" if args.quick else "s3", result)
+    name = "s3a" if args.s3a else "s3"
+    save_result(f"{name}_quick" if args.quick else name, result)
     return result
 
 
-def table_steps(spark, uri: str, data, changes, checkpoint: str) -> dict[str, Callable[[], object]]:
-    """Write a new table at ``uri``, scan it, stream it into a copy, MERGE ``changes``
-    into it: in this order (the stream reads the table before the MERGE rewrites it)."""
+def table_steps(
+    spark, uri: str, data, changes, checkpoint: str, on_store: str | None = None
+) -> dict[str, Callable[[], object]]:
+    """Write a new table at ``uri``, scan it, stream it into a copy (and, with ``on_store``,
+    into a second copy with that checkpoint), MERGE ``changes`` into it: in this order (the
+    streams read the table before the MERGE rewrites it)."""
     import deltaflow
 
     def write() -> None:
@@ -249,27 +272,33 @@ def table_steps(spark, uri: str, data, changes, checkpoint: str) -> dict[str, Ca
 
     expected_rows = data.count()  # counted here, outside the timed step
 
-    def stream() -> None:
+    def stream(location: str = checkpoint, target: str = f"{uri}_copy") -> None:
         query = (
             spark.readStream.format("delta")
             .load(uri)
             .writeStream.format("delta")
-            .option("checkpointLocation", checkpoint)
+            .option("checkpointLocation", location)
             .trigger(availableNow=True)
-            .start(f"{uri}_copy")
+            .start(target)
         )
         query.awaitTermination()
         copied = sum(p["numInputRows"] for p in query.recentProgress)
         assert copied == expected_rows, f"the stream copied {copied} rows"
 
-    return {"write": write, "scan": scan, "stream": stream, "merge": merge}
+    steps: dict[str, Callable[[], object]] = {"write": write, "scan": scan, "stream": stream}
+    if on_store is not None:
+        steps["stream on store"] = lambda: stream(on_store, f"{uri}_copy2")
+    return {**steps, "merge": merge}
 
 
-def _print(rows, commits, medians, requests, load_start, load_end) -> None:
-    print(f"\n### Local disk vs S3 (SeaweedFS on 127.0.0.1), {rows:,} rows; load {load_start}")
+def _print(rows, commits, medians, requests, load_start, load_end, s3a=False) -> None:
+    path = "S3A, JVM path" if s3a else "Python data path"
+    print(
+        f"\n### Local disk vs S3 ({path}; SeaweedFS on 127.0.0.1), {rows:,} rows; load {load_start}"
+    )
     print("\n| step | local s | S3 s | S3 / local | S3 requests (GET / PUT / LIST / DELETE) |")
     print("| --- | ---: | ---: | ---: | --- |")
-    for step in ("write", "scan", "stream", "merge", "commits"):
+    for step in ("write", "scan", "stream", "stream on store", "merge", "commits"):
         if f"{step} s3" not in medians:
             continue
         local, s3 = medians[f"{step} local"], medians[f"{step} s3"]

@@ -4,11 +4,11 @@ The anchor of the real-time benchmark (``bench/bench_realtime.py``) and its test
 (``tests/reference/test_kafka_anchor.py``): Spark's own real-time mode on Kafka -> Kafka. Neither
 the broker nor the connector is part of deltaflow; they live only here.
 
-Jars are resolved with the Ivy that pyspark ships (``pyspark/jars/ivy-*.jar``, run as
-``java -jar``: Maven Central is its default public resolver) into the reference harness's Ivy
-cache (``~/.cache/deltaflow/reference/ivy``, :func:`tests.reference._env.cache_root`); the
-resolved class paths are recorded in ``kafka-*.json`` beside it, so later runs start without
-touching the network. Maven Central is the only registry reached; when it cannot be reached,
+Jars are resolved by ``tests/_maven.py`` (the Ivy that pyspark ships) into the reference
+harness's Ivy cache (``~/.cache/deltaflow/reference/ivy``,
+:func:`tests.reference._env.cache_root`); the resolved class paths are recorded in
+``kafka-*.json`` beside it, so later runs start without touching the network. Maven Central
+is the only registry reached; when it cannot be reached,
 :class:`tests.reference._env.ReferenceUnavailable` says so (tests skip on it).
 
 The connector is taken at pyspark's own version when Maven Central serves it, else at the
@@ -27,9 +27,7 @@ Kafka connector on its class path).
 from __future__ import annotations
 
 import base64
-import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -38,75 +36,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.reference._env import _UNREACHABLE, ReferenceUnavailable, _locked, cache_root
+from tests import _maven
+from tests.reference._env import cache_root
 
 BROKER_VERSION = "4.1.1"  # org.apache.kafka:kafka_2.13 (KRaft only since 4.0)
 CONNECTOR_FALLBACK = "4.2.0"  # the newest spark-sql-kafka-0-10_2.13 Maven Central serves
 _RESOLVE_TIMEOUT = 600.0
 
 
-def _pyspark_jars() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent / "jars"
-
-
-def _ivy_jar() -> Path:
-    found = sorted(_pyspark_jars().glob("ivy-*.jar"))
-    if not found:
-        raise RuntimeError(f"pyspark ships no Ivy jar in {_pyspark_jars()}")
-    return found[-1]
-
-
 def _resolve(org: str, module: str, version: str) -> list[Path] | None:
     """The class path of ``org:module:version`` (its default conf), resolved by Ivy from
     Maven Central into the shared cache; None when Maven Central does not have it."""
-    listing = cache_root() / f"kafka-{module}-{version}.json"
-    with _locked(listing.name):
-        if listing.exists():
-            jars = [Path(j) for j in json.loads(listing.read_text())]
-            if jars and all(j.exists() for j in jars):
-                return jars
-        out = listing.with_suffix(".classpath")
-        started = time.monotonic()
-        done = subprocess.run(
-            [
-                "java",
-                "-jar",
-                str(_ivy_jar()),
-                "-dependency",
-                org,
-                module,
-                version,
-                "-confs",
-                "default",
-                "-cache",
-                str(cache_root() / "ivy" / "cache"),
-                "-cachepath",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=_RESOLVE_TIMEOUT,
-            check=False,
-        )
-        output = (done.stdout + done.stderr)[-4000:]
-        if done.returncode != 0 or not out.exists():
-            if _UNREACHABLE.search(output):
-                raise ReferenceUnavailable(
-                    f"resolving {org}:{module}:{version} from Maven Central failed:\n{output}"
-                )
-            if "not found" in output:
-                return None
-            raise RuntimeError(f"Ivy failed to resolve {org}:{module}:{version}:\n{output}")
-        jars = [Path(j) for j in out.read_text().strip().split(os.pathsep) if j]
-        out.unlink()
-        listing.write_text(json.dumps([str(j) for j in jars]))
-        print(
-            f"kafka: resolving {module} {version} took {time.monotonic() - started:.0f} s",
-            file=sys.stderr,
-        )
-        return jars
+    return _maven.resolve(f"kafka-{module}-{version}", [f"{org}:{module}:{version}"], cache_root())
 
 
 def broker_classpath() -> list[Path]:
@@ -117,20 +58,15 @@ def broker_classpath() -> list[Path]:
     return jars
 
 
-def _artifact(jar: Path) -> str:
-    """``kafka-clients-3.9.2.jar`` -> ``kafka-clients``."""
-    return re.sub(r"-\d[\w.\-]*$", "", jar.stem)
-
-
 def connector_jars() -> tuple[str, list[Path]]:
     """(the connector's version, its jars beyond what pyspark ships) for ``spark.jars``."""
     import pyspark
 
-    shipped = {_artifact(j) for j in _pyspark_jars().glob("*.jar")}
+    shipped = {_maven.artifact(j) for j in _maven.pyspark_jars().glob("*.jar")}
     for version in dict.fromkeys((pyspark.__version__, CONNECTOR_FALLBACK)):
         jars = _resolve("org.apache.spark", "spark-sql-kafka-0-10_2.13", version)
         if jars is not None:
-            return version, [j for j in jars if _artifact(j) not in shipped]
+            return version, [j for j in jars if _maven.artifact(j) not in shipped]
     raise RuntimeError(
         f"Maven Central has spark-sql-kafka-0-10_2.13 neither at {pyspark.__version__} "
         f"nor at {CONNECTOR_FALLBACK}"

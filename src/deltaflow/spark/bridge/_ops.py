@@ -34,7 +34,7 @@ from deltaflow.spark._options import (
 from deltaflow.spark.bridge._realtime import commit_interval_ms
 from deltaflow.spark.bridge._sink_modes import check_output_mode
 from deltaflow.spark.errors import BridgeError
-from deltaflow.spark.read._native import HADOOP_SCHEMES, NATIVE_SCAN_CONF, native_scan_mode
+from deltaflow.spark.read._native import NATIVE_SCAN_CONF, hadoop_opens, native_scan_mode
 from deltaflow.spark.stream._writer import FLOW_IDENTITY_OPTION, STREAM_ONLY_OPTIONS, commit_batch
 from deltaflow.spark.write import _files, _generated
 from deltaflow.spark.write._native import (
@@ -60,7 +60,6 @@ from deltaflow.table import (
 from deltaflow.table._snapshot import Snapshot, load_snapshot, snapshot_of_table, table_exists
 from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
 
-JVM_SCHEMES = HADOOP_SCHEMES  # the connector's fast paths open these only
 # Reader features the JVM scan does not implement yet. (typeWidening it does: Spark's
 # Parquet reader promotes int -> long / double, float -> double and widens decimals.)
 _PYTHON_READ_FEATURES: frozenset[str] = frozenset()
@@ -134,7 +133,7 @@ _TIME_TRAVEL = frozenset({"path", "versionasof", "timestampasof"})
 
 def _route(uri: str, options: dict[str, str], conf: dict[str, str]) -> tuple[str, str]:
     scheme = urlparse(uri).scheme
-    if scheme not in JVM_SCHEMES:
+    if not hadoop_opens(uri):
         return "python", f"{scheme}:// is not a filesystem Spark's Hadoop layer opens here"
     for key in ("readChangeFeed", "readChangeData"):
         if (_get(options, key) or "").lower() == "true":
@@ -382,7 +381,7 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
         checked["generate"] = generate
     if plan.optimize_write:
         checked["optimizeWrite"] = optimized_write(plan, incoming)
-    if urlparse(uri).scheme not in JVM_SCHEMES or not isinstance(native, NativeWrite):
+    if not hadoop_opens(uri) or not isinstance(native, NativeWrite):
         delegate = {k: v for k, v in options.items() if k != "__partition_columns"}
         if write_options.partition_by:
             delegate["partitionBy"] = ",".join(write_options.partition_by)

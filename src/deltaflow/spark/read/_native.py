@@ -16,8 +16,10 @@ opened). Anything it cannot prove safe falls back, with the reason.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -61,13 +63,27 @@ class Fallback:
 
 
 # Schemes Spark's Hadoop layer opens from the pyspark wheel; other URIs (s3://, gs://,
-# abfss://, ...: the wheel has no hadoop-aws) are read and written by the Python data path.
+# abfss://, ...: the wheel has no hadoop-aws) are read and written by the Python data path,
+# unless the driver's Hadoop has a FileSystem for them (hadoop_object_stores).
 HADOOP_SCHEMES = frozenset({"", "file", "hdfs", "viewfs"})
+# Set by the driver JVM in the brain's environment (jvm/.../HadoopStores.scala): the
+# object-store schemes its Hadoop opens (S3A on the class path: "s3a,s3"), comma-separated.
+HADOOP_SCHEMES_VARIABLE = "DELTAFLOW_HADOOP_SCHEMES"
+
+
+@cache
+def hadoop_object_stores() -> frozenset[str]:
+    """The object-store schemes the driver's Hadoop opens: read once, from the one variable
+    the connector sets when it starts the brain (empty anywhere else, e.g. in a Python driver
+    or on executors, where nothing routes)."""
+    listed = os.environ.get(HADOOP_SCHEMES_VARIABLE, "")
+    return frozenset(s.strip().lower() for s in listed.split(",") if s.strip())
 
 
 def hadoop_opens(uri: str) -> bool:
     """Whether Spark's own Parquet reader and writer can open files under ``uri``."""
-    return urlparse(uri).scheme in HADOOP_SCHEMES
+    scheme = urlparse(uri).scheme.lower()
+    return scheme in HADOOP_SCHEMES or scheme in hadoop_object_stores()
 
 
 def native_scan_mode(value: str | None) -> str:

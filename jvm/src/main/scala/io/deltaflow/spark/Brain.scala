@@ -98,6 +98,7 @@ private class BrainProcess(python: String) extends Logging {
     val builder = new ProcessBuilder(python, "-u", "-m", "deltaflow.spark.bridge._server")
     builder.redirectError(ProcessBuilder.Redirect.INHERIT)
     builder.environment().putAll(gateway.asJava)
+    builder.environment().putAll(HadoopStores.environment(builder.environment()).asJava)
     try builder.start()
     catch {
       case e: java.io.IOException =>
