@@ -22,6 +22,7 @@ from deltalake import DeltaTable, write_deltalake
 import deltaflow
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark._compat import PYSPARK_MINOR
+from deltaflow.spark.errors import RealTimeModeError
 from deltaflow.table.errors import UnsupportedFeatureError
 from tests._waiting import wait_until
 from tests.spark._conf import conf_set
@@ -77,9 +78,8 @@ def start(frame: Any, name: str, checkpoint: str, **options: str) -> Any:
         frame.writeStream.format("delta")
         .outputMode("update")
         .option("checkpointLocation", checkpoint)
-        # Spark turns asynchronous progress tracking on in real-time mode and allows it
-        # only for its own sinks (see docs/realtime.md).
-        .option("asyncProgressTrackingEnabled", "false")
+        # No asyncProgressTrackingEnabled: the connector turns Spark's real-time default
+        # for it off when a real-time query into Delta starts (StreamTriggerCheck).
         .options(**options)
     )
     return real_time(writer, EPOCH).toTable(name)
@@ -236,3 +236,72 @@ def test_delta_to_delta_in_real_time(spark, table_path) -> None:
     finally:
         query.stop()
     assert ids(location) == [0, 1, 2, 3]
+
+
+def test_start_path_is_refused_typed_and_a_path_table_name_runs(spark, table_path) -> None:
+    # start(path) runs Spark's V1 sink, which real-time mode cannot run: refused at
+    # start(), naming toTable("delta.`<path>`"), which runs the table's real-time write.
+    _, location = new_table(spark)
+    source = MemoryStream(spark)
+    writer = real_time(
+        source.frame()
+        .writeStream.format("delta")
+        .outputMode("update")
+        .option("checkpointLocation", table_path("ck")),
+        EPOCH,
+    )
+    with pytest.raises(Exception) as raised:
+        writer.start(location)
+    error = deltaflow.typed_error(raised.value)
+    assert isinstance(error, RealTimeModeError), raised.value
+    assert error.feature == "startPath"
+    assert error.table_uri.rstrip("/").endswith(location.rstrip("/"))
+
+    query = real_time(
+        source.frame()
+        .writeStream.format("delta")
+        .outputMode("update")
+        .option("checkpointLocation", table_path("ck2")),
+        EPOCH,
+    ).toTable(f"delta.`{location}`")
+    try:
+        source.add([1, 2, 3])
+        wait_for_rows(location, query, 3)
+    finally:
+        query.stop()
+    assert ids(location) == [1, 2, 3]
+
+
+def test_spark_s_sink_allowlist_refusal_is_typed(spark, table_path) -> None:
+    # Spark checks a real-time sink against its own list inside start(), before the
+    # connector sees the trigger: deltaflow.typed_error names the setting to change.
+    name, _ = new_table(spark)
+    source = MemoryStream(spark)
+    with conf_set(spark, ALLOWLIST, "true"), pytest.raises(Exception) as raised:
+        start(source.frame(), name, table_path("ck"))
+    error = deltaflow.typed_error(raised.value)
+    assert isinstance(error, RealTimeModeError), raised.value
+    assert error.feature == "allowlistCheck"
+    assert ALLOWLIST in str(error)
+
+
+def test_the_async_progress_default_is_set_only_when_unset(spark, table_path) -> None:
+    # The connector sets Spark's real-time default for asynchronous progress tracking to
+    # false when a real-time query into Delta starts, and leaves a user's own value alone.
+    key = "spark.sql.streaming.realTimeMode.asyncProgressTrackingByDefault.enabled"
+    name, location = new_table(spark)
+    source = MemoryStream(spark)
+    spark.conf.unset(key)
+    query = start(source.frame(), name, table_path("ck"))
+    try:
+        assert spark.conf.get(key) == "false"
+        source.add([7])
+        wait_for_rows(location, query, 1)
+    finally:
+        query.stop()
+    with conf_set(spark, key, "true"):
+        with pytest.raises(Exception) as raised:
+            start(MemoryStream(spark).frame(), name, table_path("ck2"))
+        assert spark.conf.get(key) == "true"
+    assert "async" in str(raised.value).lower()
+    spark.conf.unset(key)

@@ -227,6 +227,12 @@ object RealTimeQueries extends Logging {
 
   def remember(session: SparkSession): Unit = sessions.put(session, java.lang.Boolean.TRUE)
 
+  /** Set `key` on the session unless it was set there (explicitly: a default does not count). */
+  def setUnlessSet(session: SparkSession, key: String, value: String): Unit = {
+    val conf = session.asInstanceOf[org.apache.spark.sql.classic.SparkSession].sessionState.conf
+    if (!conf.contains(key)) conf.setConfString(key, value)
+  }
+
   // Spark's query classes moved between 4.x versions: reached by method name.
   private def invoke(target: AnyRef, method: String): AnyRef =
     target.getClass.getMethod(method).invoke(target)
