@@ -305,3 +305,40 @@ def test_the_async_progress_default_is_set_only_when_unset(spark, table_path) ->
         assert spark.conf.get(key) == "true"
     assert "async" in str(raised.value).lower()
     spark.conf.unset(key)
+
+
+def _sink_commits(location: str) -> list[list[dict[str, Any]]]:
+    """The txn actions of each STREAMING UPDATE commit in the table's log, in order."""
+    import json
+    from pathlib import Path
+
+    commits = []
+    for path in sorted(Path(location, "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        if info.get("operation") == "STREAMING UPDATE":
+            commits.append([a["txn"] for a in actions if "txn" in a])
+    return commits
+
+
+def test_one_commit_per_interval_carries_every_partition(spark, table_path) -> None:
+    # Both tasks hand their rolls over at the same interval boundaries; the driver commits
+    # them together: one Delta commit with each partition's app transaction.
+    name, location = new_table(spark)
+    source = MemoryStream(spark)
+    query = start(source.frame(), name, table_path("ck"), realTimeCommitIntervalMs="200")
+    try:
+        for start_at in range(0, 40, 20):
+            source.add(list(range(start_at, start_at + 20)))
+            wait_for_rows(location, query, start_at + 20)
+    finally:
+        query.stop()
+    assert ids(location) == list(range(40))
+    commits = _sink_commits(location)
+    assert commits, "no sink commits"
+    for txns in commits:
+        apps = [t["appId"] for t in txns]
+        assert len(apps) == len(set(apps)), apps  # one roll per partition per commit
+    assert any(
+        {t["appId"].rsplit("/", 1)[1] for t in txns} == {"rtm-p0", "rtm-p1"} for txns in commits
+    ), commits
