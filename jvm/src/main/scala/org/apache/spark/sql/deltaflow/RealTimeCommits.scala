@@ -250,7 +250,8 @@ class RealTimeWriter(
     val delay = intervalMs - System.currentTimeMillis() % intervalMs
     try timer.schedule(new Runnable {
       override def run(): Unit = {
-        try lock.synchronized(handOver(last = false))
+        // Rows keep going into a new roll while the driver commits this one.
+        try lock.synchronized(handOver(last = false)).foreach(driver.askSync[Boolean](_))
         catch { case e: Throwable => if (failure == null) failure = e }
         if (failure == null) scheduleNext()
       }
@@ -277,9 +278,11 @@ class RealTimeWriter(
     }
   }
 
-  // Under `lock`: the current roll's files committed into its directory, then the driver
-  // commits them to the table. A failure fails the task (Spark replays the epoch).
-  private def handOver(last: Boolean): Unit = current.foreach { case (roll, writer, from) =>
+  // Under `lock`: the current roll's files committed into its directory; the caller hands
+  // the message to the driver (outside the lock, so rows keep flowing into the next roll;
+  // one thread at a time asks, so rolls reach the driver in order). A failure fails the
+  // task (Spark replays the epoch).
+  private def handOver(last: Boolean): Option[Roll] = current.map { case (roll, writer, from) =>
     current = None
     try {
       roll.finish(writer.commit())
@@ -289,17 +292,18 @@ class RealTimeWriter(
         try roll.abort() catch { case _: Throwable => () }
         throw e
     }
-    driver.askSync[Boolean](Roll(epochId, partitionId, attempt, from, seen, roll.directory, last))
+    Roll(epochId, partitionId, attempt, from, seen, roll.directory, last)
   }
 
   override def commit(): WriterCommitMessage = {
     timer.shutdown()
     timer.awaitTermination(1, TimeUnit.MINUTES)
-    lock.synchronized {
+    val (rest, rows) = lock.synchronized {
       if (failure != null) throw failure
-      handOver(last = true)
-      Rows(partitionId, seen)
+      (handOver(last = true), seen)
     }
+    rest.foreach(driver.askSync[Boolean](_))
+    Rows(partitionId, rows)
   }
 
   override def abort(): Unit = {
