@@ -239,14 +239,14 @@ def delta_variant(
                 .start()
             )
         # The real-time Delta sink is a catalog table's streaming write (Spark's path sink
-        # is a micro-batch one); Spark turns asynchronous progress tracking on in real-time
-        # mode and allows it only for its own sinks.
+        # is a micro-batch one); the connector turns Spark's asynchronous progress tracking
+        # default off for it.
         table = f"realtime_target_{time.time_ns()}"
         spark.sql(
             f"CREATE TABLE {table} (id BIGINT, kind STRING, ts BIGINT) USING delta"
             f" LOCATION '{target}'"
         )
-        return stream.format("delta").option("asyncProgressTrackingEnabled", "false").toTable(table)
+        return stream.format("delta").toTable(table)
 
     # Spark's real-time sink allowlist names only Spark's own sinks; the connector checks a
     # real-time query's operators itself (docs/realtime.md), so the check is off for them.

@@ -162,12 +162,37 @@ def typed_error(exc: BaseException) -> DeltaflowError | None:
     while current is not None and id(current) not in seen:
         if isinstance(current, DeltaflowError):
             return current
-        found = from_wire(str(current))
+        found = from_wire(str(current)) or _spark_refusal(str(current))
         if found is not None:
             return found
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+# Spark refuses a real-time query into a sink outside its fixed list in the writer's
+# start(), before any deltaflow code sees the trigger: the refusal is recognised here.
+_ALLOWLIST_REFUSAL = "OPERATOR_OR_SINK_NOT_IN_ALLOWLIST"
+_ALLOWLIST_SETTING = "spark.sql.streaming.realTimeMode.allowlistCheck"
+_DELTAFLOW_SINKS = ("io.deltaflow.spark.DeltaTable", "io.deltaflow.spark.DeltaSink")
+
+
+def _spark_refusal(text: str) -> DeltaflowError | None:
+    """The typed error for a Spark refusal of a deltaflow sink that deltaflow cannot raise
+    itself (Spark's real-time sink allowlist), or None."""
+    if _ALLOWLIST_REFUSAL not in text or not any(s in text for s in _DELTAFLOW_SINKS):
+        return None
+    from deltaflow.spark.errors import RealTimeModeError
+
+    return RealTimeModeError(
+        "Spark's real-time mode refused the Delta sink: it checks a real-time query's sink"
+        " against a fixed list of its own sinks when the query starts. Set"
+        f" spark.conf.set({_ALLOWLIST_SETTING!r}, 'false') before start() (deltaflow's sink"
+        " then checks the query's operators itself on every epoch; see docs/realtime.md),"
+        " or use a micro-batch trigger.",
+        table_uri="",
+        feature="allowlistCheck",
+    )
 
 
 @contextlib.contextmanager

@@ -37,7 +37,6 @@ def main(location: str, checkpoint: str, rows: int) -> None:
         frame.writeStream.format("delta")
         .outputMode("update")
         .option("checkpointLocation", checkpoint)
-        .option("asyncProgressTrackingEnabled", "false")
         .option("realTimeCommitIntervalMs", "20")
     )
     if "realTime" in inspect.signature(writer.trigger).parameters:

@@ -22,6 +22,7 @@ from deltalake import DeltaTable, write_deltalake
 import deltaflow
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark._compat import PYSPARK_MINOR
+from deltaflow.spark.errors import RealTimeModeError
 from deltaflow.table.errors import UnsupportedFeatureError
 from tests._waiting import wait_until
 from tests.spark._conf import conf_set
@@ -77,9 +78,8 @@ def start(frame: Any, name: str, checkpoint: str, **options: str) -> Any:
         frame.writeStream.format("delta")
         .outputMode("update")
         .option("checkpointLocation", checkpoint)
-        # Spark turns asynchronous progress tracking on in real-time mode and allows it
-        # only for its own sinks (see docs/realtime.md).
-        .option("asyncProgressTrackingEnabled", "false")
+        # No asyncProgressTrackingEnabled: the connector turns Spark's real-time default
+        # for it off when a real-time query into Delta starts (StreamTriggerCheck).
         .options(**options)
     )
     return real_time(writer, EPOCH).toTable(name)
@@ -236,3 +236,113 @@ def test_delta_to_delta_in_real_time(spark, table_path) -> None:
     finally:
         query.stop()
     assert ids(location) == [0, 1, 2, 3]
+
+
+def test_start_path_is_refused_typed_and_a_path_table_name_runs(spark, table_path) -> None:
+    # start(path) runs Spark's V1 sink, which real-time mode cannot run: refused at
+    # start(), naming toTable("delta.`<path>`"), which runs the table's real-time write.
+    _, location = new_table(spark)
+    source = MemoryStream(spark)
+    writer = real_time(
+        source.frame()
+        .writeStream.format("delta")
+        .outputMode("update")
+        .option("checkpointLocation", table_path("ck")),
+        EPOCH,
+    )
+    with pytest.raises(Exception) as raised:
+        writer.start(location)
+    error = deltaflow.typed_error(raised.value)
+    assert isinstance(error, RealTimeModeError), raised.value
+    assert error.feature == "startPath"
+    assert error.table_uri.rstrip("/").endswith(location.rstrip("/"))
+
+    query = real_time(
+        source.frame()
+        .writeStream.format("delta")
+        .outputMode("update")
+        .option("checkpointLocation", table_path("ck2")),
+        EPOCH,
+    ).toTable(f"delta.`{location}`")
+    try:
+        source.add([1, 2, 3])
+        wait_for_rows(location, query, 3)
+    finally:
+        query.stop()
+    assert ids(location) == [1, 2, 3]
+
+
+def test_spark_s_sink_allowlist_refusal_is_typed(spark, table_path) -> None:
+    # Spark checks a real-time sink against its own list inside start(), before the
+    # connector sees the trigger: deltaflow.typed_error names the setting to change.
+    name, _ = new_table(spark)
+    source = MemoryStream(spark)
+    with conf_set(spark, ALLOWLIST, "true"), pytest.raises(Exception) as raised:
+        start(source.frame(), name, table_path("ck"))
+    error = deltaflow.typed_error(raised.value)
+    assert isinstance(error, RealTimeModeError), raised.value
+    assert error.feature == "allowlistCheck"
+    assert ALLOWLIST in str(error)
+
+
+def test_the_async_progress_default_is_set_only_when_unset(spark, table_path) -> None:
+    # The connector sets Spark's real-time default for asynchronous progress tracking (Spark
+    # 4.3+) to false when a real-time query into Delta starts, and leaves a user's own value
+    # alone.
+    key = "spark.sql.streaming.realTimeMode.asyncProgressTrackingByDefault.enabled"
+    name, location = new_table(spark)
+    source = MemoryStream(spark)
+    spark.conf.unset(key)
+    query = start(source.frame(), name, table_path("ck"))
+    try:
+        assert spark.conf.get(key) == "false"
+        source.add([7])
+        wait_for_rows(location, query, 1)
+    finally:
+        query.stop()
+    if PYSPARK_MINOR < (4, 3):  # Spark 4.1 and 4.2 have no such default (async is off)
+        spark.conf.unset(key)
+        return
+    with conf_set(spark, key, "true"):
+        with pytest.raises(Exception) as raised:
+            start(MemoryStream(spark).frame(), name, table_path("ck2"))
+        assert spark.conf.get(key) == "true"
+    assert "async" in str(raised.value).lower()
+    spark.conf.unset(key)
+
+
+def _sink_commits(location: str) -> list[list[dict[str, Any]]]:
+    """The txn actions of each STREAMING UPDATE commit in the table's log, in order."""
+    import json
+    from pathlib import Path
+
+    commits = []
+    for path in sorted(Path(location, "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        if info.get("operation") == "STREAMING UPDATE":
+            commits.append([a["txn"] for a in actions if "txn" in a])
+    return commits
+
+
+def test_one_commit_per_interval_carries_every_partition(spark, table_path) -> None:
+    # Both tasks hand their rolls over at the same interval boundaries; the driver commits
+    # them together: one Delta commit with each partition's app transaction.
+    name, location = new_table(spark)
+    source = MemoryStream(spark)
+    query = start(source.frame(), name, table_path("ck"), realTimeCommitIntervalMs="200")
+    try:
+        for start_at in range(0, 40, 20):
+            source.add(list(range(start_at, start_at + 20)))
+            wait_for_rows(location, query, start_at + 20)
+    finally:
+        query.stop()
+    assert ids(location) == list(range(40))
+    commits = _sink_commits(location)
+    assert commits, "no sink commits"
+    for txns in commits:
+        apps = [t["appId"] for t in txns]
+        assert len(apps) == len(set(apps)), apps  # one roll per partition per commit
+    assert any(
+        {t["appId"].rsplit("/", 1)[1] for t in txns} == {"rtm-p0", "rtm-p1"} for txns in commits
+    ), commits

@@ -49,7 +49,7 @@ from deltaflow.table._commit_conflicts import (
 from deltaflow.table._commit_info import commit_properties, delta_rs_operation
 from deltaflow.table._object_store import object_store_error
 from deltaflow.table._protocol import Protocol, protocol_for_new_table
-from deltaflow.table.errors import TableAlreadyExistsError
+from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +151,9 @@ class CommitRequest:
     configuration: dict[str, str] = field(default_factory=dict)
     app_id: str | None = None
     app_version: int | None = None
+    # More app transactions in the same commit, ``(app id, version)`` (a real-time sink's
+    # interval commits every partition's rows, each partition under its own app id).
+    more_transactions: tuple[tuple[str, int], ...] = ()
     user_metadata: str | None = None
     description: str | None = None  # the table comment, for a commit that creates the table
     # Extra top-level commitInfo fields (operationParameters, operationMetrics, readVersion...)
@@ -191,6 +194,38 @@ def already_committed(table: DeltaTable, app_id: str | None, app_version: int | 
         return False
     seen = table.transaction_version(app_id)
     return seen is not None and seen >= app_version
+
+
+def transactions_of(request: CommitRequest) -> tuple[tuple[str, int], ...]:
+    """Every app transaction ``request`` commits, ``(app id, version)``."""
+    first = (
+        ((request.app_id, request.app_version),)
+        if request.app_id is not None and request.app_version is not None
+        else ()
+    )
+    return first + tuple(request.more_transactions)
+
+
+def request_committed(table: DeltaTable, request: CommitRequest) -> bool:
+    """True when every app transaction of ``request`` is in the log at or above its version
+    (a replay: commit nothing). Some in and some not cannot be a replay of this request:
+    a ``ConcurrentWriteError`` (``ConcurrentTransaction``), which the caller replays from."""
+    pairs = transactions_of(request)
+    seen = [already_committed(table, app_id, version) for app_id, version in pairs]
+    if not seen or not any(seen):
+        return False
+    if all(seen):
+        return True
+    raise ConcurrentWriteError(
+        f"Some app transactions of this commit to {request.table_uri} are in the log already"
+        f" and others not ({', '.join(a for (a, _), s in zip(pairs, seen, strict=True) if s)}"
+        " recorded): another writer committed part of these rows. Nothing was committed;"
+        " the stream replays from its log.",
+        table_uri=request.table_uri,
+        kind="ConcurrentTransaction",
+        read_version=request.read_version,
+        attempts=1,
+    )
 
 
 def commit(request: CommitRequest) -> CommitResult:
@@ -334,7 +369,7 @@ def _commit_once(request: CommitRequest) -> CommitResult:
         )
     if Protocol.of(table.protocol()).delta_rs_unwritable:
         return _log_write.commit_write(request)
-    if already_committed(table, request.app_id, request.app_version):
+    if request_committed(table, request):
         log.info(
             "skipping commit to %s: app transaction %s/%s is already recorded",
             request.table_uri,
@@ -423,7 +458,7 @@ def _transact(
                 raise conflict_error(request, kind, exc) from exc
             rebases += 1
             table = DeltaTable(location, storage_options=request.storage_options)
-            if already_committed(table, request.app_id, request.app_version):
+            if request_committed(table, request):
                 return CommitResult(None, True, 0)
 
 

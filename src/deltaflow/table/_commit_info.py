@@ -58,9 +58,9 @@ def write_metrics(request: CommitRequest) -> dict[str, str]:
 def commit_properties(
     request: CommitRequest, parameters: dict[str, Any] | None = None
 ) -> CommitProperties:
-    transactions = None
-    if request.app_id is not None and request.app_version is not None:
-        transactions = [Transaction(request.app_id, request.app_version)]
+    from deltaflow.table._commit import transactions_of
+
+    transactions = [Transaction(a, v) for a, v in transactions_of(request)] or None
     custom: dict[str, Any] = dict(request.commit_info)
     if request.operation != delta_rs_operation(request):
         custom.setdefault(OPERATION_KEY, request.operation)

@@ -102,6 +102,7 @@ class LogCommitRequest:
     domain_metadata: Sequence[Mapping[str, Any]] = ()
     app_id: str | None = None
     app_version: int | None = None
+    more_transactions: Sequence[tuple[str, int]] = ()  # further txn actions, (app id, version)
     read: ReadSet = field(default_factory=ReadSet)
     partitioned: bool = True
     extra_commit_info: Mapping[str, Any] = field(default_factory=dict)
@@ -177,7 +178,10 @@ def _ours(request: LogCommitRequest) -> _Ours:
     return _Ours(
         read=request.read,
         removed=frozenset(unquote(r["path"]) for r in request.removes),
-        app_ids=frozenset([request.app_id] if request.app_id is not None else []),
+        app_ids=frozenset(
+            ([request.app_id] if request.app_id is not None else [])
+            + [app_id for app_id, _ in request.more_transactions]
+        ),
         metadata_changed=request.metadata is not None or request.protocol is not None,
         partitioned=request.partitioned,
         domains=frozenset(str(d["domain"]) for d in request.domain_metadata),
@@ -310,6 +314,10 @@ def _payload(request: LogCommitRequest, version: int) -> bytes:
                 }
             }
         )
+    actions.extend(
+        {"txn": {"appId": app_id, "version": version, "lastUpdated": now_ms}}
+        for app_id, version in request.more_transactions
+    )
     actions.extend({"add": dict(a)} for a in request.adds)
     actions.extend({"remove": {"deletionTimestamp": now_ms, **r}} for r in request.removes)
     actions.extend({"cdc": dict(c)} for c in request.cdc)

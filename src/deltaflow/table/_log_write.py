@@ -106,7 +106,7 @@ def commit_write(
     request: CommitRequest, *, name: str | None = None, label: str | None = None
 ) -> CommitResult:
     """Commit ``request`` (create, replace, append, overwrite, DML) as one commit."""
-    from deltaflow.table._commit import CommitResult, already_committed
+    from deltaflow.table._commit import CommitResult, request_committed
 
     current = None
     kept = request.table
@@ -124,9 +124,7 @@ def commit_write(
             storage_options=request.storage_options,
         )
         # Only an app transaction needs the delta-rs table (a second log load otherwise).
-        if request.app_id is not None and already_committed(
-            current.delta_table, request.app_id, request.app_version
-        ):
+        if request_committed(current.delta_table, request):
             return CommitResult(None, True, 0)
     draft = _first_draft(request, current, label or request.table_uri)
     for hook in HOOKS:
@@ -445,6 +443,7 @@ def _commit_change(
             domain_metadata=draft.domains,
             app_id=request.app_id,
             app_version=request.app_version,
+            more_transactions=request.more_transactions,
             read=read,
             partitioned=bool(draft.partition_columns),
             extra_commit_info=info,

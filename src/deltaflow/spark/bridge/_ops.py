@@ -554,6 +554,9 @@ def _take(handle: str) -> _PendingWrite | None:
         return _pending.pop(handle, None)
 
 
+take_pending = _take  # for the real-time sink's commits (bridge/_realtime.py)
+
+
 def commit_write(args: dict[str, Any]) -> dict[str, Any]:
     """``write.commit``: footers, moves, one commit; the staging directory is removed."""
     pending = _take(str(args["handle"]))

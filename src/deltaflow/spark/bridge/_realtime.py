@@ -56,3 +56,54 @@ def transactions(args: dict[str, Any]) -> dict[str, Any]:
     table = DeltaTable(_uri.delta_rs_uri(uri))
     versions = {app_id: table.transaction_version(app_id) for app_id in app_ids}
     return {"versions": versions, "intervalMs": interval}
+
+
+def commit_rolls(args: dict[str, Any]) -> dict[str, Any]:
+    """``sink.commitRolls``: the rolls several partitions handed over within one commit
+    interval, as one Delta commit carrying each partition's app transaction.
+
+    ``args`` is ``write.plan``'s (``stream`` names the first roll's app transaction) plus
+    ``rolls``: ``[{directory, appId, version}]``, each a staged directory its task wrote.
+    Every transaction is checked against the log atomically with the commit: all there
+    (a replay) commits nothing, some there fails the commit (``ConcurrentWriteError``) and
+    the query replays. -> ``{route, version, files, skipped}``; a table the connector's
+    file write cannot take answers ``{route: "python"}`` with nothing moved.
+    """
+    from deltaflow.spark.bridge import _ops
+    from deltaflow.spark.stream._writer import commit_batch
+    from deltaflow.spark.write._files import delete_files
+    from deltaflow.spark.write._native import collect_staged, rows_in
+
+    rolls = [(str(r["directory"]), str(r["appId"]), int(r["version"])) for r in args["rolls"]]
+    if not rolls:
+        return {"route": "jvm", "version": None, "files": 0, "skipped": True}
+    planned = _ops.plan_write({**args, "staging": rolls[0][0]})
+    if planned.get("route") != "jvm":
+        return {"route": str(planned.get("route"))}
+    pending = _ops.take_pending(str(planned["handle"]))
+    assert pending is not None  # planned just now, on this thread
+    moved: list[Any] = []
+    try:
+        for directory, _, _ in rolls:
+            moved.extend(collect_staged(pending.plan, pending.native, directory, pending.job_id))
+    except BaseException:
+        delete_files(pending.plan.table_uri, moved)
+        raise
+    (_, first_app, first_version), more = rolls[0], rolls[1:]
+    query_id = str((args.get("stream") or {}).get("streamQueryId") or first_app)
+    result = commit_batch(
+        pending.plan,
+        moved,
+        query_id=query_id,
+        app_id=first_app,
+        batch_id=first_version,
+        num_rows=rows_in(moved),
+        table=pending.table,
+        more_transactions=tuple((app, version) for _, app, version in more),
+    )
+    return {
+        "route": "jvm",
+        "version": result.version,
+        "files": len(moved),
+        "skipped": result.skipped,
+    }

@@ -125,6 +125,7 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "write.abort": _ops.abort_write,
     "sink.check": _ops.check_sink,
     "sink.transactions": _realtime.transactions,
+    "sink.commitRolls": _realtime.commit_rolls,
     "sql.history": _commands.history,
     "sql.detail": _commands.detail,
     "sql.vacuum": _commands.vacuum,

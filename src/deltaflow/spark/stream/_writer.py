@@ -163,6 +163,7 @@ def commit_batch(
     num_rows: int,
     table: DeltaTable | None = None,
     app_id: str | None = None,
+    more_transactions: tuple[tuple[str, int], ...] = (),
 ) -> _commit.CommitResult:
     """Commit one micro-batch of a Delta stream sink: every sink route comes here (the
     connector's JVM sink through the bridge's ``write.commit``, the Python sink's
@@ -179,6 +180,8 @@ def commit_batch(
     the first attempt. A commit refused by deltaflow (a conflict, a schema violation)
     deletes the batch's files too; any other failure leaves them for VACUUM, since the
     commit's outcome is then unknown. ``table`` is the sink's open table, if kept.
+    ``more_transactions``: further app transactions of the same commit (a real-time
+    sink's partitions, :mod:`deltaflow.spark.bridge._realtime`).
     """
     started = time.perf_counter()
     if plan.skip:
@@ -191,6 +194,7 @@ def commit_batch(
             app_version=batch_id,
             commit_info=batch_commit_info(query_id, batch_id, plan.mode, adds, num_rows),
             operation="STREAMING UPDATE",
+            more_transactions=more_transactions,
             **({"table": table} if table is not None else {}),
         )
         # A stream's table compacts itself unless told otherwise (table/_auto_compact.py).

@@ -73,7 +73,13 @@ object DeltaBatchWrite extends Logging {
    *  `jvm`, `python`) and, for `jvm`, the staging directory and how to shape the rows. */
   private[spark] def plan(session: SparkSession, schema: StructType, mode: SaveMode,
       parameters: Map[String, String], stream: Option[(String, Long, String)],
-      staging: Option[String] = None): JsonNode = {
+      staging: Option[String] = None): JsonNode =
+    Brain.call("write.plan", planArgs(session, schema, mode, parameters, stream, staging))
+
+  /** `write.plan`'s arguments (a real-time sink's `sink.commitRolls` plans with them too). */
+  private[spark] def planArgs(session: SparkSession, schema: StructType, mode: SaveMode,
+      parameters: Map[String, String], stream: Option[(String, Long, String)],
+      staging: Option[String]): com.fasterxml.jackson.databind.node.ObjectNode = {
     val args = Brain.newArgs()
     args.put("mode", modeName(mode))
     // A real-time roll's files are staged already, where its task wrote them.
@@ -95,7 +101,7 @@ object DeltaBatchWrite extends Logging {
     }
     val conf = args.putObject("conf")
     PlanConfs.foreach(k => session.conf.getOption(k).foreach(conf.put(k, _)))
-    Brain.call("write.plan", args)
+    args
   }
 
   /** `data` with the generated values it lacks and the row checks the plan asks for;

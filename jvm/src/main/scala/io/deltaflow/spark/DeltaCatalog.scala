@@ -287,7 +287,7 @@ object DeltaCatalog {
 
   /** A table named by its location. */
   def pathTable(path: String, extra: Map[String, String]): Table =
-    DeltaDataSource.tableFor((extra + ("path" -> path)).asJava, None)
+    DeltaDataSource.tableFor((extra + ("path" -> path)).asJava, None, byName = true)
 
   /** The Delta table a catalog entry points at, read from its log. */
   def catalogTable(entry: CatalogTable, extra: Map[String, String]): Table = {

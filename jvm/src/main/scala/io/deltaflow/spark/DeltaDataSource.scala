@@ -81,14 +81,16 @@ class DeltaDataSource extends TableProvider with DataSourceRegister
 
 object DeltaDataSource {
   /** The connector's table, or the Python data source's for a table the brain routes
-   *  there. `entry`: the catalog's entry for it, when it was named so. */
+   *  there. `entry`: the catalog's entry for it, when it was named so; `byName`: the
+   *  catalog resolved it from a path identifier (delta.`/path`). */
   def tableFor(
       properties: util.Map[String, String],
-      entry: Option[org.apache.spark.sql.catalyst.catalog.CatalogTable]): Table = {
+      entry: Option[org.apache.spark.sql.catalyst.catalog.CatalogTable],
+      byName: Boolean = false): Table = {
     val info = TableInfo.load(properties)
     if (info.exists && info.route == "python")
       new LocatedPythonTable(PythonDelegate.table(properties), info)
-    else new DeltaTable(info, properties, entry)
+    else new DeltaTable(info, properties, entry, byName)
   }
 }
 

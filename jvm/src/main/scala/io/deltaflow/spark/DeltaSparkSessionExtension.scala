@@ -28,6 +28,6 @@ class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     extensions.injectResolutionRule(session => new DeltaAnalysis(session))
     extensions.injectResolutionRule(session => new AlterTableRule(session))
     extensions.injectCheckRule(_ => new StreamWriteCheck)
-    extensions.injectHintResolutionRule(_ => new StreamTriggerCheck)
+    extensions.injectHintResolutionRule(session => new StreamTriggerCheck(session))
   }
 }

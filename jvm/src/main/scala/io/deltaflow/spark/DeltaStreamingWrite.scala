@@ -142,16 +142,16 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
     val hadoopConf = session.sessionState.newHadoopConf()
     val partitionApp = (p: Int) => s"$appId/rtm-p$p"
     val first = transactions(Seq.empty)
+    val intervalMs = first.path("intervalMs").asLong()
     val endpoint = RealTimeCommits.open(env => new RealTimeCommitEndpoint(env,
       p => committedRows(transactions(Seq(partitionApp(p))).path("versions")
         .path(partitionApp(p)), epoch),
-      roll => commitRoll(roll, partitionApp(roll.partition), queryId, base, hadoopConf),
-      dir => RealTimeQueries.delete(dir, hadoopConf)))
+      rolls => commitRolls(rolls, partitionApp, s"$appId/rtm", queryId, base, hadoopConf),
+      dir => RealTimeQueries.delete(dir, hadoopConf), intervalMs))
     planned = Some(Planned(epoch, plan, base, None, Some(endpoint)))
-    logInfo(s"deltaflow real-time epoch $epoch into ${info.uri}: commits every " +
-      s"${first.path("intervalMs").asLong()} ms")
+    logInfo(s"deltaflow real-time epoch $epoch into ${info.uri}: commits every $intervalMs ms")
     new RealTimeWriterFactory(endpoint, plan.get("staging").asText(), template, shape, sort,
-      failed, first.path("intervalMs").asLong())
+      failed, intervalMs)
   }
 
   private def transactions(appIds: Seq[String]): JsonNode = {
@@ -164,27 +164,33 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
     Brain.call("sink.transactions", args)
   }
 
-  private def commitRoll(roll: RealTimeCommits.Roll, app: String, queryId: String,
-      base: Map[String, String], hadoopConf: org.apache.hadoop.conf.Configuration): Unit = {
-    if (roll.toRow >= (1L << 32) || roll.epoch >= (1L << 31)) {
-      throw new IllegalStateException(s"deltaflow: a real-time epoch of more than 2^32 rows " +
-        s"in one partition (epoch ${roll.epoch}) cannot be recorded: use a shorter epoch")
+  // One interval's rolls, across partitions, as one Delta commit with each partition's app
+  // transaction (`sink.commitRolls`: planned, moved and committed in one brain call).
+  private def commitRolls(rolls: Seq[RealTimeCommits.Roll], app: Int => String,
+      cacheKey: String, queryId: String, base: Map[String, String],
+      hadoopConf: org.apache.hadoop.conf.Configuration): Unit = {
+    def version(roll: RealTimeCommits.Roll): Long = {
+      if (roll.toRow >= (1L << 32) || roll.epoch >= (1L << 31)) {
+        throw new IllegalStateException(s"deltaflow: a real-time epoch of more than 2^32 " +
+          s"rows in one partition (epoch ${roll.epoch}) cannot be recorded: use a shorter epoch")
+      }
+      (roll.epoch << 32) | roll.toRow
     }
-    val version = (roll.epoch << 32) | roll.toRow
-    val parameters = base ++ Map("txnAppId" -> app, "txnVersion" -> version.toString)
-    val plan = DeltaBatchWrite.plan(session, writeInfo.schema(), SaveMode.Append, parameters,
-      Some((app, version, queryId)), staging = Some(roll.directory))
-    if (plan.get("route").asText() != "jvm") {
-      RealTimeQueries.delete(roll.directory, hadoopConf)
-      return
+    val head = rolls.head
+    val args = DeltaBatchWrite.planArgs(session, writeInfo.schema(), SaveMode.Append, base,
+      Some((cacheKey, version(head), queryId)), staging = Some(head.directory))
+    val list = args.putArray("rolls")
+    rolls.foreach { r =>
+      val o = list.addObject()
+      o.put("directory", r.directory)
+      o.put("appId", app(r.partition))
+      o.put("version", version(r))
     }
-    val args = Brain.newArgs()
-    args.put("handle", plan.get("handle").asText())
-    try Brain.call("write.commit", args)
-    catch {
-      case e: Exception =>
-        try Brain.call("write.abort", args) catch { case _: Exception => () }
-        throw e
+    val result = Brain.call("sink.commitRolls", args)
+    if (result.path("route").asText() != "jvm") {
+      rolls.foreach(r => RealTimeQueries.delete(r.directory, hadoopConf))
+      throw new IllegalStateException(s"deltaflow: the real-time sink's rolls into ${info.uri} " +
+        s"could not be committed by the connector's file write (${result.path("route").asText()})")
     }
   }
 

@@ -31,7 +31,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
 class DeltaTable(
     val info: TableInfo,
     options: util.Map[String, String],
-    val entry: Option[CatalogTable] = None)
+    val entry: Option[CatalogTable] = None,
+    byName: Boolean = false)
   extends Table with SupportsRead with SupportsWrite with TruncatableTable
   with SupportsMetadataColumns {
 
@@ -62,14 +63,16 @@ class DeltaTable(
   }
 
   // A catalog table streams through its own STREAMING_WRITE ([[DeltaStreamingWrite]]:
-  // `toTable(name)` needs it). A table named by its path reports none, so Spark runs
-  // `start(path)` through the provider's V1 sink ([[DeltaSink]]), which checks the stream's
-  // settings inside start(); `deltaflow.write.nativeWrite=false` keeps the Python sink.
+  // `toTable(name)` needs it), and so does a path the catalog resolves (`byName`:
+  // `toTable("delta.`/path`")`, the way into a path in real-time mode). The provider's
+  // table for `start(path)` reports none, so Spark runs it through the V1 sink
+  // ([[DeltaSink]]), which checks the stream's settings inside start();
+  // `deltaflow.write.nativeWrite=false` keeps the Python sink.
   override def capabilities(): util.Set[TableCapability] = {
     val base = Set(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ,
       TableCapability.V1_BATCH_WRITE, TableCapability.TRUNCATE,
       TableCapability.OVERWRITE_BY_FILTER, TableCapability.OVERWRITE_DYNAMIC)
-    val streams = entry.isDefined || DeltaTable.pythonSink
+    val streams = entry.isDefined || byName || DeltaTable.pythonSink
     (if (streams) base + TableCapability.STREAMING_WRITE else base).asJava
   }
 

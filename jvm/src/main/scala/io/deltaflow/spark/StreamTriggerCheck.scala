@@ -1,5 +1,6 @@
 package io.deltaflow.spark
 
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.streaming.{StreamingRelationV2, WriteToStreamStatement}
@@ -15,13 +16,37 @@ import org.apache.spark.sql.connector.catalog.Table
  *    ContinuousTrigger(1000)") or come only after `start()` returned.
  *  - `trigger(realTime=...)` on a Delta source read by the Python data source (the change
  *    feed): real-time mode takes only JVM sources (`RealTimeModeError`).
+ *  - `trigger(realTime=...)` into `start(path)` (`RealTimeModeError`, `feature="startPath"`):
+ *    a path runs through the V1 sink, which real-time mode cannot run; `toTable` runs the
+ *    table's own real-time write.
+ *
+ * And one setting a real-time query into a Delta table needs is made here: Spark turns
+ * asynchronous progress tracking on by default for a stateless real-time query and then
+ * refuses any sink but its own. Its offset log written ahead of the epoch's end would also
+ * break the sink's premise (an epoch replayed from the offsets it started at), so the
+ * session's real-time default (`spark.sql.streaming.realTimeMode.
+ * asyncProgressTrackingByDefault.enabled`) is set to false when a real-time query into
+ * Delta starts and the user has not set it. Spark reads it right after this analysis, in
+ * the same `start()`. An explicit `asyncProgressTrackingEnabled` option still wins.
  *
  * The statement that carries the trigger (`WriteToStreamStatement`) is resolved away by
  * Spark's first resolution rules, so this runs with the hint rules, which come before them.
  */
-class StreamTriggerCheck extends Rule[LogicalPlan] {
+class StreamTriggerCheck(session: SparkSession) extends Rule[LogicalPlan] {
   override def apply(plan: LogicalPlan): LogicalPlan = {
     plan match {
+      case w: WriteToStreamStatement if StreamTrigger.realTime(w) && w.sink.isInstanceOf[DeltaSink] =>
+        val uri = w.sink.asInstanceOf[DeltaSink].path
+        throw DeltaflowException.of("RealTimeModeError",
+          s"A real-time mode stream into $uri was started with start(path), which runs " +
+            "Spark's V1 sink: real-time mode cannot run it. Name the table instead: " +
+            s"toTable(\"delta.`$uri`\"), or a catalog table (CREATE TABLE t USING delta " +
+            s"LOCATION '$uri', then toTable(\"t\")).",
+          Map("table_uri" -> uri, "feature" -> "startPath"))
+      case w: WriteToStreamStatement if StreamTrigger.realTime(w) && w.sink.isInstanceOf[DeltaTable] =>
+        org.apache.spark.sql.deltaflow.RealTimeQueries.setUnlessSet(session,
+          StreamTriggerCheck.AsyncByDefault, "false")
+        checkRealTimeSource(w)
       case w: WriteToStreamStatement if StreamTrigger.continuous(w).isDefined =>
         val trigger = StreamTrigger.continuous(w).get
         val sink = deltaUri(w.sink).map(uri => (uri, "sink"))
@@ -37,7 +62,13 @@ class StreamTriggerCheck extends Rule[LogicalPlan] {
             Map("table_uri" -> uri, "trigger" -> trigger,
               "alternative" -> "trigger(realTime=...)"))
         }
-      case w: WriteToStreamStatement if StreamTrigger.realTime(w) =>
+      case w: WriteToStreamStatement if StreamTrigger.realTime(w) => checkRealTimeSource(w)
+      case _ =>
+    }
+    plan
+  }
+
+  private def checkRealTimeSource(w: WriteToStreamStatement): Unit =
         w.inputQuery.collectFirst {
           case r: StreamingRelationV2 if r.table.isInstanceOf[LocatedPythonTable] => r
         }.foreach { r =>
@@ -52,10 +83,6 @@ class StreamTriggerCheck extends Rule[LogicalPlan] {
               (if (feed) ", or without readChangeFeed." else "."),
             Map("table_uri" -> uri, "feature" -> feature))
         }
-      case _ =>
-    }
-    plan
-  }
 
   private def deltaUri(table: Table): Option[String] = table match {
     case t: DeltaTable => Some(t.info.uri)
@@ -63,4 +90,9 @@ class StreamTriggerCheck extends Rule[LogicalPlan] {
     case s: DeltaSink => Some(s.path)
     case _ => None
   }
+}
+
+object StreamTriggerCheck {
+  /** Spark's (4.1+) default for asynchronous progress tracking in real-time mode. */
+  val AsyncByDefault = "spark.sql.streaming.realTimeMode.asyncProgressTrackingByDefault.enabled"
 }

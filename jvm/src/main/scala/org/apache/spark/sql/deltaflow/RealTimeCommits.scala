@@ -24,8 +24,9 @@ import org.apache.spark.util.RpcUtils
  * Each task's [[RealTimeWriter]] writes its rows into a short file write (a roll) and,
  * every commit interval, hands the roll to the driver's [[RealTimeCommitEndpoint]] with
  * the rows it covers, counted from the epoch's start in that task's partition
- * (`fromRow` until `toRow`). The driver commits each roll as one Delta commit carrying
- * the app transaction (`<app id>/rtm-p<partition>`, `epoch << 32 | toRow`).
+ * (`fromRow` until `toRow`). The driver commits the rolls of one interval, across
+ * partitions, as one Delta commit carrying each partition's app transaction
+ * (`<app id>/rtm-p<partition>`, `epoch << 32 | toRow`).
  *
  * Exactly once rests on deterministic replay: a stateless query without a shuffle reads
  * each sink partition's rows from one source partition in the source's order, so when
@@ -38,8 +39,9 @@ import org.apache.spark.util.RpcUtils
  */
 object RealTimeCommits {
   final case class Start(epoch: Long, partition: Int, attempt: Int)
+  /** `last`: the task's final roll (its commit), after which its partition writes no more. */
   final case class Roll(epoch: Long, partition: Int, attempt: Int, fromRow: Long, toRow: Long,
-      directory: String)
+      directory: String, last: Boolean = false)
 
   /** What a task's commit reports: the rows its partition saw in the epoch. */
   final case class Rows(partition: Int, rows: Long) extends WriterCommitMessage
@@ -61,40 +63,129 @@ object RealTimeCommits {
 
 /**
  * The driver's side of one epoch: `committed(partition)` is the rows of the epoch the
- * table already holds for a partition (its app transaction), `commit` commits a roll
- * (or, returning false, found it committed already and dropped it). One message at a
- * time (a `ThreadSafeRpcEndpoint`): the counts below are the truth between commits.
+ * table already holds for a partition (its app transaction); `commit` commits a group of
+ * rolls, at most one per partition, as one Delta commit.
+ *
+ * Group commit: a roll that passes the checks waits; a committer thread takes every
+ * waiting roll as one group once each partition still writing has handed one over, or
+ * `gatherMs` after the first arrived, and no sooner than one interval after the previous
+ * group started: one Delta commit per interval for the whole query (writers hand over at
+ * the interval's wall-clock boundaries, so their rolls arrive together). Each task waits
+ * for its roll's group. The counts (`through`) move only when a group is in the log; a
+ * new attempt of a partition drops its waiting roll and waits for one being committed,
+ * so the count it is told is what the table holds. A failed group forgets its
+ * partitions' counts: the next attempt reads them from the log.
  */
 class RealTimeCommitEndpoint(
     override val rpcEnv: RpcEnv,
     committed: Int => Long,
-    commit: RealTimeCommits.Roll => Unit,
-    discard: String => Unit) extends ThreadSafeRpcEndpoint with Logging {
+    commit: Seq[RealTimeCommits.Roll] => Unit,
+    discard: String => Unit,
+    intervalMs: Long) extends ThreadSafeRpcEndpoint with Logging {
   import RealTimeCommits._
 
+  // How long the first waiting roll waits for the other partitions' (their tasks close
+  // rolls at the same boundary; this covers finishing a Parquet file).
+  private val gatherMs = math.max(1L, math.min(10L, intervalMs / 5))
+  private val lock = new Object
   private val attempts = mutable.Map[Int, Int]()
   private val through = mutable.Map[Int, Long]()
+  private val writing = mutable.Set[Int]()  // partitions started and not finished
+  private val waiting = mutable.ArrayBuffer[(Roll, RpcCallContext)]()
+  private val inFlight = mutable.Set[Int]()
+  private var firstWaiting = 0L
+  private var lastStart = 0L
+  private var stopped = false
+  private val committer = new Thread(() => commitLoop(), "deltaflow-rtm-commits")
+  committer.setDaemon(true)
+  committer.start()
 
   override def receiveAndReply(context: RpcCallContext): PartialFunction[Any, Unit] = {
     case Start(_, partition, attempt) =>
       try {
-        attempts(partition) = attempt
-        context.reply(through.getOrElseUpdate(partition, committed(partition)))
+        val count = lock.synchronized {
+          attempts(partition) = attempt
+          writing += partition
+          val (stale, kept) = waiting.partition(_._1.partition == partition)
+          waiting.clear()
+          waiting ++= kept
+          stale.foreach { case (r, c) => refuse(r, c) }
+          while (inFlight.contains(partition)) lock.wait()
+          through.getOrElseUpdate(partition, committed(partition))
+        }
+        context.reply(count)
       } catch { case e: Exception => context.sendFailure(e) }
     case roll: Roll =>
-      val expected = through.getOrElse(roll.partition, -1L)
-      if (!attempts.get(roll.partition).contains(roll.attempt) || roll.fromRow != expected) {
-        discard(roll.directory)
-        context.sendFailure(new IllegalStateException(s"deltaflow: a stale roll of partition " +
-          s"${roll.partition} (attempt ${roll.attempt}, rows ${roll.fromRow}-${roll.toRow}; " +
-          s"committed through $expected by attempt ${attempts.get(roll.partition)})"))
-      } else {
-        try {
-          commit(roll)
-          through(roll.partition) = roll.toRow
-          context.reply(true)
-        } catch { case e: Exception => context.sendFailure(e) }
+      lock.synchronized {
+        val expected = through.getOrElse(roll.partition, -1L)
+        val busy = inFlight.contains(roll.partition) || waiting.exists(_._1.partition == roll.partition)
+        if (stopped || busy || !attempts.get(roll.partition).contains(roll.attempt) ||
+            roll.fromRow != expected) {
+          refuse(roll, context)
+        } else {
+          if (waiting.isEmpty) firstWaiting = System.currentTimeMillis()
+          waiting += ((roll, context))
+          if (roll.last) writing -= roll.partition
+          lock.notifyAll()
+        }
       }
+  }
+
+  private def refuse(roll: Roll, context: RpcCallContext): Unit = {
+    discard(roll.directory)
+    context.sendFailure(new IllegalStateException(s"deltaflow: a stale roll of partition " +
+      s"${roll.partition} (attempt ${roll.attempt}, rows ${roll.fromRow}-${roll.toRow}; " +
+      s"committed through ${through.get(roll.partition)} by attempt " +
+      s"${attempts.get(roll.partition)})"))
+  }
+
+  private def commitLoop(): Unit = {
+    while (true) {
+      val group = lock.synchronized {
+        var ready = false
+        while (!ready) {
+          if (stopped) return
+          if (waiting.isEmpty) lock.wait()
+          else {
+            val now = System.currentTimeMillis()
+            val all = writing.forall(p => waiting.exists(_._1.partition == p))
+            val due = math.max(if (all) now else firstWaiting + gatherMs, lastStart + intervalMs)
+            if (now >= due) ready = true else lock.wait(due - now)
+          }
+        }
+        val taken = waiting.toList
+        waiting.clear()
+        taken.foreach(t => inFlight += t._1.partition)
+        lastStart = System.currentTimeMillis()
+        taken
+      }
+      val failure = try { commit(group.map(_._1)); None } catch { case e: Throwable => Some(e) }
+      lock.synchronized {
+        group.foreach { case (r, _) =>
+          if (failure.isEmpty) through(r.partition) = r.toRow else through.remove(r.partition)
+          inFlight -= r.partition
+        }
+        lock.notifyAll()
+      }
+      failure match {
+        case None => group.foreach(_._2.reply(true))
+        case Some(e) => group.foreach(_._2.sendFailure(e))
+      }
+    }
+  }
+
+  override def onStop(): Unit = {
+    val left = lock.synchronized {
+      stopped = true
+      lock.notifyAll()
+      val l = waiting.toList
+      waiting.clear()
+      l
+    }
+    left.foreach { case (r, c) =>
+      discard(r.directory)
+      c.sendFailure(new IllegalStateException("deltaflow: the real-time epoch ended"))
+    }
   }
 }
 
@@ -114,9 +205,9 @@ class RealTimeWriterFactory(
 
 /**
  * One task's writer in a real-time epoch: rows go into the current roll; a timer thread
- * hands a roll to the driver once it is `intervalMs` old (rows arrive one at a time, and
- * a quiet source must not hold the last ones back), and the task's commit hands over
- * what is left. Writes and hand-overs take turns on one lock.
+ * hands it to the driver at every wall-clock multiple of `intervalMs` (rows arrive one
+ * at a time, and a quiet source must not hold the last ones back), and the task's commit
+ * hands over what is left. Writes and hand-overs take turns on one lock.
  */
 class RealTimeWriter(
     endpoint: String,
@@ -140,7 +231,7 @@ class RealTimeWriter(
   private val lock = new Object
   private var seen = 0L
   private var rolls = 0
-  private var current: Option[(FileRolls.Roll, StagedFileWrite.ShapedWriter, Long, Long)] = None
+  private var current: Option[(FileRolls.Roll, StagedFileWrite.ShapedWriter, Long)] = None
   @volatile private var failure: Throwable = _
 
   private val timer: ScheduledExecutorService = Executors.newSingleThreadScheduledExecutor(
@@ -153,26 +244,33 @@ class RealTimeWriter(
         t
       }
     })
-  private val tick = math.max(1L, intervalMs / 4)
-  timer.scheduleWithFixedDelay(() => {
-    try lock.synchronized {
-      current.foreach { case (_, _, _, started) =>
-        if (System.currentTimeMillis() - started >= intervalMs) handOver()
+  // A roll is handed over at each wall-clock multiple of the interval: every task of the
+  // query hands over at the same moments, so the driver commits their rolls together.
+  private def scheduleNext(): Unit = {
+    val delay = intervalMs - System.currentTimeMillis() % intervalMs
+    try timer.schedule(new Runnable {
+      override def run(): Unit = {
+        // Rows keep going into a new roll while the driver commits this one.
+        try lock.synchronized(handOver(last = false)).foreach(driver.askSync[Boolean](_))
+        catch { case e: Throwable => if (failure == null) failure = e }
+        if (failure == null) scheduleNext()
       }
-    } catch { case e: Throwable => if (failure == null) failure = e }
-  }, tick, tick, TimeUnit.MILLISECONDS)
+    }, delay, TimeUnit.MILLISECONDS)
+    catch { case _: java.util.concurrent.RejectedExecutionException => () }
+  }
+  scheduleNext()
 
   override def write(row: InternalRow): Unit = lock.synchronized {
     if (failure != null) throw failure
     seen += 1
     if (seen > skip) {
-      val (_, writer, _, _) = current.getOrElse {
+      val (_, writer, _) = current.getOrElse {
         val directory = s"$staging/p$partitionId-e$epochId-a$attempt-r${seen - 1}"
         val roll = new FileRolls.Roll(template, directory, partitionId,
           taskId * 100000L + rolls)
         rolls += 1
         val shaped = new StagedFileWrite.ShapedWriter(roll.writer, shape, sort, partitionId, failed)
-        val opened = (roll, shaped, seen - 1, System.currentTimeMillis())
+        val opened = (roll, shaped, seen - 1)
         current = Some(opened)
         opened
       }
@@ -180,9 +278,11 @@ class RealTimeWriter(
     }
   }
 
-  // Under `lock`: the current roll's files committed into its directory, then the driver
-  // commits them to the table. A failure fails the task (Spark replays the epoch).
-  private def handOver(): Unit = current.foreach { case (roll, writer, from, _) =>
+  // Under `lock`: the current roll's files committed into its directory; the caller hands
+  // the message to the driver (outside the lock, so rows keep flowing into the next roll;
+  // one thread at a time asks, so rolls reach the driver in order). A failure fails the
+  // task (Spark replays the epoch).
+  private def handOver(last: Boolean): Option[Roll] = current.map { case (roll, writer, from) =>
     current = None
     try {
       roll.finish(writer.commit())
@@ -192,23 +292,24 @@ class RealTimeWriter(
         try roll.abort() catch { case _: Throwable => () }
         throw e
     }
-    driver.askSync[Boolean](Roll(epochId, partitionId, attempt, from, seen, roll.directory))
+    Roll(epochId, partitionId, attempt, from, seen, roll.directory, last)
   }
 
   override def commit(): WriterCommitMessage = {
     timer.shutdown()
     timer.awaitTermination(1, TimeUnit.MINUTES)
-    lock.synchronized {
+    val (rest, rows) = lock.synchronized {
       if (failure != null) throw failure
-      handOver()
-      Rows(partitionId, seen)
+      (handOver(last = true), seen)
     }
+    rest.foreach(driver.askSync[Boolean](_))
+    Rows(partitionId, rows)
   }
 
   override def abort(): Unit = {
     timer.shutdownNow()
     lock.synchronized {
-      current.foreach { case (roll, writer, _, _) =>
+      current.foreach { case (roll, writer, _) =>
         try writer.abort() catch { case _: Throwable => () }
         try roll.abort() catch { case _: Throwable => () }
       }
@@ -226,6 +327,12 @@ object RealTimeQueries extends Logging {
     new java.util.WeakHashMap[SparkSession, java.lang.Boolean]())
 
   def remember(session: SparkSession): Unit = sessions.put(session, java.lang.Boolean.TRUE)
+
+  /** Set `key` on the session unless it was set there (explicitly: a default does not count). */
+  def setUnlessSet(session: SparkSession, key: String, value: String): Unit = {
+    val conf = session.asInstanceOf[org.apache.spark.sql.classic.SparkSession].sessionState.conf
+    if (!conf.contains(key)) conf.setConfString(key, value)
+  }
 
   // Spark's query classes moved between 4.x versions: reached by method name.
   private def invoke(target: AnyRef, method: String): AnyRef =
