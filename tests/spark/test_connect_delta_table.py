@@ -442,7 +442,6 @@ def test_a_real_time_query_from_a_delta_table_into_another(client: Client, table
             spark.readStream.format("delta").load({source!r})
             .writeStream.outputMode("update")
             .option("checkpointLocation", {str(checkpoint)!r})
-            .option("asyncProgressTrackingEnabled", "false")
             .trigger(realTime="2 seconds")
             .toTable("rt_target")
         )
