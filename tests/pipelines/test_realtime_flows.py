@@ -160,6 +160,15 @@ def test_real_time_flows_deliver_exactly_once_across_a_restart(spark: Any, tmp_p
     assert running and all(p.get("trigger") == "RealTime" for p in running)
     # Real-time: every row arrived inside the first epoch (5 minutes), with no batch ended.
     assert not [p for p in running if "batch_id" in p]
+    # The console's pipeline page reads the same log: the flows show as real-time.
+    from deltaflow.console._pipelines import _events, summarise
+
+    log = str(tmp_path / "storage/system/events")
+    view = summarise("system/events", _events(log, DeltaRsTable(log).version()))
+    assert {f["name"]: f.get("trigger") for f in view["flows"]} == {
+        "to_alerts": "RealTime",
+        "live": "RealTime",
+    }
 
 
 # ---- refusals ---------------------------------------------------------------------------
