@@ -178,6 +178,28 @@ def test_real_time_flows_deliver_exactly_once_across_a_restart(spark: Any, tmp_p
     }
 
 
+def test_an_update_flow_without_the_trigger_runs_micro_batches(
+    spark: Any, tmp_path: Path, source: Path
+) -> None:
+    # A triggered update; the Delta sink named by table (Lakeflow's `tableName`).
+    database = f"rt_{uuid.uuid4().hex[:8]}"
+    with dp.collect() as declared:
+        dp.create_sink("doubled", "delta", {"tableName": f"{database}.doubled"})
+
+        @dp.update_flow(target="doubled")
+        def doubling() -> Any:
+            return spark.readStream.format("delta").load(str(source)).selectExpr("id * 2 AS id")
+
+    settings = _settings(tmp_path, database)
+    dp.run_update(spark, declared.graph(), settings).raise_for_failure()
+    _append(source, range(3, 5))
+    report = dp.run_update(spark, declared.graph(), settings)
+    report.raise_for_failure()
+    assert report.flows["doubling"].status == "COMPLETED"
+    rows = spark.read.table(f"{database}.doubled").collect()
+    assert sorted(r["id"] for r in rows) == [0, 2, 4, 6, 8]
+
+
 # ---- refusals ---------------------------------------------------------------------------
 
 

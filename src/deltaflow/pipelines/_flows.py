@@ -231,7 +231,11 @@ class FlowRun:
         table = next((options.pop(k) for k in list(options) if k.lower() == "tablename"), None)
         writer = writer.format(sink.format).options(**options)
         # A Delta sink named by table (Lakeflow's `tableName`) is written through the catalog.
-        query = writer.toTable(table) if table is not None else writer.start()
+        if table is None:
+            query = writer.start()
+        else:
+            with _flow_session.active(self._flow_spark):
+                query = writer.toTable(table)
         return Running(query, lambda: Outcome(rows=_input_rows(query)))
 
     def _observed(

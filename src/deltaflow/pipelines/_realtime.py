@@ -25,8 +25,7 @@ queries of the application keep Spark's check.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.pipelines import _flow_session
@@ -251,7 +250,7 @@ def start(
     sink = resolution.graph.sink(flow.target)
     if sink is not None and sink.format.lower() != "delta":
         return writer.format(sink.format).options(**sink.options).start()
-    with _active(spark):
+    with _flow_session.active(spark):
         if target is not None:
             return writer.toTable(f"{storage.database}.{target.dataset.name}")
         assert sink is not None
@@ -259,29 +258,6 @@ def start(
         options = {k: v for k, v in sink.options.items() if k.lower() not in skip}
         table = sink_table(spark, storage, sink, resolution.flows[flow.name].schema_json)
         return writer.format("delta").options(**options).toTable(table)
-
-
-@contextlib.contextmanager
-def _active(spark: SparkSession) -> Iterator[None]:
-    """``spark`` as the JVM thread's active session while a stream starts.
-
-    The update's flows start from its own thread, whose JVM thread has no active session:
-    ``toTable`` then resolves the name through a catalog that is not the session's own
-    (deltaflow's catalog, found through the active session's settings), loads the table
-    as if named by path, without its streaming write, and fails with "doesn't support
-    streaming write". The thread's previous active session is put back afterwards."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    sessions = jvm.org.apache.spark.sql.SparkSession
-    before = sessions.getActiveSession()
-    sessions.setActiveSession(spark._jsparkSession)
-    try:
-        yield
-    finally:
-        if before.isDefined():
-            sessions.setActiveSession(before.get())
-        else:
-            sessions.clearActiveSession()
 
 
 def sink_table(spark: SparkSession, storage: Storage, sink: Sink, schema_json: str) -> str:
