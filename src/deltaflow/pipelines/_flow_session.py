@@ -94,10 +94,10 @@ def active(spark: SparkSession) -> Iterator[None]:
 
     The update's flows start from threads of their own (the scheduler's, the continuous
     driver's), whose JVM thread may have no active session. Seen from the continuous
-    driver's thread: ``toTable`` then resolves the name through a catalog that is not the session's own
-    (deltaflow's catalog, found through the active session's settings), loads the table
-    as if named by path, without its streaming write, and fails with "doesn't support
-    streaming write". The thread's previous active session is put back afterwards."""
+    driver's thread: ``toTable`` then resolves the name through a catalog that is not
+    the session's own (deltaflow's catalog, found through the active session's
+    settings), loads the table as if named by path, without its streaming write, and
+    fails with "doesn't support streaming write". The thread's previous active session is put back afterwards."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     sessions = jvm.org.apache.spark.sql.SparkSession
