@@ -97,7 +97,8 @@ def active(spark: SparkSession) -> Iterator[None]:
     driver's thread: ``toTable`` then resolves the name through a catalog that is not
     the session's own (deltaflow's catalog, found through the active session's
     settings), loads the table as if named by path, without its streaming write, and
-    fails with "doesn't support streaming write". The thread's previous active session is put back afterwards."""
+    fails with "doesn't support streaming write". The thread's previous active session
+    is put back afterwards."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     sessions = jvm.org.apache.spark.sql.SparkSession
