@@ -295,7 +295,8 @@ def _pipelines(args: argparse.Namespace) -> int:
         if args.action == "dry-run":
             _commands.dry_run_spec(spec, print, remote=args.remote)
             return 0
-        stop = _stop_on_signals() if args.continuous else None
+        continuous = args.continuous or _commands.spec_is_continuous(spec)
+        stop = _stop_on_signals() if continuous else None
         report = _commands.run_spec(
             spec,
             print,
@@ -303,7 +304,7 @@ def _pipelines(args: argparse.Namespace) -> int:
             full_refresh=_names(args.full_refresh),
             full_refresh_all=args.full_refresh_all,
             development=args.development,
-            continuous=args.continuous,
+            continuous=continuous,
             stop=stop,
             remote=args.remote,
         )

@@ -126,6 +126,8 @@ def _flow_progress(
     )
     flow["status"] = details.get("status")
     flow["at"] = _ms(event["timestamp"])
+    if details.get("trigger"):  # continuous updates: ProcessingTime or RealTime
+        flow["trigger"] = details["trigger"]
     if event.get("error"):
         flow["error"] = event["error"]
     rows = (details.get("metrics") or {}).get("num_output_rows")

@@ -41,6 +41,7 @@ from deltaflow.pipelines._declarations import (
     Sink,
 )
 from deltaflow.pipelines._graph import Graph, GraphBuilder, collect
+from deltaflow.pipelines._update_flow import update_flow
 from deltaflow.pipelines.errors import (
     DefinitionError,
     ExpectationViolationError,
@@ -50,6 +51,7 @@ from deltaflow.pipelines.errors import (
     NotOnConnectError,
     PipelineError,
     PipelineStorageError,
+    RealTimeFlowError,
     UserQueryError,
 )
 
@@ -97,6 +99,7 @@ __all__ = [
     "PipelineError",
     "PipelineSettings",
     "PipelineStorageError",
+    "RealTimeFlowError",
     "Sink",
     "UpdateReport",
     "UserQueryError",
@@ -118,4 +121,5 @@ __all__ = [
     "run_update",
     "table",
     "temporary_view",
+    "update_flow",
 ]

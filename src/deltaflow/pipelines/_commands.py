@@ -63,6 +63,11 @@ def _spec(path: Path | None) -> PipelineSpec:
     return load_spec(path if path is not None else find_spec(Path.cwd()))
 
 
+def spec_is_continuous(path: Path | None) -> bool:
+    """True when the spec says ``continuous: true`` (its updates run until stopped)."""
+    return _spec(path).continuous
+
+
 def settings_of(spec: PipelineSpec, *, development: bool = False) -> PipelineSettings:
     from deltaflow.pipelines._runner import PipelineSettings
     from deltaflow.pipelines._storage import CHECKPOINT_ROOT
@@ -78,6 +83,7 @@ def settings_of(spec: PipelineSpec, *, development: bool = False) -> PipelineSet
         database=spec.database or "default",
         configuration=configuration,
         development=development,
+        continuous=spec.continuous,
     )
 
 
@@ -181,6 +187,8 @@ def _print_event(event: dict[str, Any], echo: Printer) -> None:
             rows = (details.get("metrics") or {}).get("num_output_rows")
             batch = details.get("batch_id")
             extra = "" if batch is None else f" batch {batch}, {rows} rows so far"
+            if details.get("trigger") == "RealTime":
+                extra += " (real-time)"
             echo(f"[{event['timestamp']:%H:%M:%S}] {event['origin']['flow_name']}: {status}{extra}")
     elif event["event_type"] == "update_progress":
         state = json.loads(event["details"])["update_progress"]["state"]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import typed_error
+from deltaflow.pipelines import _realtime
 from deltaflow.pipelines._flows import (
     FlowRun,
     Outcome,
@@ -61,8 +62,19 @@ class Continuous(UpdateDriver):
         self._streams: list[_Stream] = []
         self._batches: list[str] = []
         self._batch_errors: dict[str, BaseException] = {}
+        self._triggers: dict[str, Trigger] = {}
+        real_time = set(_realtime.real_time_flows(resolution))
         for name in self._runnable:
-            run = FlowRun(self._spark, resolution, resolution.flows[name], self._storage, trigger)
+            flow = resolution.flows[name].flow
+            flow_trigger = trigger
+            if name in real_time:
+                target = resolution.datasets.get(flow.target)
+                epoch = _realtime.epoch(flow, target.dataset if target else None, settings)
+                flow_trigger = Trigger(epoch, real_time=True)
+            run = FlowRun(
+                self._spark, resolution, resolution.flows[name], self._storage, flow_trigger
+            )
+            self._triggers[name] = flow_trigger
             if run.streaming:
                 self._streams.append(_Stream(name, run))
             else:
@@ -90,6 +102,11 @@ class Continuous(UpdateDriver):
                     stream.outcome = stream.running.outcome()
             self._log.flush()
         return self._reports()
+
+    def _progress(self, name: str, status: str, **details: Any) -> None:
+        trigger = self._triggers.get(name)
+        name_of = None if trigger is None else trigger.name
+        super()._progress(name, status, trigger=name_of, **details)
 
     def _tend(self, stream: _Stream, now: float) -> None:
         """Start the stream if due, record its new micro-batches, notice its failure."""

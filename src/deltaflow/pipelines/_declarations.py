@@ -26,6 +26,8 @@ QueryFunction = Callable[[], "DataFrame"]
 DatasetKind = Literal["table", "streaming_table", "materialized_view", "temporary_view"]
 ExpectationAction = Literal["warn", "drop", "fail"]
 ScdType = Literal[1, 2]
+# ``update``: an ``update_flow`` (Lakeflow), written in update output mode, into a sink.
+OutputMode = Literal["append", "update"]
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,9 @@ class Dataset:
 @dataclass(frozen=True)
 class Flow:
     """A query whose result goes into ``target``: the query of a table or view (same
-    name as its dataset) or an ``append_flow`` (several may feed one streaming table).
-    ``once``: run a single time (a backfill), not on every update."""
+    name as its dataset), an ``append_flow`` (several may feed one streaming table) or
+    an ``update_flow`` (``output_mode="update"``, into a sink). ``once``: run a single
+    time (a backfill), not on every update."""
 
     name: str
     target: str
@@ -95,6 +98,7 @@ class Flow:
     once: bool = False
     comment: str | None = None
     expectations: tuple[Expectation, ...] = ()
+    output_mode: OutputMode = "append"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ rejects, is a :class:`GraphValidationError` when the graph resolves, dry run inc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from deltaflow.pipelines._declarations import AnyFlow, Dataset
@@ -85,3 +86,28 @@ def rebind(df: DataFrame, session: SparkSession) -> DataFrame:
     plan = df._jdf.queryExecution().logical()
     jdf = jvm.org.apache.spark.sql.classic.Dataset.ofRows(session._jsparkSession, plan)
     return DataFrame(jdf, session)
+
+
+@contextlib.contextmanager
+def active(spark: SparkSession) -> Iterator[None]:
+    """``spark`` as the JVM thread's active session while a stream starts by table name.
+
+    The update's flows start from threads of their own (the scheduler's, the continuous
+    driver's), whose JVM thread may have no active session. Seen from the continuous
+    driver's thread: ``toTable`` then resolves the name through a catalog that is not
+    the session's own (deltaflow's catalog, found through the active session's
+    settings), loads the table as if named by path, without its streaming write, and
+    fails with "doesn't support streaming write". The thread's previous active session
+    is put back afterwards."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    sessions = jvm.org.apache.spark.sql.SparkSession
+    before = sessions.getActiveSession()
+    sessions.setActiveSession(spark._jsparkSession)
+    try:
+        yield
+    finally:
+        if before.isDefined():
+            sessions.setActiveSession(before.get())
+        else:
+            sessions.clearActiveSession()

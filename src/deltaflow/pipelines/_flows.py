@@ -21,6 +21,7 @@ from deltaflow.pipelines import (
     _flow_session,
     _incremental,
     _observed_stream,
+    _realtime,
 )
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow
 from deltaflow.pipelines._declarations import AutoCdcFlow, AutoCdcSnapshotFlow, Flow
@@ -53,14 +54,37 @@ class Outcome:
 @dataclass(frozen=True)
 class Trigger:
     """When a streaming flow's micro-batches run: all available data then stop
-    (``availableNow``, a triggered update) or every ``interval`` until stopped."""
+    (``availableNow``, a triggered update), every ``interval`` until stopped, or, with
+    ``real_time``, Spark's real-time mode with epochs of ``interval`` (:mod:`._realtime`)."""
 
     interval: str | None = None  # None: availableNow
+    real_time: bool = False
 
     def apply(self, writer: Any) -> Any:
         if self.interval is None:
             return writer.trigger(availableNow=True)
+        if self.real_time:
+            return _real_time_trigger(writer, self.interval)
         return writer.trigger(processingTime=self.interval)
+
+    @property
+    def name(self) -> str:
+        """The trigger as the event log names it (Lakeflow's ``pipelines.trigger``)."""
+        if self.interval is None:
+            return "AvailableNow"
+        return "RealTime" if self.real_time else "ProcessingTime"
+
+
+def _real_time_trigger(writer: Any, epoch: str) -> Any:
+    """``writer.trigger(realTime=epoch)``; pyspark 4.1 and 4.2 have that trigger only on
+    the JVM (``Trigger.RealTime``)."""
+    import inspect
+
+    if "realTime" in inspect.signature(writer.trigger).parameters:
+        return writer.trigger(realTime=epoch)
+    streaming = writer._spark._jvm.org.apache.spark.sql.streaming
+    writer._jwrite = writer._jwrite.trigger(streaming.Trigger.RealTime(epoch))
+    return writer
 
 
 AVAILABLE_NOW = Trigger()
@@ -96,6 +120,8 @@ class FlowRun:
         self._rules = flow_expectations(resolution, resolved)
         target = resolution.datasets.get(resolved.flow.target)
         confs = _flow_session.flow_confs(resolved.flow, target.dataset if target else None)
+        if trigger.real_time:
+            confs.update(_realtime.session_confs(resolution, resolved.flow))
         # The session the flow's queries run in: the update's, or its own clone when the
         # flow has spark_conf (see _flow_session).
         self._flow_spark = _flow_session.session_for(spark, confs)
@@ -174,11 +200,12 @@ class FlowRun:
         writer = self._trigger.apply(
             df.writeStream.queryName(f"{flow.name}").option("checkpointLocation", checkpoint)
         )
+        if self._trigger.real_time:
+            spark, storage = self._flow_spark, self._storage
+            started = _realtime.start(spark, writer, self._resolution, flow, storage)
+            return Running(started, lambda: Outcome(rows=_input_rows(started)))
         if to_sink:
-            sink = self._resolution.graph.sink(flow.target)
-            assert sink is not None
-            query = writer.format(sink.format).options(**sink.options).start()
-            return Running(query, lambda: Outcome(rows=_input_rows(query)))
+            return self._to_sink(flow, writer.outputMode(flow.output_mode))
         # Every route into the table writes under the flow's identity (:mod:`._flow_identity`).
         path = self._path(flow)
         identity = stream_identity(checkpoint, path)
@@ -196,6 +223,20 @@ class FlowRun:
             .start(path)
         )
         return Running(plain, lambda: Outcome(rows=_input_rows(plain, after=written)))
+
+    def _to_sink(self, flow: Flow, writer: Any) -> Running:
+        sink = self._resolution.graph.sink(flow.target)
+        assert sink is not None
+        options = dict(sink.options)
+        table = next((options.pop(k) for k in list(options) if k.lower() == "tablename"), None)
+        writer = writer.format(sink.format).options(**options)
+        # A Delta sink named by table (Lakeflow's `tableName`) is written through the catalog.
+        if table is None:
+            query = writer.start()
+        else:
+            with _flow_session.active(self._flow_spark):
+                query = writer.toTable(table)
+        return Running(query, lambda: Outcome(rows=_input_rows(query)))
 
     def _observed(
         self, flow: Flow, df: DataFrame, checkpoint: str, identity: str, written: int
@@ -436,8 +477,10 @@ def emit_progress(
     attempt: int | None = None,
     batch: int | None = None,
     message: str | None = None,
+    trigger: str | None = None,
 ) -> None:
-    """One ``flow_progress`` event: status, attempt, micro-batch, metrics, data quality."""
+    """One ``flow_progress`` event: status, attempt, micro-batch, metrics, data quality;
+    ``trigger`` (continuous mode): ``ProcessingTime`` or ``RealTime``."""
     if outcome is not None and outcome.planning is not None:
         plan = outcome.planning
         log.emit(
@@ -452,6 +495,8 @@ def emit_progress(
         details["attempt"] = attempt
     if batch is not None:
         details["batch_id"] = batch
+    if trigger is not None:
+        details["trigger"] = trigger
     if outcome is not None:
         details["metrics"] = {"num_output_rows": outcome.rows}
         if outcome.expectations:

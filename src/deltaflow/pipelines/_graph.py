@@ -144,6 +144,15 @@ class GraphBuilder:
                 )
             return
         dataset = self._datasets.get(_key(flow.target))
+        if isinstance(flow, Flow) and flow.output_mode == "update":
+            # Lakeflow's rule: update flows write sinks only.
+            raise DefinitionError(
+                f"update_flow {flow.name!r} at {where} writes to {flow.target!r}, which is"
+                " not a sink: update flows write sinks only (create_sink). To stream into"
+                " a table, use append_flow or the table's own query.",
+                dataset=flow.name,
+                location=where,
+            )
         if dataset is None:
             raise DefinitionError(
                 f"flow {flow.name!r} at {where} writes to {flow.target!r}, which this"

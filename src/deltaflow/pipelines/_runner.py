@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from deltaflow.errors import typed_error
-from deltaflow.pipelines import _connect, _expectations
+from deltaflow.pipelines import _connect, _expectations, _realtime
 from deltaflow.pipelines._analysis import Resolution, ResolvedFlow, resolve
 from deltaflow.pipelines._declarations import Flow
 from deltaflow.pipelines._event_log import EventLog, Origin
@@ -59,6 +59,7 @@ class PipelineSettings:
     database: str = "default"
     configuration: Mapping[str, str] = field(default_factory=dict)
     development: bool = False
+    continuous: bool = False  # Lakeflow's `continuous`: updates run until stopped
 
     @property
     def pipeline_id(self) -> str:
@@ -117,6 +118,7 @@ def dry_run(spark: SparkSession, graph: Graph, settings: PipelineSettings) -> Re
             publisher = CatalogPublisher(spark, storage)
             resolution = resolve(spark, graph, publisher)
             _check_flow_shapes(resolution)
+            _realtime.check(resolution, settings, continuous=settings.continuous or None)
             publisher.wait_all()
             return resolution
     finally:
@@ -150,6 +152,7 @@ def run_update(
     ``continuous``: streams stay up and materialized views refresh every
     ``pipelines.trigger.interval`` until ``stop`` is set (:mod:`._continuous`).
     """
+    continuous = continuous or settings.continuous
     if continuous and stop is None:
         raise ValueError("a continuous update runs until `stop` is set: pass a threading.Event")
     if continuous and _connect.is_connect(spark):
@@ -190,11 +193,12 @@ def run_update(
             _progress(log, "SETTING_UP_TABLES")
             resolution = resolve(spark, graph, publisher)
             _check_flow_shapes(resolution)
+            _realtime.check(resolution, settings, continuous=continuous)
             if reset:
                 publisher.wait_all()  # a full refresh overwrites the tables
             _truncate(spark, resolution, storage, reset)
             for resolved in resolution.flows.values():
-                _flow_definition(log, resolution, resolved)
+                _flow_definition(log, resolution, resolved, settings)
             _progress(log, "RUNNING")
             runnable = _runnable(resolution, selected)
             if continuous:
@@ -345,20 +349,29 @@ def _progress(log: EventLog, state: str, error: str | None = None) -> None:
     )
 
 
-def _flow_definition(log: EventLog, resolution: Resolution, resolved: ResolvedFlow) -> None:
+def _flow_definition(
+    log: EventLog, resolution: Resolution, resolved: ResolvedFlow, settings: PipelineSettings
+) -> None:
     flow = resolved.flow
     target = resolution.datasets.get(flow.target)
+    details: dict[str, Any] = {
+        "output_dataset": flow.target,
+        "input_datasets": list(resolved.inputs),
+        "flow_type": type(flow).__name__,
+        "output_kind": target.kind if target is not None else "sink",
+        "streaming": resolved.streaming,
+        "schema_json": resolved.schema_json,
+    }
+    if isinstance(flow, Flow):
+        details["output_mode"] = flow.output_mode
+    dataset = target.dataset if target is not None else None
+    if _realtime.requested(flow, dataset):
+        details["trigger"] = "RealTime"
+        details["trigger_interval"] = _realtime.epoch(flow, dataset, settings)
     log.emit(
         "flow_definition",
-        f"Flow {flow.name!r} defined",
-        {
-            "output_dataset": flow.target,
-            "input_datasets": list(resolved.inputs),
-            "flow_type": type(flow).__name__,
-            "output_kind": target.kind if target is not None else "sink",
-            "streaming": resolved.streaming,
-            "schema_json": resolved.schema_json,
-        },
+        f"Flow {flow.name!r} defined" + (" (real-time)" if "trigger" in details else ""),
+        details,
         flow=flow.name,
         dataset=flow.target,
     )

@@ -5,8 +5,9 @@ required; ``libraries`` a list of ``{glob: {include: PATTERN}}`` relative to the
 directory; ``configuration`` strings set on the session during an update; ``catalog``
 and ``database`` (or ``schema``) where datasets are registered. deltaflow reads the
 same file, so a project made by ``spark-pipelines init`` runs with ``deltaflow
-pipelines run`` too. deltaflow adds nothing to the file: its own settings are
-``pipelines.*`` keys in ``configuration``.
+pipelines run`` too. deltaflow's own settings are ``pipelines.*`` keys in
+``configuration``; the one field it adds is Lakeflow's ``continuous`` (true: updates run
+until stopped, as ``--continuous``), which ``spark-pipelines`` itself would refuse.
 """
 
 from __future__ import annotations
@@ -20,7 +21,16 @@ from typing import Any
 from deltaflow.pipelines.errors import SpecError
 
 SPEC_FILE_NAMES = ("spark-pipeline.yml", "spark-pipeline.yaml")
-_FIELDS = ("name", "storage", "catalog", "database", "schema", "configuration", "libraries")
+_FIELDS = (
+    "name",
+    "storage",
+    "catalog",
+    "database",
+    "schema",
+    "configuration",
+    "libraries",
+    "continuous",
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +44,7 @@ class PipelineSpec:
     configuration: Mapping[str, str] = field(default_factory=dict)
     catalog: str | None = None
     database: str | None = None
+    continuous: bool = False
 
     def storage_path(self) -> str:
         """``storage`` as a local path or URI; ``file:`` URIs and relative paths
@@ -132,6 +143,13 @@ def parse_spec(data: Any, path: Path) -> PipelineSpec:
                 field="libraries",
             )
         libraries.append(_library_pattern(include, where))
+    continuous = data.get("continuous", False)
+    if not isinstance(continuous, bool):
+        raise SpecError(
+            f"{where}: `continuous` must be true or false, got {continuous!r}",
+            path=where,
+            field="continuous",
+        )
     database = data.get("database", data.get("schema"))
     return PipelineSpec(
         name=data["name"],
@@ -141,6 +159,7 @@ def parse_spec(data: Any, path: Path) -> PipelineSpec:
         configuration=dict(configuration),
         catalog=data.get("catalog"),
         database=database,
+        continuous=continuous,
     )
 
 

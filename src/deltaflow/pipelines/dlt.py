@@ -27,6 +27,7 @@ from deltaflow.pipelines._api import (
 )
 from deltaflow.pipelines._declarations import QueryFunction
 from deltaflow.pipelines._reads import read, read_stream
+from deltaflow.pipelines._update_flow import update_flow
 
 
 def table(
@@ -86,5 +87,6 @@ __all__ = [
     "read",
     "read_stream",
     "table",
+    "update_flow",
     "view",
 ]

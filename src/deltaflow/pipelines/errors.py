@@ -39,6 +39,17 @@ class GraphValidationError(PipelineError, ValueError):
         super().__init__(message, flow=flow, problem=problem)
 
 
+class RealTimeFlowError(GraphValidationError):
+    """A flow asks for real-time mode (``spark_conf={"pipelines.trigger": "RealTime"}``)
+    where it cannot run: ``problem`` says why (``real_time_not_continuous``,
+    ``real_time_not_enabled``, ``real_time_stateful``, ``real_time_materialized_view``,
+    ...), ``alternative`` what to do instead. Found when the graph is analysed, before
+    any flow runs; terminal."""
+
+    def __init__(self, message: str, *, flow: str, problem: str, alternative: str) -> None:
+        PipelineError.__init__(self, message, flow=flow, problem=problem, alternative=alternative)
+
+
 class UserQueryError(PipelineError):
     """A dataset's query function raised while the pipeline analysed or ran it;
     ``__cause__`` is the original exception, ``flow`` the flow."""
