@@ -245,7 +245,9 @@ def start(
     storage: Storage,
 ) -> Any:
     """Start ``writer`` (trigger and checkpoint set) as ``flow``'s real-time query."""
-    writer = writer.outputMode("update").option("asyncProgressTrackingEnabled", "false")
+    # (Asynchronous progress tracking: the connector turns Spark's real-time default off
+    # for a Delta target itself; a Kafka sink keeps it.)
+    writer = writer.outputMode("update")
     target = resolution.datasets.get(flow.target)
     sink = resolution.graph.sink(flow.target)
     if sink is not None and sink.format.lower() != "delta":
