@@ -393,11 +393,11 @@ def test_output_modes_other_than_update_are_refused_naming_update(
     rows = spark.readStream.format("delta").load(source)
     if mode == "complete":
         rows = rows.groupBy("id").count()
-    writer = (
+    writer = real_time(
         rows.writeStream.outputMode(mode)
         .foreach(lambda row: None)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(realTime=EPOCH)
+        .option("checkpointLocation", str(tmp_path / "ck")),
+        EPOCH,
     )
     with pytest.raises(AnalysisException) as caught:
         writer.start().stop()
