@@ -75,6 +75,9 @@ NAMES = {
 PARTS = tuple(NAMES)
 ALLOWLIST = "spark.sql.streaming.realTimeMode.allowlistCheck"
 FIRST_EVENT_TIMEOUT = 120.0
+# BENCH_RT_COMMIT_INTERVAL_MS=N: the real-time Delta sink's realTimeCommitIntervalMs (its
+# default, 50, when unset), to measure the interval's trade-off.
+COMMIT_INTERVAL_MS = os.environ.get("BENCH_RT_COMMIT_INTERVAL_MS", "")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -246,7 +249,10 @@ def delta_variant(
             f"CREATE TABLE {table} (id BIGINT, kind STRING, ts BIGINT) USING delta"
             f" LOCATION '{target}'"
         )
-        return stream.format("delta").toTable(table)
+        stream = stream.format("delta")
+        if COMMIT_INTERVAL_MS:  # the sink's commit interval, when the run asks for one
+            stream = stream.option("realTimeCommitIntervalMs", COMMIT_INTERVAL_MS)
+        return stream.toTable(table)
 
     # Spark's real-time sink allowlist names only Spark's own sinks; the connector checks a
     # real-time query's operators itself (docs/realtime.md), so the check is off for them.
