@@ -198,21 +198,18 @@ def start_rtm_copy(
     """Spark's real-time mode on Kafka -> Kafka: topic ``source`` to topic ``target``, a
     stateless projection (key and value as they are, a null value dropped), from the earliest
     offset, ``trigger(realTime=interval)`` (the long-running tasks' checkpoint interval)."""
-    return (
+    return _to_kafka(
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
         .load()
         .where("value IS NOT NULL")
-        .select("key", "value")
-        .writeStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", target)
-        .option("checkpointLocation", checkpoint)
-        .outputMode("update")
-        .trigger(realTime=interval)
-        .start()
+        .select("key", "value"),
+        bootstrap,
+        target,
+        checkpoint,
+        interval,
     )
 
 
@@ -222,11 +219,20 @@ def start_rtm_delta_to_kafka(
     """deltaflow's real-time Delta source into Spark's Kafka sink: every row of the Delta
     table at path ``table`` (column ``id``) to topic ``target`` as its value, from the
     table's first version."""
+    return _to_kafka(
+        spark.readStream.format("delta").load(table).selectExpr("CAST(id AS STRING) AS value"),
+        bootstrap,
+        target,
+        checkpoint,
+        interval,
+    )
+
+
+def _to_kafka(rows: Any, bootstrap: str, target: str, checkpoint: str, interval: str) -> Any:
+    """``rows`` (a ``value`` column, maybe a ``key``) into topic ``target`` by Spark's
+    Kafka sink in real-time mode, started."""
     return (
-        spark.readStream.format("delta")
-        .load(table)
-        .selectExpr("CAST(id AS STRING) AS value")
-        .writeStream.format("kafka")
+        rows.writeStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", target)
         .option("checkpointLocation", checkpoint)

@@ -48,7 +48,7 @@ def s3a_conf(object_store: _object_store.ObjectStore) -> dict[str, str]:
     except ReferenceUnavailable as unreachable:
         pytest.skip(f"Maven Central is unreachable, so no S3A jars: {unreachable}")
     except _s3a.NoJarSet as missing:
-        pytest.skip(str(missing))
+        pytest.skip(f"no S3A jar set is tested for this pyspark's Hadoop: {missing}")
 
 
 @pytest.fixture(scope="module")

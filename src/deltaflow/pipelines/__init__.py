@@ -17,7 +17,6 @@ nothing runs and no Spark session is needed, so a test can inspect a pipeline:
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.pipelines._api import (
-    append_flow,
     create_auto_cdc_flow,
     create_auto_cdc_from_snapshot_flow,
     create_sink,
@@ -40,8 +39,8 @@ from deltaflow.pipelines._declarations import (
     Flow,
     Sink,
 )
+from deltaflow.pipelines._flow_decorators import append_flow, update_flow
 from deltaflow.pipelines._graph import Graph, GraphBuilder, collect
-from deltaflow.pipelines._update_flow import update_flow
 from deltaflow.pipelines.errors import (
     DefinitionError,
     ExpectationViolationError,

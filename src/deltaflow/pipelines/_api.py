@@ -350,40 +350,6 @@ def create_sink(name: str, format: str, options: dict[str, str] | None = None) -
 # ---- flows ----------------------------------------------------------------------------
 
 
-def append_flow(
-    *,
-    target: str,
-    name: str | None = None,
-    spark_conf: dict[str, str] | None = None,
-    once: bool = False,
-    comment: str | None = None,
-) -> Callable[[F], F]:
-    """The decorated query appends to ``target`` (a streaming table or a sink); one
-    table can take several. ``once``: a backfill that runs a single time."""
-
-    def decorate(func: F) -> F:
-        query = _query_function(func, "append_flow")
-        where = _location_of(query)
-        _text(target, "target", "append_flow", where, optional=False)
-        flow_name = _text(name, "name", "append_flow", where) or query.__name__
-        active_builder(f"append_flow {flow_name!r}").add_flow(
-            Flow(
-                name=flow_name,
-                target=target,
-                func=query,
-                location=where,
-                spark_conf=_strings(spark_conf, "spark_conf", "append_flow", where),
-                once=bool(once),
-                comment=_text(comment, "comment", "append_flow", where),
-                expectations=_take_expectations(query),
-            )
-        )
-        _mark(query, flow_name)
-        return func
-
-    return decorate
-
-
 def _scd_type(value: Any, decl: str, where: SourceLocation) -> ScdType:
     if value in (1, "1"):
         return 1

@@ -13,7 +13,6 @@ from typing import Any
 
 from deltaflow.pipelines._api import (
     _dataset_decorator,
-    append_flow,
     create_auto_cdc_flow,
     create_auto_cdc_from_snapshot_flow,
     create_sink,
@@ -26,8 +25,8 @@ from deltaflow.pipelines._api import (
     expect_or_fail,
 )
 from deltaflow.pipelines._declarations import QueryFunction
+from deltaflow.pipelines._flow_decorators import append_flow, update_flow
 from deltaflow.pipelines._reads import read, read_stream
-from deltaflow.pipelines._update_flow import update_flow
 
 
 def table(

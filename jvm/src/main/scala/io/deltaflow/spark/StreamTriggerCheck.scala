@@ -69,20 +69,20 @@ class StreamTriggerCheck(session: SparkSession) extends Rule[LogicalPlan] {
   }
 
   private def checkRealTimeSource(w: WriteToStreamStatement): Unit =
-        w.inputQuery.collectFirst {
-          case r: StreamingRelationV2 if r.table.isInstanceOf[LocatedPythonTable] => r
-        }.foreach { r =>
-          val uri = r.table.asInstanceOf[LocatedPythonTable].info.uri
-          val feed = Seq("readChangeFeed", "readChangeData").exists(key =>
-            Option(r.extraOptions.get(key)).exists(_.trim.equalsIgnoreCase("true")))
-          val feature = if (feed) "readChangeFeed" else "pythonDataSource"
-          throw DeltaflowException.of("RealTimeModeError",
-            s"This Delta stream over $uri is read by deltaflow's Python data source" +
-              (if (feed) " (the change feed)" else "") + ", which Spark's real-time mode " +
-              "cannot run. Read it with a processingTime or availableNow trigger" +
-              (if (feed) ", or without readChangeFeed." else "."),
-            Map("table_uri" -> uri, "feature" -> feature))
-        }
+    w.inputQuery.collectFirst {
+      case r: StreamingRelationV2 if r.table.isInstanceOf[LocatedPythonTable] => r
+    }.foreach { r =>
+      val uri = r.table.asInstanceOf[LocatedPythonTable].info.uri
+      val feed = Seq("readChangeFeed", "readChangeData").exists(key =>
+        Option(r.extraOptions.get(key)).exists(_.trim.equalsIgnoreCase("true")))
+      val feature = if (feed) "readChangeFeed" else "pythonDataSource"
+      throw DeltaflowException.of("RealTimeModeError",
+        s"This Delta stream over $uri is read by deltaflow's Python data source" +
+          (if (feed) " (the change feed)" else "") + ", which Spark's real-time mode " +
+          "cannot run. Read it with a processingTime or availableNow trigger" +
+          (if (feed) ", or without readChangeFeed." else "."),
+        Map("table_uri" -> uri, "feature" -> feature))
+    }
 
   private def deltaUri(table: Table): Option[String] = table match {
     case t: DeltaTable => Some(t.info.uri)
