@@ -262,24 +262,6 @@ def test_a_bad_poll_interval_fails_the_query_with_a_typed_error(
 
 @pytest.mark.slow
 @needs_real_time
-def test_the_change_feed_is_refused_in_real_time_mode(spark, table_path, tmp_path, stopping):
-    source = table_path("src")
-    spark.sql(
-        f"CREATE TABLE delta.`{source}` (id BIGINT) USING delta"
-        " TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
-    )
-    append(spark, source, [0])
-    with pytest.raises(Exception) as caught:
-        stopping.append(
-            start(spark, source, str(tmp_path / "ck"), tmp_path / "out", readChangeFeed="true")
-        )
-    error = typed_error(caught.value)
-    assert isinstance(error, RealTimeModeError), caught.value
-    assert error.feature == "readChangeFeed"
-
-
-@pytest.mark.slow
-@needs_real_time
 def test_rows_deleted_by_deletion_vectors_are_not_emitted(
     spark, table_path, tmp_path, stopping
 ) -> None:

@@ -280,7 +280,7 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
             s"$location no longer exists (VACUUM removed it). Restart the stream with a new " +
             "checkpointLocation and a startingVersion whose files are still kept, or keep " +
             "files longer (delta.deletedFileRetentionDuration).",
-          Map("table_uri" -> p.tableUri, "version" -> version.toString, "path" -> location))
+          Map("table_uri" -> p.tableUri, "path" -> location), Map("version" -> version))
     }
 
   private def closeCurrent(): Unit = {
