@@ -306,9 +306,8 @@ def test_the_change_feed_without_the_native_scan_is_refused(
 ) -> None:
     source = table_path("src")
     write_deltalake(source, people([1]), configuration=CDF)
-    with conf_set(spark, "deltaflow.read.nativeScan", "false"):
-        with pytest.raises(Exception) as caught:
-            stopping.append(start(spark, source, str(tmp_path / "ck"), tmp_path / "out"))
+    with conf_set(spark, "deltaflow.read.nativeScan", "false"), pytest.raises(Exception) as caught:
+        stopping.append(start(spark, source, str(tmp_path / "ck"), tmp_path / "out"))
     error = typed_error(caught.value)
     assert isinstance(error, RealTimeModeError), caught.value
     assert error.feature == "readChangeFeed"

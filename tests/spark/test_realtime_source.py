@@ -23,7 +23,7 @@ import pyspark
 import pytest
 
 from deltaflow.errors import InvalidOptionError, typed_error
-from deltaflow.spark.errors import RealTimeModeError, UnsupportedTriggerError
+from deltaflow.spark.errors import UnsupportedTriggerError
 from tests._waiting import wait_until
 from tests.spark._conf import conf_set
 
