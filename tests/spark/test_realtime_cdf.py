@@ -311,3 +311,29 @@ def test_the_change_feed_without_the_native_scan_is_refused(
     error = typed_error(caught.value)
     assert isinstance(error, RealTimeModeError), caught.value
     assert error.feature == "readChangeFeed"
+
+
+def test_a_column_mapped_table_s_feed(spark, table_path, tmp_path, stopping) -> None:
+    from deltalake import Schema
+
+    source, checkpoint, out = table_path("src"), str(tmp_path / "ck"), tmp_path / "out"
+    arrow_schema = pa.schema([("id", pa.int64()), ("Mixed Case", pa.string())])
+    DeltaTable.create(
+        source,
+        schema=Schema.from_arrow(arrow_schema),
+        configuration={**CDF, "delta.columnMapping.mode": "name"},
+    )
+    query = start(spark, source, checkpoint, out, startingVersion="0")
+    stopping.append(query)
+    data = pa.table({"id": [1, 2], "Mixed Case": ["x", "y"]}, schema=arrow_schema)
+    write_deltalake(source, data, mode="append")  # adds: data read by physical names
+    DeltaTable(source).delete("id = 1")  # a cdc file: _change_type by its own name
+    wait_past(checkpoint, latest(source), query)
+    query.stop()
+    got = received(out)
+    assert got == micro_batch_feed(spark, source, startingVersion="0")
+    assert sorted(row[:4] for row in got) == [
+        (1, "x", "delete", 2),
+        (1, "x", "insert", 1),
+        (2, "y", "insert", 1),
+    ]
