@@ -142,9 +142,8 @@ def _route(uri: str, options: dict[str, str], conf: dict[str, str]) -> tuple[str
         return "python", f"{scheme}:// is not a filesystem Spark's Hadoop layer opens here"
     for key in ("readChangeFeed", "readChangeData"):
         if (_get(options, key) or "").lower() == "true":
-            if native_scan_mode(conf.get(NATIVE_SCAN_CONF)) == "false":
-                return "python", f"change data feed, {NATIVE_SCAN_CONF}=false"
-            return "python", _FEED_REASON
+            native = native_scan_mode(conf.get(NATIVE_SCAN_CONF)) != "false"
+            return "python", _FEED_REASON if native else f"{_FEED_REASON}, {NATIVE_SCAN_CONF}=false"
     if native_scan_mode(conf.get(NATIVE_SCAN_CONF)) == "false":
         return "python", f"{NATIVE_SCAN_CONF}=false"
     return "jvm", ""
@@ -172,8 +171,7 @@ def _answer(
         "deletionVectors": snapshot is not None and snapshot.has_deletion_vectors_enabled,
         "route": route,
         "routeReason": reason,
-        # Routed to Python only for the change feed: the connector's real-time reader
-        # can read this feed (Spark's real-time mode takes JVM sources only).
+        # Python only for the feed: the connector's real-time reader can read it.
         "jvmChangeFeed": route == "python" and reason == _FEED_REASON,
         "configuration": {
             k: v for k, v in (snapshot.configuration if snapshot else {}).items() if v is not None
