@@ -285,8 +285,10 @@ def test_rows_deleted_by_deletion_vectors_are_not_emitted(
 @pytest.mark.slow
 @pytest.mark.cluster
 @needs_real_time
-def test_real_time_on_local_cluster(tmp_path) -> None:
-    """The long-lived task runs in an executor JVM, which reaches the driver only by RPC."""
+@pytest.mark.parametrize("feed", [False, True], ids=["rows", "change-feed"])
+def test_real_time_on_local_cluster(tmp_path, feed) -> None:
+    """The long-lived task runs in an executor JVM, which reaches the driver only by RPC
+    (with ``feed``: the change feed's files, their change and constants, cross it too)."""
     from tests.spark.test_cluster import _spark_home
 
     env = {
@@ -297,7 +299,8 @@ def test_real_time_on_local_cluster(tmp_path) -> None:
         "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
     }
     proc = subprocess.run(
-        [sys.executable, str(HERE / "_realtime_cluster_job.py"), str(tmp_path)],
+        [sys.executable, str(HERE / "_realtime_cluster_job.py"), str(tmp_path)]
+        + (["cdf"] if feed else []),
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -309,7 +312,8 @@ def test_real_time_on_local_cluster(tmp_path) -> None:
     result = json.loads(lines[-1][len("RESULT ") :])
     assert result["error"] is None
     assert result["executors"] == 1
-    assert result["ids"] == [0, 1, 2, 10, 11, 12]
+    # The change feed: the snapshot's inserts, the appends, then id 0's delete.
+    assert result["ids"] == ([0] if feed else []) + [0, 1, 2, 10, 11, 12]
 
 
 @pytest.mark.skipif(HAS_REAL_TIME, reason="Spark 4.1+ has real-time mode")
