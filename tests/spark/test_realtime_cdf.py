@@ -337,3 +337,41 @@ def test_a_column_mapped_table_s_feed(spark, table_path, tmp_path, stopping) -> 
         (1, "x", "insert", 1),
         (2, "y", "insert", 1),
     ]
+
+
+def test_an_epoch_ending_inside_a_change_file_resumes_at_its_next_row(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    # One change file larger than a short epoch reads: epochs end inside it, and their
+    # offsets count the rows of it already emitted (after its row selection).
+    source, checkpoint, out = table_path("src"), str(tmp_path / "ck"), tmp_path / "out"
+    rows = 200_000
+    write_deltalake(source, people(list(range(rows))), configuration=CDF)
+    spark.conf.set(MIN_EPOCH_CONF, "100")
+    try:
+        writer = (
+            spark.readStream.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", "0")
+            .load(source)
+            .writeStream.foreach(ChangeSink(str(out)))
+            .outputMode("update")
+            .option("checkpointLocation", checkpoint)
+        )
+        out.mkdir()
+        first = real_time(writer, "200 milliseconds").start()
+    finally:
+        spark.conf.set(MIN_EPOCH_CONF, "1000")
+    stopping.append(first)
+    wait_until(
+        lambda: any("rowsOfNextFile" in end for end in end_offsets(checkpoint)),
+        WAIT,
+        "an epoch checkpointed inside the file",
+    )
+    first.stop()  # inside the file: the restart goes on from the checkpointed row
+    again = start(spark, source, checkpoint, out, startingVersion="0")
+    stopping.append(again)
+    wait_until(lambda: len(received(out)) >= rows, WAIT * 2, f"{rows} changes")
+    got = received(out)
+    assert sorted(row[0] for row in got) == list(range(rows))  # none lost, none twice
+    assert {(row[3], row[4]) for row in got} == {("insert", 0)}
