@@ -375,3 +375,31 @@ def test_an_epoch_ending_inside_a_change_file_resumes_at_its_next_row(
     got = received(out)
     assert sorted(row[0] for row in got) == list(range(rows))  # none lost, none twice
     assert {(row[3], row[4]) for row in got} == {("insert", 0)}
+
+
+def test_the_feed_into_spark_s_memory_sink(spark, table_path, tmp_path, stopping) -> None:
+    # Spark's allowlist refuses the memory sink in real-time mode unless told not to check.
+    source, name = table_path("src"), f"cdf_rt_memory_{uuid.uuid4().hex[:8]}"
+    write_deltalake(source, people([1, 2]), configuration=CDF)
+    with conf_set(spark, "spark.sql.streaming.realTimeMode.allowlistCheck", "false"):
+        writer = (
+            spark.readStream.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", "0")
+            .load(source)
+            .writeStream.format("memory")
+            .queryName(name)
+            .outputMode("update")
+            .option("checkpointLocation", str(tmp_path / "ck"))
+        )
+        query = real_time(writer, EPOCH).start()
+    stopping.append(query)
+    DeltaTable(source).delete("id = 2")
+
+    def arrived() -> bool:
+        assert query.exception() is None, query.exception()
+        return spark.table(name).count() >= 3
+
+    wait_until(arrived, WAIT, "3 changes in the memory sink")
+    got = sorted((r.id, r._change_type, r._commit_version) for r in spark.table(name).collect())
+    assert got == [(1, "insert", 0), (2, "delete", 1), (2, "insert", 0)]
