@@ -103,14 +103,15 @@ def start(spark: Any, source: str, checkpoint: str, out: Path, **options: str) -
     return real_time(writer, EPOCH).start()
 
 
-def micro_batch_feed(spark: Any, source: str, **options: str) -> list[Change]:
-    """The same feed through the micro-batch stream (the Python data source's)."""
+def micro_batch_feed(
+    spark: Any, source: str, table: str | None = None, **options: str
+) -> list[Change]:
+    """The same feed through the micro-batch stream (the Python data source's); by the
+    catalog name ``table`` when given."""
     name = f"cdf_mb_{uuid.uuid4().hex[:8]}"
+    reader = spark.readStream.format("delta").option("readChangeFeed", "true").options(**options)
     query = (
-        spark.readStream.format("delta")
-        .option("readChangeFeed", "true")
-        .options(**options)
-        .load(source)
+        (reader.table(table) if table else reader.load(source))
         .writeStream.format("memory")
         .queryName(name)
         .trigger(availableNow=True)
@@ -283,8 +284,10 @@ def test_a_catalog_table_s_change_feed(spark, table_path, tmp_path, stopping) ->
     DeltaTable(source).delete("id = 1")
     wait_past(checkpoint, latest(source), query)
     query.stop()
-    got = [(row[0], row[3], row[4]) for row in received(out)]
-    assert sorted(got) == [(1, "delete", 2), (2, "insert", 1)]
+    got = received(out)
+    assert sorted((row[0], row[3], row[4]) for row in got) == [(1, "delete", 2), (2, "insert", 1)]
+    # The micro-batch feed by name has the change columns too (it had the table's own).
+    assert got == micro_batch_feed(spark, source, table=name, startingVersion="1")
 
 
 def test_a_vacuumed_change_file_fails_typed(spark, table_path, tmp_path, stopping) -> None:
