@@ -20,6 +20,9 @@ only N events/s), all in one Spark session, one after the other:
 * ``serve -> delta -> delta RTM``: events POSTed to ``deltaflow serve`` (durable
   acknowledgement, every 10 ms) land in the source table; the rest as above. Latency starts
   when the event was due by the rate schedule.
+* ``delta CDF -> delta RTM`` (``cdf``): as ``delta -> delta RTM``, but the source table has
+  the change data feed on and the query reads it (``readChangeFeed``): each event reaches
+  the target with its ``_change_type`` and ``_commit_version``.
 * ``delta -> delta micro-batch``: today's best Delta path, ``processingTime="0 seconds"``,
   as the baseline.
 
@@ -30,7 +33,7 @@ during the measurement window / events created in it; the Kafka broker's CPU is 
 apart. Every result records the load average: the machine is shared.
 
     .venv/bin/python bench/bench_realtime.py [--quick] [--rows 1000] [--only kafka,delta]
-    (parts: kafka, delta, foreach, delta-kafka, serve, microbatch)
+    (parts: kafka, delta, foreach, delta-kafka, serve, cdf, microbatch)
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ NAMES = {
     "foreach": "delta -> foreach RTM",
     "delta-kafka": "delta -> kafka RTM",
     "serve": "serve -> delta -> delta RTM",
+    "cdf": "delta CDF -> delta RTM",
     "microbatch": "delta -> delta micro-batch",
 }
 PARTS = tuple(NAMES)
@@ -206,7 +210,7 @@ def delta_variant(
     source_path, target, checkpoint = str(root / "src"), str(root / "dst"), str(root / "chk")
     if serve is None:
         writer: Paced = DeltaWriter(source_path, rate)
-        _create_source(source_path)
+        _create_source(source_path, change_feed=part == "cdf")
     else:
         writer = serve(source_path, rate)
     probe: Any
@@ -220,12 +224,13 @@ def delta_variant(
         probe = DeltaProbe(target)
 
     def start() -> Any:
-        rows = (
-            spark.readStream.format("delta")
-            .load(source_path)
-            .where("kind <> 'heartbeat'")
-            .select("id", F.upper("kind").alias("kind"), "ts")
-        )
+        reader = spark.readStream.format("delta")
+        if part == "cdf":
+            reader = reader.option("readChangeFeed", "true")
+        columns = ["id", F.upper("kind").alias("kind"), "ts"]
+        if part == "cdf":
+            columns += ["_change_type", "_commit_version"]
+        rows = reader.load(source_path).where("kind <> 'heartbeat'").select(*columns)
         if part == "delta-kafka":  # Kafka's sink takes a value column
             rows = rows.select(F.col("id").cast("string").alias("value"))
         stream = rows.writeStream.option("checkpointLocation", checkpoint)
@@ -245,8 +250,9 @@ def delta_variant(
         # is a micro-batch one); the connector turns Spark's asynchronous progress tracking
         # default off for it.
         table = f"realtime_target_{time.time_ns()}"
+        change = ", _change_type STRING, _commit_version BIGINT" if part == "cdf" else ""
         spark.sql(
-            f"CREATE TABLE {table} (id BIGINT, kind STRING, ts BIGINT) USING delta"
+            f"CREATE TABLE {table} (id BIGINT, kind STRING, ts BIGINT{change}) USING delta"
             f" LOCATION '{target}'"
         )
         stream = stream.format("delta")
@@ -256,7 +262,7 @@ def delta_variant(
 
     # Spark's real-time sink allowlist names only Spark's own sinks; the connector checks a
     # real-time query's operators itself (docs/realtime.md), so the check is off for them.
-    allowlist_off = part in ("delta", "serve")
+    allowlist_off = part in ("delta", "serve", "cdf")
     if allowlist_off:
         spark.conf.set(ALLOWLIST, "false")
     try:
@@ -267,13 +273,14 @@ def delta_variant(
     return {**result, "allowlist_check_off": allowlist_off}
 
 
-def _create_source(path: str) -> None:
+def _create_source(path: str, change_feed: bool = False) -> None:
     """An empty source table, so the query starts before the first event."""
     from deltalake import DeltaTable
 
     from _realtime_probes import SOURCE_SCHEMA
 
-    DeltaTable.create(path, schema=SOURCE_SCHEMA)
+    configuration = {"delta.enableChangeDataFeed": "true"} if change_feed else None
+    DeltaTable.create(path, schema=SOURCE_SCHEMA, configuration=configuration)
 
 
 class Serve:

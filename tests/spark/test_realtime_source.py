@@ -23,7 +23,7 @@ import pyspark
 import pytest
 
 from deltaflow.errors import InvalidOptionError, typed_error
-from deltaflow.spark.errors import RealTimeModeError, UnsupportedTriggerError
+from deltaflow.spark.errors import UnsupportedTriggerError
 from tests._waiting import wait_until
 from tests.spark._conf import conf_set
 
@@ -262,24 +262,6 @@ def test_a_bad_poll_interval_fails_the_query_with_a_typed_error(
 
 @pytest.mark.slow
 @needs_real_time
-def test_the_change_feed_is_refused_in_real_time_mode(spark, table_path, tmp_path, stopping):
-    source = table_path("src")
-    spark.sql(
-        f"CREATE TABLE delta.`{source}` (id BIGINT) USING delta"
-        " TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')"
-    )
-    append(spark, source, [0])
-    with pytest.raises(Exception) as caught:
-        stopping.append(
-            start(spark, source, str(tmp_path / "ck"), tmp_path / "out", readChangeFeed="true")
-        )
-    error = typed_error(caught.value)
-    assert isinstance(error, RealTimeModeError), caught.value
-    assert error.feature == "readChangeFeed"
-
-
-@pytest.mark.slow
-@needs_real_time
 def test_rows_deleted_by_deletion_vectors_are_not_emitted(
     spark, table_path, tmp_path, stopping
 ) -> None:
@@ -303,8 +285,10 @@ def test_rows_deleted_by_deletion_vectors_are_not_emitted(
 @pytest.mark.slow
 @pytest.mark.cluster
 @needs_real_time
-def test_real_time_on_local_cluster(tmp_path) -> None:
-    """The long-lived task runs in an executor JVM, which reaches the driver only by RPC."""
+@pytest.mark.parametrize("feed", [False, True], ids=["rows", "change-feed"])
+def test_real_time_on_local_cluster(tmp_path, feed) -> None:
+    """The long-lived task runs in an executor JVM, which reaches the driver only by RPC
+    (with ``feed``: the change feed's files, their change and constants, cross it too)."""
     from tests.spark.test_cluster import _spark_home
 
     env = {
@@ -315,7 +299,8 @@ def test_real_time_on_local_cluster(tmp_path) -> None:
         "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
     }
     proc = subprocess.run(
-        [sys.executable, str(HERE / "_realtime_cluster_job.py"), str(tmp_path)],
+        [sys.executable, str(HERE / "_realtime_cluster_job.py"), str(tmp_path)]
+        + (["cdf"] if feed else []),
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -327,7 +312,8 @@ def test_real_time_on_local_cluster(tmp_path) -> None:
     result = json.loads(lines[-1][len("RESULT ") :])
     assert result["error"] is None
     assert result["executors"] == 1
-    assert result["ids"] == [0, 1, 2, 10, 11, 12]
+    # The change feed: the snapshot's inserts, the appends, then id 0's delete.
+    assert result["ids"] == ([0] if feed else []) + [0, 1, 2, 10, 11, 12]
 
 
 @pytest.mark.skipif(HAS_REAL_TIME, reason="Spark 4.1+ has real-time mode")

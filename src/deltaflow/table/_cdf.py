@@ -103,16 +103,36 @@ def cdf_enabled(configuration: dict[str, Any] | None) -> bool:
 
 
 class CommitTimestamps:
-    """Commit timestamps as delta-spark reports them, from one listing of ``_delta_log``."""
+    """Commit timestamps as delta-spark reports them, from one listing of ``_delta_log``.
+
+    A version right after a known one is found with one stat of its commit file, not a
+    listing: its time is ``max(mtime, previous + 1)``, which is what the listing gives
+    (by induction over the versions). A stream that follows a table's commits then pays
+    one stat per commit, not a listing of the whole log (which grows without bound).
+    """
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self._by_version: dict[int, int] = {}
+        self._fs: tuple[pafs.FileSystem, str] | None = None
 
     def get(self, version: int) -> int | None:
-        if version not in self._by_version:
+        if version not in self._by_version and not self._stat_next(version):
             self.refresh()
         return self._by_version.get(version)
+
+    def _stat_next(self, version: int) -> bool:
+        previous = self._by_version.get(version - 1)
+        if previous is None:
+            return False
+        if self._fs is None:
+            self._fs = _uri.filesystem(self.uri)
+        fs, root = self._fs
+        info = fs.get_file_info(f"{root}/_delta_log/{version:020d}.json")
+        if info.type == pafs.FileType.NotFound or info.mtime_ns is None:
+            return False
+        self._by_version[version] = max(info.mtime_ns // 1_000_000, previous + 1)
+        return True
 
     def all(self) -> dict[int, int]:
         self.refresh()

@@ -106,6 +106,8 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
     features = _PYTHON_READ_FEATURES.intersection(snapshot.reader_features)
     if route == "jvm" and features:
         route, reason = "python", f"reader feature {sorted(features)[0]!r}"
+    elif reason == _FEED_REASON and features:
+        reason = f"{_FEED_REASON}, reader feature {sorted(features)[0]!r}"
     if route == "python" and _schema.holds_type(snapshot.schema, "variant"):
         raise UnsupportedFeatureError(
             f"Table {snapshot.uri} has VARIANT columns, which only deltaflow's connector reads,"
@@ -131,13 +133,17 @@ _STREAM_ONLY = frozenset(k.lower() for k in STREAM_READ_OPTIONS if k not in ("re
 _TIME_TRAVEL = frozenset({"path", "versionasof", "timestampasof"})
 
 
+_FEED_REASON = "change data feed"
+
+
 def _route(uri: str, options: dict[str, str], conf: dict[str, str]) -> tuple[str, str]:
     scheme = urlparse(uri).scheme
     if not hadoop_opens(uri):
         return "python", f"{scheme}:// is not a filesystem Spark's Hadoop layer opens here"
     for key in ("readChangeFeed", "readChangeData"):
         if (_get(options, key) or "").lower() == "true":
-            return "python", "change data feed"
+            native = native_scan_mode(conf.get(NATIVE_SCAN_CONF)) != "false"
+            return "python", _FEED_REASON if native else f"{_FEED_REASON}, {NATIVE_SCAN_CONF}=false"
     if native_scan_mode(conf.get(NATIVE_SCAN_CONF)) == "false":
         return "python", f"{NATIVE_SCAN_CONF}=false"
     return "jvm", ""
@@ -165,6 +171,8 @@ def _answer(
         "deletionVectors": snapshot is not None and snapshot.has_deletion_vectors_enabled,
         "route": route,
         "routeReason": reason,
+        # Python only for the feed: the connector's real-time reader can read it.
+        "jvmChangeFeed": route == "python" and reason == _FEED_REASON,
         "configuration": {
             k: v for k, v in (snapshot.configuration if snapshot else {}).items() if v is not None
         },

@@ -111,6 +111,23 @@ def realtime_start(args: dict[str, Any]) -> dict[str, Any]:
     return {"start": resolve_start(_reader(args), args["start"])}
 
 
+def realtime_item(task: Any) -> dict[str, Any]:
+    """One file of a real-time answer as the JVM's ``ScanFile`` reads it. A change file
+    (``readChangeFeed``) adds ``change`` (``kind``: cdc, add or remove; ``version``;
+    ``timestamp`` in ms) and, for a deletion vector pair's difference, ``kept``: the only
+    rows to read (instead of ``deleted``, the rows to leave out)."""
+    from deltaflow.spark.read._cdf import ChangeTask
+
+    if not isinstance(task, ChangeTask):
+        return file_item(task.uri, task.size, task.partition_values, task.deleted_rows)
+    f = task.file
+    item = file_item(f.uri, f.size, f.partition_values, f.deleted_rows)
+    item["change"] = {"kind": task.kind, "version": task.version, "timestamp": task.timestamp_ms}
+    if f.kept_rows is not None:
+        item["kept"] = [int(i) for i in f.kept_rows]
+    return item
+
+
 def realtime_next(args: dict[str, Any]) -> dict[str, Any]:
     """``stream.rtNext`` ``{handle, after, until?}`` -> ``{files, end, latest, more}``: the
     files a real-time reader reads after its position ``after`` (up to ``until`` when an
@@ -119,8 +136,8 @@ def realtime_next(args: dict[str, Any]) -> dict[str, Any]:
 
     found = next_files(_reader(args), args["after"], args.get("until"))
     files = []
-    for offset, t in found["files"]:
-        item = file_item(t.uri, t.size, t.partition_values, t.deleted_rows)
+    for offset, task in found["files"]:
+        item = realtime_item(task)
         item["offset"] = offset
         files.append(item)
     return {

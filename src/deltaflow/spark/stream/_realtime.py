@@ -19,6 +19,7 @@ from deltaflow.errors import carry_errors
 from deltaflow.spark._compat import ReadMaxFiles
 
 if TYPE_CHECKING:
+    from deltaflow.spark.read._cdf import ChangeTask
     from deltaflow.spark.read._reader import FileTask
     from deltaflow.spark.stream._reader import DeltaStreamReader
 
@@ -69,7 +70,10 @@ def next_files(
 
 def positioned(
     reader: DeltaStreamReader, start: dict[str, Any], end: dict[str, Any]
-) -> list[tuple[dict[str, Any], FileTask]]:
-    """The files of ``start`` -> ``end`` with the offset each one ends at."""
+) -> list[tuple[dict[str, Any], FileTask | ChangeTask]]:
+    """The files of ``start`` -> ``end`` with the offset each one ends at: data files, or
+    with ``readChangeFeed`` change files (their kind, version, timestamp and the rows to
+    read, deletion vectors resolved here, on the driver)."""
     entries = reader._files_between(start, end)
-    return [(e.offset.to_json(reader.table_id), reader._task(e)) for e in entries]
+    task = reader._change_task if reader.options.read_change_feed else reader._task
+    return [(e.offset.to_json(reader.table_id), task(e)) for e in entries]

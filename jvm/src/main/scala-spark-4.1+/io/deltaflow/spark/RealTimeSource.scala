@@ -39,7 +39,6 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
 
   private[spark] def realTimeMode: Boolean = realTime
 
-  // (A change-feed stream is the Python data source's, refused by StreamTriggerCheck.)
   override def prepareForRealTimeMode(): Unit = realTime = true
 
   private def pollMs: Long = {
@@ -68,7 +67,10 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
       until.foreach(u => args.set[JsonNode]("until", Brain.json.readTree(u)))
     })
     val files = result.get("files").elements().asScala.map { node =>
-      RealTimeFile(node.get("offset").toString, FileReads.wholeFile(ScanFile.fromJson(node), layout))
+      val file = ScanFile.fromJson(node)
+      val fileLayout = if (changeFeed) changeLayouts.of(file) else layout
+      RealTimeFile(node.get("offset").toString, FileReads.wholeFile(file, fileLayout),
+        file.change.map(c => (c.isCdc, c.version, file.location)))
     }.toArray
     RealTimeFiles(files, result.get("end").toString, result.get("latest").asLong(),
       result.path("more").asBoolean(false))
@@ -102,10 +104,12 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
 
   private[spark] def realTimeReaderFactory(): PartitionReaderFactory = {
     val spark = SparkSession.active
-    val files = FileReads.readerFactory(spark, layout, withDeletes = true, Array.empty[Filter],
-      inRequiredOrder = true)
+    def factory(l: ReadLayout) = FileReads.readerFactory(spark, l, withDeletes = true,
+      Array.empty[Filter], inRequiredOrder = true)
     val conf = spark.sessionState.newHadoopConfWithOptions(Map.empty[String, String])
-    new RealTimeReaderFactory(files, new SerializableConfiguration(conf))
+    if (!changeFeed) new RealTimeReaderFactory(factory(layout), new SerializableConfiguration(conf))
+    else new RealTimeReaderFactory(factory(changeLayouts.data), new SerializableConfiguration(conf),
+      Some(RealTimeChangeReads(factory(changeLayouts.cdc), changeLayouts.changeTypeAt)))
   }
 }
 
@@ -126,8 +130,13 @@ object StreamTrigger {
     w.trigger.getClass.getSimpleName == "RealTimeTrigger"
 }
 
-/** A file for a real-time reader, and the offset the stream is at once it is read whole. */
-case class RealTimeFile(offset: String, partition: DeltaInputPartition)
+/** A file for a real-time reader, and the offset the stream is at once it is read whole;
+ *  a change file: whether it is a cdc file, its version and location. */
+case class RealTimeFile(offset: String, partition: DeltaInputPartition,
+    change: Option[(Boolean, Long, String)] = None)
+
+/** How a change-feed reader reads cdc files, and where their `_change_type` is. */
+case class RealTimeChangeReads(cdc: PartitionReaderFactory, changeTypeAt: Int)
 
 /** The brain's answer to one reader's question: files, the position after them, the newest
  *  version it looked at, and whether more files wait beyond the read limit. */
@@ -150,17 +159,18 @@ case class RealTimeInputPartition(
  *  and how many rows of the next file it emitted. */
 case class DeltaPartitionOffset(position: String, rows: Long) extends PartitionOffset
 
-class RealTimeReaderFactory(files: PartitionReaderFactory, conf: SerializableConfiguration)
-  extends PartitionReaderFactory {
+class RealTimeReaderFactory(files: PartitionReaderFactory, conf: SerializableConfiguration,
+    changes: Option[RealTimeChangeReads] = None) extends PartitionReaderFactory {
   override def supportColumnarReads(partition: InputPartition): Boolean = false
 
   override def createReader(partition: InputPartition): PartitionReader[InternalRow] =
-    new RealTimeReader(partition.asInstanceOf[RealTimeInputPartition], files, conf)
+    new RealTimeReader(partition.asInstanceOf[RealTimeInputPartition], files, conf, changes)
 }
 
 /** One epoch's long-lived task over the table's log (see [[RealTimeSupport]]). */
 class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
-    conf: SerializableConfiguration) extends SupportsRealTimeRead[InternalRow] {
+    conf: SerializableConfiguration, changes: Option[RealTimeChangeReads] = None)
+  extends SupportsRealTimeRead[InternalRow] {
   private lazy val driver = RealTimeFilesEndpoint.connect(p.endpoint)
   private val logDir = new Path(new Path(p.tableUri), "_delta_log")
   private lazy val fs: FileSystem = logDir.getFileSystem(conf.value)
@@ -173,6 +183,7 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
   private var current: PartitionReader[InternalRow] = _
   private var currentFile: RealTimeFile = _
   private var currentLimit = -1L // rows to emit of the current file; -1: all
+  private var checkChangeType = false // a cdc file: its rows must carry _change_type
   private var nextVersion = -1L // the commit whose file the reader waits for; -1: ask now
   private var replayed = false
   private var lastFetch = 0L
@@ -192,7 +203,7 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
     val deadline = System.currentTimeMillis() + timeoutMs
     while (true) {
       if (current != null) {
-        if ((currentLimit < 0 || rows < currentLimit) && current.next()) {
+        if ((currentLimit < 0 || rows < currentLimit) && readNext()) {
           rows += 1
           return RecordStatus.newStatusWithoutArrivalTime(true)
         }
@@ -234,13 +245,43 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
 
   private def open(file: RealTimeFile): Unit = {
     currentFile = file
-    current = files.createReader(file.partition)
+    val cdc = file.change.exists(_._1)
+    checkChangeType = cdc
+    current = missingAsTyped(
+      (if (cdc) changes.get.cdc else files).createReader(file.partition))
     val isPartial = p.replay.exists(_.partial.contains(file))
     currentLimit = if (isPartial) p.replay.get.rows else -1L
     rows = 0
-    while (skip > 0 && current.next()) { skip -= 1; rows += 1 }
+    while (skip > 0 && readNext()) { skip -= 1; rows += 1 }
     skip = 0
   }
+
+  private def readNext(): Boolean = {
+    if (!missingAsTyped(current.next())) return false
+    if (checkChangeType && current.get().isNullAt(changes.get.changeTypeAt)) {
+      val (_, version, location) = currentFile.change.get
+      throw DeltaflowException.of("CorruptTableError",
+        s"The change data file $location of ${p.tableUri} (version $version) has no " +
+          "_change_type column, which the Delta protocol requires of cdc files.",
+        Map("table_uri" -> p.tableUri, "path" -> location))
+    }
+    true
+  }
+
+  /** A change file VACUUM removed: the feed of its version is gone (typed, terminal). */
+  private def missingAsTyped[T](body: => T): T =
+    try body
+    catch {
+      case e: Exception if currentFile.change.isDefined && Iterator.iterate[Throwable](e)(_.getCause)
+          .takeWhile(_ != null).exists(_.isInstanceOf[java.io.FileNotFoundException]) =>
+        val (_, version, location) = currentFile.change.get
+        throw DeltaflowException.of("ChangeDataFilesMissingError",
+          s"The change data of version $version of ${p.tableUri} is gone: its file " +
+            s"$location no longer exists (VACUUM removed it). Restart the stream with a new " +
+            "checkpointLocation and a startingVersion whose files are still kept, or keep " +
+            "files longer (delta.deletedFileRetentionDuration).",
+          Map("table_uri" -> p.tableUri, "path" -> location), Map("version" -> version))
+    }
 
   private def closeCurrent(): Unit = {
     current.close()

@@ -6,6 +6,8 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.Literal
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, OverwriteByExpression, OverwritePartitionsDynamic}
 import org.apache.spark.sql.catalyst.rules.Rule
+import org.apache.spark.sql.catalyst.streaming.StreamingRelationV2
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
 
 /**
@@ -16,7 +18,8 @@ import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
  *    with three more columns. Spark loads a catalog table before it looks at the read's
  *    options, so the relation it made has the table's own columns; it is replaced with the
  *    change feed's relation. (Time travel options need nothing here: Spark hands them to
- *    the catalog's `loadTable`.)
+ *    the catalog's `loadTable`.) So does `spark.readStream.option("readChangeFeed", "true")
+ *    .table(t)`'s streaming relation.
  *  - A dynamic partition overwrite (`writeTo(t).overwritePartitions()`, `INSERT OVERWRITE`
  *    with `spark.sql.sources.partitionOverwriteMode=dynamic`) needs a V2 batch write in
  *    Spark; Delta tables are written through the V1 write path, so it becomes an
@@ -33,6 +36,13 @@ class DeltaAnalysis(session: SparkSession) extends Rule[LogicalPlan] {
       // copy, not create: the relation's other fields (Spark 4.1+ adds a time travel spec)
       // stay as Spark resolved them.
       relation.copy(table = feed.table, output = feed.output)
+
+    case relation: StreamingRelationV2 if relation.table.isInstanceOf[DeltaTable] &&
+        ChangeFeed.requested(relation.extraOptions) =>
+      val table = relation.table.asInstanceOf[DeltaTable]
+      val options = relation.extraOptions.asCaseSensitiveMap().asScala.toMap + ("path" -> table.info.uri)
+      val feed = DeltaDataSource.tableFor(options.asJava, table.entry)
+      relation.copy(table = feed, output = DataTypeUtils.toAttributes(feed.schema()))
 
     case overwrite: OverwritePartitionsDynamic if isDelta(overwrite.table) =>
       val options = overwrite.writeOptions + ("partitionOverwriteMode" -> "dynamic")

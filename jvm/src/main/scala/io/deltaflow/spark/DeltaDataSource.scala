@@ -112,7 +112,9 @@ case class TableInfo(
     routeReason: String,
     configuration: Map[String, String],
     description: Option[String],
-    protocol: Map[String, String])
+    protocol: Map[String, String],
+    // Routed to Python only for its change feed, which the JVM's real-time reader reads.
+    jvmChangeFeed: Boolean = false)
 
 object TableInfo {
   private val NativeScanConf = "deltaflow.read.nativeScan"
@@ -143,7 +145,8 @@ object TableInfo {
       routeReason = r.path("routeReason").asText(""),
       configuration = strings(r.path("configuration")),
       description = Option(r.path("description").textValue()),
-      protocol = strings(r.path("protocol")))
+      protocol = strings(r.path("protocol")),
+      jvmChangeFeed = r.path("jvmChangeFeed").asBoolean(false))
   }
 
   private def strings(node: com.fasterxml.jackson.databind.JsonNode): Map[String, String] =

@@ -30,11 +30,14 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  */
 class DeltaMicroBatchStream(
     private[spark] val info: TableInfo,
-    private[spark] val options: CaseInsensitiveStringMap)
+    private[spark] val options: CaseInsensitiveStringMap,
+    // The change feed ([[ChangeFeedTable]]): read by the real-time reader only.
+    private[spark] val changeFeed: Boolean = false)
   extends MicroBatchStream with SupportsAdmissionControl with SupportsTriggerAvailableNow
   with ReportsSourceMetrics with RealTimeSupport with Logging {
 
   private[spark] val layout = ReadLayout(info, info.schema)
+  private[spark] lazy val changeLayouts = ChangeLayouts(info)
   // Uniform per stream (Spark wants every task of a scan columnar, or none): a table
   // that may have deletion vectors is read in row mode.
   private val withDeletes = info.deletionVectors
@@ -95,6 +98,8 @@ class DeltaMicroBatchStream(
   override def planInputPartitions(start: Offset, end: Offset): Array[InputPartition] = {
     // Real-time mode replays an epoch its offset log recorded through this call too.
     if (realTimeMode) return realTimeReplay(start, end)
+    if (changeFeed) throw new IllegalStateException(
+      "deltaflow: the JVM's change feed source runs in real-time mode only")
     val result = call("stream.files", { args =>
       offsetArg(args, "start", start)
       offsetArg(args, "end", end)

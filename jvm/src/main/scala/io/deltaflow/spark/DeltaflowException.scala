@@ -42,13 +42,16 @@ object DeltaflowException {
       error.path("wire").asText(""))
   }
 
-  /** An error raised by the connector itself, with its wire marker. */
-  def of(errorType: String, message: String, fields: Map[String, String]): DeltaflowException = {
+  /** An error raised by the connector itself, with its wire marker; `numbers`: fields
+   *  the Python error holds as integers (a version). */
+  def of(errorType: String, message: String, fields: Map[String, String],
+      numbers: Map[String, Long] = Map.empty): DeltaflowException = {
     val payload = Brain.json.createObjectNode()
     payload.put("type", errorType)
     payload.put("message", message)
     val f = payload.putObject("fields")
     fields.foreach { case (k, v) => f.put(k, v) }
+    numbers.foreach { case (k, v) => f.put(k, v) }
     val encoded = Base64.getEncoder.encodeToString(
       Brain.json.writeValueAsString(payload).getBytes(StandardCharsets.UTF_8))
     new DeltaflowException(errorType, message, fields, s"[deltaflow-error:$encoded]")

@@ -25,26 +25,32 @@ import org.apache.spark.util.SerializableConfiguration
  * One data file the brain planned for a batch scan or a micro-batch: its location (an
  * absolute, percent-decoded path or URI, as Hadoop's `Path(String)` takes it), size,
  * partition values (Delta's serialized strings, null for null) and deleted row indexes.
+ * A change-feed file also carries its change ([[ChangeInfo]]); with `keepOnly`,
+ * `deleted` lists the only rows to read instead (a deletion vector pair's difference).
  */
 case class ScanFile(location: String, size: Long, partitionValues: Map[String, String],
-    deleted: Array[Long], modificationTime: Long = 0L)
+    deleted: Array[Long], modificationTime: Long = 0L, change: Option[ChangeInfo] = None,
+    keepOnly: Boolean = false)
 
 object ScanFile {
   def fromJson(node: JsonNode): ScanFile = {
     val values = node.get("partitionValues").properties().asScala.map(e =>
       e.getKey -> (if (e.getValue.isNull) null else e.getValue.asText())).toMap
-    val deleted = Option(node.get("deleted")).map(_.elements().asScala.map(_.asLong()).toArray)
+    def longs(key: String) = Option(node.get(key)).map(_.elements().asScala.map(_.asLong()).toArray)
+    val kept = longs("kept")
     ScanFile(node.get("location").asText(), node.get("size").asLong(), values,
-      deleted.getOrElse(Array.empty), node.path("modificationTime").asLong(0L))
+      kept.orElse(longs("deleted")).getOrElse(Array.empty), node.path("modificationTime").asLong(0L),
+      ChangeInfo.fromJson(node.get("change")), keepOnly = kept.isDefined)
   }
 }
 
 /**
  * How files of a table are read for a given output: data columns (logical and physical
  * names) and the partition columns, which Spark's reader appends after them in the
- * table's order; then `_metadata` when the output asks for it ([[FileMetadata]]).
+ * table's order; then `constants` (the change feed's per-file columns, [[ChangeFeed]]);
+ * then `_metadata` when the output asks for it ([[FileMetadata]]).
  */
-case class ReadLayout(info: TableInfo, required: StructType) {
+case class ReadLayout(info: TableInfo, required: StructType, constants: Seq[StructField] = Nil) {
   private val partitionNames = info.partitionColumns.map(_.toLowerCase(Locale.ROOT)).toSet
   private def isPartition(f: StructField) = partitionNames.contains(f.name.toLowerCase(Locale.ROOT))
   // Spark's `_metadata` column, unless the table has a column of that name.
@@ -54,11 +60,13 @@ case class ReadLayout(info: TableInfo, required: StructType) {
   val metadataFields: Array[StructField] =
     metadataColumn.map(_.dataType.asInstanceOf[StructType].fields).getOrElse(Array.empty)
 
-  val dataFields: Array[StructField] =
-    required.fields.filterNot(f => isPartition(f) || metadataColumn.contains(f))
+  private val constantNames = constants.map(_.name).toSet
+  val dataFields: Array[StructField] = required.fields.filterNot(f =>
+    isPartition(f) || metadataColumn.contains(f) || constantNames.contains(f.name))
   val partitionFields: Array[StructField] = info.schema.fields.filter(isPartition).filter(f =>
     required.fields.exists(_.name.equalsIgnoreCase(f.name)))
-  val readSchema: StructType = StructType(dataFields ++ partitionFields ++ metadataColumn)
+  val readSchema: StructType =
+    StructType(dataFields ++ partitionFields ++ constants ++ metadataColumn)
   /** For each column of `required`, its position in what the reader emits (data columns,
    *  then partition columns); None when the two orders agree. */
   val requiredOrder: Option[Array[Int]] = {
@@ -68,17 +76,19 @@ case class ReadLayout(info: TableInfo, required: StructType) {
   /** What the Parquet reader appends after the data columns: partition values, then the
    *  `_metadata` fields as constant columns. */
   val partitionSchema: StructType =
-    StructType(partitionFields ++ FileMetadata.leaves(metadataFields))
+    StructType(partitionFields ++ constants ++ FileMetadata.leaves(metadataFields))
   lazy val physicalData: StructType =
     SchemaMapping.physical(StructType(dataFields), info.schema, info.physicalSchema)
+  // Plus data columns the table's schema lacks (a cdc file's `_change_type`).
   lazy val physicalTable: StructType = StructType(info.physicalSchema.fields.filterNot(f =>
-    partitionNames.contains(f.name.toLowerCase(Locale.ROOT))))
+    partitionNames.contains(f.name.toLowerCase(Locale.ROOT))) ++
+    dataFields.filterNot(f => info.schema.fieldNames.exists(_.equalsIgnoreCase(f.name))))
 
   /** The constant columns of the split [start, start + length) of `file`. */
   def partitionRow(file: ScanFile, start: Long, length: Long): InternalRow =
-    if (metadataFields.isEmpty) partitionRow(file.partitionValues)
+    if (metadataFields.isEmpty && constants.isEmpty) partitionRow(file.partitionValues)
     else InternalRow.fromSeq(partitionRow(file.partitionValues).toSeq(StructType(partitionFields)) ++
-      FileMetadata.values(metadataFields, file, start, length))
+      ChangeFeed.values(constants, file) ++ FileMetadata.values(metadataFields, file, start, length))
 
   def partitionRow(values: Map[String, String]): InternalRow = {
     val byName = values.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }
@@ -122,7 +132,8 @@ object FileReads {
 
   /** `f` read whole, in one task of its own (its deleted rows, if any, left out). */
   def wholeFile(f: ScanFile, layout: ReadLayout): DeltaInputPartition =
-    DeltaInputPartition(FilePartition(0, Array(partitioned(f, 0, f.size, layout))), Array(f.deleted))
+    DeltaInputPartition(FilePartition(0, Array(partitioned(f, 0, f.size, layout))), Array(f.deleted),
+      Array(f.keepOnly))
 
   private def partitioned(f: ScanFile, start: Long, length: Long, layout: ReadLayout) =
     PartitionedFile(layout.partitionRow(f, start, length), SparkPath.fromPath(new Path(f.location)),
@@ -149,9 +160,10 @@ object FileReads {
   }
 }
 
-/** The files of one task and, per file (in order), the sorted indexes of deleted rows. */
-case class DeltaInputPartition(files: FilePartition, deleted: Array[Array[Long]])
-  extends InputPartition {
+/** The files of one task and, per file (in order), the sorted indexes of deleted rows, or
+ *  with `keepOnly` set for the file, of the only rows to read. */
+case class DeltaInputPartition(files: FilePartition, deleted: Array[Array[Long]],
+    keepOnly: Array[Boolean] = Array.empty) extends InputPartition {
   override def preferredLocations(): Array[String] = files.preferredLocations()
 }
 
@@ -204,7 +216,8 @@ class DeltaReaderFactory(
   }
 }
 
-/** Reads each file of a partition whole, in row order (`open`), skipping its deleted rows. */
+/** Reads each file of a partition whole, in row order (`open`), skipping its deleted rows
+ *  (or, for a keep-only file, every row but the listed ones). */
 class DeletedRowsReader(
     partition: DeltaInputPartition,
     open: PartitionedFile => PartitionReader[InternalRow])
@@ -213,6 +226,7 @@ class DeletedRowsReader(
   private var current: PartitionReader[InternalRow] = _
   private var deleted: Array[Long] = Array.empty
   private var nextDeleted = 0
+  private var keep = false
   private var row = -1L
 
   private def openNext(): Boolean = {
@@ -222,6 +236,7 @@ class DeletedRowsReader(
     current = open(partition.files.files(fileIndex))
     // A partition planned without deleted rows (none of its files has any) has none.
     deleted = if (fileIndex < partition.deleted.length) partition.deleted(fileIndex) else Array.empty
+    keep = fileIndex < partition.keepOnly.length && partition.keepOnly(fileIndex)
     nextDeleted = 0
     row = -1L
     true
@@ -230,10 +245,15 @@ class DeletedRowsReader(
   override def next(): Boolean = {
     if (current == null && !openNext()) return false
     while (true) {
-      if (current.next()) {
+      // A keep-only file past its last listed row has nothing more to give.
+      if (keep && nextDeleted >= deleted.length) {
+        if (!openNext()) return false
+      } else if (current.next()) {
         row += 1
         while (nextDeleted < deleted.length && deleted(nextDeleted) < row) nextDeleted += 1
-        if (nextDeleted >= deleted.length || deleted(nextDeleted) != row) return true
+        val listed = nextDeleted < deleted.length && deleted(nextDeleted) == row
+        if (listed) nextDeleted += 1
+        if (listed == keep) return true
       } else if (!openNext()) {
         return false
       }

@@ -1,7 +1,7 @@
 package io.deltaflow.spark
 
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.plans.logical.{AnalysisHelper, LogicalPlan}
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.streaming.{StreamingRelationV2, WriteToStreamStatement}
 import org.apache.spark.sql.connector.catalog.Table
@@ -14,11 +14,17 @@ import org.apache.spark.sql.connector.catalog.Table
  *    deltaflow's source is not a `ContinuousStream` and its sink not a continuous write, and
  *    Spark's own failures there are untyped ("Unknown type of trigger:
  *    ContinuousTrigger(1000)") or come only after `start()` returned.
- *  - `trigger(realTime=...)` on a Delta source read by the Python data source (the change
- *    feed): real-time mode takes only JVM sources (`RealTimeModeError`).
+ *  - `trigger(realTime=...)` on a Delta source read by the Python data source (object
+ *    stores, `deltaflow.read.nativeScan=false`): real-time mode takes only JVM sources
+ *    (`RealTimeModeError`).
  *  - `trigger(realTime=...)` into `start(path)` (`RealTimeModeError`, `feature="startPath"`):
  *    a path runs through the V1 sink, which real-time mode cannot run; `toTable` runs the
  *    table's own real-time write.
+ *
+ * A real-time query over a table's change feed (`readChangeFeed`, which batch and
+ * micro-batch reads take from the Python data source) gets the JVM's change feed source
+ * instead ([[ChangeFeedTable]]): the stream's relation keeps its output attributes, so the
+ * analysed query above it stays valid; the two schemas are checked equal first.
  *
  * And one setting a real-time query into a Delta table needs is made here: Spark turns
  * asynchronous progress tracking on by default for a stateless real-time query and then
@@ -46,7 +52,7 @@ class StreamTriggerCheck(session: SparkSession) extends Rule[LogicalPlan] {
       case w: WriteToStreamStatement if StreamTrigger.realTime(w) && w.sink.isInstanceOf[DeltaTable] =>
         org.apache.spark.sql.deltaflow.RealTimeQueries.setUnlessSet(session,
           StreamTriggerCheck.AsyncByDefault, "false")
-        checkRealTimeSource(w)
+        return realTimeSource(w)
       case w: WriteToStreamStatement if StreamTrigger.continuous(w).isDefined =>
         val trigger = StreamTrigger.continuous(w).get
         val sink = deltaUri(w.sink).map(uri => (uri, "sink"))
@@ -62,27 +68,51 @@ class StreamTriggerCheck(session: SparkSession) extends Rule[LogicalPlan] {
             Map("table_uri" -> uri, "trigger" -> trigger,
               "alternative" -> "trigger(realTime=...)"))
         }
-      case w: WriteToStreamStatement if StreamTrigger.realTime(w) => checkRealTimeSource(w)
+      case w: WriteToStreamStatement if StreamTrigger.realTime(w) => return realTimeSource(w)
       case _ =>
     }
     plan
   }
 
-  private def checkRealTimeSource(w: WriteToStreamStatement): Unit =
-    w.inputQuery.collectFirst {
+  /** `w` with each change feed source on the JVM's reader; refused (typed) when a source
+   *  is the Python data source's for another reason. */
+  private def realTimeSource(w: WriteToStreamStatement): LogicalPlan = {
+    val python = w.inputQuery.collect {
       case r: StreamingRelationV2 if r.table.isInstanceOf[LocatedPythonTable] => r
-    }.foreach { r =>
-      val uri = r.table.asInstanceOf[LocatedPythonTable].info.uri
-      val feed = Seq("readChangeFeed", "readChangeData").exists(key =>
-        Option(r.extraOptions.get(key)).exists(_.trim.equalsIgnoreCase("true")))
-      val feature = if (feed) "readChangeFeed" else "pythonDataSource"
-      throw DeltaflowException.of("RealTimeModeError",
-        s"This Delta stream over $uri is read by deltaflow's Python data source" +
-          (if (feed) " (the change feed)" else "") + ", which Spark's real-time mode " +
-          "cannot run. Read it with a processingTime or availableNow trigger" +
-          (if (feed) ", or without readChangeFeed." else "."),
-        Map("table_uri" -> uri, "feature" -> feature))
     }
+    if (python.isEmpty) return w
+    val swaps = python.map(r => r -> changeFeedTable(r)).toMap
+    val rewritten = AnalysisHelper.allowInvokingTransformsInAnalyzer {
+      w.inputQuery.transform { case r: StreamingRelationV2 if swaps.contains(r) =>
+        r.copy(table = swaps(r))
+      }
+    }
+    w.copy(inputQuery = rewritten)
+  }
+
+  private def changeFeedTable(r: StreamingRelationV2): ChangeFeedTable = {
+    val info = r.table.asInstanceOf[LocatedPythonTable].info
+    val feed = ChangeFeed.requested(r.extraOptions)
+    if (feed && info.jvmChangeFeed) {
+      val table = new ChangeFeedTable(info.copy(route = "jvm"))
+      val (jvm, python) = (table.schema(), r.table.schema())
+      if (jvm.fields.map(f => (f.name, f.dataType)).sameElements(python.fields.map(f => (f.name, f.dataType))))
+        return table
+      throw DeltaflowException.of("RealTimeModeError",
+        s"The change feed of ${info.uri} in real-time mode: the JVM reader's schema " +
+          s"(${jvm.simpleString}) differs from the feed's (${python.simpleString}), a " +
+          "deltaflow bug; read the feed with a processingTime trigger meanwhile.",
+        Map("table_uri" -> info.uri, "feature" -> "readChangeFeed"))
+    }
+    val feature = if (feed) "readChangeFeed" else "pythonDataSource"
+    val why = if (info.routeReason.isEmpty) "" else s" (${info.routeReason})"
+    throw DeltaflowException.of("RealTimeModeError",
+      s"This Delta stream over ${info.uri} is read by deltaflow's Python data source$why, " +
+        "which Spark's real-time mode cannot run. Read it with a processingTime or " +
+        "availableNow trigger" + (if (info.routeReason.contains("://")) ", or from a store " +
+          "Spark's Hadoop layer opens (S3A for s3://)." else "."),
+      Map("table_uri" -> info.uri, "feature" -> feature))
+  }
 
   private def deltaUri(table: Table): Option[String] = table match {
     case t: DeltaTable => Some(t.info.uri)
