@@ -5,7 +5,7 @@
 prints one ``RESULT <json>`` line of what it saw (the test reads the objects back with its
 own S3 client). ``stream <source> <sink> <checkpoint> <loop|once>`` runs a Delta -> Delta
 stream: ``loop`` triggers every 300 ms until killed, printing ``PROGRESS <batchId>`` after
-each batch and ``FAILED <error class>`` if the query fails; ``once`` runs availableNow and
+each batch and ``FAILED fenced|other <message>`` if the query fails; ``once`` runs availableNow and
 prints ``DONE <last batchId>``.
 """
 
@@ -15,7 +15,7 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from pyspark.errors import StreamingQueryException
 
@@ -128,22 +128,35 @@ def run_stream(source: str, sink: str, checkpoint: str, mode: str) -> None:
         print(f"DONE {progress['batchId'] if progress else -1}", flush=True)
         spark.stop()
         return
-    query = writer.trigger(processingTime="300 milliseconds").start(sink)
+    try:
+        query = writer.trigger(processingTime="300 milliseconds").start(sink)
+    except Exception as error:  # a second query on the checkpoint can lose at start
+        fail(error)
     print("STARTED", flush=True)
     seen = None
     while True:  # killed by the test
         if query.exception() is not None:
-            error = query.exception()
-            kind = error.getCondition() if hasattr(error, "getCondition") else None
-            print(f"FAILED {kind or type(error).__name__}", flush=True)
-            print(f"query failed: {error}", file=sys.stderr, flush=True)
-            sys.exit(1)
+            fail(query.exception())
         progress = query.lastProgress
         if progress and progress["batchId"] != seen:
             seen = progress["batchId"]
             print(f"PROGRESS {seen} {progress['numInputRows']}", flush=True)
         with contextlib.suppress(StreamingQueryException):
             query.awaitTermination(0.1)
+
+
+# Spark's two ways to report a second query on a checkpoint: its log's existence check
+# (CONCURRENT_STREAM_LOG_UPDATE) or a lost put-if-absent (HDFSMetadataLog.write's
+# "Multiple streaming queries are concurrently using <path>", _LEGACY_ERROR_TEMP_2207).
+FENCED = ("CONCURRENT_STREAM_LOG_UPDATE", "Multiple streaming queries are concurrently using")
+
+
+def fail(error: BaseException) -> NoReturn:
+    text = str(error)
+    kind = "fenced" if any(marker in text for marker in FENCED) else "other"
+    print(f"FAILED {kind} {text.strip().splitlines()[0] if text.strip() else ''}", flush=True)
+    print(f"query failed: {text}", file=sys.stderr, flush=True)
+    sys.exit(1)
 
 
 if __name__ == "__main__":
