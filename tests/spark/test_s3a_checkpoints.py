@@ -194,11 +194,17 @@ def test_two_drivers_on_one_checkpoint_one_is_fenced(
 ):
     (source_a, source_s3, _), (sink_a, sink_s3, _), (ckpt_a, _, ckpt_key) = stream_tables
     first = child(job_env, tmp_path, "first", "stream", source_a, sink_a, ckpt_a, "loop")
+    try:
+        first.wait_for("PROGRESS ", START_TIMEOUT)
+    except BaseException:
+        first.kill()
+        raise
+    # The second joins a running stream: the race is on a batch's offsets or commit file
+    # (two drivers started together race on the query's metadata file instead).
     second = child(job_env, tmp_path, "second", "stream", source_a, sink_a, ckpt_a, "loop")
     drivers = [first, second]
     try:
-        # New data every moment: both plan batches until one loses (at start, on the
-        # query's metadata file, or on a batch's offsets or commit file).
+        # New data every moment: both plan batches until one loses.
         deadline, loser, n = time.monotonic() + 2 * START_TIMEOUT, None, 20
         while loser is None and time.monotonic() < deadline:
             append(object_store, source_s3, n, 5)
