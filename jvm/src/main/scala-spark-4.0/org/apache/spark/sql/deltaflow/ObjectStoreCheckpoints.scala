@@ -10,10 +10,10 @@ import org.apache.spark.sql.execution.streaming.CheckpointFileManager.Cancellabl
  * deltaflow's stream checkpoint manager (`spark.sql.streaming.checkpointFileManagerClass`,
  * not set by default on Spark 4.0): Spark's own manager for every path and
  * call, except `createAtomic` on S3A, which writes the final key directly - put-if-absent
- * for the offset and commit logs, so a second query on one checkpoint fails with
- * `CONCURRENT_STREAM_LOG_UPDATE` (see [[DirectCheckpointFiles]]). Local, HDFS and other
+ * for the offset and commit logs, so a second query on one checkpoint fails with Spark's
+ * concurrent-update error instead of racing (see [[DirectCheckpointFiles]]). Local, HDFS and other
  * stores keep Spark's temp-file-and-rename writes unchanged. On Spark 4.0 (Hadoop 3.4.1: no
- * conditional create) S3A writes fall back to Spark's rename path too; the trait lives in
+ * conditional create) the put-if-absent writes fall back to Spark's rename path; the trait lives in
  * `execution.streaming` there, which this variant binds to.
  */
 class DeltaflowCheckpointFileManager(path: Path, hadoopConf: Configuration)

@@ -10,8 +10,8 @@ import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileMana
  * deltaflow's stream checkpoint manager (`spark.sql.streaming.checkpointFileManagerClass`,
  * set by `deltaflow.spark_conf()` on Spark 4.1+): Spark's own manager for every path and
  * call, except `createAtomic` on S3A, which writes the final key directly - put-if-absent
- * for the offset and commit logs, so a second query on one checkpoint fails with
- * `CONCURRENT_STREAM_LOG_UPDATE` (see [[DirectCheckpointFiles]]). Local, HDFS and other
+ * for the offset and commit logs, so a second query on one checkpoint fails with Spark's
+ * concurrent-update error instead of racing (see [[DirectCheckpointFiles]]). Local, HDFS and other
  * stores keep Spark's temp-file-and-rename writes unchanged. Spark 4.1 moved the trait to
  * `execution.streaming.checkpointing`: this variant binds to that package.
  */
