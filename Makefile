@@ -49,9 +49,13 @@ jar: check-java $(STAMP)
 	$(PY) -m deltaflow.spark._jar
 
 # `make demo CONSOLE=1` leaves the web console up at the end (http://127.0.0.1:8765/).
-# `make demo STORAGE=s3` puts the tables on a SeaweedFS S3 gateway the demo starts and stops.
+# `make demo STORAGE=s3` puts the tables on a SeaweedFS S3 gateway the demo starts and stops,
+# with Hadoop's S3A jars (resolved from Maven Central by the tests' harness, cached; as a
+# cluster with hadoop-aws has them) so checkpoints and the landing zone go there too;
+# `make demo STORAGE=s3 S3A=0` runs it without them (deltaflow's Python path on S3).
 demo: jar
-	$(PY) demo/main_job.py $(if $(CONSOLE),--console) $(if $(STORAGE),--storage $(STORAGE))
+	$(PY) demo/main_job.py $(if $(CONSOLE),--console) $(if $(STORAGE),--storage $(STORAGE)) \
+		$(if $(filter s3,$(STORAGE)),$(if $(filter 0,$(S3A)),,--s3a-jars "$$($(PY) -m tests._s3a)"))
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench demo

@@ -103,7 +103,7 @@ def run_declared(
         events.select(["device_id", "user_id", "state", "event_time"]).sort_by("event_time")
     )
     snapshots = [rounds.first, _full_second_snapshot(rounds.first, rounds.second)]
-    storage, configuration = _storage(data_dir, tables_root)
+    storage, configuration = _storage(spark, data_dir, tables_root)
     settings = dp.PipelineSettings(
         name="fitness", storage=storage, database="fitness", configuration=configuration
     )
@@ -166,11 +166,18 @@ def run_declared(
     return DeclaredResult(off_wrist, silver.num_rows, history.num_rows)
 
 
-def _storage(data_dir: Path, tables_root: str | None) -> tuple[str, dict[str, str]]:
+def _storage(
+    spark: SparkSession, data_dir: Path, tables_root: str | None
+) -> tuple[str, dict[str, str]]:
     """The pipeline's storage: beside the other tables on an object store (its stream
-    checkpoints on local disk: Spark has no s3:// here), else under the data dir."""
+    checkpoints there too when Spark's Hadoop opens it, else on local disk), else under
+    the data dir."""
+    from deltaflow.spark._hadoop_fs import hadoop_uri
+
     if tables_root is None or tables_root.startswith("file:"):
         return str(data_dir / "pipeline"), {}
+    if hadoop_uri(spark, tables_root) is not None:
+        return f"{tables_root}/pipeline", {}  # the runner keeps them under the storage
     return f"{tables_root}/pipeline", {
         "pipelines.checkpointRoot": str(data_dir / "pipeline-checkpoints")
     }

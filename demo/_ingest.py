@@ -67,6 +67,24 @@ CORRUPT_FILE_EVERY = 7
 RETRY_REQUEST_EVERY = 10
 
 
+def _land(landing: Path | str, name: str, data: bytes) -> None:
+    """One landing file, appearing whole: on disk written aside (hidden: cloudFiles
+    ignores it) and renamed; on an object store one PUT, which publishes it whole."""
+    if isinstance(landing, str):
+        from deltaflow.table import _uri
+
+        fs, folder = _uri.filesystem(landing)
+        with fs.open_output_stream(f"{folder}/{name}") as out:
+            out.write(data)
+        return
+    aside = landing / f".{name}.tmp"
+    with open(aside, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(aside, landing / name)
+
+
 class IngestError(DemoRunError):
     """The ingest service did not start, or refused events it should have taken."""
 
@@ -275,7 +293,7 @@ class LiveFeed:
         self,
         generator: DeviceEventGenerator,
         server: IngestServer,
-        landing_dir: Path,
+        landing_dir: Path | str,
         rate: float,
         events_per_request: int,
         requests_per_cycle: int = 4,
@@ -302,7 +320,8 @@ class LiveFeed:
         self.newest_event_time: datetime | None = None
 
     def start(self) -> None:
-        self.landing_dir.mkdir(parents=True, exist_ok=True)
+        if isinstance(self.landing_dir, Path):
+            self.landing_dir.mkdir(parents=True, exist_ok=True)
         self._thread.start()
 
     def stop(self) -> FeedStats:
@@ -419,12 +438,7 @@ class LiveFeed:
             lines.append(lines[0][: len(lines[0]) // 2] + b"\n")  # cut short mid-upload
             self.stats.corrupt_lines += 1
         name = f"events-{number:06d}.json"
-        aside = self.landing_dir / f".{name}.tmp"  # hidden: cloudFiles ignores it
-        with open(aside, "wb") as handle:
-            handle.write(b"".join(lines))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(aside, self.landing_dir / name)  # atomic: the file appears whole
+        _land(self.landing_dir, name, b"".join(lines))
         self.stats.file_events += events.num_rows
         self.stats.file_lines += len(lines)
         self.stats.reuploads += len(reupload)

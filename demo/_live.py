@@ -64,7 +64,7 @@ def run_live(
     settings: LiveSettings,
     tables_root: str,
 ) -> LiveResult:
-    paths = _pipeline.PipelinePaths.under(data_dir, tables_root)
+    paths = _pipeline.PipelinePaths.under(data_dir, tables_root, spark)
     speed = settings.rate / generator.events_per_second
     print(
         f"\nLive: trackers send for {settings.seconds:.0f}s at up to {settings.rate:,.0f} "
@@ -113,12 +113,38 @@ def run_live(
         server.process.returncode == 0, f"deltaflow serve exited with {server.process.returncode}"
     )
 
+    if paths.checkpoints_on_store:
+        report_checkpoints_on_store(paths, list(queries))
     bronze_rows = report_ingest(stats, paths)
     silver_rows = report_streaming(stats, paths, progress)
     gold_minutes, gold_events, gold_answer = report_gold(
         paths, _pipeline.dropped_by_watermark(progress["gold"])
     )
     return LiveResult(stats, bronze_rows, silver_rows, gold_minutes, gold_events, gold_answer)
+
+
+def report_checkpoints_on_store(paths: _pipeline.PipelinePaths, names: list[str]) -> None:
+    """With S3A: each stream's offset and commit logs are objects on the store, none left
+    behind half-written (Spark's temporary files), and nothing of them on local disk."""
+    import pyarrow.fs as pafs
+
+    from deltaflow.table import _uri
+
+    fs, root = _uri.filesystem(paths.checkpoints)
+    keys = [
+        info.path.removeprefix(root + "/")
+        for info in fs.get_file_info(pafs.FileSelector(root, recursive=True))
+        if info.type == pafs.FileType.File
+    ]
+    for name in names:
+        commits = [k for k in keys if k.startswith(f"{name}/commits/")]
+        check(bool(commits), f"stream {name} has no commit log under {paths.checkpoints}")
+    stray = [k for k in keys if k.rsplit("/", 1)[-1].endswith(".tmp")]
+    check(not stray, f"temporary checkpoint files left on the store: {stray[:5]}")
+    print(
+        f"  OK: the streams' checkpoints are on the object store ({len(keys)} objects under"
+        f" {paths.checkpoints}/, none temporary)"
+    )
 
 
 def create_silver_and_gold(spark: SparkSession, paths: _pipeline.PipelinePaths) -> None:

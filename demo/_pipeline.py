@@ -51,25 +51,37 @@ EVENT_COLUMNS = (
 
 @dataclass(frozen=True)
 class PipelinePaths:
-    """Landing files and checkpoints are local paths; the tables are URIs (file:// or s3://)."""
+    """The tables are URIs (file:// or s3://). The landing folder and the stream checkpoints
+    are on the object store too when Spark's Hadoop opens it (S3A on the class path), else
+    local paths; Auto Loader's schema location (a SQLite seen-file store) is always local."""
 
-    landing: Path
+    landing: Path | str
     bronze: str
     silver: str
     gold: str
-    checkpoints: Path
+    checkpoints: str
+    schema_location: str
 
     @classmethod
-    def under(cls, data_dir: Path, tables_root: str) -> PipelinePaths:
-        # Checkpoints stay on local disk even when the tables are on S3: the pyspark wheel
-        # has no hadoop-aws, so Spark's checkpoint files cannot go to s3://.
+    def under(cls, data_dir: Path, tables_root: str, spark: SparkSession) -> PipelinePaths:
+        from deltaflow.spark._hadoop_fs import hadoop_uri
+
+        on_store = None if tables_root.startswith("file:") else hadoop_uri(spark, tables_root)
+        # Without S3A (the pyspark wheel has none) Spark cannot write checkpoints to s3://.
         return cls(
-            landing=data_dir / "landing" / "device_events",
+            landing=f"{tables_root}/landing/device_events"
+            if on_store
+            else data_dir / "landing" / "device_events",
             bronze=f"{tables_root}/bronze/live_events",
             silver=f"{tables_root}/silver/events",
             gold=f"{tables_root}/gold/events_per_minute",
-            checkpoints=data_dir / "checkpoints",
+            checkpoints=f"{on_store}/checkpoints" if on_store else str(data_dir / "checkpoints"),
+            schema_location=str(data_dir / "checkpoints" / "landing_schema"),
         )
+
+    @property
+    def checkpoints_on_store(self) -> bool:
+        return "://" in self.checkpoints
 
 
 def silver_frame(spark: SparkSession, bronze: str) -> DataFrame:
@@ -106,7 +118,7 @@ def start_queries(
         spark.readStream.format("cloudFiles")
         .schema(BRONZE_DDL_RESCUED)
         .option("cloudFiles.format", "json")
-        .option("cloudFiles.schemaLocation", str(checkpoints / "landing_schema"))
+        .option("cloudFiles.schemaLocation", paths.schema_location)
         .load(str(paths.landing))
     )
     plans = (
@@ -140,12 +152,12 @@ def wait_for_first_batch(query: StreamingQuery, name: str) -> None:
         query.awaitTermination(0.1)  # returns at once when the query stopped
 
 
-def _sink(frame: DataFrame, name: str, checkpoints: Path, trigger: str) -> Any:
+def _sink(frame: DataFrame, name: str, checkpoints: str, trigger: str) -> Any:
     writer = (
         frame.writeStream.format("delta")
         .queryName(f"demo_{name}")
         .outputMode("append")
-        .option("checkpointLocation", str(checkpoints / name))
+        .option("checkpointLocation", f"{checkpoints}/{name}")
         .trigger(processingTime=trigger)
     )
     if name != "gold":

@@ -95,6 +95,8 @@ class DemoConfig:
     report_seconds: float = 5.0
     console_port: int | None = None  # --console: leave the web console up at the end
     storage: str = "local"  # "s3": the tables on a SeaweedFS S3 gateway the demo starts
+    # With "s3": hadoop-aws and its AWS SDK jars, for Spark's own files (checkpoints) on S3.
+    s3a_jars: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,15 @@ def parse_args(argv: Sequence[str] | None) -> DemoConfig:
         help="where the tables go: the data dir (local), or s3://... on a SeaweedFS S3 "
         f"gateway the demo starts and stops (s3) (default: ${STORAGE_ENV} or local)",
     )
+    parser.add_argument(
+        "--s3a-jars",
+        default="",
+        metavar="JARS",
+        help="with --storage s3: hadoop-aws and the AWS SDK jars it needs (comma-separated),"
+        " as a cluster with S3A has them: the stream checkpoints, the landing zone and the"
+        " declared pipeline's checkpoints then go to the object store too (`make demo"
+        " STORAGE=s3` resolves them from Maven Central, as the tests do)",
+    )
     args = parser.parse_args(argv)
     if args.storage not in STORAGES:
         parser.error(f"--storage (or ${STORAGE_ENV}) must be one of {', '.join(STORAGES)}")
@@ -200,6 +211,7 @@ def parse_args(argv: Sequence[str] | None) -> DemoConfig:
         report_seconds=args.report_seconds,
         console_port=args.console,
         storage=args.storage,
+        s3a_jars=tuple(j for j in args.s3a_jars.split(",") if j.strip()),
     )
 
 
@@ -257,7 +269,7 @@ def tables_root_for(config: DemoConfig, store: ObjectStore | None) -> Iterator[s
         yield config.data_dir.as_uri()
         return
     if store is not None:
-        yield _announce_s3(store)
+        yield _announce_s3(store, config)
         return
     from deltaflow.testing import _seaweedfs
 
@@ -271,16 +283,28 @@ def tables_root_for(config: DemoConfig, store: ObjectStore | None) -> Iterator[s
     with _seaweedfs.start_seaweedfs(data_dir) as started_store:
         print(f"{time.perf_counter() - started:.1f}s   (its log: {data_dir / 'weed.log'})")
         try:
-            yield _announce_s3(started_store)
+            yield _announce_s3(started_store, config)
         finally:
             print("\nStopping the S3 gateway (its files stay in the data dir until the next run).")
 
 
-def _announce_s3(store: ObjectStore) -> str:
+def _announce_s3(store: ObjectStore, config: DemoConfig) -> str:
     root = f"s3://{store.bucket}/{S3_PREFIX}"
     names = ", ".join(sorted(store.env))
     print(f"  S3 endpoint {store.endpoint}, bucket {store.bucket}; exported {names}")
     print(f"  tables under {root}/ (bronze, silver, gold, dims)")
+    if config.s3a_jars:
+        print(
+            f"  with Hadoop's S3A ({len(config.s3a_jars)} jars on Spark's class path): the"
+            f" stream checkpoints under {root}/checkpoints/, the landing folder under"
+            f" {root}/landing/, the declared pipeline's checkpoints under"
+            f" {root}/pipeline/checkpoints/"
+        )
+        print(
+            "  still local: Auto Loader's schema location (a SQLite seen-file store) and the"
+            " saved model"
+        )
+        return root
     print(
         "  stream checkpoints stay on local disk: the pyspark wheel has no hadoop-aws, so "
         "Spark cannot write them to s3://"
@@ -340,13 +364,30 @@ def session_for(config: DemoConfig, spark: SparkSession | None) -> Iterator[Spar
     # The JVM (and the Python workers it forks) inherit stderr when the gateway starts; point
     # it at a log file for that moment so start-up chatter and WARNs stay out of the output.
     with jvm_stderr_to(config.data_dir / "spark.log"):
-        session = deltaflow.session(app_name="deltaflow-demo")
+        session = deltaflow.session(app_name="deltaflow-demo", conf=s3a_conf(config))
     session.sparkContext.setLogLevel("ERROR")
     print(f"{time.perf_counter() - started:.1f}s")
     try:
         yield session
     finally:
         session.stop()
+
+
+def s3a_conf(config: DemoConfig) -> dict[str, str]:
+    """Hadoop's S3A for the session when the demo runs on S3 with its jars (the gateway's
+    endpoint and keys: the AWS variables ``tables_root_for`` exported), else nothing."""
+    if config.storage != "s3" or not config.s3a_jars:
+        return {}
+    from deltaflow.testing._seaweedfs import s3a_settings
+
+    env = os.environ
+    return s3a_settings(
+        list(config.s3a_jars),
+        env["AWS_ENDPOINT_URL"],
+        env["AWS_ACCESS_KEY_ID"],
+        env["AWS_SECRET_ACCESS_KEY"],
+        env["AWS_REGION"],
+    )
 
 
 @contextlib.contextmanager

@@ -346,3 +346,70 @@ def test_one_commit_per_interval_carries_every_partition(spark, table_path) -> N
     assert any(
         {t["appId"].rsplit("/", 1)[1] for t in txns} == {"rtm-p0", "rtm-p1"} for txns in commits
     ), commits
+
+
+def _staged(location: str) -> list[str]:
+    """Every file and directory under the table's staging directory, relative to it."""
+    from pathlib import Path
+
+    root = Path(location, "_delta_staging")
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+def test_rolls_are_opened_ahead_without_crc_files_and_none_is_left_behind(
+    spark, table_path
+) -> None:
+    # The next roll is opened ahead of its first row (off the row path), through a local
+    # file system that writes no .crc; a roll opened ahead and never used is deleted when
+    # the task ends.
+    name, location = new_table(spark)
+    source = MemoryStream(spark)
+    query = start(source.frame(), name, table_path("ck"), realTimeCommitIntervalMs="50")
+    seen: set[str] = set()
+    try:
+        source.add(list(range(20)))
+        wait_for_rows(location, query, 20)
+
+        def opened_ahead() -> bool:
+            # Both partitions started a roll and then handed it over: each now holds a
+            # roll opened ahead, with its Parquet file open and no row in it.
+            staged = _staged(location)
+            seen.update(staged)
+            return sum(1 for s in staged if s.endswith(".parquet")) >= 2
+
+        wait_until(opened_ahead, 60, "rolls opened ahead in the staging directory")
+        source.add(list(range(20, 40)))
+        wait_for_rows(location, query, 40)
+        seen.update(_staged(location))
+    finally:
+        query.stop()
+    assert ids(location) == list(range(40))
+    assert not [s for s in seen if s.endswith(".crc")], seen
+    assert not [s for s in _staged(location) if "-e0-" in s], _staged(location)
+
+
+def test_the_rolls_file_system_keeps_permissions_without_a_fork(spark, tmp_path) -> None:
+    import os
+    import stat
+
+    jvm = spark._jvm
+    forkless = jvm.org.apache.spark.sql.deltaflow.ForklessLocalFileSystem
+    conf = jvm.org.apache.hadoop.conf.Configuration()
+    assert forkless.use(conf, f"file:{tmp_path}/roll")
+    path = jvm.org.apache.hadoop.fs.Path(f"file:{tmp_path}/roll/part-0.parquet")
+    fs = path.getFileSystem(conf)
+    assert fs.getClass().getSimpleName() == "ForklessLocalFileSystem"
+    fs.create(path).close()  # Hadoop's default file mode: 0666 less the 022 umask
+    directory = jvm.org.apache.hadoop.fs.Path(f"file:{tmp_path}/private")
+    permission = jvm.org.apache.hadoop.fs.permission.FsPermission
+    assert fs.mkdirs(directory, permission("750"))
+    assert stat.S_IMODE(os.stat(tmp_path / "roll" / "part-0.parquet").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(tmp_path / "private").st_mode) == 0o750
+    assert sorted(os.listdir(tmp_path / "roll")) == ["part-0.parquet"]  # no .crc
+
+    # Object stores, HDFS and a file system the user chose for file: are left alone.
+    assert not forkless.use(jvm.org.apache.hadoop.conf.Configuration(), "s3a://bucket/t")
+    chosen = jvm.org.apache.hadoop.conf.Configuration()
+    chosen.set("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+    assert not forkless.use(chosen, f"file:{tmp_path}/roll")
+    assert chosen.get("fs.file.impl") == "org.apache.hadoop.fs.RawLocalFileSystem"

@@ -61,10 +61,10 @@ def _warm_up_jobs(spark: Any) -> list[int]:
 
 
 def _join_warm_ups() -> None:
-    for thread in threading.enumerate():
-        if thread.name in ("deltaflow-brain-warmup", "deltaflow-job-warmup"):
-            thread.join(timeout=120)
-            assert not thread.is_alive(), f"{thread.name} still runs after 120 s"
+    # What session(await_warm_up=True) waits for: the jobs below must be done once it returns.
+    assert _session.await_warm_up_threads(120), "the warm-up still runs after 120 s"
+    names = {thread.name for thread in threading.enumerate()}
+    assert not names & {"deltaflow-brain-warmup", "deltaflow-job-warmup"}
 
 
 def test_register_runs_a_first_job_unless_told_not_to(spark) -> None:

@@ -20,9 +20,9 @@ MERGE commits; a crash in between re-applies the same snapshot, which finds no c
 from __future__ import annotations
 
 import json
-import os
 from typing import TYPE_CHECKING, Any
 
+from deltaflow.pipelines import _checkpoint_files
 from deltaflow.pipelines._cdc import END, START, column_name
 from deltaflow.pipelines._declarations import AutoCdcSnapshotFlow
 from deltaflow.pipelines.errors import GraphValidationError
@@ -63,7 +63,7 @@ class SnapshotApplier:
         self._spark = spark
         self._flow = flow
         self._target = target
-        self._marker = os.path.join(checkpoint, _VERSION_FILE)
+        self._checkpoint = checkpoint
         self._keys = [column_name(k) for k in flow.keys]
 
     def run(self) -> int:
@@ -185,16 +185,13 @@ class SnapshotApplier:
         builder.whenNotMatchedInsert(condition="s.__op = 'open'", values=values).execute()
 
     def _last_version(self) -> int | None:
-        if not os.path.exists(self._marker):
-            return None
-        with open(self._marker) as source:
-            return int(json.load(source)["version"])
+        text = _checkpoint_files.read_text(self._checkpoint, _VERSION_FILE)
+        return None if text is None else int(json.loads(text)["version"])
 
     def _record(self, version: int) -> None:
-        os.makedirs(os.path.dirname(self._marker), exist_ok=True)
-        with open(self._marker + ".tmp", "w") as out:
-            json.dump({"version": version}, out)
-        os.replace(self._marker + ".tmp", self._marker)
+        _checkpoint_files.write_text(
+            self._checkpoint, _VERSION_FILE, json.dumps({"version": version})
+        )
 
 
 def first_snapshot(flow: AutoCdcSnapshotFlow, read: Any) -> DataFrame:

@@ -21,9 +21,9 @@ replays) reached the table under it.
 
 from __future__ import annotations
 
-import os
 import uuid
 
+from deltaflow.pipelines import _checkpoint_files
 from deltaflow.pipelines._observed_stream import last_written_batch
 
 IDENTITY_FILE = "deltaflow-flow-id"
@@ -61,19 +61,13 @@ def _new_identity() -> str:
 
 
 def _recorded(checkpoint: str) -> str | None:
-    try:
-        with open(os.path.join(checkpoint, IDENTITY_FILE)) as source:
-            return source.read().strip() or None
-    except FileNotFoundError:
-        return None
+    recorded = _checkpoint_files.read_text(checkpoint, IDENTITY_FILE)
+    return (recorded or "").strip() or None
 
 
 def _record(checkpoint: str, identity: str) -> str:
-    os.makedirs(checkpoint, exist_ok=True)
-    path = os.path.join(checkpoint, IDENTITY_FILE)
-    with open(path + ".tmp", "w") as out:
-        out.write(identity)
-    os.replace(path + ".tmp", path)  # whole or absent, whatever a crash interrupts
+    # Whole or absent, whatever a crash interrupts.
+    _checkpoint_files.write_text(checkpoint, IDENTITY_FILE, identity)
     return identity
 
 
@@ -82,7 +76,7 @@ def _query_id(checkpoint: str) -> str | None:
     from deltaflow.spark.errors import StreamIdentityError
     from deltaflow.spark.stream._writer import query_id
 
-    if not os.path.exists(os.path.join(checkpoint, "metadata")):
+    if not _checkpoint_files.exists(checkpoint, "metadata"):
         return None
     try:
         return query_id(checkpoint, table_uri=checkpoint)

@@ -7,7 +7,6 @@ backfills) write once. See :mod:`._runner` for the update around them.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from deltaflow.errors import DeltaflowError, typed_error
 from deltaflow.pipelines import (
     _cdc,
     _cdc_snapshot,
+    _checkpoint_files,
     _expectations,
     _flow_session,
     _incremental,
@@ -96,6 +96,10 @@ class Running:
 
     query: Any
     outcome: Callable[[], Outcome]
+
+
+# A once flow ran (in its checkpoint; a full refresh deletes it).
+ONCE_MARKER = "once-completed"
 
 
 class FlowRun:
@@ -311,12 +315,10 @@ class FlowRun:
         after a full refresh) says it ran, the app transaction makes a crash between
         the append and the marker harmless."""
         checkpoint = self._storage.checkpoint(flow.name)
-        marker = os.path.join(checkpoint, "once-completed")
-        if os.path.exists(marker):
+        if _checkpoint_files.exists(checkpoint, ONCE_MARKER):
             return Outcome(rows=0)
         outcome = self._write_batch(flow, df, mode="append", app=(flow_identity(checkpoint), 0))
-        with open(marker, "w") as out:
-            out.write("1\n")
+        _checkpoint_files.write_text(checkpoint, ONCE_MARKER, "1\n")
         return outcome
 
     def _write_batch(

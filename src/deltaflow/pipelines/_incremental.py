@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from deltaflow.pipelines import _mv_arrow, _mv_changes, _mv_fold, _mv_plan
+from deltaflow.pipelines import _checkpoint_files, _mv_arrow, _mv_changes, _mv_fold, _mv_plan
 from deltaflow.pipelines._mv_plan import GROUP_AGGREGATE, ROW_BASED, Issue, QueryShape
 
 log = logging.getLogger(__name__)
@@ -171,7 +170,7 @@ class ViewRefresh:
         self._flow = flow
         self._df = df
         self._target = _uri(target_path)
-        self._state_path = os.path.join(state_dir, STATE_FILE)
+        self._state_dir = state_dir
         self._has_expectations = has_expectations
         self._plan: Plan | None = None
         self._plain_changes = False
@@ -401,8 +400,8 @@ class ViewRefresh:
         assert plan is not None
         if plan.shape is not None and plan.shape.technique is not None:
             self._save_state(plan.shape)
-        elif os.path.exists(self._state_path):
-            os.remove(self._state_path)
+        else:
+            _checkpoint_files.remove(self._state_dir, STATE_FILE)
 
     def _group_rows(self, shape: QueryShape, changes: DataFrame) -> tuple[DataFrame, DataFrame]:
         """The keys of the groups the changes touch, and those groups' rows recomputed
@@ -506,10 +505,10 @@ class ViewRefresh:
     # ---- the record ------------------------------------------------------------------
 
     def _load_state(self) -> dict[str, Any] | None:
+        text = _checkpoint_files.read_text(self._state_dir, STATE_FILE)
         try:
-            with open(self._state_path) as handle:
-                state: dict[str, Any] = json.load(handle)
-        except (FileNotFoundError, ValueError):
+            state: dict[str, Any] = json.loads(text) if text is not None else {}
+        except ValueError:
             return None
         # Format 3 records whether the view holds fold helper columns (and keeps none a
         # view column equals); an older record is not trusted: the view is recomputed once.
@@ -525,10 +524,7 @@ class ViewRefresh:
             "source_version": shape.source.version,
             "target_version": _mv_changes.latest_version(self._target),
         }
-        os.makedirs(os.path.dirname(self._state_path), exist_ok=True)
-        with open(self._state_path + ".tmp", "w") as out:
-            json.dump(state, out)
-        os.replace(self._state_path + ".tmp", self._state_path)
+        _checkpoint_files.write_text(self._state_dir, STATE_FILE, json.dumps(state))
 
 
 def _deletes(keys: DataFrame, view: DataFrame) -> DataFrame:

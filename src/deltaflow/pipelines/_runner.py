@@ -37,6 +37,7 @@ from deltaflow.pipelines.errors import (
     FlowFailedError,
     GraphValidationError,
 )
+from deltaflow.spark._hadoop_fs import hadoop_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -161,7 +162,12 @@ def run_update(
             None,
             "Run triggered updates (without --continuous) on a schedule",
         )
-    storage = Storage.of(settings.storage, settings.database, settings.configuration)
+    storage = Storage.of(
+        settings.storage,
+        settings.database,
+        settings.configuration,
+        lambda uri: hadoop_uri(spark, uri),
+    )
     update_id = str(uuid.uuid4())
     origin = Origin(settings.pipeline_id, settings.name, update_id)
     log = EventLog(storage.event_log, origin, on_event)

@@ -7,23 +7,23 @@ catalog under the pipeline's database, so ``spark.read.table("silver")`` reads t
 
 ``storage`` may be an object-store URI (``s3://bucket/pipelines/shop``): tables, the event
 log and AUTO CDC state are Delta tables, which deltaflow reaches there. Checkpoints are
-not: Spark writes them through Hadoop (no ``s3://`` in the pyspark wheel) and the runner
-keeps small marker files beside them, so they live under ``pipelines.checkpointRoot``
-(``<root>/<flow>``), a local, mounted or HDFS directory, required when ``storage`` is
-not local (and optional otherwise).
+Spark's, written through Hadoop: when the session's Hadoop opens the store (S3A on the
+class path; ``s3://`` is then written as ``s3a://`` unless Hadoop maps ``s3`` itself) they
+stay under ``storage`` (``checkpoints/<flow>``), with the runner's small files beside them
+(:mod:`._checkpoint_files`). Without S3A they live under ``pipelines.checkpointRoot``
+(``<root>/<flow>``), a local, mounted or HDFS directory (optional for local storage).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from deltaflow.pipelines import _checkpoint_files
 from deltaflow.pipelines._analysis import ResolvedDataset
 from deltaflow.pipelines._declarations import Dataset, Flow
 from deltaflow.pipelines._graph import Graph
@@ -46,19 +46,31 @@ class Storage:
     checkpoints: str | None = None
 
     @classmethod
-    def of(cls, root: str, database: str, configuration: Mapping[str, str]) -> Storage:
-        """The storage of an update; refuses an object-store root without a checkpoint
-        root (Spark could not write the checkpoints there)."""
+    def of(
+        cls,
+        root: str,
+        database: str,
+        configuration: Mapping[str, str],
+        hadoop_uri: Callable[[str], str | None] = lambda uri: None,
+    ) -> Storage:
+        """The storage of an update. An object-store root keeps the checkpoints under it
+        when Spark's Hadoop opens that store (``hadoop_uri``: the URI Hadoop writes, e.g.
+        ``s3://`` as ``s3a://``); otherwise they need a checkpoint root of their own."""
         from deltaflow.table import _uri
 
         checkpoints = configuration.get(CHECKPOINT_ROOT) or None
         if checkpoints is not None and "://" not in checkpoints:
             checkpoints = os.path.abspath(os.path.expanduser(checkpoints))
         if checkpoints is None and not _uri.is_local(_uri.normalize_uri(root)):
+            on_hadoop = hadoop_uri(root.rstrip("/"))
+            if on_hadoop is not None:
+                return cls(root, database, f"{on_hadoop}/checkpoints")
             raise PipelineStorageError(
                 f"The pipeline's storage {_uri.shown(root)} is on an object store, where its"
                 " tables and event log can live but its streaming checkpoints cannot: Spark"
-                " writes checkpoints through Hadoop, which cannot open that scheme here. Set"
+                " writes checkpoints through Hadoop, which cannot open that scheme here (the"
+                " pyspark wheel has no S3A; a cluster with hadoop-aws on its class path"
+                " keeps them under the storage). Set"
                 f" {CHECKPOINT_ROOT} in the pipeline's configuration to a local, mounted or"
                 " HDFS directory that outlives the update (one per pipeline), e.g."
                 f" configuration: {{{CHECKPOINT_ROOT}: /var/lib/deltaflow/pipelines/NAME}}"
@@ -85,18 +97,10 @@ class Storage:
 
     def reset_checkpoint(self, flow_name: str) -> None:
         """A full refresh of the flow: its checkpoint and AUTO CDC state are deleted."""
-        from deltaflow.table import _uri
-
-        shutil.rmtree(self.checkpoint(flow_name), ignore_errors=True)
-        state = self.cdc_state(flow_name)
-        if _uri.is_local(_uri.normalize_uri(state)):
-            shutil.rmtree(state, ignore_errors=True)
-            return
-        # On an object store: a state left behind would keep its sequences and
+        # On an object store too: a state left behind would keep its sequences and
         # tombstones, and the replayed events would all be dropped as stale.
-        fs, path = _uri.filesystem(state)
-        with contextlib.suppress(FileNotFoundError):
-            fs.delete_dir(path)
+        _checkpoint_files.remove_tree(self.checkpoint(flow_name))
+        _checkpoint_files.remove_tree(self.cdc_state(flow_name))
 
     def qualified(self, name: str) -> str:
         return f"`{self.database}`.`{name}`"

@@ -82,6 +82,40 @@ def s3_environment(endpoint: str) -> dict[str, str]:
     }
 
 
+S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
+def s3a_settings(
+    jars: Sequence[str],
+    endpoint: str,
+    access_key: str = ACCESS_KEY,
+    secret_key: str = SECRET_KEY,
+    region: str = REGION,
+) -> dict[str, str]:
+    """Spark settings for Hadoop's S3A against this kind of endpoint: ``jars`` (hadoop-aws
+    and the AWS SDK modules it needs, which the caller brings: nothing here downloads) on
+    every class path, ``fs.s3a.*`` for a path-style, plain-HTTP endpoint, and ``s3://``
+    mapped to S3A (as EMR's users write it)."""
+    classpath = ":".join(jars)
+    hadoop = {
+        "fs.s3a.endpoint": endpoint,
+        "fs.s3a.endpoint.region": region,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.access.key": access_key,
+        "fs.s3a.secret.key": secret_key,
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "fs.s3.impl": S3A_CLASS,
+        "fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
+    }
+    return {
+        "spark.jars": ",".join(jars),
+        "spark.driver.extraClassPath": classpath,
+        "spark.executor.extraClassPath": classpath,
+        **{f"spark.hadoop.{k}": v for k, v in hadoop.items()},
+    }
+
+
 @cache
 def planned_endpoint() -> str:
     """This process's S3 endpoint, fixed once (the server starts later, on demand)."""

@@ -1,7 +1,8 @@
 package org.apache.spark.sql.deltaflow
 
 import java.util.UUID
-import java.util.concurrent.{Executors, ScheduledExecutorService, ThreadFactory, TimeUnit}
+import java.util.concurrent.{ExecutionException, ExecutorService, Executors, Future,
+  RejectedExecutionException, ScheduledExecutorService, ThreadFactory, TimeUnit}
 
 import scala.collection.mutable
 
@@ -61,6 +62,28 @@ object RealTimeCommits {
   }
 }
 
+/** How long one step of the real-time sink took, each time (kept for the epoch's timing
+ *  line in the log: where a row's latency goes). A few thousand samples an epoch. */
+final class StepTimes(name: String) {
+  private val samples = mutable.ArrayBuffer[Long]()  // nanoseconds
+
+  def add(nanos: Long): Unit = synchronized { if (samples.size < 200000) samples += nanos }
+
+  def time[T](f: => T): T = {
+    val started = System.nanoTime()
+    try f finally add(System.nanoTime() - started)
+  }
+
+  def summary: String = synchronized {
+    if (samples.isEmpty) s"$name -"
+    else {
+      val sorted = samples.sorted
+      def ms(q: Double): Double = sorted(math.min(sorted.size - 1, (q * sorted.size).toInt)) / 1e6
+      f"$name ${sorted.size}x p50 ${ms(0.5)}%.1f p99 ${ms(0.99)}%.1f max ${sorted.last / 1e6}%.1f ms"
+    }
+  }
+}
+
 /**
  * The driver's side of one epoch: `committed(partition)` is the rows of the epoch the
  * table already holds for a partition (its app transaction); `commit` commits a group of
@@ -96,6 +119,9 @@ class RealTimeCommitEndpoint(
   private var firstWaiting = 0L
   private var lastStart = 0L
   private var stopped = false
+  // The epoch's timing line: how long a group waited to form, and its brain commit.
+  private val gathered = new StepTimes("gather")
+  private val commits = new StepTimes("commit")
   private val committer = new Thread(() => commitLoop(), "deltaflow-rtm-commits")
   committer.setDaemon(true)
   committer.start()
@@ -157,9 +183,11 @@ class RealTimeCommitEndpoint(
         waiting.clear()
         taken.foreach(t => inFlight += t._1.partition)
         lastStart = System.currentTimeMillis()
+        gathered.add((lastStart - firstWaiting) * 1000000L)
         taken
       }
-      val failure = try { commit(group.map(_._1)); None } catch { case e: Throwable => Some(e) }
+      val failure = try { commits.time(commit(group.map(_._1))); None }
+        catch { case e: Throwable => Some(e) }
       lock.synchronized {
         group.foreach { case (r, _) =>
           if (failure.isEmpty) through(r.partition) = r.toRow else through.remove(r.partition)
@@ -175,6 +203,7 @@ class RealTimeCommitEndpoint(
   }
 
   override def onStop(): Unit = {
+    logInfo(s"deltaflow real-time commits: ${gathered.summary}; ${commits.summary}")
     val left = lock.synchronized {
       stopped = true
       lock.notifyAll()
@@ -207,7 +236,9 @@ class RealTimeWriterFactory(
  * One task's writer in a real-time epoch: rows go into the current roll; a timer thread
  * hands it to the driver at every wall-clock multiple of `intervalMs` (rows arrive one
  * at a time, and a quiet source must not hold the last ones back), and the task's commit
- * hands over what is left. Writes and hand-overs take turns on one lock.
+ * hands over what is left. Writes and hand-overs take turns on one lock. The next roll
+ * (its directory and open Parquet file) is opened ahead on a thread of its own, as soon
+ * as a row starts the current one, so the row path never creates a file.
  */
 class RealTimeWriter(
     endpoint: String,
@@ -228,22 +259,32 @@ class RealTimeWriter(
   private val attempt = Option(task).map(_.attemptNumber()).getOrElse(0)
   // Rows of this partition the table holds for the epoch already: a replay drops them.
   private val skip: Long = driver.askSync[Long](Start(epochId, partitionId, attempt))
+  private type Opened = (FileRolls.Roll, StagedFileWrite.ShapedWriter)
   private val lock = new Object
   private var seen = 0L
-  private var rolls = 0
+  private val rolls = new java.util.concurrent.atomic.AtomicInteger()
   private var current: Option[(FileRolls.Roll, StagedFileWrite.ShapedWriter, Long)] = None
+  private var next: Option[Future[Opened]] = None  // the roll being opened ahead
   @volatile private var failure: Throwable = _
+  // The epoch's timing line (see StepTimes): opening a roll, opens the row path had to
+  // wait for, closing a roll's file, the driver's commit of it (the round trip).
+  private val opens = new StepTimes("open")
+  private val rowWaits = new StepTimes("row path waits for open")
+  private val finishes = new StepTimes("close")
+  private val asks = new StepTimes("commit round trip")
 
+  private def taskThreads(name: String): ThreadFactory = new ThreadFactory {
+    override def newThread(r: Runnable): Thread = {
+      // Spark's file writer reads the task's context from its thread.
+      val t = new Thread(() => { TaskContext.setTaskContext(task); r.run() }, name)
+      t.setDaemon(true)
+      t
+    }
+  }
   private val timer: ScheduledExecutorService = Executors.newSingleThreadScheduledExecutor(
-    new ThreadFactory {
-      override def newThread(r: Runnable): Thread = {
-        // Spark's file writer reads the task's context from its thread.
-        val t = new Thread(() => { TaskContext.setTaskContext(task); r.run() },
-          s"deltaflow-rtm-commit-p$partitionId-e$epochId")
-        t.setDaemon(true)
-        t
-      }
-    })
+    taskThreads(s"deltaflow-rtm-commit-p$partitionId-e$epochId"))
+  private val opener: ExecutorService = Executors.newSingleThreadExecutor(
+    taskThreads(s"deltaflow-rtm-open-p$partitionId-e$epochId"))
   // A roll is handed over at each wall-clock multiple of the interval: every task of the
   // query hands over at the same moments, so the driver commits their rolls together.
   private def scheduleNext(): Unit = {
@@ -251,7 +292,8 @@ class RealTimeWriter(
     try timer.schedule(new Runnable {
       override def run(): Unit = {
         // Rows keep going into a new roll while the driver commits this one.
-        try lock.synchronized(handOver(last = false)).foreach(driver.askSync[Boolean](_))
+        try lock.synchronized(handOver(last = false))
+          .foreach(r => asks.time(driver.askSync[Boolean](r)))
         catch { case e: Throwable => if (failure == null) failure = e }
         if (failure == null) scheduleNext()
       }
@@ -260,16 +302,61 @@ class RealTimeWriter(
   }
   scheduleNext()
 
+  // A roll: its own directory, its Parquet writer open.
+  private def open(): Opened = opens.time {
+    val n = rolls.getAndIncrement()
+    val roll = new FileRolls.Roll(template, s"$staging/p$partitionId-e$epochId-a$attempt-n$n",
+      partitionId, taskId * 100000L + n)
+    try (roll, new StagedFileWrite.ShapedWriter(roll.writer, shape, sort, partitionId, failed))
+    catch {
+      case e: Throwable =>
+        try roll.abort() catch { case _: Throwable => () }
+        throw e
+    }
+  }
+
+  private def openAhead(): Unit =
+    try next = Some(opener.submit(new java.util.concurrent.Callable[Opened] {
+      override def call(): Opened = open()
+    }))
+    catch { case _: RejectedExecutionException => next = None }
+
+  // Under `lock`: the roll opened ahead (waiting for it if it is still opening), or one
+  // opened here when none was asked for.
+  private def takeNext(): Opened = {
+    val taken = next
+    next = None
+    taken match {
+      case Some(f) =>
+        val started = System.nanoTime()
+        val opened = try f.get() catch { case e: ExecutionException => throw e.getCause }
+        rowWaits.add(System.nanoTime() - started)
+        opened
+      case None => open()
+    }
+  }
+
+  private def discard(opened: Opened): Unit = {
+    try opened._2.abort() catch { case _: Throwable => () }
+    try opened._1.abort() catch { case _: Throwable => () }
+  }
+
+  // The roll opened ahead and not used (the task is ending): its directory deleted.
+  private def dropNext(): Unit = {
+    val left = lock.synchronized { val n = next; next = None; n }
+    opener.shutdown()
+    left.foreach { f =>
+      try discard(f.get(1, TimeUnit.MINUTES)) catch { case _: Throwable => () }
+    }
+  }
+
   override def write(row: InternalRow): Unit = lock.synchronized {
     if (failure != null) throw failure
     seen += 1
     if (seen > skip) {
       val (_, writer, _) = current.getOrElse {
-        val directory = s"$staging/p$partitionId-e$epochId-a$attempt-r${seen - 1}"
-        val roll = new FileRolls.Roll(template, directory, partitionId,
-          taskId * 100000L + rolls)
-        rolls += 1
-        val shaped = new StagedFileWrite.ShapedWriter(roll.writer, shape, sort, partitionId, failed)
+        val (roll, shaped) = takeNext()
+        openAhead()
         val opened = (roll, shaped, seen - 1)
         current = Some(opened)
         opened
@@ -284,7 +371,7 @@ class RealTimeWriter(
   // task (Spark replays the epoch).
   private def handOver(last: Boolean): Option[Roll] = current.map { case (roll, writer, from) =>
     current = None
-    try {
+    try finishes.time {
       roll.finish(writer.commit())
       writer.close()
     } catch {
@@ -298,26 +385,30 @@ class RealTimeWriter(
   override def commit(): WriterCommitMessage = {
     timer.shutdown()
     timer.awaitTermination(1, TimeUnit.MINUTES)
+    dropNext()
     val (rest, rows) = lock.synchronized {
       if (failure != null) throw failure
       (handOver(last = true), seen)
     }
-    rest.foreach(driver.askSync[Boolean](_))
+    rest.foreach(r => asks.time(driver.askSync[Boolean](r)))
     Rows(partitionId, rows)
   }
 
   override def abort(): Unit = {
     timer.shutdownNow()
+    dropNext()
     lock.synchronized {
-      current.foreach { case (roll, writer, _) =>
-        try writer.abort() catch { case _: Throwable => () }
-        try roll.abort() catch { case _: Throwable => () }
-      }
+      current.foreach { case (roll, writer, _) => discard((roll, writer)) }
       current = None
     }
   }
 
-  override def close(): Unit = timer.shutdownNow()
+  override def close(): Unit = {
+    timer.shutdownNow()
+    opener.shutdownNow()
+    logInfo(s"deltaflow real-time writer p$partitionId e$epochId a$attempt: ${rolls.get()} " +
+      s"rolls; ${opens.summary}; ${rowWaits.summary}; ${finishes.summary}; ${asks.summary}")
+  }
 }
 
 /** Finding the streaming query behind a sink's write, and checking its plan. */

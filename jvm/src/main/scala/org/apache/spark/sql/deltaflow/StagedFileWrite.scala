@@ -208,6 +208,8 @@ object FileRolls {
   final class Roll(template: RollTemplate, val directory: String, partitionId: Int, taskId: Long) {
     private val path = new Path(directory)
     private val job = Job.getInstance(template.hadoopConf.value)
+    // A roll on local disk: no forked chmod, no .crc (two forks per file otherwise).
+    ForklessLocalFileSystem.use(job.getConfiguration, directory)
     FileOutputFormat.setOutputPath(job, path)
     private val jobId = UUID.randomUUID().toString
     private val committer = new DirectCommitter(jobId, directory)
