@@ -31,7 +31,9 @@ the same machine, so its latencies are a floor, not what a region's S3 answers i
 from Maven Central) and uses ``s3a://`` URIs, so the S3 side runs on the JVM path (issue 29);
 its **stream** keeps the checkpoint on local disk like the local side, and an extra step,
 **stream, checkpoint on store**, runs it again with the checkpoint on ``s3a://`` (the local
-side: on local disk); results are saved as ``s3a``.
+side: on local disk), written in place by deltaflow's checkpoint manager (Spark 4.1+), and
+**stream on store (renames)** once more with ``spark.deltaflow.checkpoint.directWrites=false``
+(Spark's temp file and rename); results are saved as ``s3a``.
 """
 
 from __future__ import annotations
@@ -148,7 +150,7 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
 
     from _common import spark_session
 
-    every = "write,scan,stream,stream on store,merge,commits"
+    every = "write,scan,stream,stream on store,stream on store (renames),merge,commits"
     steps = set((args.only or every).split(","))
     conf = None
     if args.s3a:
@@ -285,9 +287,18 @@ def table_steps(
         copied = sum(p["numInputRows"] for p in query.recentProgress)
         assert copied == expected_rows, f"the stream copied {copied} rows"
 
+    def with_renames() -> None:
+        # deltaflow's checkpoint manager delegating everything: Spark's temp file + rename.
+        spark.conf.set("spark.deltaflow.checkpoint.directWrites", "false")
+        try:
+            stream(f"{on_store}_renames", f"{uri}_copy3")
+        finally:
+            spark.conf.unset("spark.deltaflow.checkpoint.directWrites")
+
     steps: dict[str, Callable[[], object]] = {"write": write, "scan": scan, "stream": stream}
     if on_store is not None:
         steps["stream on store"] = lambda: stream(on_store, f"{uri}_copy2")
+        steps["stream on store (renames)"] = with_renames
     return {**steps, "merge": merge}
 
 
@@ -298,7 +309,8 @@ def _print(rows, commits, medians, requests, load_start, load_end, s3a=False) ->
     )
     print("\n| step | local s | S3 s | S3 / local | S3 requests (GET / PUT / LIST / DELETE) |")
     print("| --- | ---: | ---: | ---: | --- |")
-    for step in ("write", "scan", "stream", "stream on store", "merge", "commits"):
+    shown_steps = ("write", "scan", "stream", "stream on store", "stream on store (renames)")
+    for step in (*shown_steps, "merge", "commits"):
         if f"{step} s3" not in medians:
             continue
         local, s3 = medians[f"{step} local"], medians[f"{step} s3"]

@@ -42,6 +42,11 @@ _PROVIDER_CLASS = "io.deltaflow.spark.DeltaDataSource"
 SQL_EXTENSION = "io.deltaflow.spark.DeltaSparkSessionExtension"
 SESSION_CATALOG = "io.deltaflow.spark.DeltaCatalog"
 _CLASSPATH_KEYS = ("spark.jars", "spark.driver.extraClassPath", "spark.executor.extraClassPath")
+# Stream checkpoints on S3A written to their final keys, put-if-absent for the offset and
+# commit logs (architecture.md, "Checkpoints on S3A"); every other store as Spark does it.
+CHECKPOINT_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
+CHECKPOINT_MANAGER = "org.apache.spark.sql.deltaflow.DeltaflowCheckpointFileManager"
+DIRECT_CHECKPOINTS_CONF = "spark.deltaflow.checkpoint.directWrites"
 
 
 def spark_conf(*, warehouse: str | None = None) -> dict[str, str]:
@@ -66,7 +71,20 @@ def spark_conf(*, warehouse: str | None = None) -> dict[str, str]:
         **given,
         **catalog.conf,
         **REQUIRED_CONF,
+        **_checkpoint_conf({}),
     }
+
+
+def _checkpoint_conf(existing: Mapping[str, str]) -> dict[str, str]:
+    """deltaflow's checkpoint manager, on Spark 4.1+ (whose Hadoop has S3A's conditional
+    create), unless ``existing`` names a manager or turns direct writes off."""
+    import pyspark
+
+    minor = tuple(int(part) for part in pyspark.__version__.split(".")[:2])
+    off = existing.get(DIRECT_CHECKPOINTS_CONF, "true").strip().lower() == "false"
+    if minor < (4, 1) or off or CHECKPOINT_MANAGER_CONF in existing:
+        return {}
+    return {CHECKPOINT_MANAGER_CONF: CHECKPOINT_MANAGER}
 
 
 def _connector_conf(extra_jars: tuple[str, ...] = ()) -> dict[str, str]:
@@ -95,7 +113,13 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
 
     existing = dict(getattr(builder, "_options", {}))
     catalog = catalog_settings(existing)
-    for key, value in {**_connector_conf(catalog.jars), **catalog.conf, **REQUIRED_CONF}.items():
+    settings = {
+        **_connector_conf(catalog.jars),
+        **catalog.conf,
+        **REQUIRED_CONF,
+        **_checkpoint_conf(existing),
+    }
+    for key, value in settings.items():
         current = existing.get(key)
         if key in (*_CLASSPATH_KEYS, "spark.sql.extensions") and current:
             separator = os.pathsep if key in _CLASSPATH_KEYS[1:] else ","

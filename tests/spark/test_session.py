@@ -94,3 +94,17 @@ def test_spark_conf_names_the_jar_the_sql_extension_and_the_catalog(spark):
     catalog = spark._jsparkSession.sessionState().catalogManager().catalog("spark_catalog")
     assert catalog.getClass().getName() == "io.deltaflow.spark.DeltaCatalog"
     assert spark.conf.get("spark.sql.extensions") == conf["spark.sql.extensions"]
+
+
+def test_the_checkpoint_manager_is_deltaflows_on_spark_4_1_unless_the_user_chose(spark):
+    """architecture.md, "Checkpoints on S3A": set on Spark 4.1+, left alone when a manager is
+    named or ``spark.deltaflow.checkpoint.directWrites=false``."""
+    key, manager = _session.CHECKPOINT_MANAGER_CONF, _session.CHECKPOINT_MANAGER
+    newer = tuple(int(p) for p in pyspark.__version__.split(".")[:2]) >= (4, 1)
+    assert (deltaflow.spark_conf().get(key) == manager) is newer
+    assert _session._checkpoint_conf({}) == ({key: manager} if newer else {})
+    assert _session._checkpoint_conf({key: "com.example.Manager"}) == {}
+    assert _session._checkpoint_conf({_session.DIRECT_CHECKPOINTS_CONF: "False"}) == {}
+    # The test session was built by deltaflow.session(): its Hadoop conf names the class.
+    hadoop = spark._jsparkSession.sessionState().newHadoopConf()
+    assert (hadoop.get(key) == manager) is newer
