@@ -31,7 +31,9 @@ the same machine, so its latencies are a floor, not what a region's S3 answers i
 from Maven Central) and uses ``s3a://`` URIs, so the S3 side runs on the JVM path (issue 29);
 its **stream** keeps the checkpoint on local disk like the local side, and an extra step,
 **stream, checkpoint on store**, runs it again with the checkpoint on ``s3a://`` (the local
-side: on local disk); results are saved as ``s3a``.
+side: on local disk); results are saved as ``s3a``. ``BENCH_DIRECT_WRITE=false`` sets
+``deltaflow.write.directWrite`` for the session (default ``auto``: JVM writes on ``s3a://``
+write final names, no staging), for a before/after of direct writes.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import collections
 import datetime as dt
 import hashlib
 import hmac
+import os
 import http.client
 import statistics
 import sys
@@ -155,6 +158,9 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
         from tests import _s3a
 
         conf = _s3a.s3a_conf(store.endpoint, ACCESS_KEY, SECRET_KEY, REGION)
+    direct = os.environ.get("BENCH_DIRECT_WRITE")
+    if direct:
+        conf = {**(conf or {}), "deltaflow.write.directWrite": direct}
     spark = spark_session(conf)
     load_start = loadavg()
     seconds: dict[str, list[float]] = collections.defaultdict(list)

@@ -33,7 +33,9 @@ import org.apache.spark.sql.streaming.OutputMode
  * the batch write shapes its DataFrame (generated values, row checks, the table's
  * columns) and write Parquet with Spark's file writer into the plan's staging directory;
  * at `commit` the committed task files are moved into place and the brain commits once
- * (`write.commit`: footers for stats, conflict checks, the app transaction). A failed or
+ * (`write.commit`: footers for stats, conflict checks, the app transaction). On object
+ * stores the plan says `direct`: the tasks write final names under the table root
+ * ([[org.apache.spark.sql.deltaflow.DirectWrite]]) and `write.commit` gets their list. A failed or
  * aborted batch deletes what it staged (`write.abort`); nothing is visible before the
  * commit. Output modes: append; complete overwrites the table in that one commit
  * (`overwrite`); update appends when the query has no per-key state ([[StreamWriteCheck]]
