@@ -42,8 +42,8 @@ import collections
 import datetime as dt
 import hashlib
 import hmac
-import os
 import http.client
+import os
 import statistics
 import sys
 import tempfile
