@@ -33,7 +33,9 @@ its **stream** keeps the checkpoint on local disk like the local side, and an ex
 **stream, checkpoint on store**, runs it again with the checkpoint on ``s3a://`` (the local
 side: on local disk), written in place by deltaflow's checkpoint manager (Spark 4.1+), and
 **stream on store (renames)** once more with ``spark.deltaflow.checkpoint.directWrites=false``
-(Spark's temp file and rename); results are saved as ``s3a``.
+(Spark's temp file and rename); results are saved as ``s3a``. ``BENCH_DIRECT_WRITE=false`` sets
+``deltaflow.write.directWrite`` for the session (default ``auto``: JVM writes on ``s3a://``
+write final names, no staging), for a before/after of direct writes.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import datetime as dt
 import hashlib
 import hmac
 import http.client
+import os
 import statistics
 import sys
 import tempfile
@@ -157,6 +160,9 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
         from tests import _s3a
 
         conf = _s3a.s3a_conf(store.endpoint, ACCESS_KEY, SECRET_KEY, REGION)
+    direct = os.environ.get("BENCH_DIRECT_WRITE")
+    if direct:
+        conf = {**(conf or {}), "deltaflow.write.directWrite": direct}
     spark = spark_session(conf)
     load_start = loadavg()
     seconds: dict[str, list[float]] = collections.defaultdict(list)

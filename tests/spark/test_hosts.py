@@ -82,14 +82,18 @@ def wait_for_port(port: int, server: subprocess.Popen[str], timeout: float) -> N
 
 
 def start_server(
-    main_class: str, tmp_path: Path, conf: dict[str, str] | None = None, args: tuple[str, ...] = ()
+    main_class: str,
+    tmp_path: Path,
+    conf: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+    master: str = "local[2]",
 ) -> subprocess.Popen[str]:
     """``spark-submit`` a server class of the wheel (local[2], ``spark_conf()``), logging to
     ``tmp_path/server.log``; its metastore and warehouse go to ``tmp_path``."""
     return subprocess.Popen(
         [
             str(SPARK_HOME / "bin" / "spark-submit"),
-            *("--class", main_class, "--master", "local[2]"),
+            *("--class", main_class, "--master", master),
             *conf_args(conf),
             "spark-internal",
             *args,
@@ -106,7 +110,7 @@ CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
 def start_connect_server(
-    tmp_path: Path, conf: dict[str, str] | None = None
+    tmp_path: Path, conf: dict[str, str] | None = None, master: str = "local[2]"
 ) -> tuple[subprocess.Popen[str], int]:
     """A Spark Connect server (:func:`start_server`) on a free loopback port, and the port;
     the caller waits for it (``wait_for_port``) and stops it (:func:`stop`)."""
@@ -115,7 +119,7 @@ def start_connect_server(
         "spark.connect.grpc.binding.port": str(port),
         "spark.connect.grpc.binding.address": "127.0.0.1",
     }
-    return start_server(CONNECT_SERVER, tmp_path, {**binding, **(conf or {})}), port
+    return start_server(CONNECT_SERVER, tmp_path, {**binding, **(conf or {})}, master=master), port
 
 
 def stop(server: subprocess.Popen[str], tmp_path: Path) -> str:

@@ -37,10 +37,12 @@ from deltaflow.spark.errors import BridgeError
 from deltaflow.spark.read._native import NATIVE_SCAN_CONF, hadoop_opens, native_scan_mode
 from deltaflow.spark.stream._writer import FLOW_IDENTITY_OPTION, STREAM_ONLY_OPTIONS, commit_batch
 from deltaflow.spark.write import _files, _generated
+from deltaflow.spark.write._direct import collect_direct, reported_files, writes_direct
 from deltaflow.spark.write._native import (
     _ESCAPE,
     STAGING_DIR,
     NativeWrite,
+    _staged_partition_values,
     collect_staged,
     plan_native_write,
     rows_in,
@@ -323,6 +325,7 @@ class _PendingWrite:
     # id unless the stream writes under another identity (a pipeline flow's).
     stream: tuple[str, int, str] | None = None
     table: DeltaTable | None = None  # the sink's table, as the plan saw it
+    direct: bool = False  # tasks write final names; write.commit lists them (write/_direct.py)
 
 
 _pending: dict[str, _PendingWrite] = {}
@@ -401,17 +404,24 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
         return {"route": "python", "tableUri": uri, "delegateOptions": delegate, **checked}
     job_id = uuid.uuid4().hex[:8]
     # A real-time roll names the directory its task already wrote (see RealTimeCommits).
-    staging = str(
-        args.get("staging") or _uri.join(uri, f"{STAGING_DIR}/{job_id}-{uuid.uuid4().hex}")
+    direct = not args.get("staging") and writes_direct(uri, conf)
+    staging = (
+        ""
+        if direct
+        else str(
+            args.get("staging") or _uri.join(uri, f"{STAGING_DIR}/{job_id}-{uuid.uuid4().hex}")
+        )
     )
     handle = uuid.uuid4().hex
     with _pending_lock:
-        _pending[handle] = _PendingWrite(plan, native, staging, job_id, batch, table)
+        _pending[handle] = _PendingWrite(plan, native, staging, job_id, batch, table, direct)
     return {
         "route": "jvm",
         "handle": handle,
         "tableUri": uri,
         "staging": staging,
+        "direct": direct,
+        "jobId": job_id,
         "columns": [
             {"name": name, "type": dtype, "source": source, "cast": cast}
             for name, dtype, source, cast in native.columns
@@ -566,7 +576,9 @@ take_pending = _take  # for the real-time sink's commits (bridge/_realtime.py)
 
 
 def commit_write(args: dict[str, Any]) -> dict[str, Any]:
-    """``write.commit``: footers, moves, one commit; the staging directory is removed."""
+    """``write.commit``: footers, moves (none for a direct write: its ``files`` are in
+    place), one commit; the staging directory is removed, an uncommitted direct write's
+    files are deleted."""
     pending = _take(str(args["handle"]))
     if pending is None:
         raise BridgeError(
@@ -574,19 +586,33 @@ def commit_write(args: dict[str, Any]) -> dict[str, Any]:
             " was planned. Nothing was committed; run the write again.",
             operation="write.commit",
         )
-    moved = collect_staged(pending.plan, pending.native, pending.staging_uri, pending.job_id)
+    if pending.direct:
+        native = pending.native
+        moved = collect_direct(
+            pending.plan,
+            reported_files(args),
+            lambda rel: _staged_partition_values(rel, native, pending.plan.table_uri),
+        )
+    else:
+        moved = collect_staged(pending.plan, pending.native, pending.staging_uri, pending.job_id)
     if pending.stream is not None:
         app_id, batch_id, query_id = pending.stream
-        result = commit_batch(
-            pending.plan,
-            moved,
-            query_id=query_id,
-            app_id=app_id,
-            batch_id=batch_id,
-            num_rows=rows_in(moved),
-            table=pending.table,
-        )
-        return {"version": result.version, "files": len(moved), "skipped": result.skipped}
+        done = False
+        try:
+            result = commit_batch(
+                pending.plan,
+                moved,
+                query_id=query_id,
+                app_id=app_id,
+                batch_id=batch_id,
+                num_rows=rows_in(moved),
+                table=pending.table,
+            )
+            done = not result.skipped or not pending.direct
+            return {"version": result.version, "files": len(moved), "skipped": result.skipped}
+        finally:
+            if not done and pending.direct:
+                _files.delete_files(pending.plan.table_uri, moved)
     overrides: dict[str, Any] = {"table": pending.table} if pending.table is not None else {}
     committed = False
     try:
@@ -599,9 +625,10 @@ def commit_write(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def abort_write(args: dict[str, Any]) -> dict[str, Any]:
-    """``write.abort``: delete the staging directory of a write that failed."""
+    """``write.abort``: delete the staging directory of a write that failed (a direct
+    write's files were deleted by the connector)."""
     pending = _take(str(args["handle"]))
-    if pending is not None:
+    if pending is not None and not pending.direct:
         from deltaflow.spark.write._native import delete_staging
 
         delete_staging(pending.staging_uri)

@@ -62,7 +62,7 @@ from deltaflow.spark.read._native import (
     hadoop_opens,
     unescape_path_name,
 )
-from deltaflow.spark.write import _files
+from deltaflow.spark.write import _direct, _files
 from deltaflow.spark.write._plan import WritePlan, arrow_schema
 from deltaflow.table import _commit, _partitions, _uri
 from deltaflow.table._footer_stats import footer_stats
@@ -234,6 +234,9 @@ def stage_native(
     propagates; the staging directory is always deleted.
     """
     job_id = job_id or uuid.uuid4().hex[:8]
+    setting = {_direct.DIRECT_WRITE_CONF: df.sparkSession.conf.get(_direct.DIRECT_WRITE_CONF, None)}
+    if _direct.writes_direct(plan.table_uri, setting):
+        return _write_direct(df, plan, native, job_id)
     staging_uri = _uri.join(plan.table_uri, f"{STAGING_DIR}/{job_id}-{uuid.uuid4().hex}")
     started = time.perf_counter()
     try:
@@ -247,6 +250,35 @@ def stage_native(
         (time.perf_counter() - started) * 1000,
     )
     return collect_staged(plan, native, staging_uri, job_id)
+
+
+def _write_direct(
+    df: Any, plan: WritePlan, native: NativeWrite, job_id: str
+) -> list[_commit.AddedFile]:
+    """``df`` written at final names under the table root by the connector's
+    ``DirectWrite`` (write/_direct.py), with stats from the footers read in place."""
+    shaped = _shaped(df, native)
+    max_rows = plan.options.max_records_per_file or _files.DEFAULT_MAX_ROWS_PER_FILE
+    started = time.perf_counter()
+    answer = shaped.sparkSession._jvm.org.apache.spark.sql.deltaflow.DirectWrite.writeForPython(
+        shaped._jdf,
+        plan.table_uri,
+        job_id,
+        json.dumps(list(native.partition_columns)),
+        native.codec,
+        str(max_rows),
+        native.has_timestamps,
+    )
+    files = [(str(f["path"]), int(f["size"])) for f in json.loads(answer)]
+    log.info(
+        "deltaflow wrote %d files directly into %s with Spark's Parquet writer; job %.0f ms",
+        len(files),
+        plan.table_uri,
+        (time.perf_counter() - started) * 1000,
+    )
+    return _direct.collect_direct(
+        plan, files, lambda rel: _staged_partition_values(rel, native, plan.table_uri)
+    )
 
 
 def collect_staged(

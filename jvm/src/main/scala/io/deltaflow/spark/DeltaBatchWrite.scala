@@ -11,6 +11,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode
 
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
+import org.apache.spark.sql.deltaflow.DirectWrite
 import org.apache.spark.sql.functions.{col, concat, expr, lit, when}
 import org.apache.spark.sql.types.{DataType, StructType}
 
@@ -23,7 +24,9 @@ import org.apache.spark.sql.types.{DataType, StructType}
  * 2. `jvm`: Spark's Parquet writer writes the DataFrame, shaped to the table's columns,
  *    into a private staging directory under the table (`_delta_staging/<job>`);
  *    `write.commit` then reads the footers for stats, moves the files into the table
- *    and commits once (conflict checks, app transaction). On any failure
+ *    and commits once (conflict checks, app transaction). When the plan says `direct`
+ *    (object stores, `deltaflow.write.directWrite`), the tasks write final names under
+ *    the table root instead ([[DirectWrite]]) and `write.commit` gets their list. On any failure
  *    `write.abort` deletes what was staged or moved: nothing is visible before the
  *    commit, and a crash leaves only files no commit references (VACUUM removes them).
  * 3. `python`: what the JVM path does not implement yet (column mapping, replaceWhere,
@@ -39,7 +42,8 @@ import org.apache.spark.sql.types.{DataType, StructType}
 object DeltaBatchWrite extends Logging {
   private val TimestampConf = "spark.sql.parquet.outputTimestampType"
   // Settings the brain's plan depends on, read from the session.
-  private val PlanConfs = Seq("deltaflow.write.nativeWrite", "spark.sql.parquet.writeLegacyFormat")
+  private val PlanConfs = Seq("deltaflow.write.nativeWrite", "deltaflow.write.directWrite",
+    "spark.sql.parquet.writeLegacyFormat")
   private val SessionWriteConfs = Seq("spark.databricks.delta.autoCompact.",
     "spark.databricks.delta.optimizeWrite.", "spark.deltaflow.autoCompact.")
   private val AdvisorySizeConf = "spark.sql.adaptive.advisoryPartitionSizeInBytes"
@@ -174,29 +178,21 @@ object DeltaBatchWrite extends Logging {
   /** The commit's answer: `version`, `files`, `skipped`. */
   private def writeOnJvm(data: DataFrame, plan: JsonNode): JsonNode = {
     val handle = plan.get("handle").asText()
-    val staging = plan.get("staging").asText()
     val partitions = plan.get("partitionColumns").elements().asScala.map(_.asText()).toSeq
-    val session = data.sparkSession
     val hasTimestamps = plan.get("hasTimestamps").asBoolean()
-    val previous = session.conf.getOption(TimestampConf)
     var committed = false
     try {
-      // Spark's default INT96 timestamps carry no footer statistics.
-      if (hasTimestamps) session.conf.set(TimestampConf, "TIMESTAMP_MICROS")
-      try {
-        shaped(data, plan).write.format("parquet").mode("append")
-          .partitionBy(partitions: _*)
-          .option("compression", plan.get("codec").asText())
-          .option("maxRecordsPerFile", plan.get("maxRecordsPerFile").asLong())
-          .save(staging)
-      } finally {
-        if (hasTimestamps) previous match {
-          case Some(v) => session.conf.set(TimestampConf, v)
-          case None => session.conf.unset(TimestampConf)
-        }
-      }
       val args = Brain.newArgs()
       args.put("handle", handle)
+      if (plan.path("direct").asBoolean(false)) {
+        // Final names under the table root; the brain commits the reported files.
+        val files = DirectWrite.write(shaped(data, plan), plan.get("tableUri").asText(),
+          plan.get("jobId").asText(), partitions, plan.get("codec").asText(),
+          plan.get("maxRecordsPerFile").asLong(), hasTimestamps)
+        putFiles(args, files)
+      } else {
+        writeStaged(data, plan, partitions, hasTimestamps)
+      }
       val result = Brain.call("write.commit", args)
       committed = true
       logInfo(s"deltaflow wrote ${result.path("files").asInt()} files to " +
@@ -204,10 +200,43 @@ object DeltaBatchWrite extends Logging {
       result
     } finally {
       if (!committed) {
+        // A direct write's files were deleted by its protocol (a failed job) or by the
+        // brain (a failed commit); this only forgets the planned write.
         val args = Brain.newArgs()
         args.put("handle", handle)
         try Brain.call("write.abort", args)
         catch { case e: Exception => logWarning(s"deltaflow could not clean up a failed write: $e") }
+      }
+    }
+  }
+
+  /** `write.commit`'s `files` for a direct write: relative path and size of each. */
+  private[spark] def putFiles(args: ObjectNode, files: Seq[DirectWrite.Written]): Unit = {
+    val list = args.putArray("files")
+    files.foreach { f =>
+      val o = list.addObject()
+      o.put("path", f.relative)
+      o.put("size", f.size)
+    }
+  }
+
+  /** Spark's Parquet writer into the plan's staging directory (`_delta_staging/<job>`). */
+  private def writeStaged(data: DataFrame, plan: JsonNode, partitions: Seq[String],
+      hasTimestamps: Boolean): Unit = {
+    val session = data.sparkSession
+    val previous = session.conf.getOption(TimestampConf)
+    // Spark's default INT96 timestamps carry no footer statistics.
+    if (hasTimestamps) session.conf.set(TimestampConf, "TIMESTAMP_MICROS")
+    try {
+      shaped(data, plan).write.format("parquet").mode("append")
+        .partitionBy(partitions: _*)
+        .option("compression", plan.get("codec").asText())
+        .option("maxRecordsPerFile", plan.get("maxRecordsPerFile").asLong())
+        .save(plan.get("staging").asText())
+    } finally {
+      if (hasTimestamps) previous match {
+        case Some(v) => session.conf.set(TimestampConf, v)
+        case None => session.conf.unset(TimestampConf)
       }
     }
   }

@@ -12,7 +12,7 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.write.{BatchWrite, DataWriter, DataWriterFactory, LogicalWriteInfo, PhysicalWriteInfo, WriterCommitMessage}
 import org.apache.spark.sql.connector.write.streaming.{StreamingDataWriterFactory, StreamingWrite}
-import org.apache.spark.sql.deltaflow.{FileRolls, RealTimeCommitEndpoint, RealTimeCommits, RealTimeQueries, RealTimeWriterFactory, StagedFileWrite}
+import org.apache.spark.sql.deltaflow.{DirectWrite, FileRolls, RealTimeCommitEndpoint, RealTimeCommits, RealTimeQueries, RealTimeWriterFactory, StagedFileWrite}
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
 import org.apache.spark.sql.catalyst.streaming.WriteToStream
 import org.apache.spark.sql.execution.SortExec
@@ -33,7 +33,9 @@ import org.apache.spark.sql.streaming.OutputMode
  * the batch write shapes its DataFrame (generated values, row checks, the table's
  * columns) and write Parquet with Spark's file writer into the plan's staging directory;
  * at `commit` the committed task files are moved into place and the brain commits once
- * (`write.commit`: footers for stats, conflict checks, the app transaction). A failed or
+ * (`write.commit`: footers for stats, conflict checks, the app transaction). On object
+ * stores the plan says `direct`: the tasks write final names under the table root
+ * ([[org.apache.spark.sql.deltaflow.DirectWrite]]) and `write.commit` gets their list. A failed or
  * aborted batch deletes what it staged (`write.abort`); nothing is visible before the
  * commit. Output modes: append; complete overwrites the table in that one commit
  * (`overwrite`); update appends when the query has no per-key state ([[StreamWriteCheck]]
@@ -85,9 +87,14 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
         val shape = StagedFileWrite.shape(session, writeInfo.schema(),
           df => DeltaBatchWrite.prepared(df, plan, shape = true))
         val partitions = plan.get("partitionColumns").elements().asScala.map(_.asText()).toSeq
-        val write = StagedFileWrite.batchWrite(session, plan.get("staging").asText(),
+        // A direct write's tasks write final names under the table root (DirectWrite).
+        val direct = if (plan.path("direct").asBoolean(false)) Some(plan.get("jobId").asText())
+          else None
+        val directory = if (direct.isDefined) plan.get("tableUri").asText()
+          else plan.get("staging").asText()
+        val write = StagedFileWrite.batchWrite(session, directory,
           shape.output, partitions, plan.get("codec").asText(),
-          plan.get("maxRecordsPerFile").asLong(), plan.get("hasTimestamps").asBoolean())
+          plan.get("maxRecordsPerFile").asLong(), plan.get("hasTimestamps").asBoolean(), direct)
         planned = Some(Planned(batchId, plan, parameters, Some(write)))
         val lowered = partitions.map(_.toLowerCase).toSet
         val sortBy = shape.output.filter(a => lowered.contains(a.name.toLowerCase))
@@ -201,20 +208,26 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
       case None => DeltaBatchWrite.report(batch.plan, batch.parameters, None)
       case Some(write) =>
         var committed = false
+        var asked = false
         try {
           write.commit(messages)
           val args = Brain.newArgs()
           args.put("handle", batch.plan.get("handle").asText())
+          if (isDirect(batch)) DeltaBatchWrite.putFiles(args, DirectWrite.files(messages))
+          asked = true
           val result = Brain.call("write.commit", args)
           committed = true
           logInfo(s"deltaflow stream batch $epochId wrote ${result.path("files").asInt()} " +
             s"files to ${info.uri} at version ${result.path("version").asText()}")
           DeltaBatchWrite.report(batch.plan, batch.parameters, Some(result))
         } finally {
-          if (!committed) discard(batch, messages)
+          // Once asked, the brain deletes a direct write's files if it does not commit them.
+          if (!committed) discard(batch, if (asked) Array.empty else messages)
         }
     }
   }
+
+  private def isDirect(batch: Planned): Boolean = batch.plan.path("direct").asBoolean(false)
 
   // Spark's file writer asks the commit coordinator itself (Hadoop's commit protocol,
   // in the task's commit): a second ask for the same attempt would be denied.
@@ -244,6 +257,9 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
 
   private def discard(batch: Planned, messages: Array[WriterCommitMessage]): Unit = {
     planned = None
+    // A direct write's reported files are under the table root: delete exactly those.
+    if (isDirect(batch)) DirectWrite.delete(batch.plan.get("tableUri").asText(),
+      DirectWrite.files(messages), session.sessionState.newHadoopConf())
     batch.write.foreach { write =>
       try write.abort(messages)
       catch { case e: Exception => logWarning(s"deltaflow could not abort a file write: $e") }

@@ -70,7 +70,8 @@ object StagedFileWrite {
    * Parquet, partitioned by `partitionColumns`, `codec` compression, at most
    * `maxRecordsPerFile` rows a file, timestamps as INT64 micros when `microTimestamps`
    * (Spark's default INT96 carries no footer statistics). The job is set up; the
-   * caller commits or aborts it.
+   * caller commits or aborts it. With `directJobId`, `directory` is the table root and
+   * the tasks write final names there ([[DirectWrite.Protocol]]); nothing is created first.
    */
   def batchWrite(
       session: SparkSession,
@@ -79,13 +80,13 @@ object StagedFileWrite {
       partitionColumns: Seq[String],
       codec: String,
       maxRecordsPerFile: Long,
-      microTimestamps: Boolean): BatchWrite = {
+      microTimestamps: Boolean,
+      directJobId: Option[String] = None): BatchWrite = {
     val classic = session.asInstanceOf[ClassicSession]
     val conf = classic.sessionState.conf
     val hadoopConf = classic.sessionState.newHadoopConf()
     val path = new Path(directory)
-    val fs = path.getFileSystem(hadoopConf)
-    fs.mkdirs(path)
+    if (directJobId.isEmpty) path.getFileSystem(hadoopConf).mkdirs(path)
     val job = Job.getInstance(hadoopConf)
     job.setOutputKeyClass(classOf[Void])
     job.setOutputValueClass(classOf[InternalRow])
@@ -110,8 +111,9 @@ object StagedFileWrite {
       maxRecordsPerFile,
       conf.sessionLocalTimeZone,
       Seq.empty)
-    val committer = FileCommitProtocol.instantiate(conf.fileCommitProtocolClass, jobId,
-      directory, false)
+    val committer = directJobId.map(new DirectWrite.Protocol(_, directory))
+      .getOrElse(FileCommitProtocol.instantiate(conf.fileCommitProtocolClass, jobId,
+        directory, false))
     committer.setupJob(job)
     new FileBatchWrite(job, description, committer)
   }
