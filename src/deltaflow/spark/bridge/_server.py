@@ -81,7 +81,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 from deltaflow.errors import DeltaflowError, error_answer, from_wire
-from deltaflow.spark.bridge import _commands, _ops, _realtime, _stream
+from deltaflow.spark.bridge import _commands, _ops, _realtime, _sink_check, _stream
 from deltaflow.spark.catalog import _alter, _create
 from deltaflow.spark.errors import BridgeError
 
@@ -123,7 +123,7 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "write.plan": _ops.plan_write,
     "write.commit": _ops.commit_write,
     "write.abort": _ops.abort_write,
-    "sink.check": _ops.check_sink,
+    "sink.check": _sink_check.check_sink,
     "sink.transactions": _realtime.transactions,
     "sink.commitRolls": _realtime.commit_rolls,
     "sql.history": _commands.history,
