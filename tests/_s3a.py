@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from deltaflow.testing._seaweedfs import S3A_CLASS  # noqa: F401  (the tests name it here)
 from tests import _maven
@@ -74,6 +75,25 @@ def s3a_conf(endpoint: str, access_key: str, secret_key: str, region: str) -> di
 
     jars = [str(j) for j in s3a_jars()]
     return s3a_settings(jars, endpoint, access_key, secret_key, region)
+
+
+def s3a_conf_or_skip(store: Any) -> dict[str, str]:
+    """:func:`s3a_conf` for ``store`` (the tests' SeaweedFS), or the calling test skipped
+    with the reason no S3A jar set can be had (Maven Central unreachable, or no tested set
+    for this pyspark's Hadoop)."""
+    import pytest
+
+    from tests import _object_store
+    from tests.reference._env import ReferenceUnavailable
+
+    try:
+        return s3a_conf(
+            store.endpoint, _object_store.ACCESS_KEY, _object_store.SECRET_KEY, _object_store.REGION
+        )
+    except ReferenceUnavailable as unreachable:
+        pytest.skip(f"Maven Central is unreachable, so no S3A jars: {unreachable}")
+    except NoJarSet as missing:
+        pytest.skip(f"no S3A jar set is tested for this pyspark's Hadoop: {missing}")
 
 
 def with_s3a(base: dict[str, str], s3a: dict[str, str]) -> dict[str, str]:

@@ -22,7 +22,6 @@ from deltaflow.pipelines._flow_identity import IDENTITY_FILE
 from tests import _object_store
 from tests._standalone import driver_environment
 from tests.pipelines.test_pipelines_s3 import table_rows
-from tests.reference._env import ReferenceUnavailable
 from tests.spark.test_s3a import store_fs
 
 pytestmark = pytest.mark.slow
@@ -32,17 +31,7 @@ pytestmark = pytest.mark.slow
 def job_conf(object_store: _object_store.ObjectStore) -> dict[str, str]:
     from tests import _s3a
 
-    try:
-        conf = _s3a.s3a_conf(
-            object_store.endpoint,
-            _object_store.ACCESS_KEY,
-            _object_store.SECRET_KEY,
-            _object_store.REGION,
-        )
-    except ReferenceUnavailable as unreachable:
-        pytest.skip(f"Maven Central is unreachable, so no S3A jars: {unreachable}")
-    except _s3a.NoJarSet as missing:
-        pytest.skip(f"no S3A jar set is tested for this pyspark's Hadoop: {missing}")
+    conf = _s3a.s3a_conf_or_skip(object_store)
     for unmapped in ("spark.hadoop.fs.s3.impl", "spark.hadoop.fs.AbstractFileSystem.s3.impl"):
         conf.pop(unmapped)
     return conf

@@ -24,7 +24,6 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from tests import _object_store
-from tests.reference._env import ReferenceUnavailable
 from tests.spark.test_chaos import Child
 
 pytestmark = pytest.mark.slow
@@ -41,17 +40,7 @@ def job_env(object_store: _object_store.ObjectStore) -> dict[str, str]:
 
     if tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (4, 1):
         pytest.skip("checkpoints on S3A need Spark 4.1+ (Hadoop 3.4.2's conditional create)")
-    try:
-        conf = _s3a.s3a_conf(
-            object_store.endpoint,
-            _object_store.ACCESS_KEY,
-            _object_store.SECRET_KEY,
-            _object_store.REGION,
-        )
-    except ReferenceUnavailable as unreachable:
-        pytest.skip(f"Maven Central is unreachable, so no S3A jars: {unreachable}")
-    except _s3a.NoJarSet as missing:
-        pytest.skip(f"no S3A jar set is tested for this pyspark's Hadoop: {missing}")
+    conf = _s3a.s3a_conf_or_skip(object_store)
     return {
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,

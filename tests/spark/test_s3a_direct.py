@@ -22,7 +22,6 @@ import pytest
 from deltalake import DeltaTable
 
 from tests import _object_store
-from tests.reference._env import ReferenceUnavailable
 from tests.spark.test_hosts import start_connect_server, stop, wait_for_port
 
 pytestmark = pytest.mark.slow
@@ -41,20 +40,7 @@ def s3a_conf(object_store: _object_store.ObjectStore) -> dict[str, str]:
     import deltaflow
     from tests import _s3a
 
-    try:
-        return _s3a.with_s3a(
-            deltaflow.spark_conf(),
-            _s3a.s3a_conf(
-                object_store.endpoint,
-                _object_store.ACCESS_KEY,
-                _object_store.SECRET_KEY,
-                _object_store.REGION,
-            ),
-        )
-    except ReferenceUnavailable as unreachable:
-        pytest.skip(f"Maven Central is unreachable, so no S3A jars: {unreachable}")
-    except _s3a.NoJarSet as missing:
-        pytest.skip(f"no S3A jar set is tested for this pyspark's Hadoop: {missing}")
+    return _s3a.with_s3a(deltaflow.spark_conf(), _s3a.s3a_conf_or_skip(object_store))
 
 
 @pytest.fixture(scope="module")
