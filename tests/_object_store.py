@@ -6,6 +6,8 @@ That module is shared with ``make demo STORAGE=s3``; this one only names it for 
 
 from __future__ import annotations
 
+import pyarrow.fs as pafs
+
 from deltaflow.testing._seaweedfs import (
     ACCESS_KEY,
     BUCKET,
@@ -35,5 +37,17 @@ __all__ = [
     "planned_endpoint",
     "s3_environment",
     "start_seaweedfs",
+    "store_fs",
     "weed_binary",
 ]
+
+
+def store_fs(store: ObjectStore) -> pafs.S3FileSystem:
+    """A pyarrow filesystem straight on ``store`` (this process need not export AWS_*)."""
+    return pafs.S3FileSystem(
+        access_key=ACCESS_KEY,
+        secret_key=SECRET_KEY,
+        endpoint_override=store.endpoint,
+        region=REGION,
+        scheme="http",
+    )

@@ -77,23 +77,27 @@ def s3a_conf(endpoint: str, access_key: str, secret_key: str, region: str) -> di
     return s3a_settings(jars, endpoint, access_key, secret_key, region)
 
 
-def s3a_conf_or_skip(store: Any) -> dict[str, str]:
-    """:func:`s3a_conf` for ``store`` (the tests' SeaweedFS), or the calling test skipped
-    with the reason no S3A jar set can be had (Maven Central unreachable, or no tested set
-    for this pyspark's Hadoop)."""
+def s3a_jars_or_skip() -> list[str]:
+    """:func:`s3a_jars` as strings, or the calling test skipped with the reason no S3A jar
+    set can be had (Maven Central unreachable, or no tested set for this pyspark's Hadoop)."""
     import pytest
 
-    from tests import _object_store
     from tests.reference._env import ReferenceUnavailable
 
     try:
-        return s3a_conf(
-            store.endpoint, _object_store.ACCESS_KEY, _object_store.SECRET_KEY, _object_store.REGION
-        )
+        return [str(j) for j in s3a_jars()]
     except ReferenceUnavailable as unreachable:
         pytest.skip(f"Maven Central is unreachable, so no S3A jars: {unreachable}")
     except NoJarSet as missing:
         pytest.skip(f"no S3A jar set is tested for this pyspark's Hadoop: {missing}")
+
+
+def s3a_conf_or_skip(store: Any) -> dict[str, str]:
+    """:func:`s3a_conf` for ``store`` (the tests' SeaweedFS), or the test skipped as
+    :func:`s3a_jars_or_skip` says."""
+    from deltaflow.testing._seaweedfs import ACCESS_KEY, REGION, SECRET_KEY, s3a_settings
+
+    return s3a_settings(s3a_jars_or_skip(), store.endpoint, ACCESS_KEY, SECRET_KEY, REGION)
 
 
 def with_s3a(base: dict[str, str], s3a: dict[str, str]) -> dict[str, str]:

@@ -76,14 +76,8 @@ def test_demo_on_s3_with_s3a_keeps_checkpoints_and_landing_on_the_store(tmp_path
 
     from tests import _s3a
     from tests._standalone import driver_environment
-    from tests.reference._env import ReferenceUnavailable
 
-    try:
-        jars = [str(j) for j in _s3a.s3a_jars()]
-    except ReferenceUnavailable as unreachable:
-        pytest.skip(f"Maven Central is unreachable, so no S3A jars: {unreachable}")
-    except _s3a.NoJarSet as missing:
-        pytest.skip(f"no S3A jar set is tested for this pyspark's Hadoop: {missing}")
+    jars = _s3a.s3a_jars_or_skip()
     data_dir = tmp_path / "demo"
     root = Path(__file__).resolve().parents[1]
     argv = [

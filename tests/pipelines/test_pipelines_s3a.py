@@ -22,7 +22,6 @@ from deltaflow.pipelines._flow_identity import IDENTITY_FILE
 from tests import _object_store
 from tests._standalone import driver_environment
 from tests.pipelines.test_pipelines_s3 import table_rows
-from tests.spark.test_s3a import store_fs
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +53,7 @@ def run_update(
 
 
 def keys_under(store: _object_store.ObjectStore, uri: str) -> list[str]:
-    fs, path = store_fs(store), uri.removeprefix("s3://")
+    fs, path = _object_store.store_fs(store), uri.removeprefix("s3://")
     selector = pafs.FileSelector(path, recursive=True, allow_not_found=True)
     return sorted(i.path.removeprefix(path + "/") for i in fs.get_file_info(selector))
 

@@ -95,16 +95,6 @@ def jvm_written(store: _object_store.ObjectStore, uri: str) -> bool:
     return bool(files) and all(_JVM_FILE.search(f) for f in files)
 
 
-def store_fs(store: _object_store.ObjectStore) -> pafs.S3FileSystem:
-    return pafs.S3FileSystem(
-        access_key=_object_store.ACCESS_KEY,
-        secret_key=_object_store.SECRET_KEY,
-        endpoint_override=store.endpoint,
-        region=_object_store.REGION,
-        scheme="http",
-    )
-
-
 def frame(spark: Any, first: int, count: int) -> Any:
     return spark.range(first, first + count).selectExpr("id", "cast(id % 3 as string) AS k")
 
@@ -173,7 +163,7 @@ def test_optimize_and_vacuum_on_s3a(spark, object_store, uris):
     # Only the files the current version references remain under the table.
     listed = {
         info.path
-        for info in store_fs(object_store).get_file_info(
+        for info in _object_store.store_fs(object_store).get_file_info(
             pafs.FileSelector(s3.removeprefix("s3://"), recursive=True)
         )
         if info.path.endswith(".parquet")
@@ -211,7 +201,7 @@ def test_a_stream_with_its_checkpoint_on_s3a_restarts_exactly_once(spark, object
     assert [r[0] for r in rows_of(object_store, sink_s3)] == list(range(25))
     assert jvm_written(object_store, sink_s3)
     # The offsets and commits Spark wrote are on S3, read back by the second and third runs.
-    commits = store_fs(object_store).get_file_info(
+    commits = _object_store.store_fs(object_store).get_file_info(
         pafs.FileSelector(checkpoint.removeprefix("s3a://") + "/commits")
     )
     assert sorted(i.base_name for i in commits if not i.base_name.startswith(".")) == ["0", "1"]

@@ -59,23 +59,13 @@ def where(object_store: _object_store.ObjectStore) -> Any:
     return make
 
 
-def store_fs(store: _object_store.ObjectStore) -> pafs.S3FileSystem:
-    return pafs.S3FileSystem(
-        access_key=_object_store.ACCESS_KEY,
-        secret_key=_object_store.SECRET_KEY,
-        endpoint_override=store.endpoint,
-        region=_object_store.REGION,
-        scheme="http",
-    )
-
-
 def keys_under(store: _object_store.ObjectStore, prefix: str) -> list[str]:
-    infos = store_fs(store).get_file_info(pafs.FileSelector(prefix, recursive=True))
+    infos = _object_store.store_fs(store).get_file_info(pafs.FileSelector(prefix, recursive=True))
     return sorted(i.path.removeprefix(prefix + "/") for i in infos if i.type == pafs.FileType.File)
 
 
 def read(store: _object_store.ObjectStore, key: str) -> bytes:
-    with store_fs(store).open_input_stream(key) as stream:
+    with _object_store.store_fs(store).open_input_stream(key) as stream:
         return bytes(stream.read())
 
 

@@ -73,16 +73,6 @@ def spark(server: int) -> Iterator[Any]:
     session.stop()
 
 
-def store_fs(store: _object_store.ObjectStore) -> pafs.S3FileSystem:
-    return pafs.S3FileSystem(
-        access_key=_object_store.ACCESS_KEY,
-        secret_key=_object_store.SECRET_KEY,
-        endpoint_override=store.endpoint,
-        region=_object_store.REGION,
-        scheme="http",
-    )
-
-
 class StagingWatcher:
     """Lists everything under a prefix, over and over, until stopped; keeps staging keys."""
 
@@ -120,7 +110,7 @@ def location(object_store: _object_store.ObjectStore) -> Iterator[Any]:
     """``make(name) -> (s3a_uri, s3_uri)`` of fresh table locations of this test, all under
     one prefix a watcher lists while the test runs; after it, no staged write's key was seen."""
     base = object_store.uri(f"direct-{os.urandom(4).hex()}")
-    watcher = StagingWatcher(store_fs(object_store), base.removeprefix("s3://"))
+    watcher = StagingWatcher(_object_store.store_fs(object_store), base.removeprefix("s3://"))
 
     def make(name: str) -> tuple[str, str]:
         s3 = f"{base}/{name}"
@@ -164,7 +154,7 @@ def data_keys(store: _object_store.ObjectStore, s3: str) -> set[str]:
     selector = pafs.FileSelector(root, recursive=True)
     return {
         i.path[len(root) + 1 :]
-        for i in store_fs(store).get_file_info(selector)
+        for i in _object_store.store_fs(store).get_file_info(selector)
         if i.path.endswith(".parquet") and "/_delta_log/" not in i.path
     }
 
