@@ -12,10 +12,27 @@ from typing import Any
 
 import pytest
 
-from tests import _object_store
+from tests import _object_store, _schedule
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+_COSTS = _schedule.FileCosts()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    _schedule.order_longest_first(items)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _COSTS.add(report)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _COSTS.seconds:
+        terminalreporter.section("seconds per file (longest 30) and process")
+        for line in _COSTS.lines():
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -214,3 +214,28 @@ def test_an_sdp_project_runs_unchanged_through_connect(connect_url: str, tmp_pat
     tables = tmp_path / "pipeline-storage" / "tables"
     assert [r["id"] for r in _rows(tables / "orders")] == [1, 2]
     assert _rows(tables / "by_kind") == [{"kind": "x", "count": 1}, {"kind": "y", "count": 1}]
+
+
+def test_a_continuous_real_time_spec_is_refused_through_connect(
+    connect_url: str, tmp_path: Path
+) -> None:
+    """A continuous update (real-time flows included) needs the driver's own session: through
+    a Connect server the CLI refuses it before anything runs, exit 2, saying what to do."""
+    from tests.pipelines.test_realtime_cli import FLOWS, SPEC
+
+    project = tmp_path / "project"
+    (project / "transformations").mkdir(parents=True)
+    spec = SPEC.format(source=tmp_path / "source", sink=tmp_path / "alerts")
+    (project / "spark-pipeline.yml").write_text(spec)
+    (project / "transformations" / "flows.py").write_text(FLOWS)
+    done = subprocess.run(
+        [sys.executable, "-m", "deltaflow.cli", "pipelines", "run", "--remote", connect_url],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "cannot run through a Spark Connect server" in done.stderr
+    assert "without --remote" in done.stderr
+    assert not (tmp_path / "alerts").exists()
