@@ -175,6 +175,25 @@ def register_sources(spark: SparkSession) -> None:
     spark.dataSource.register(CloudFilesDataSource)
     for name in (PYTHON_SOURCE_NAME, "cloudFiles"):
         _settle_worker_env(spark, name)
+        _object_store_env(spark, name)
+
+
+def _object_store_env(spark: SparkSession, name: str) -> None:
+    """Credentials from one place: the AWS variables the session's ``fs.s3a.*`` settings
+    imply go into the registered source's worker environment (the JVM's
+    ``HadoopStores.pythonWorkerVariables``), so its Python workers, on the driver and in
+    every task, reach the store as the brain does (delta-rs and pyarrow read only the
+    environment). Nothing when the settings name no S3 store, or the JVM's own
+    environment already sets a variable. The values stay in the function's environment:
+    never printed, never in a plan string."""
+    manager = spark._jsparkSession.sessionState().dataSourceManager()  # type: ignore[attr-defined]
+    if not manager.dataSourceExists(name):
+        return
+    env_vars = manager.lookupDataSource(name).dataSourceCls().envVars()
+    wanted = spark._jvm.io.deltaflow.spark.HadoopStores.pythonWorkerVariables()  # type: ignore[attr-defined]
+    for key in wanted.keySet().toArray():
+        if not env_vars.containsKey(key):
+            env_vars.put(key, wanted.get(key))
 
 
 def _is_connect(spark: SparkSession) -> bool:

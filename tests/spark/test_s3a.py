@@ -303,3 +303,50 @@ def test_the_python_path_on_demand(s3a_conf, object_store, uris, tmp_path):
             session.stop()
     finally:
         stop(process, tmp_path)
+
+
+def test_replace_where_and_dynamic_overwrite_on_s3a(spark, object_store, uris):
+    """Overwrites that replace part of a table, and change-feed reads, go through deltaflow's
+    Python data source: its workers get the server's fs.s3a.* credentials too (no AWS_* in
+    its environment), as the brain does."""
+    uri, s3 = uris()
+    (
+        frame(spark, 0, 30)
+        .write.format("delta")
+        .partitionBy("k")
+        .option("delta.enableChangeDataFeed", "true")
+        .save(uri)
+    )
+    (
+        frame(spark, 100, 6)
+        .where("k = '1'")
+        .write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", "k = '1'")
+        .save(uri)
+    )
+    got = rows_of(object_store, s3)
+    assert sorted(i for i, k in got if k == "1") == [100, 103]
+    assert sorted(i for i, k in got if k != "1") == [i for i in range(30) if i % 3 != 1]
+    (
+        frame(spark, 200, 3)
+        .where("k = '2'")
+        .write.format("delta")
+        .mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")
+        .save(uri)
+    )
+    got = rows_of(object_store, s3)
+    assert sorted(i for i, k in got if k == "2") == [200]
+    assert sorted(i for i, k in got if k == "1") == [100, 103]
+    assert len([i for i, k in got if k == "0"]) == 10
+    operations = [h["operation"] for h in table(object_store, s3).history()]
+    assert operations[:2] == ["WRITE", "WRITE"]
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 1)
+        .load(uri)
+        .where("_change_type = 'insert'")
+    )
+    assert sorted(r.id for r in changes.collect()) == [100, 103, 200]

@@ -2,6 +2,7 @@ package io.deltaflow.spark
 
 import java.net.URI
 
+import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
 import org.apache.hadoop.conf.Configuration
@@ -44,6 +45,15 @@ object HadoopStores extends Logging {
       if (schemes.exists(s => s == "s3a" || s == "s3")) awsVariables(conf) else Map.empty
     wanted.filter { case (k, _) => !existing.containsKey(k) } +
       (SchemesVariable -> schemes.mkString(","))
+  }
+
+  /** The AWS variables deltaflow's Python data source needs in its workers (the driver's
+   *  planners and the executors' tasks, which read and write object stores through
+   *  delta-rs and pyarrow): what the `fs.s3a.*` settings imply, less what this JVM's own
+   *  environment sets (every Python worker inherits that). Empty without S3 settings. */
+  def pythonWorkerVariables(): java.util.Map[String, String] = {
+    val existing = System.getenv()
+    awsVariables(hadoopConf()).filter { case (k, _) => !existing.containsKey(k) }.asJava
   }
 
   private def jvmPathOff: Boolean = Option(SparkEnv.get)
