@@ -12,6 +12,12 @@ standalone cluster of tests/_standalone.py.
 Checkpoints live on a local directory the driver and the executors share (the stateful
 gold query's state store is written by executors): Spark's Hadoop layer cannot open
 ``s3://`` from the pyspark wheel.
+
+3. With Hadoop's S3A (``tests/_s3a.py``, Spark 4.1+) everything moves to ``s3a://``,
+   RocksDB state included: a windowed count (``_chaos_stream_job.py windows``) survives a
+   SIGKILLed worker (its process group: worker, executor, Python workers) and two SIGKILLed
+   drivers, every window exactly once (docs/architecture.md, "Stateful streams on S3A,
+   killed").
 """
 
 from __future__ import annotations
