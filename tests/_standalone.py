@@ -26,7 +26,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests._object_store import free_port
@@ -48,6 +48,7 @@ class StandaloneCluster:
     work_dirs: tuple[Path, ...]  # one per worker
     log_dir: Path
     started_in: float  # seconds from the first launch to every worker ALIVE
+    workers: tuple[Worker, ...] = field(default=(), compare=False)
 
     def state(self) -> dict[str, object]:
         with urllib.request.urlopen(self.web_url + "/json/", timeout=5) as response:
@@ -58,11 +59,59 @@ class StandaloneCluster:
         assert isinstance(workers, list)
         return sum(1 for w in workers if w.get("state") == "ALIVE")
 
+    def wait_all_alive(self, timeout: float = START_TIMEOUT) -> None:
+        """Until :data:`WORKERS` workers are ALIVE (e.g. after :meth:`Worker.restart`)."""
+        wait_until(self._all_alive, timeout, f"{WORKERS} ALIVE workers at {self.web_url}")
+
+    def _all_alive(self) -> bool:
+        try:
+            return self.alive_workers() == WORKERS
+        except OSError:
+            return False  # the web UI is not up yet
+        except ValueError:
+            # Seen once in CI: /json/ answered an HTML page while the master was
+            # starting. Not up yet either; a page that stays HTML times the wait out.
+            return False
+
     def logs(self) -> str:
         return "\n".join(
             f"--- {p.name}\n{p.read_text(errors='replace')[-2500:]}"
             for p in sorted(self.log_dir.glob("*.log"))
         )
+
+
+class Worker:
+    """One worker daemon in its own process group (``spark-class`` execs the JVM; its
+    executors and their Python workers are its children, in the same group): :meth:`kill`
+    SIGKILLs the whole group, as a machine crash would; :meth:`restart` launches it again
+    with the same work directory (a new worker id for the master)."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.args, self.env, self.log = args, env, log
+        self.proc = self._launch()
+
+    def _launch(self) -> subprocess.Popen[bytes]:
+        with self.log.open("a") as out:
+            return subprocess.Popen(
+                [*self.args, "--webui-port", str(free_port())],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def kill(self) -> None:
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(STOP_TIMEOUT)
+        wait_until(lambda: not group_alive(self.proc.pid), STOP_TIMEOUT, "the killed worker")
+
+    def restart(self) -> None:
+        assert self.proc.poll() is not None, "restart() is for a killed worker"
+        self.proc = self._launch()
+
+    def stop(self) -> None:
+        stop_group(self.proc)
 
 
 def spark_class() -> tuple[str, str]:
@@ -143,37 +192,34 @@ def start_standalone(base: Path, python_path: str) -> Iterator[StandaloneCluster
                 env, log_dir / "master.log",
             )
         )  # fmt: skip
-        work_dirs = []
+        work_dirs, workers = [], []
         for n in range(WORKERS):
             work_dir = base / f"worker-{n}"
             work_dir.mkdir()
             work_dirs.append(work_dir)
-            stack.enter_context(
-                _daemon(
-                    [launcher, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                     "--cores", str(WORKER_CORES), "--memory", WORKER_MEMORY,
-                     "--work-dir", str(work_dir), "--webui-port", str(free_port()),
-                     master_url],
-                    env, log_dir / f"worker-{n}.log",
-                )
+            worker = Worker(
+                [launcher, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                 "--cores", str(WORKER_CORES), "--memory", WORKER_MEMORY,
+                 "--work-dir", str(work_dir), master_url],
+                env, log_dir / f"worker-{n}.log",
             )  # fmt: skip
+            stack.callback(worker.stop)
+            workers.append(worker)
         cluster = StandaloneCluster(master_url, web_url, tuple(work_dirs), log_dir, 0.0)
-
-        def all_alive() -> bool:
-            try:
-                return cluster.alive_workers() == WORKERS
-            except OSError:
-                return False  # the web UI is not up yet
-            except ValueError:
-                # Seen once in CI: /json/ answered an HTML page while the master was
-                # starting. Not up yet either; a page that stays HTML times the wait out.
-                return False
-
         wait_while_running(
-            all_alive, master, START_TIMEOUT, f"{WORKERS} ALIVE workers at {web_url}", cluster.logs
+            cluster._all_alive,
+            master,
+            START_TIMEOUT,
+            f"{WORKERS} ALIVE workers at {web_url}",
+            cluster.logs,
         )
         yield StandaloneCluster(
-            master_url, web_url, tuple(work_dirs), log_dir, time.monotonic() - started
+            master_url,
+            web_url,
+            tuple(work_dirs),
+            log_dir,
+            time.monotonic() - started,
+            tuple(workers),
         )
 
 

@@ -6,6 +6,11 @@ complete mode). ``loop`` triggers every 500 ms until killed and prints
 ``PROGRESS <query> <batchId> <rows>`` whenever a query finishes a batch; ``once`` runs
 both with availableNow, one after the other, and prints DONE.
 
+``windows <source> <sink> <checkpoint>`` runs one stateful query (test_standalone_chaos.py,
+state on S3A): an event-time windowed count per key (``WINDOW`` tumbling windows of
+``event_time``, watermark ``WATERMARK`` behind, append mode) with the RocksDB state store
+and the checkpoint format ``STATE_CONF`` names; it loops and prints as ``stream loop`` does.
+
 ``append <path> <first_batch> <batches> <rows>`` appends ``batches`` tagged writes through
 ``df.write.format("delta")``, printing ``COMMITTED <batch>`` after each returns.
 
@@ -28,6 +33,18 @@ import deltaflow
 
 SILVER_FILTER = "value % 3 <> 0"
 KEYS = 7
+WINDOW_SECONDS = 30  # 40 events a commit, a second apart: windows straddle commits
+WINDOW = f"{WINDOW_SECONDS} seconds"
+WATERMARK = "10 seconds"
+# docs/notes/s3a-next.md 4.C: RocksDB state, changelog checkpointing, checkpoint format 2
+# (unique state file names per attempt: a zombie task cannot overwrite a batch's state).
+STATE_CONF = {
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
+}
 
 
 def silver_frame(spark: Any, source: str) -> Any:
@@ -41,6 +58,37 @@ def silver_frame(spark: Any, source: str) -> Any:
 
 def gold_frame(spark: Any, source: str) -> Any:
     return spark.readStream.format("delta").load(source).groupBy("key").count()
+
+
+def windows_frame(spark: Any, source: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return (
+        spark.readStream.format("delta")
+        .load(source)
+        .withWatermark("event_time", WATERMARK)
+        .groupBy(F.window("event_time", WINDOW), "key")
+        .count()
+        .selectExpr("window.start AS window_start", "key", "count")
+    )
+
+
+def run_windows(source: str, sink: str, checkpoint: str) -> None:
+    spark = job_session(
+        "chaos-windows",
+        {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", **STATE_CONF},
+    )
+    query = (
+        windows_frame(spark, source)
+        .writeStream.format("delta")
+        .queryName("windows")
+        .outputMode("append")
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="500 milliseconds")
+        .start(sink)
+    )
+    print("STARTED", flush=True)
+    report_until_killed(spark, [("windows", query)])
 
 
 def run_stream(
@@ -77,6 +125,12 @@ def run_stream(
         print("DONE", flush=True)
         spark.stop()
         return
+    report_until_killed(spark, queries)
+
+
+def report_until_killed(spark: Any, queries: list[tuple[str, Any]]) -> None:
+    """Print ``PROGRESS <query> <batchId> <rows>`` per finished batch, ``FAILED ...`` and
+    exit 1 when a query fails; runs until the test kills the process."""
     seen: dict[str, int] = {}
     while True:  # killed by the test
         for name, query in queries:
@@ -129,5 +183,7 @@ def run_append(path: str, first_batch: int, batches: int, rows: int) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "stream":
         run_stream(*sys.argv[2:8])
+    elif sys.argv[1] == "windows":
+        run_windows(*sys.argv[2:5])
     else:
         run_append(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))

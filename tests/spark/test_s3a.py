@@ -145,6 +145,57 @@ def test_update_delete_merge_on_s3a(spark, object_store, uris):
     assert operations[:3] == ["MERGE", "UPDATE", "DELETE"]
 
 
+def added_by(store: _object_store.ObjectStore, s3: str, version: int) -> set[str]:
+    """The data files ``version`` of the table at ``s3`` added."""
+    before = set(
+        DeltaTable(s3, version=version - 1, storage_options=store.storage_options).file_uris()
+    )
+    return (
+        set(DeltaTable(s3, version=version, storage_options=store.storage_options).file_uris())
+        - before
+    )
+
+
+# The small-DML shortcuts write in the driver's Python on purpose (a small DELETE/UPDATE's
+# one-job route, a small MERGE's delta-rs route); off, DML runs as Spark jobs.
+_DML_AS_SPARK_JOBS = {
+    "spark.deltaflow.dml.localRewriteMaxBytes": "0",
+    "spark.deltaflow.merge.nativeMaxSourceRows": "0",
+}
+
+
+def test_dml_as_spark_jobs_writes_with_the_jvm_writer_on_s3a(spark, object_store, uris):
+    """DELETE, UPDATE and MERGE run as Spark jobs write their files with Spark's Parquet
+    writer (``stage_native``) on S3A, not with the Python writer in Python workers."""
+    uri, s3 = uris()
+    frame(spark, 0, 30).repartition(2).write.format("delta").save(uri)
+    for key, value in _DML_AS_SPARK_JOBS.items():
+        spark.conf.set(key, value)
+    try:
+        spark.sql(f"DELETE FROM delta.`{uri}` WHERE id % 10 = 0")
+        spark.sql(f"UPDATE delta.`{uri}` SET k = 'u' WHERE id % 10 = 1")
+        frame(spark, 25, 10).createOrReplaceTempView("dml_changes")
+        spark.sql(
+            f"""MERGE INTO delta.`{uri}` t USING dml_changes s ON t.id = s.id
+                WHEN MATCHED THEN UPDATE SET k = 'm'
+                WHEN NOT MATCHED THEN INSERT *"""
+        )
+    finally:
+        for key in _DML_AS_SPARK_JOBS:
+            spark.conf.unset(key)
+    operations = [h["operation"] for h in table(object_store, s3).history()]
+    assert operations[:3] == ["MERGE", "UPDATE", "DELETE"]
+    for version in (1, 2, 3):
+        added = added_by(object_store, s3, version)
+        assert added, (version, operations)
+        assert all(_JVM_FILE.search(f) for f in added), (version, sorted(added))
+    got = dict(rows_of(object_store, s3))
+    assert sorted(got) == [i for i in range(35) if i % 10 != 0 or i >= 30]
+    assert {got[i] for i in (1, 11, 21)} == {"u"}
+    assert {got[i] for i in range(25, 30)} == {"m"}  # matched
+    assert [got[i] for i in range(30, 35)] == [str(i % 3) for i in range(30, 35)]  # inserted
+
+
 def test_optimize_and_vacuum_on_s3a(spark, object_store, uris):
     uri, s3 = uris()
     for first in range(0, 40, 10):

@@ -12,22 +12,34 @@ standalone cluster of tests/_standalone.py.
 Checkpoints live on a local directory the driver and the executors share (the stateful
 gold query's state store is written by executors): Spark's Hadoop layer cannot open
 ``s3://`` from the pyspark wheel.
+
+3. With Hadoop's S3A (``tests/_s3a.py``, Spark 4.1+) everything moves to ``s3a://``,
+   RocksDB state included: a windowed count (``_chaos_stream_job.py windows``) survives a
+   SIGKILLed worker (its process group: worker, executor, Python workers) and two SIGKILLed
+   drivers, every window exactly once (docs/architecture.md, "Stateful streams on S3A,
+   killed").
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
+import json
 import random
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 
-from tests import _object_store
+from tests import _object_store, _s3a
 from tests._standalone import StandaloneCluster, cluster_conf, driver_environment
 from tests._waiting import wait_until
+from tests.spark._chaos_stream_job import WINDOW_SECONDS
 from tests.spark.test_chaos import (
     ROWS_PER_COMMIT,
     Child,
@@ -39,7 +51,7 @@ from tests.spark.test_chaos import (
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos, pytest.mark.cluster]
 
-KILLS = 3  # each restart starts a driver and two executors: bounded, not exhaustive
+KILLS = 2  # one at a batch, one at start-up; each restart starts a driver and two executors
 UPSTREAM_MAX_COMMITS = 60
 START_TIMEOUT = 420  # a driver + executors + a first batch on 2 loaded cores
 OUTAGE = 8.0  # seconds the gateway stays down (the stream's sink retries over that)
@@ -241,3 +253,247 @@ def recovered_or_failed(child: Child) -> str:
             return outcome
         if int(line.split()[3]) > 0:
             return "recovered"
+
+
+# --- A stateful stream with its RocksDB state on S3A, a worker and the driver killed -------
+#
+# Everything on s3a:// (source, sink, checkpoint, state), docs/notes/s3a-next.md 4.C: the
+# executors write the RocksDB state through Hadoop's S3A, so when a worker dies its
+# partitions' state is reloaded from the store by the other executor.
+
+WINDOW_ROWS = 40  # rows per upstream commit, one second of event time apart
+WINDOW_KEYS = 3
+WINDOW_EPOCH = 1_700_000_000  # event time of event 0 (UTC seconds, a window boundary)
+FAR_FUTURE = 10**6  # seconds ahead: moves the watermark past every window
+WINDOW_UPSTREAM_COMMITS = 300  # bounds the source if the first driver is slow
+
+
+def window_batch(first: int, count: int, offset: int = 0) -> pa.Table:
+    ids = list(range(first, first + count))
+    return pa.table(
+        {
+            "event_id": pa.array(ids, pa.int64()),
+            "key": pa.array([f"k{(i * 7) % WINDOW_KEYS}" for i in ids], pa.string()),
+            "event_time": pa.array(
+                [(WINDOW_EPOCH + i + offset) * 1_000_000 for i in ids], pa.timestamp("us", "UTC")
+            ),
+        }
+    )
+
+
+class WindowUpstream(Feeder):
+    """Appends WINDOW_ROWS events per commit, event time rising, to a table on S3."""
+
+    def __init__(self, uri: str, options: dict[str, str]) -> None:
+        super().__init__(1.0, WINDOW_UPSTREAM_COMMITS)
+        self.uri, self.options = uri, options
+
+    def step(self, number: int) -> None:
+        batch = window_batch((number + 1) * WINDOW_ROWS, WINDOW_ROWS)
+        write_deltalake(self.uri, batch, mode="append", storage_options=self.options)
+
+
+def expected_windows(store: _object_store.ObjectStore, source: str) -> dict[tuple[int, str], int]:
+    """(window start in UTC seconds, key) -> count of the source's rows, as Spark's tumbling
+    windows count them; without the window of the far-future event (the watermark never
+    passes its end, so it is never emitted)."""
+    rows = DeltaTable(source, storage_options=store.storage_options).to_pyarrow_table()
+    counts: collections.Counter[tuple[int, str]] = collections.Counter()
+    for row in rows.to_pylist():
+        seconds = int(row["event_time"].timestamp())
+        counts[(seconds - seconds % WINDOW_SECONDS, row["key"])] += 1
+    latest = max(start for start, _ in counts)
+    return {w: n for w, n in counts.items() if w[0] + WINDOW_SECONDS < latest}
+
+
+def windows_differ(
+    store: _object_store.ObjectStore, sink: str, expected: dict[tuple[int, str], int]
+) -> str | None:
+    """None when the sink holds each expected window exactly once with its count (and no
+    other); else what differs."""
+    try:
+        table = DeltaTable(sink, storage_options=store.storage_options).to_pyarrow_table()
+    except TableNotFoundError:
+        return "no sink table yet"
+    got = [(int(r["window_start"].timestamp()), r["key"], r["count"]) for r in table.to_pylist()]
+    twice = [w for w, n in collections.Counter((s, k) for s, k, _ in got).items() if n > 1]
+    counts = {(s, k): n for s, k, n in got}
+    wrong = {
+        w: (counts.get(w), expected.get(w))
+        for w in {*counts, *expected}
+        if counts.get(w) != expected.get(w)
+    }
+    if twice or wrong:
+        return f"windows twice {twice[:5]}; (got, expected) {sorted(wrong.items())[:8]}"
+    return None
+
+
+def checkpoint_keys(store: _object_store.ObjectStore, key: str) -> list[str]:
+    selector = pafs.FileSelector(key, recursive=True)
+    infos = _object_store.store_fs(store).get_file_info(selector)
+    return sorted(i.path.removeprefix(key + "/") for i in infos if i.type == pafs.FileType.File)
+
+
+def sink_batch_ids(store: _object_store.ObjectStore, sink_key: str) -> tuple[set[str], list[int]]:
+    """The sink's app ids and the batch ids of its commits, in version order."""
+    fs = _object_store.store_fs(store)
+    app_ids: set[str] = set()
+    batch_ids: list[int] = []
+    for key in [k for k in checkpoint_keys(store, sink_key) if k.startswith("_delta_log/")]:
+        if not key.endswith(".json"):
+            continue
+        with fs.open_input_stream(f"{sink_key}/{key}") as stream:
+            actions = [json.loads(line) for line in stream.read().decode().splitlines() if line]
+        for txn in (a["txn"] for a in actions if "txn" in a):
+            app_ids.add(txn["appId"])
+            batch_ids.append(txn["version"])
+    return app_ids, batch_ids
+
+
+def batch_ids_said(lines: list[str]) -> list[int]:
+    return [int(line.split()[2]) for line in lines if line.startswith("PROGRESS")]
+
+
+@pytest.mark.timeout(1200)
+def test_rocksdb_state_on_s3a_survives_a_killed_worker_and_driver(
+    standalone_cluster, object_store, tmp_path
+):
+    import pyspark
+
+    if tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (4, 1):
+        pytest.skip("checkpoints on S3A need Spark 4.1+ (Hadoop 3.4.2's conditional create)")
+    s3a = _s3a.s3a_conf_or_skip(object_store)
+    seed = chaos_seed()
+    rng, context = random.Random(seed), f"seed {seed}"
+    began = time.monotonic()
+
+    def phase(name: str) -> None:
+        print(f"state on S3A: {name} at {time.monotonic() - began:.0f}s", flush=True)
+
+    source, sink, checkpoint = (object_store.uri(n) for n in ("source", "windows", "ck"))
+    s3a_of = {u: "s3a://" + u.removeprefix("s3://") for u in (source, sink, checkpoint)}
+    write_deltalake(
+        source, window_batch(0, WINDOW_ROWS), storage_options=object_store.storage_options
+    )
+    conf = _s3a.with_s3a(cluster_conf(standalone_cluster, object_store.env), s3a)
+    env = driver_environment(conf, object_store.env)
+    args = ["windows", s3a_of[source], s3a_of[sink], s3a_of[checkpoint]]
+    log = tmp_path / "child.log"
+
+    def start() -> Child:
+        return Child(args, log, env=env)
+
+    said: list[list[int]] = []  # batch ids each driver printed
+
+    upstream = WindowUpstream(source, object_store.storage_options)
+    try:
+        said.append(kill_a_worker_then_the_driver(standalone_cluster, upstream, rng, phase, start))
+        phase("driver killed mid-stream")
+        child = start()
+        try:
+            child.wait_for("STARTED", START_TIMEOUT)
+            child.run_for(rng.uniform(0.0, 20.0))
+        finally:
+            child.kill()
+            said.append(batch_ids_said(child.drain()))
+        phase("driver killed during its start")
+        # 3. A last driver runs until the sink is exact: the upstream stops, one event far
+        #    in the future moves the watermark past every window, which a batch then emits.
+        far = (upstream.steps + 1) * WINDOW_ROWS
+        write_deltalake(
+            source, window_batch(far, 1, FAR_FUTURE), mode="append",
+            storage_options=object_store.storage_options,
+        )  # fmt: skip
+        expected = expected_windows(object_store, source)
+        child = start()
+        try:
+            deadline = time.monotonic() + START_TIMEOUT
+            while windows_differ(object_store, sink, expected):  # checked after each batch
+                child.wait_for("PROGRESS", deadline - time.monotonic())
+        finally:
+            child.kill()
+            said.append(batch_ids_said(child.drain()))
+    finally:
+        if upstream.ident is not None:
+            upstream.stop()
+    phase(f"exact; {upstream.steps} upstream commits, batch ids said {said}")
+
+    assert windows_differ(object_store, sink, expected) is None, context
+    assert len(expected) > 10 * WINDOW_KEYS, expected  # windows of many batches
+    # Batch ids continue across restarts (a replayed batch keeps its id, none restarts at 0).
+    runs = [ids for ids in said if ids]
+    for before, after in itertools.pairwise(runs):
+        assert after[0] >= before[-1], f"{context}: batch ids {said}"
+    # Each batch committed to the sink once, by the one query.
+    sink_key = sink.removeprefix("s3://")
+    app_ids, batch_ids = sink_batch_ids(object_store, sink_key)
+    assert len(app_ids) == 1 and batch_ids == sorted(set(batch_ids)), (context, batch_ids)
+    # The state lives on the store: RocksDB changelogs/snapshots of both partitions; and no
+    # temporary object was left in the checkpoint by the killed writers.
+    keys = checkpoint_keys(object_store, checkpoint.removeprefix("s3://"))
+    for partition in ("0", "1"):
+        state = [k for k in keys if k.startswith(f"state/0/{partition}/")]
+        assert any(k.endswith((".changelog", ".zip")) for k in state), (partition, keys[:40])
+    temps = [k for k in keys if k.rsplit("/", 1)[-1].startswith(".") or k.endswith(".tmp")]
+    assert not temps, temps
+
+
+def kill_a_worker_then_the_driver(
+    cluster: StandaloneCluster,
+    upstream: WindowUpstream,
+    rng: random.Random,
+    phase: Callable[[str], None],
+    start: Callable[[], Child],
+) -> list[int]:
+    """The first driver: one worker's process group (worker, its executor and Python
+    workers) SIGKILLed while the query runs, the query going on with the other executor
+    (the killed one's state partition reloaded from S3A), the worker started again and
+    given an executor; then the driver SIGKILLed a little after a batch. Returns the batch
+    ids the driver printed; the worker is running again whatever happened."""
+    child = start()
+    victim = cluster.workers[rng.randrange(len(cluster.workers))]
+    try:
+        child.wait_for("PROGRESS", START_TIMEOUT)
+        upstream.start()  # from here on batches have rows (a commit a second)
+        line = wait_for_rows(child, START_TIMEOUT)
+        child.run_for(rng.uniform(0.0, 2.0))
+        victim.kill()
+        killed_at = int(line.split()[2])
+        phase(f"a worker killed after batch {killed_at}")
+        while int(wait_for_rows(child, START_TIMEOUT).split()[2]) <= killed_at + 1:
+            pass
+        phase("batches with rows ran on the other executor")
+        victim.restart()
+        cluster.wait_all_alive()
+        # The running application gets an executor on the restarted worker again.
+        wait_until(
+            lambda: cores_in_use(cluster) == 2, START_TIMEOUT, "an executor on the restarted worker"
+        )
+        phase("restarted worker in use")
+        wait_for_rows(child, START_TIMEOUT)
+        child.run_for(rng.uniform(0.0, 3.0))
+    finally:
+        child.kill()
+        # No more commits: the next drivers start on a small backlog (their start-up,
+        # not the data, is what the rest of the test spends).
+        if upstream.ident is not None:
+            upstream.stop()
+        if victim.proc.poll() is not None:  # the test failed before the restart
+            victim.restart()
+            cluster.wait_all_alive()
+    return batch_ids_said(child.drain())
+
+
+def wait_for_rows(child: Child, timeout: float) -> str:
+    """The next ``PROGRESS`` line of a batch that read rows."""
+    deadline = time.monotonic() + timeout
+    while True:
+        line = child.wait_for("PROGRESS", deadline - time.monotonic())
+        if int(line.split()[3]) > 0:
+            return line
+
+
+def cores_in_use(cluster: StandaloneCluster) -> int:
+    workers = cluster.state().get("workers", [])
+    assert isinstance(workers, list)
+    return sum(int(w.get("coresused", 0)) for w in workers if w.get("state") == "ALIVE")
