@@ -97,10 +97,15 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
     version = _get(options, "versionAsOf")
     timestamp = _get(options, "timestampAsOf")
     route, reason = _route(uri, options, conf)
-    if version is None and timestamp is None and not table_exists(uri):
-        return _answer(uri, -1, False, _EMPTY_SCHEMA, _EMPTY_SCHEMA, (), route, reason)
     read = parse_read_options({k: v for k, v in options.items() if k.lower() in _TIME_TRAVEL})
-    snapshot = load_snapshot(uri, version=read.version_as_of, timestamp=read.timestamp_as_of)
+    try:
+        # One log load, no existence check before it (on an object store: a LIST fewer);
+        # only a failed load asks whether there is a table at all, as the check did.
+        snapshot = load_snapshot(uri, version=read.version_as_of, timestamp=read.timestamp_as_of)
+    except Exception:
+        if version is not None or timestamp is not None or table_exists(uri):
+            raise
+        return _answer(uri, -1, False, _EMPTY_SCHEMA, _EMPTY_SCHEMA, (), route, reason)
     features = _PYTHON_READ_FEATURES.intersection(snapshot.reader_features)
     if route == "jvm" and features:
         route, reason = "python", f"reader feature {sorted(features)[0]!r}"
