@@ -82,8 +82,15 @@ def test_table_load_lists_the_log_once(counted, table):
 
 
 def test_a_missing_table_still_loads_as_absent(counted, table):
-    answer = _ops.load_table({"options": {"path": table + "-nothing-here"}})
+    """A new table's write starts with this: one LIST finds no log, nothing more."""
+    answer: dict = {}
+
+    def load() -> None:
+        answer.update(_ops.load_table({"options": {"path": table + "-nothing-here"}}))
+
+    made = requests_of(counted, load)
     assert answer["exists"] is False, answer
+    assert made["LIST"] == 1, made
 
 
 def test_a_snapshots_file_list_reuses_the_loaded_log(counted, table):
