@@ -44,6 +44,11 @@ def parse_args(description: str) -> argparse.Namespace:
     parser.add_argument(
         "--s3a", action="store_true", help="bench_s3: S3 through Hadoop's S3A (the JVM path)"
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="bench_s3: CPU-seconds per step (Spark JVM, its children, the S3 server)",
+    )
     args = parser.parse_args()
     if args.reps is None:
         args.reps = 2 if args.quick else 5

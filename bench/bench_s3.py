@@ -26,6 +26,11 @@ cost in requests at S3 Standard's list prices when they arrive in commits of
 ``EVENTS_PER_COMMIT`` events (``deltaflow serve``'s group commits): the gateway here is on
 the same machine, so its latencies are a floor, not what a region's S3 answers in.
 ``--only write,scan,commits`` runs some of the steps (names as above, comma-separated).
+``--profile`` adds, per step and side, the CPU-seconds of the Spark JVM (driver and, in
+``local[*]``, the executors), of its child processes (the brain, Python workers) and of the
+S3 server (``/proc/<pid>/stat``), and every S3 request type (HEAD apart from GET): on a shared
+2-core machine these do not move with the load the way seconds do, and they show how much
+of an S3 step's time is the server's own CPU on the same cores.
 
 ``--s3a`` puts Hadoop's S3A on the session's class path (``tests/_s3a.py``: resolved once
 from Maven Central) and uses ``s3a://`` URIs, so the S3 side runs on the JVM path (issue 29);
@@ -33,7 +38,9 @@ its **stream** keeps the checkpoint on local disk like the local side, and an ex
 **stream, checkpoint on store**, runs it again with the checkpoint on ``s3a://`` (the local
 side: on local disk), written in place by deltaflow's checkpoint manager (Spark 4.1+), and
 **stream on store (renames)** once more with ``spark.deltaflow.checkpoint.directWrites=false``
-(Spark's temp file and rename); results are saved as ``s3a``. ``BENCH_DIRECT_WRITE=false`` sets
+(Spark's temp file and rename); results are saved as ``s3a``.
+``BENCH_HADOOP="fs.s3a.k=v,..."`` adds Hadoop settings to the session (S3A tuning
+experiments). ``BENCH_DIRECT_WRITE=false`` sets
 ``deltaflow.write.directWrite`` for the session (default ``auto``: JVM writes on ``s3a://``
 write final names, no staging), for a before/after of direct writes.
 """
@@ -85,6 +92,100 @@ def s3_requests(metrics_url: str) -> collections.Counter[str]:
                 labels, value = line.rsplit(" ", 1)
                 kind = labels.split('type="', 1)[1].split('"', 1)[0]
                 counts[kind] += int(float(value))
+    return counts
+
+
+def _ticks(pid: int, children: bool = False) -> int:
+    """utime + stime of ``pid`` (all its threads), plus its reaped children's with
+    ``children``; 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    # After the command: state is field 3, so utime/stime/cutime/cstime are 14-17 (1-based).
+    used = int(fields[11]) + int(fields[12])
+    return used + (int(fields[13]) + int(fields[14]) if children else 0)
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                kids = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for kid in map(int, kids):
+                found.append(kid)
+                todo.append(kid)
+    return found
+
+
+def _pid_with(fragment: str) -> int | None:
+    """The process whose command line contains ``fragment`` (the S3 server's data dir)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if fragment in command and "weed" in command:
+                return int(entry.name)
+    return None
+
+
+class CpuMeter:
+    """CPU-seconds used by this driver Python, the Spark JVM, the JVM's children (the brain,
+    Python workers) and the S3 server since ``start``."""
+
+    def __init__(self, jvm_pid: int, server_pid: int | None) -> None:
+        self.jvm, self.server = jvm_pid, server_pid
+        self.hz = os.sysconf("SC_CLK_TCK")
+        self.before: dict[str, int] = {}
+
+    def _now(self) -> dict[str, int]:
+        kids = sum(_ticks(p) for p in _descendants(self.jvm))
+        reaped = _ticks(self.jvm, children=True) - _ticks(self.jvm)
+        return {
+            "driver": _ticks(os.getpid()),  # this Python: delta-rs MERGE runs here
+            "jvm": _ticks(self.jvm),
+            "children": kids + reaped,
+            "server": _ticks(self.server) if self.server else 0,
+        }
+
+    def start(self) -> None:
+        self.before = self._now()
+
+    def stop(self) -> dict[str, float]:
+        after = self._now()
+        return {k: (after[k] - self.before[k]) / self.hz for k in after}
+
+
+def s3a_requests(spark, uri: str) -> collections.Counter[str]:
+    """S3A's own count of its requests so far (its IOStatistics: the JVM's requests only,
+    HEADs apart from GETs), from the FileSystem instance the driver and, in ``local[*]``,
+    the tasks share."""
+    jvm = spark._jvm
+    conf = spark._jsc.hadoopConfiguration()
+    fs = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI(uri), conf)
+    counters = fs.getIOStatistics().counters()
+    wanted = {
+        "action_http_head_request": "HEAD",
+        "action_http_get_request": "GET",
+        "object_list_request": "LIST",
+        "object_continue_list_request": "LIST",
+        "object_put_request": "PUT",
+        "object_delete_request": "DELETE",
+        "object_bulk_delete_request": "DELETE",
+        "object_multipart_initiated": "MULTIPART",
+        "object_copy_requests": "COPY",
+    }
+    counts: collections.Counter[str] = collections.Counter()
+    for key, kind in wanted.items():
+        value = counters.get(key)
+        if value:
+            counts[kind] += int(value)
     return counts
 
 
@@ -145,10 +246,12 @@ def main() -> dict[str, object]:
         tempfile.TemporaryDirectory() as weed_dir,
         start_seaweedfs(Path(weed_dir), extra_args=[f"-metricsPort={metrics_port}"]) as store,
     ):
-        return _run(args, rows, commits, store, f"http://127.0.0.1:{metrics_port}/metrics", work)
+        server = _pid_with(weed_dir) if args.profile else None
+        metrics = f"http://127.0.0.1:{metrics_port}/metrics"
+        return _run(args, rows, commits, store, metrics, work, server)
 
 
-def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
+def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict[str, object]:
     from deltalake import DeltaTable, write_deltalake
 
     from _common import spark_session
@@ -160,6 +263,9 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
         from tests import _s3a
 
         conf = _s3a.s3a_conf(store.endpoint, ACCESS_KEY, SECRET_KEY, REGION)
+    for setting in filter(None, os.environ.get("BENCH_HADOOP", "").split(",")):
+        key, _, value = setting.partition("=")  # e.g. fs.s3a.fast.upload.buffer=array
+        conf = {**(conf or {}), f"spark.hadoop.{key.strip()}": value.strip()}
     direct = os.environ.get("BENCH_DIRECT_WRITE")
     if direct:
         conf = {**(conf or {}), "deltaflow.write.directWrite": direct}
@@ -167,14 +273,28 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
     load_start = loadavg()
     seconds: dict[str, list[float]] = collections.defaultdict(list)
     requests: dict[str, collections.Counter[str]] = {}
+    cpu: dict[str, list[dict[str, float]]] = collections.defaultdict(list)
+    meter = None
+    if args.profile:
+        meter = CpuMeter(int(spark._jvm.java.lang.ProcessHandle.current().pid()), server_pid)
+
+    jvm_requests: dict[str, collections.Counter[str]] = {}
+    bucket_uri = f"s3a://{store.bucket}/"
 
     def timed(name: str, step: Callable[[], object], where: str) -> None:
         before = s3_requests(metrics_url) if where == "s3" else None
+        jvm_before = s3a_requests(spark, bucket_uri) if meter and where == "s3" else None
+        if meter is not None:
+            meter.start()
         started = time.perf_counter()
         step()
         seconds[f"{name} {where}"].append(time.perf_counter() - started)
+        if meter is not None:
+            cpu[f"{name} {where}"].append(meter.stop())
         if before is not None:
             requests[name] = s3_requests(metrics_url) - before
+        if jvm_before is not None:
+            jvm_requests[name] = s3a_requests(spark, bucket_uri) - jvm_before
 
     data = spark.range(rows).selectExpr(
         "id", "id % 97 AS k", "CAST(id * 1.5 AS DOUBLE) AS v", "uuid() AS s", "id % 7 = 0 AS b"
@@ -238,6 +358,8 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
     load_end = loadavg()
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     _print(rows, commits, medians, requests, load_start, load_end, args.s3a)
+    if cpu:
+        _print_cpu(cpu, requests, jvm_requests)
     result = {
         "rows": rows,
         "commits": commits,
@@ -247,6 +369,7 @@ def _run(args, rows, commits, store, metrics_url, work) -> dict[str, object]:
         "load_start": load_start,
         "load_end": load_end,
         "s3a": args.s3a,
+        "cpu_seconds": dict(cpu),
         "machine": machine(),
     }
     name = "s3a" if args.s3a else "s3"
@@ -348,6 +471,29 @@ def _print(rows, commits, medians, requests, load_start, load_end, s3a=False) ->
         + f" {sum(per_million.values()):,.0f} requests, ${cost:.4f} at S3 Standard list prices"
         + f" (load at end {load_end})"
     )
+
+
+def _print_cpu(
+    cpu: dict[str, list[dict[str, float]]],
+    requests: dict[str, collections.Counter[str]],
+    jvm_requests: dict[str, collections.Counter[str]],
+) -> None:
+    print(
+        "\n| step | side | CPU-s driver Python | CPU-s Spark JVM | CPU-s its children"
+        " | CPU-s S3 server | S3 requests (server's count) | of which S3A's (JVM) |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | --- | --- |")
+    for key, samples in cpu.items():
+        name, where = key.rsplit(" ", 1)
+        median = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+        kinds = requests.get(name, {}) if where == "s3" else {}
+        shown = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()) if n) or "-"
+        jvm = jvm_requests.get(name, {}) if where == "s3" else {}
+        by_jvm = ", ".join(f"{k} {n}" for k, n in sorted(jvm.items()) if n) or "-"
+        print(
+            f"| {name} | {where} | {median['driver']:.2f} | {median['jvm']:.2f}"
+            f" | {median['children']:.2f} | {median['server']:.2f} | {shown} | {by_jvm} |"
+        )
 
 
 if __name__ == "__main__":

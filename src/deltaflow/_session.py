@@ -153,6 +153,10 @@ def register(spark: SparkSession) -> SparkSession:
 
     _check_connector(spark)
     _warm_brain(spark)  # first: its start overlaps the rest of the registration
+    from deltaflow.spark.read._native import learn_driver_object_stores
+
+    # DML from the Python API routes here: s3a:// tables take the JVM path as in the brain.
+    learn_driver_object_stores(spark)
     _patches.install()  # the pyspark patches that remain, all listed in _patches.PATCHES
 
     for key, value in REQUIRED_CONF.items():

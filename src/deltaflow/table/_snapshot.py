@@ -85,6 +85,10 @@ class Snapshot:
     def has_deletion_vectors_enabled(self) -> bool:
         return "deletionVectors" in self.reader_features
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The loaded table stays behind: a pickled snapshot loads its own where it lands.
+        return {k: v for k, v in self.__dict__.items() if k != "delta_table"}
+
     @cached_property
     def delta_table(self) -> DeltaTable:
         return DeltaTable(
@@ -235,6 +239,9 @@ def load_snapshot(
     snapshot = _snapshot_of(table, uri, storage_options)
     if check_readable:
         check_reader_features(snapshot)
+    # The table just loaded is this snapshot's (same version, same options): its file list
+    # needs no second log load (on an object store, a LIST and a GET per commit fewer).
+    snapshot.__dict__["delta_table"] = table
     return snapshot
 
 

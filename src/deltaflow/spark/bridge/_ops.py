@@ -56,7 +56,11 @@ from deltaflow.table import (
     _uri,
 )
 from deltaflow.table._snapshot import Snapshot, load_snapshot, snapshot_of_table, table_exists
-from deltaflow.table.errors import SchemaMismatchError, UnsupportedFeatureError
+from deltaflow.table.errors import (
+    SchemaMismatchError,
+    TableNotFoundError,
+    UnsupportedFeatureError,
+)
 
 # Reader features the JVM scan does not implement yet. (typeWidening it does: Spark's
 # Parquet reader promotes int -> long / double, float -> double and widens decimals.)
@@ -97,10 +101,20 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
     version = _get(options, "versionAsOf")
     timestamp = _get(options, "timestampAsOf")
     route, reason = _route(uri, options, conf)
-    if version is None and timestamp is None and not table_exists(uri):
-        return _answer(uri, -1, False, _EMPTY_SCHEMA, _EMPTY_SCHEMA, (), route, reason)
     read = parse_read_options({k: v for k, v in options.items() if k.lower() in _TIME_TRAVEL})
-    snapshot = load_snapshot(uri, version=read.version_as_of, timestamp=read.timestamp_as_of)
+    travel = version is not None or timestamp is not None
+    try:
+        # One log load, no existence check before it (on an object store: a LIST fewer);
+        # no log at all is no table, and any other failure asks, as the check did.
+        snapshot = load_snapshot(uri, version=read.version_as_of, timestamp=read.timestamp_as_of)
+    except TableNotFoundError:
+        if travel:
+            raise
+        return _answer(uri, -1, False, _EMPTY_SCHEMA, _EMPTY_SCHEMA, (), route, reason)
+    except Exception:
+        if travel or table_exists(uri):
+            raise
+        return _answer(uri, -1, False, _EMPTY_SCHEMA, _EMPTY_SCHEMA, (), route, reason)
     features = _PYTHON_READ_FEATURES.intersection(snapshot.reader_features)
     if route == "jvm" and features:
         route, reason = "python", f"reader feature {sorted(features)[0]!r}"

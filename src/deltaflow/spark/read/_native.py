@@ -69,21 +69,53 @@ HADOOP_SCHEMES = frozenset({"", "file", "hdfs", "viewfs"})
 # Set by the driver JVM in the brain's environment (jvm/.../HadoopStores.scala): the
 # object-store schemes its Hadoop opens (S3A on the class path: "s3a,s3"), comma-separated.
 HADOOP_SCHEMES_VARIABLE = "DELTAFLOW_HADOOP_SCHEMES"
+JVM_OBJECT_STORE_CONF = "spark.deltaflow.objectStore.jvmPath"
+
+
+# Object-store schemes Hadoop connectors register (HadoopStores.scala's candidates).
+OBJECT_STORE_SCHEMES = (
+    "s3a", "s3", "s3n", "gs", "abfs", "abfss", "wasb", "wasbs", "oss", "cosn", "obs", "ofs",
+)  # fmt: skip
+# The driver Python's own answer (register() asks its session's JVM): DML from the Python
+# API (DeltaTable.merge / update / delete) plans its target scan and rewrite in the driver
+# Python, which the connector's variable does not reach.
+_driver_object_stores: frozenset[str] = frozenset()
 
 
 @cache
-def hadoop_object_stores() -> frozenset[str]:
-    """The object-store schemes the driver's Hadoop opens: read once, from the one variable
-    the connector sets when it starts the brain (empty anywhere else, e.g. in a Python driver
-    or on executors, where nothing routes)."""
-    listed = os.environ.get(HADOOP_SCHEMES_VARIABLE, "")
+def hadoop_object_stores() -> frozenset[str] | None:
+    """The object-store schemes the driver's Hadoop opens, in the brain: read once, from the
+    one variable the connector sets when it starts it; None where it is not set (a driver
+    Python: :func:`hadoop_opens` then uses what :func:`learn_driver_object_stores` found;
+    executors, where nothing routes)."""
+    listed = os.environ.get(HADOOP_SCHEMES_VARIABLE)
+    if listed is None:
+        return None
     return frozenset(s.strip().lower() for s in listed.split(",") if s.strip())
+
+
+def learn_driver_object_stores(spark: Any) -> frozenset[str]:
+    """Ask ``spark``'s JVM which object-store schemes its Hadoop opens, for this driver
+    Python's routing (as HadoopStores.scala tells the brain; none when
+    ``spark.deltaflow.objectStore.jvmPath=false``)."""
+    global _driver_object_stores
+    off = (spark.conf.get(JVM_OBJECT_STORE_CONF, "true") or "").strip().lower() == "false"
+    if off:
+        found: frozenset[str] = frozenset()
+    else:
+        from deltaflow.spark._hadoop_fs import _opens
+
+        found = frozenset(s for s in OBJECT_STORE_SCHEMES if _opens(spark, s))
+    _driver_object_stores = found
+    return found
 
 
 def hadoop_opens(uri: str) -> bool:
     """Whether Spark's own Parquet reader and writer can open files under ``uri``."""
     scheme = urlparse(uri).scheme.lower()
-    return scheme in HADOOP_SCHEMES or scheme in hadoop_object_stores()
+    listed = hadoop_object_stores()
+    stores = _driver_object_stores if listed is None else listed
+    return scheme in HADOOP_SCHEMES or scheme in stores
 
 
 def native_scan_mode(value: str | None) -> str:
