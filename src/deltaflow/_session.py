@@ -157,6 +157,7 @@ def register(spark: SparkSession) -> SparkSession:
 
     # DML from the Python API routes here: s3a:// tables take the JVM path as in the brain.
     learn_driver_object_stores(spark)
+    _driver_object_store_env(spark)
     _patches.install()  # the pyspark patches that remain, all listed in _patches.PATCHES
 
     for key, value in REQUIRED_CONF.items():
@@ -180,6 +181,16 @@ def register_sources(spark: SparkSession) -> None:
     for name in (PYTHON_SOURCE_NAME, "cloudFiles"):
         _settle_worker_env(spark, name)
         _object_store_env(spark, name)
+
+
+def _driver_object_store_env(spark: SparkSession) -> None:
+    """Credentials from one place, in the driver Python too: it plans writes and DML
+    through delta-rs and pyarrow, which read only the environment, so the AWS variables
+    the session's ``fs.s3a.*`` settings imply are set here where they are not set already
+    (as the connector does for the brain). Never printed."""
+    wanted = spark._jvm.io.deltaflow.spark.HadoopStores.pythonWorkerVariables()  # type: ignore[attr-defined]
+    for key in wanted.keySet().toArray():
+        os.environ.setdefault(str(key), str(wanted.get(key)))
 
 
 def _object_store_env(spark: SparkSession, name: str) -> None:
