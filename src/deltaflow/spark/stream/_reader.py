@@ -584,7 +584,12 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 version, files, data.removes_data, data.schema, data.partition_columns
             )
         commit = _cdf.commit_changes(
-            version, actions, self._commit_timestamp(version), self._partition_parser
+            version,
+            actions,
+            self._commit_timestamp(version),
+            self._partition_parser,
+            table_uri=self.uri,
+            partition_columns=self.snapshot.partition_columns,
         )
         changes = tuple(
             LogFile(version, c.index, False, c.path, c.size, c.partition_values, change=c)
