@@ -104,7 +104,7 @@ def test_sigkill_of_the_driver_mid_change_feed_keeps_each_change_once(tmp_path) 
         child = Child(args, tmp_path / f"run{kill}.log", job=JOB)
         try:
             child.wait_for("ROWS", START_TIMEOUT)  # the query runs
-            for _ in range(rng.randint(2, 4)):  # changes while the stream runs
+            for _ in range(rng.randint(4, 8)):  # changes while the stream runs
                 upstream.step()
             child.run_for(rng.uniform(0.0, 1.0))
         finally:
