@@ -4,6 +4,11 @@
 ``0 .. rows-1`` in chunks of ``CHUNK`` (the same chunks on every run, so a restart replays
 the killed run's epoch row for row), streams them into the table at ``location`` with
 ``trigger(realTime=...)``, prints ``ROWS <n>`` as rows land and ``DONE`` once all have.
+
+``<location> <checkpoint> <rows> <source>``: the change data feed of the Delta table at
+``source`` (from version 0; the test changes it while this runs) streamed in real-time
+mode into the table at ``location``; ``ROWS``/``DONE`` as above (``rows`` is the number of
+change rows to wait for).
 """
 
 from __future__ import annotations
@@ -21,18 +26,28 @@ CHUNK = 10
 _SOURCES = "org.apache.spark.sql.execution.streaming.sources"
 
 
-def main(location: str, checkpoint: str, rows: int) -> None:
+def main(location: str, checkpoint: str, rows: int, source: str | None = None) -> None:
     spark = deltaflow.session(
         app_name="realtime-chaos",
         master="local[2]",
         conf={"spark.sql.streaming.realTimeMode.allowlistCheck": "false"},
     )
-    spark.sql(f"CREATE TABLE IF NOT EXISTS rt (id INT) USING delta LOCATION '{location}'")
     jvm = spark._jvm
-    stream = getattr(jvm, f"{_SOURCES}.LowLatencyMemoryStream").apply(
-        spark._jsparkSession, 2, jvm.org.apache.spark.sql.Encoders.INT()
-    )
-    frame = DataFrame(stream.toDF(), spark).selectExpr("value AS id")
+    if source is None:
+        spark.sql(f"CREATE TABLE IF NOT EXISTS rt (id INT) USING delta LOCATION '{location}'")
+        stream = getattr(jvm, f"{_SOURCES}.LowLatencyMemoryStream").apply(
+            spark._jsparkSession, 2, jvm.org.apache.spark.sql.Encoders.INT()
+        )
+        frame = DataFrame(stream.toDF(), spark).selectExpr("value AS id")
+        target = "rt"
+    else:
+        frame = (
+            spark.readStream.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", "0")
+            .load(source)
+        )
+        target = f"delta.`{location}`"
     writer = (
         frame.writeStream.format("delta")
         .outputMode("update")
@@ -45,7 +60,7 @@ def main(location: str, checkpoint: str, rows: int) -> None:
         writer._jwrite = writer._jwrite.trigger(
             jvm.org.apache.spark.sql.streaming.Trigger.RealTime("5 minutes")
         )
-    query = writer.toTable("rt")
+    query = writer.toTable(target)
     seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
     landed = -1
 
@@ -63,10 +78,12 @@ def main(location: str, checkpoint: str, rows: int) -> None:
             print(f"ROWS {n}", flush=True)
         return n
 
-    for start in range(0, rows, CHUNK):
-        stream.addData(seq(list(range(start, min(start + CHUNK, rows)))))
-        time.sleep(0.05)
-        report()
+    report()  # the query runs: ROWS 0 (or what earlier runs left) at once
+    if source is None:
+        for start in range(0, rows, CHUNK):
+            stream.addData(seq(list(range(start, min(start + CHUNK, rows)))))
+            time.sleep(0.05)
+            report()
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and report() < rows:
         time.sleep(0.05)
@@ -75,4 +92,4 @@ def main(location: str, checkpoint: str, rows: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])

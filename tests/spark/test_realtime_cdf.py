@@ -22,8 +22,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from deltaflow.errors import typed_error
-from deltaflow.spark.errors import RealTimeModeError
-from deltaflow.table.errors import ChangeDataFilesMissingError
+from deltaflow.spark.errors import RealTimeModeError, SourceSchemaChangedError
+from deltaflow.table.errors import ChangeDataFilesMissingError, ChangeDataNotRecordedError
 from tests._waiting import wait_until
 from tests.spark._conf import conf_set
 from tests.spark.test_cdf_read import CDF, people
@@ -290,6 +290,43 @@ def test_a_catalog_table_s_change_feed(spark, table_path, tmp_path, stopping) ->
     assert got == micro_batch_feed(spark, source, table=name, startingVersion="1")
 
 
+def test_a_schema_change_mid_stream_fails_typed_and_a_restart_reads_on(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    # As micro-batch (and delta-spark's DELTA_SCHEMA_CHANGED_WITH_VERSION): the query
+    # stops at the commit that added a column; a restart reads on with the new schema.
+    source, checkpoint, out = table_path("src"), str(tmp_path / "ck"), tmp_path / "out"
+    write_deltalake(source, people([1, 2]), configuration=CDF)
+    first = start(spark, source, checkpoint, out, startingVersion="0")
+    stopping.append(first)
+    DeltaTable(source).delete("id = 1")
+    wait_past(checkpoint, latest(source), first)
+    spark.sql(f"ALTER TABLE delta.`{source}` ADD COLUMNS (w STRING)")
+    changed = latest(source)
+    spark.sql(f"INSERT INTO delta.`{source}` VALUES (3, 'a', 30, 'x')")
+    DeltaTable(source).delete("id = 2")
+    wait_until(lambda: not first.isActive, WAIT, "the query to fail")
+    error = typed_error(first.exception())
+    assert isinstance(error, SourceSchemaChangedError), first.exception()
+    assert (error.version, error.additive) == (changed, True)
+    assert f"Version {changed}" in str(error) and "Restart the query" in str(error)
+    again = start(spark, source, checkpoint, out, startingVersion="0")
+    stopping.append(again)
+    wait_past(checkpoint, latest(source), again)
+    again.stop()
+    # Rows before the change have 6 fields, after it 7 (w after v): the change columns
+    # are the last three either way. Each change once:
+    got = sorted((row[0], row[-3], row[-2]) for row in received(out))
+    assert got == [
+        (1, "delete", 1),
+        (1, "insert", 0),
+        (2, "delete", changed + 2),
+        (2, "insert", 0),
+        (3, "insert", changed + 1),
+    ]
+    assert [row[3] for row in received(out) if row[0] == 3] == ["x"]
+
+
 def test_a_vacuumed_change_file_fails_typed(spark, table_path, tmp_path, stopping) -> None:
     source, out = table_path("src"), tmp_path / "out"
     write_deltalake(source, people([1, 2]), configuration=CDF)
@@ -304,6 +341,61 @@ def test_a_vacuumed_change_file_fails_typed(spark, table_path, tmp_path, stoppin
     assert error.version == 1
 
 
+def commit_bare_remove(path: str) -> int:
+    """Remove the table's first file as a writer without ``extendedFileMetadata`` does (no
+    partition values, no size); the new version."""
+    table = DeltaTable(path)
+    removed = pa.table(table.get_add_actions(flatten=True)).column("path")[0].as_py()
+    version, now = table.version() + 1, int(time.time() * 1000)
+    actions = [
+        {"commitInfo": {"timestamp": now, "operation": "DELETE"}},
+        {"remove": {"path": removed, "dataChange": True, "deletionTimestamp": now}},
+    ]
+    log = Path(path, "_delta_log", f"{version:020d}.json")
+    log.write_text("".join(json.dumps(a) + "\n" for a in actions))
+    return version
+
+
+def test_a_remove_without_partition_values_is_refused_on_both_paths(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    # Its deletes' partition columns are unknown: delta-spark refuses the commit
+    # (DELTA_REMOVE_FILE_CDC_MISSING_EXTENDED_METADATA) rather than emit nulls; so does
+    # the batch / micro-batch feed and the real-time one.
+    source = table_path("src")
+    write_deltalake(source, people([1, 2], ["a", "b"]), partition_by=["p"], configuration=CDF)
+    version = commit_bare_remove(source)
+    with pytest.raises(Exception) as caught:
+        spark.read.format("delta").option("readChangeFeed", "true").option(
+            "startingVersion", "0"
+        ).load(source).collect()
+    error = typed_error(caught.value)
+    assert isinstance(error, ChangeDataNotRecordedError), caught.value
+    assert error.version == version and "partition values" in str(error)
+    query = start(spark, source, str(tmp_path / "ck"), tmp_path / "out", startingVersion="0")
+    stopping.append(query)
+    wait_until(lambda: not query.isActive, WAIT, "the query to fail")
+    error = typed_error(query.exception())
+    assert isinstance(error, ChangeDataNotRecordedError), query.exception()
+    assert error.version == version
+    assert all(row[1] is not None for row in received(tmp_path / "out"))  # no null p
+    # Without partition columns nothing is missing: the removed file's rows are deletes.
+    plain = table_path("plain")
+    write_deltalake(plain, people([1, 2]), configuration=CDF)
+    version = commit_bare_remove(plain)
+    rows = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", str(version))
+        .load(plain)
+        .collect()
+    )
+    assert sorted((r.id, r.p, r._change_type) for r in rows) == [
+        (1, "a", "delete"),
+        (2, "a", "delete"),
+    ]
+
+
 def test_the_change_feed_without_the_native_scan_is_refused(
     spark, table_path, tmp_path, stopping
 ) -> None:
@@ -314,6 +406,23 @@ def test_the_change_feed_without_the_native_scan_is_refused(
     error = typed_error(caught.value)
     assert isinstance(error, RealTimeModeError), caught.value
     assert error.feature == "readChangeFeed"
+
+
+def test_the_change_feed_on_a_store_hadoop_does_not_open_is_refused(
+    spark, object_store, tmp_path, stopping
+) -> None:
+    # s3:// without S3A: the feed is read by the Python data source only, which real-time
+    # mode cannot run; start() says so, naming S3A and a processingTime trigger.
+    source = object_store.uri(f"cdf_rt_{uuid.uuid4().hex[:8]}")
+    write_deltalake(
+        source, people([1]), configuration=CDF, storage_options=object_store.storage_options
+    )
+    with pytest.raises(Exception) as caught:
+        stopping.append(start(spark, source, str(tmp_path / "ck"), tmp_path / "out"))
+    error = typed_error(caught.value)
+    assert isinstance(error, RealTimeModeError), caught.value
+    assert (error.feature, error.table_uri) == ("readChangeFeed", source)
+    assert "S3A" in str(error) and "processingTime" in str(error)
 
 
 def test_a_column_mapped_table_s_feed(spark, table_path, tmp_path, stopping) -> None:
@@ -340,6 +449,34 @@ def test_a_column_mapped_table_s_feed(spark, table_path, tmp_path, stopping) -> 
         (1, "x", "insert", 1),
         (2, "y", "insert", 1),
     ]
+
+
+def test_a_column_rename_mid_stream_fails_typed(spark, table_path, tmp_path, stopping) -> None:
+    # Not additive (delta-spark asks for a schemaTrackingLocation there): the query stops
+    # at the rename and the error says to start again with a new checkpoint.
+    from deltalake import Schema
+
+    source, checkpoint, out = table_path("src"), str(tmp_path / "ck"), tmp_path / "out"
+    arrow_schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    DeltaTable.create(
+        source,
+        schema=Schema.from_arrow(arrow_schema),
+        configuration={**CDF, "delta.columnMapping.mode": "name"},
+    )
+    write_deltalake(
+        source, pa.table({"id": [1], "name": ["x"]}, schema=arrow_schema), mode="append"
+    )
+    query = start(spark, source, checkpoint, out, startingVersion="0")
+    stopping.append(query)
+    wait_past(checkpoint, latest(source), query)
+    spark.sql(f"ALTER TABLE delta.`{source}` RENAME COLUMN name TO label")
+    renamed = latest(source)
+    wait_until(lambda: not query.isActive, WAIT, "the query to fail")
+    error = typed_error(query.exception())
+    assert isinstance(error, SourceSchemaChangedError), query.exception()
+    assert (error.version, error.additive) == (renamed, False)
+    assert "new checkpointLocation" in str(error)
+    assert [row[:4] for row in received(out)] == [(1, "x", "insert", 1)]
 
 
 def test_an_epoch_ending_inside_a_change_file_resumes_at_its_next_row(

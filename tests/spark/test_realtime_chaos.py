@@ -2,17 +2,24 @@
 moments mid-epoch (its JVM and the brain with it), restarted from the checkpoint; at the
 end the table holds each row exactly once. The job is tests/spark/_realtime_chaos_job.py;
 the kills follow test_chaos.py (its ``Child``, a seeded RNG: DELTAFLOW_CHAOS_SEED replays).
+The source is Spark's real-time memory source, or a Delta table's change data feed that
+the test inserts into, updates and deletes from while the stream runs and while it is down.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 
 from deltaflow.spark._compat import PYSPARK_MINOR
+from tests._waiting import wait_while_running
+from tests.spark.test_cdf_read import CDF, people
 from tests.spark.test_chaos import START_TIMEOUT, Child, chaos_seed
 
 pytestmark = [
@@ -24,6 +31,8 @@ pytestmark = [
 JOB = str(Path(__file__).parent / "_realtime_chaos_job.py")
 ROWS = 3000
 KILLS = 2
+CDF_KILLS = 1  # each run starts a JVM and a session: CI's budget for this variant is ~90 s
+CHANGE = ("id", "p", "v", "_change_type", "_commit_version")
 
 
 def test_sigkill_of_the_driver_mid_epoch_keeps_each_row_once(tmp_path) -> None:
@@ -48,3 +57,75 @@ def test_sigkill_of_the_driver_mid_epoch_keeps_each_row_once(tmp_path) -> None:
     ids = DeltaTable(location).to_pyarrow_table().column("id").to_pylist()
     assert len(ids) == len(set(ids)), f"duplicates: {len(ids) - len(set(ids))}"
     assert sorted(ids) == list(range(ROWS))
+
+
+class Upstream:
+    """Changes to the change-feed source, one commit each: appends, updates and deletes in
+    turn (delta-rs writes ``_change_data`` files for the updates and deletes)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.next_id = 20
+        write_deltalake(path, people(list(range(self.next_id))), configuration=CDF)
+        self.steps = 0
+
+    def step(self) -> None:
+        table, k = DeltaTable(self.path), self.steps
+        if k % 3 == 0:
+            ids = list(range(self.next_id, self.next_id + 5))
+            self.next_id += 5
+            write_deltalake(table, people(ids), mode="append")
+        elif k % 3 == 1:
+            table.update(predicate=f"id % 7 = {k % 7}", updates={"v": f"v + {k * 1000}"})
+        else:
+            table.delete(f"id = {k}")
+        self.steps += 1
+
+    def feed(self) -> list[tuple[Any, ...]]:
+        """Every change of every version, read by delta-rs (the reference)."""
+        changes = pa.table(DeltaTable(self.path).load_cdf(starting_version=0).read_all())
+        return sorted(zip(*(changes.column(n).to_pylist() for n in CHANGE), strict=True))
+
+
+def landed(location: str) -> list[tuple[Any, ...]]:
+    try:
+        table = DeltaTable(location).to_pyarrow_table()
+    except Exception:  # no first commit yet
+        return []
+    return sorted(zip(*(table.column(n).to_pylist() for n in CHANGE), strict=True))
+
+
+def test_sigkill_of_the_driver_mid_change_feed_keeps_each_change_once(tmp_path) -> None:
+    rng, started = random.Random(chaos_seed()), time.monotonic()
+    source, location = str(tmp_path / "source"), str(tmp_path / "table")
+    upstream = Upstream(source)
+    args = [location, str(tmp_path / "ck"), str(10**9), source]  # runs until killed
+    for kill in range(CDF_KILLS):
+        child = Child(args, tmp_path / f"run{kill}.log", job=JOB)
+        try:
+            child.wait_for("ROWS", START_TIMEOUT)  # the query runs
+            for _ in range(rng.randint(4, 8)):  # changes while the stream runs
+                upstream.step()
+            child.run_for(rng.uniform(0.0, 1.0))
+        finally:
+            child.kill()
+        upstream.step()  # and while it is down
+    final = Child(args, tmp_path / "final.log", job=JOB)
+    try:
+        final.wait_for("ROWS", START_TIMEOUT)
+        upstream.step()
+        upstream.step()
+        expected = upstream.feed()
+        wait_while_running(
+            lambda: len(landed(location)) >= len(expected),
+            final.proc,
+            120,
+            f"{len(expected)} changes in the sink",
+            final.stderr_tail,
+        )
+    finally:
+        final.kill()
+    kinds = {row[3] for row in expected}
+    assert kinds == {"insert", "update_preimage", "update_postimage", "delete"}
+    assert landed(location) == expected  # each change once: none lost, none twice
+    print(f"{len(expected)} changes, {upstream.steps} commits, {time.monotonic() - started:.0f} s")

@@ -23,7 +23,7 @@ import pyspark
 import pytest
 
 from deltaflow.errors import InvalidOptionError, typed_error
-from deltaflow.spark.errors import UnsupportedTriggerError
+from deltaflow.spark.errors import SourceSchemaChangedError, UnsupportedTriggerError
 from tests._waiting import wait_until
 from tests.spark._conf import conf_set
 
@@ -200,6 +200,35 @@ def test_restart_from_checkpoint_loses_and_repeats_nothing(
     stopping.append(again)
     append(spark, source, [6])
     wait_for(out, [0, 1, 2, 3, 4, 5, 6], again)
+
+
+@pytest.mark.slow
+@needs_real_time
+def test_a_schema_change_mid_stream_fails_typed_and_a_restart_reads_on(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    # As delta-spark's DELTA_SCHEMA_CHANGED_WITH_VERSION: the query stops at the commit
+    # that changed the schema; a restart reads on with the new one, losing and repeating
+    # no row.
+    source, checkpoint, out = table_path("src"), str(tmp_path / "ck"), tmp_path / "out"
+    append(spark, source, [0, 1])
+    first = start(spark, source, checkpoint, out)
+    stopping.append(first)
+    wait_for(out, [0, 1], first)
+    wait_for_epoch_past(checkpoint, version_of(source))
+    spark.sql(f"ALTER TABLE delta.`{source}` ADD COLUMNS (w STRING)")
+    changed = version_of(source)
+    spark.sql(f"INSERT INTO delta.`{source}` VALUES (2, 'x')")
+    wait_until(lambda: not first.isActive, WAIT, "the query to fail")
+    error = typed_error(first.exception())
+    assert isinstance(error, SourceSchemaChangedError), first.exception()
+    assert (error.version, error.additive) == (changed, True)
+    assert f"Version {changed}" in str(error) and "Restart the query" in str(error)
+    again = start(spark, source, checkpoint, out)
+    stopping.append(again)
+    wait_for(out, [0, 1, 2], again)  # each row once
+    rows = [json.loads(line) for f in out.iterdir() for line in f.read_text().splitlines()]
+    assert {"id": 2, "w": "x"} in rows  # read with the new schema
 
 
 @pytest.mark.slow

@@ -101,6 +101,27 @@ def test_additive_upstream_schema_change_stops_once_then_restart_reads_it(spark,
     assert rows(target, "id", "name", "score") == [(1, "n1", None), (2, "n2", 2.5)]
 
 
+def test_a_dropped_upstream_column_stops_the_stream_as_not_additive(spark, table_path):
+    # Under column mapping DROP COLUMN is a metadata-only commit; the stream must not read
+    # on past it with a column its schema no longer has (delta-spark stops there too).
+    from deltalake import Schema
+
+    source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    DeltaTable.create(
+        source, schema=Schema.from_arrow(schema), configuration={"delta.columnMapping.mode": "name"}
+    )
+    write_deltalake(source, pa.table({"id": [1], "name": ["n1"]}, schema=schema), mode="append")
+    query = running(spark, source, checkpoint, target)
+    query.processAllAvailable()
+    spark.sql(f"ALTER TABLE delta.`{source}` DROP COLUMN name")  # v2
+
+    error = stopped_with(query)
+    assert isinstance(error, SourceSchemaChangedError)
+    assert (error.version, error.additive) == (2, False)
+    assert "name (dropped or renamed)" in str(error) and "new checkpointLocation" in str(error)
+
+
 def test_incompatible_upstream_schema_change_fails_with_advice(spark, table_path):
     source, target, checkpoint = table_path("src"), table_path("dst"), table_path("ck")
     append(source, [1])

@@ -11,7 +11,13 @@ Semantics follow delta-spark's ``CDCReader`` (and the protocol's "Change Data Fi
   where the two DVs differ: rows in the new DV but not the old are deleted, rows in
   the old but not the new are re-inserted (RESTORE);
 - a MERGE whose metrics say it inserted, updated and deleted nothing contributes no
-  rows, and commits with ``dataChange=false`` only contribute nothing.
+  rows, and commits with ``dataChange=false`` only contribute nothing;
+- a ``remove`` whose rows are read again must say its partition values: on a partitioned
+  table one without them (written without ``extendedFileMetadata``) is refused with
+  :class:`ChangeDataNotRecordedError`, where delta-spark raises
+  ``DELTA_REMOVE_FILE_CDC_MISSING_EXTENDED_METADATA``, instead of emitting deletes with
+  null partition columns. (delta-spark refuses such removes on any table; without
+  partition columns nothing is missing, so they are read here.)
 
 ``_commit_timestamp`` is the in-commit timestamp when the commit has one, otherwise the
 commit file's modification time, made strictly increasing across versions as delta-spark
@@ -173,8 +179,12 @@ def commit_changes(
     actions: Sequence[tuple[int, dict[str, Any]]],
     timestamp_ms: int,
     partitions: PartitionParser,
+    *,
+    table_uri: str,
+    partition_columns: Sequence[str] = (),
 ) -> CommitChanges:
-    """The change files of one commit (see the module docstring for the rules)."""
+    """The change files of one commit (see the module docstring for the rules) of the
+    table at ``table_uri``, partitioned by ``partition_columns`` (logical names)."""
     timestamp_ms = in_commit_timestamp(actions) or timestamp_ms
     enabled: bool | None = None
     commit_info: dict[str, Any] = {}
@@ -212,13 +222,16 @@ def commit_changes(
         kind: ChangeKind, entry: tuple[int, dict[str, Any]], sel: RowSelection
     ) -> ChangeFile:
         index, a = entry
+        values = partitions.parse(a.get("partitionValues"))
+        if kind == "remove" and not set(partition_columns) <= values.keys():
+            raise _remove_without_partition_values(table_uri, version, a["path"])
         return ChangeFile(
             version,
             index,
             kind,
             relative_path(a["path"]),
             int(a.get("size") or 0),
-            partitions.parse(a.get("partitionValues")),
+            values,
             timestamp_ms,
             sel,
         )
@@ -243,6 +256,22 @@ def commit_changes(
             out.append(change("add", entry, RowSelection(keep=old_dv, keep_minus=new_dv)))
     out.sort(key=lambda f: (f.index, f.kind))
     return CommitChanges(version, tuple(out), enabled)
+
+
+def _remove_without_partition_values(
+    uri: str, version: int, path: str
+) -> ChangeDataNotRecordedError:
+    return ChangeDataNotRecordedError(
+        f"The change data of version {version} of {uri} cannot be read: its remove of"
+        f" {path} has no partition values (a writer without extendedFileMetadata), so the"
+        " deleted rows' partition columns are unknown (delta-spark:"
+        " DELTA_REMOVE_FILE_CDC_MISSING_EXTENDED_METADATA). Read the feed from a version"
+        f" after {version} (startingVersion), or read the table itself.",
+        table_uri=uri,
+        version=version,
+        start=version,
+        end=version,
+    )
 
 
 def _is_no_op_merge(commit_info: dict[str, Any]) -> bool:
@@ -450,7 +479,14 @@ def plan_changes(snapshot: Snapshot, span: ChangeRange) -> list[ChangeFile]:
                 version=version,
                 latest=snapshot.version,
             )
-        commit = commit_changes(version, actions, timestamps.get(version) or 0, partitions)
+        commit = commit_changes(
+            version,
+            actions,
+            timestamps.get(version) or 0,
+            partitions,
+            table_uri=uri,
+            partition_columns=snapshot.partition_columns,
+        )
         if commit.cdf_enabled is False:
             raise not_recorded(uri, version, span.start, span.end)
         files.extend(commit.changes)

@@ -478,9 +478,17 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if commit.schema is None:
             return
         current = _schema.logical_schema(self.snapshot.schema)
-        problems = _schema.struct_mismatches(
-            _schema.logical_schema(commit.schema), current, allow_new=False
-        )
+        changed = _schema.logical_schema(commit.schema)
+        problems = _schema.struct_mismatches(changed, current, allow_new=False)
+        if commit.version > self.snapshot.version:
+            # A later schema lacks a column the stream reads: dropped, or renamed under
+            # column mapping (an older commit's schema lacks the columns added since).
+            gone = _schema.struct_mismatches(current, changed, allow_new=False)
+            problems += [
+                f"{p.split(' (new column')[0]} (dropped or renamed)"
+                for p in gone
+                if "(new column" in p
+            ]
         partitions_changed = commit.partition_columns is not None and tuple(
             p.lower() for p in commit.partition_columns
         ) != tuple(p.lower() for p in self.snapshot.partition_columns)
@@ -584,7 +592,12 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 version, files, data.removes_data, data.schema, data.partition_columns
             )
         commit = _cdf.commit_changes(
-            version, actions, self._commit_timestamp(version), self._partition_parser
+            version,
+            actions,
+            self._commit_timestamp(version),
+            self._partition_parser,
+            table_uri=self.uri,
+            partition_columns=self.snapshot.partition_columns,
         )
         changes = tuple(
             LogFile(version, c.index, False, c.path, c.size, c.partition_values, change=c)
