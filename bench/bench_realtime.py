@@ -23,6 +23,9 @@ only N events/s), all in one Spark session, one after the other:
 * ``delta CDF -> delta RTM`` (``cdf``): as ``delta -> delta RTM``, but the source table has
   the change data feed on and the query reads it (``readChangeFeed``): each event reaches
   the target with its ``_change_type`` and ``_commit_version``.
+* ``delta -> dropDuplicates -> delta RTM`` (``dedup``): as ``delta -> delta RTM`` with
+  ``dropDuplicates("id")`` (Spark 4.3's pipelined shuffle, one shuffle partition): the
+  shuffle hop's cost against the stateless variant.
 * ``delta -> delta micro-batch``: today's best Delta path, ``processingTime="0 seconds"``,
   as the baseline.
 
@@ -33,7 +36,7 @@ during the measurement window / events created in it; the Kafka broker's CPU is 
 apart. Every result records the load average: the machine is shared.
 
     .venv/bin/python bench/bench_realtime.py [--quick] [--rows 1000] [--only kafka,delta]
-    (parts: kafka, delta, foreach, delta-kafka, serve, cdf, microbatch)
+    (parts: kafka, delta, dedup, foreach, delta-kafka, serve, cdf, microbatch)
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ REALTIME = "5 minutes"  # the real-time trigger's checkpoint interval (Spark's o
 NAMES = {
     "kafka": "kafka -> kafka RTM",
     "delta": "delta -> delta RTM",
+    "dedup": "delta -> dropDuplicates -> delta RTM",
     "foreach": "delta -> foreach RTM",
     "delta-kafka": "delta -> kafka RTM",
     "serve": "serve -> delta -> delta RTM",
@@ -78,6 +82,7 @@ NAMES = {
 }
 PARTS = tuple(NAMES)
 ALLOWLIST = "spark.sql.streaming.realTimeMode.allowlistCheck"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 FIRST_EVENT_TIMEOUT = 120.0
 # BENCH_RT_COMMIT_INTERVAL_MS=N: the real-time Delta sink's realTimeCommitIntervalMs (its
 # default, 50, when unset), to measure the interval's trade-off.
@@ -231,6 +236,8 @@ def delta_variant(
         if part == "cdf":
             columns += ["_change_type", "_commit_version"]
         rows = reader.load(source_path).where("kind <> 'heartbeat'").select(*columns)
+        if part == "dedup":  # Spark 4.3's pipelined shuffle, one producer (docs/realtime.md)
+            rows = rows.dropDuplicates(["id"])
         if part == "delta-kafka":  # Kafka's sink takes a value column
             rows = rows.select(F.col("id").cast("string").alias("value"))
         stream = rows.writeStream.option("checkpointLocation", checkpoint)
@@ -262,14 +269,19 @@ def delta_variant(
 
     # Spark's real-time sink allowlist names only Spark's own sinks; the connector checks a
     # real-time query's operators itself (docs/realtime.md), so the check is off for them.
-    allowlist_off = part in ("delta", "serve", "cdf")
+    allowlist_off = part in ("delta", "serve", "cdf", "dedup")
     if allowlist_off:
         spark.conf.set(ALLOWLIST, "false")
+    # The source task and every shuffle partition run at once (Spark's slot check).
+    shuffle = spark.conf.get(SHUFFLE_PARTITIONS)
+    if part == "dedup":
+        spark.conf.set(SHUFFLE_PARTITIONS, "1")
     try:
         result = measure(NAMES[part], rate, args, writer, probe, start, pid)
     finally:
         if allowlist_off:
             spark.conf.unset(ALLOWLIST)
+        spark.conf.set(SHUFFLE_PARTITIONS, shuffle)
     return {**result, "allowlist_check_off": allowlist_off}
 
 

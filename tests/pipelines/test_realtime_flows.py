@@ -240,6 +240,40 @@ def test_an_aggregation_into_delta_is_refused(spark: Any, tmp_path: Path, source
     assert "pipelines.trigger" in error.alternative
 
 
+def test_drop_duplicates_into_delta_from_one_source_only(
+    spark: Any, tmp_path: Path, source: Path
+) -> None:
+    if PYSPARK_MINOR < (4, 3):
+        pytest.skip("dropDuplicates in real-time mode is Spark >= 4.3")
+    other = tmp_path / "other"
+    _append(other, range(3))
+
+    def one_source() -> None:
+        dp.create_sink("unique", "delta", {"path": str(tmp_path / "unique")})
+
+        @dp.update_flow(target="unique", spark_conf=REAL_TIME)
+        def deduped() -> Any:
+            return spark.readStream.format("delta").load(str(source)).dropDuplicates(["id"])
+
+    with dp.collect() as declared:
+        one_source()
+    dp.dry_run(spark, declared.graph(), _settings(tmp_path, f"rt_{uuid.uuid4().hex[:8]}"))
+
+    def two_sources() -> None:
+        dp.create_sink("unique", "delta", {"path": str(tmp_path / "unique2")})
+
+        @dp.update_flow(target="unique", spark_conf=REAL_TIME)
+        def deduped() -> Any:
+            one = spark.readStream.format("delta").load(str(source))
+            two = spark.readStream.format("delta").load(str(other))
+            return one.union(two).dropDuplicates(["id"])
+
+    error = _refusal(spark, tmp_path, two_sources)
+    assert (error.flow, error.problem) == ("deduped", "real_time_stateful")
+    assert "2 streaming sources" in str(error)
+    assert "at least once" in error.alternative
+
+
 def test_a_materialized_view_is_refused(spark: Any, tmp_path: Path, source: Path) -> None:
     def declare() -> None:
         @dp.materialized_view(spark_conf=REAL_TIME)

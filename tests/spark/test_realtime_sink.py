@@ -189,7 +189,7 @@ def test_a_task_failure_mid_epoch_is_replayed_without_duplicates(spark, table_pa
     assert ids(location) == list(range(40))
 
 
-def test_a_shuffle_is_refused_typed(spark, table_path) -> None:
+def test_a_shuffle_from_several_source_partitions_is_refused_typed(spark, table_path) -> None:
     if PYSPARK_MINOR < (4, 3):
         pytest.skip("Spark < 4.3 refuses dropDuplicates in real-time mode itself")
     name, location = new_table(spark)
@@ -203,6 +203,10 @@ def test_a_shuffle_is_refused_typed(spark, table_path) -> None:
     error = deltaflow.typed_error(query.exception())
     assert isinstance(error, UnsupportedFeatureError)
     assert error.feature == "realTimeSinkOperators"
+    # Spark's memory stream plans two partitions: several producers into the shuffle
+    # (one producer is allowed: tests/spark/test_realtime_dedup.py).
+    assert error.operators == "Exchange from 2 source partitions", error.operators
+    assert "at least once" in str(error)
     assert ids(location) == []
 
 

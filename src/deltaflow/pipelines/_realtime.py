@@ -49,7 +49,8 @@ ALLOWLIST_CHECK = "spark.sql.streaming.realTimeMode.allowlistCheck"
 DEFAULT_EPOCH = "5 minutes"
 
 # Logical operators that keep state or shuffle: the Delta real-time sink replays an epoch
-# row for row, which needs a stateless plan without a shuffle.
+# row for row, which needs a stateless plan, or dropDuplicates alone over one streaming
+# source on Spark 4.3+ (one producer into its shuffle).
 _STATEFUL = {
     "Aggregate": "an aggregation",
     "Deduplicate": "dropDuplicates",
@@ -191,16 +192,46 @@ def _check_flow(resolution: Resolution, resolved: ResolvedFlow, where: str) -> N
         )
     if writes_delta(resolution, flow):
         found = stateful_operators(resolved.df)
+        sources = streaming_sources(resolved.df)
+        if found == ["dropDuplicates"] and sources == 1 and _dedup_in_real_time():
+            return  # replayed row for row: one producer into the shuffle (docs/realtime.md)
         if found:
+            several = (
+                f" (it reads {sources} streaming sources into the shuffle)"
+                if "dropDuplicates" in found and sources > 1
+                else ""
+            )
             raise _refuse(
-                f"{where} into a Delta table with {', '.join(found)}: the Delta real-time"
-                " sink takes stateless queries without a shuffle (each epoch is replayed"
-                " row for row).",
+                f"{where} into a Delta table with {', '.join(found)}{several}: the Delta"
+                " real-time sink takes stateless queries, and dropDuplicates over a single"
+                " streaming source on Spark 4.3+ (each epoch is replayed row for row).",
                 flow,
                 "real_time_stateful",
-                "drop pipelines.trigger (a micro-batch flow keeps state), or write a"
-                " Kafka sink with update_flow",
+                "drop pipelines.trigger (a micro-batch flow keeps state, exactly once);"
+                " a Kafka sink with update_flow takes the query in real-time mode but"
+                " delivers at least once",
             )
+
+
+def _dedup_in_real_time() -> bool:
+    from deltaflow.spark._compat import PYSPARK_MINOR
+
+    return PYSPARK_MINOR >= (4, 3)
+
+
+def streaming_sources(df: Any) -> int:
+    """How many streaming leaves ``df``'s analysed plan reads."""
+    if df is None or not hasattr(df, "_jdf"):
+        return 0
+    count = 0
+    stack = [df._jdf.queryExecution().analyzed()]
+    while stack:
+        node = stack.pop()
+        children = node.children()
+        if children.size() == 0:
+            count += bool(node.isStreaming())
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return count
 
 
 def stateful_operators(df: Any) -> list[str]:

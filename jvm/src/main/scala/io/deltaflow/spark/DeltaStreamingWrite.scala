@@ -111,17 +111,17 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
    */
   private def realTime(query: AnyRef, epoch: Long, appId: String, queryId: String)
       : StreamingDataWriterFactory = {
-    val blocking = RealTimeQueries.executedPlan(query).map(RealTimeQueries.notReplayable)
-      .getOrElse(Nil)
+    // The backstop of StreamTriggerCheck's refusal at start(): the physical plan shows
+    // what analysis cannot (a source's partition count, a shuffle the planner added).
+    val format = RealTimeQueries.checkpointFormat(query)
+    val blocking = RealTimeQueries.executedPlan(query)
+      .map(RealTimeQueries.notReplayable(_, format)).getOrElse(Nil)
     if (blocking.nonEmpty || overwrite) {
       val what = if (overwrite) "complete output mode" else blocking.mkString(", ")
       throw DeltaflowException.of("UnsupportedFeatureError",
-        s"A real-time mode stream into ${info.uri} runs $what: its Delta sink commits " +
-          "within each epoch and stays exactly once by replaying an epoch row for row, " +
-          "which only a stateless query without a shuffle does. Run the query with a " +
-          "micro-batch trigger (trigger(processingTime='1 second')), or write it to Kafka " +
-          "or a foreach sink in real-time mode.",
-        Map("table_uri" -> info.uri, "feature" -> "realTimeSinkOperators"))
+        RealTimeRefusal.message(info.uri, what),
+        Map("table_uri" -> info.uri, "feature" -> "realTimeSinkOperators",
+          "operators" -> what, "alternative" -> RealTimeRefusal.Alternative))
     }
     val schema = writeInfo.schema()
     val base = checked.writeOptions ++ Map("path" -> checked.path)

@@ -26,6 +26,9 @@ import org.apache.spark.sql.connector.catalog.Table
  * instead ([[ChangeFeedTable]]): the stream's relation keeps its output attributes, so the
  * analysed query above it stays valid; the two schemas are checked equal first.
  *
+ * A real-time query into a Delta table whose operators the sink cannot replay exactly once
+ * (`dropDuplicates` over several sources, ...) is refused here ([[RealTimeRefusal]]).
+ *
  * And one setting a real-time query into a Delta table needs is made here: Spark turns
  * asynchronous progress tracking on by default for a stateless real-time query and then
  * refuses any sink but its own. Its offset log written ahead of the epoch's end would also
@@ -50,6 +53,7 @@ class StreamTriggerCheck(session: SparkSession) extends Rule[LogicalPlan] {
             s"LOCATION '$uri', then toTable(\"t\")).",
           Map("table_uri" -> uri, "feature" -> "startPath"))
       case w: WriteToStreamStatement if StreamTrigger.realTime(w) && w.sink.isInstanceOf[DeltaTable] =>
+        RealTimeRefusal.check(session, w.sink.asInstanceOf[DeltaTable].info.uri, w.inputQuery)
         org.apache.spark.sql.deltaflow.RealTimeQueries.setUnlessSet(session,
           StreamTriggerCheck.AsyncByDefault, "false")
         return realTimeSource(w)

@@ -16,6 +16,7 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.write.{DataWriter, WriterCommitMessage}
 import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory
 import org.apache.spark.sql.execution.{SortExec, SparkPlan}
+import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanExecBase
 import org.apache.spark.util.RpcUtils
 
 /**
@@ -36,12 +37,13 @@ import org.apache.spark.util.RpcUtils
  * of its partition are committed in this epoch and drops that many before writing. The
  * driver takes a roll only from the partition's newest attempt and only when it starts
  * where the committed rows end, so a stale attempt can neither duplicate nor skip rows.
- * [[RealTimeQueries.refuseNondeterministic]] refuses plans that break the premise.
+ * [[RealTimeQueries.notReplayable]] names the operators that break the premise;
+ * `dropDuplicates` keeps it when its shuffle has a single producer partition.
  */
 object RealTimeCommits {
-  final case class Start(epoch: Long, partition: Int, attempt: Int)
+  final case class Start(epoch: Long, partition: Int, attempt: Long)
   /** `last`: the task's final roll (its commit), after which its partition writes no more. */
-  final case class Roll(epoch: Long, partition: Int, attempt: Int, fromRow: Long, toRow: Long,
+  final case class Roll(epoch: Long, partition: Int, attempt: Long, fromRow: Long, toRow: Long,
       directory: String, last: Boolean = false)
 
   /** What a task's commit reports: the rows its partition saw in the epoch. */
@@ -111,7 +113,7 @@ class RealTimeCommitEndpoint(
   // rolls at the same boundary; this covers finishing a Parquet file).
   private val gatherMs = math.max(1L, math.min(10L, intervalMs / 5))
   private val lock = new Object
-  private val attempts = mutable.Map[Int, Int]()
+  private val attempts = mutable.Map[Int, Long]()
   private val through = mutable.Map[Int, Long]()
   private val writing = mutable.Set[Int]()  // partitions started and not finished
   private val waiting = mutable.ArrayBuffer[(Roll, RpcCallContext)]()
@@ -256,7 +258,9 @@ class RealTimeWriter(
   private val env = SparkEnv.get
   private val driver = RpcUtils.makeDriverRef(endpoint, env.conf, env.rpcEnv)
   private val task = TaskContext.get()
-  private val attempt = Option(task).map(_.attemptNumber()).getOrElse(0)
+  // The attempt, unique in the SparkContext: an attempt number restarts at 0 when an epoch
+  // reruns as a new job, and a zombie of the old job must not pass for the new attempt.
+  private val attempt = Option(task).map(_.taskAttemptId()).getOrElse(taskId)
   // Rows of this partition the table holds for the epoch already: a replay drops them.
   private val skip: Long = driver.askSync[Long](Start(epochId, partitionId, attempt))
   private type Opened = (FileRolls.Roll, StagedFileWrite.ShapedWriter)
@@ -458,13 +462,56 @@ object RealTimeQueries extends Logging {
     "EventTimeWatermarkExec", "LocalTableScanExec", "FileSourceScanExec", "BatchScanExec",
     "RangeExec", "BroadcastQueryStageExec", "AdaptiveSparkPlanExec")
 
-  /** The operators of `plan`'s streaming side that a replay would not repeat row for row. */
-  def notReplayable(plan: SparkPlan): Seq[String] = {
+  /** The state checkpoint format the query's epoch runs with (Spark's
+   *  `checkpointFormatVersion`; real-time mode's own default is 2). */
+  def checkpointFormat(query: AnyRef): Int =
+    Option(invoke(query, "lastExecution")).flatMap { e =>
+      explicitConf(invoke(e, "sparkSession").asInstanceOf[SparkSession], CheckpointFormat)
+    }.flatMap(_.trim.toIntOption).getOrElse(2)
+
+  /** `key`'s value when set on the session (a registered default does not count). */
+  def explicitConf(session: SparkSession, key: String): Option[String] =
+    session.asInstanceOf[org.apache.spark.sql.classic.SparkSession].sessionState.conf
+      .getAllConfs.get(key)
+
+  val CheckpointFormat = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+
+  /**
+   * The operators of `plan`'s streaming side that a replay would not repeat row for row.
+   *
+   * `dropDuplicates` (Spark >= 4.3: a shuffle, then `StreamingDeduplicateExec`) is
+   * replayable when every shuffle reads from one producer partition: Spark's streaming
+   * shuffle keeps one writer's rows in order at each reader, and the dedup operator is a
+   * per-row filter over the state a rerun loads at the previous epoch's checkpoint id
+   * (checkpoint format 2), so each reader's n-th row is the same row in every run. Several
+   * producers (a union, a multi-partition source) interleave in arrival order, which differs
+   * between runs; a range partitioning samples. Both are named here.
+   */
+  def notReplayable(plan: SparkPlan, checkpointFormat: Int = 2): Seq[String] = {
     def streaming(p: SparkPlan): Boolean =
       p.getClass.getSimpleName == "RealTimeStreamScanExec" || p.children.exists(streaming)
+    def check(p: SparkPlan): Option[String] = p.getClass.getSimpleName match {
+      case name if Replayable.contains(name) => None
+      case "ShuffleExchangeExec" =>
+        val producers = sourcePartitions(p.children.head)
+        val partitioning = p.outputPartitioning.getClass.getSimpleName
+        if (partitioning == "RangePartitioning") Some(s"${p.nodeName} (range partitioning)")
+        else if (producers != 1) Some(s"${p.nodeName} from $producers source partitions")
+        else None
+      case "StreamingDeduplicateExec" =>
+        if (checkpointFormat < 2) Some(s"${p.nodeName} (checkpoint format v$checkpointFormat)")
+        else None
+      case _ => Some(p.nodeName)
+    }
+    // The partitions a stage's streaming side reads (a scan reports none in its
+    // outputPartitioning): its scans' input partitions, or an exchange's reducers.
+    def sourcePartitions(p: SparkPlan): Int = p match {
+      case s: DataSourceV2ScanExecBase => s.partitions.size
+      case e if e.getClass.getSimpleName == "ShuffleExchangeExec" => e.outputPartitioning.numPartitions
+      case _ => p.children.filter(streaming).map(sourcePartitions).sum
+    }
     def walk(p: SparkPlan): Seq[String] =
-      (if (streaming(p) && !Replayable.contains(p.getClass.getSimpleName)) Seq(p.nodeName)
-       else Nil) ++ p.children.flatMap(walk)
+      (if (streaming(p)) check(p).toSeq else Nil) ++ p.children.flatMap(walk)
     walk(plan).distinct
   }
 
