@@ -207,10 +207,20 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    from deltaflow.spark.bridge import _host
+    from deltaflow.spark.bridge import _host, _realtime
+    from deltaflow.table import _log_upkeep
 
+    # The real-time sink's per-epoch commit timings, as the JVM writer logs its own.
+    _realtime.timing_log.setLevel(logging.INFO)
+    # A long-lived brain checkpoints off the commit path; what waits at its shutdown
+    # (stdin closed: the driver stopped) runs before it exits.
+    _log_upkeep.run_in_background()
     threading.Thread(target=_host.warm, name="deltaflow-gateway", daemon=True).start()
-    serve(sys.stdin, protocol)
+    try:
+        serve(sys.stdin, protocol)
+    finally:
+        _realtime.flush_timings()
+        _log_upkeep.flush()
 
 
 if __name__ == "__main__":
