@@ -42,6 +42,7 @@ def _add(path: str, ids: list[int]) -> dict[str, object]:
 
 def _append(path: str, ids: list[int], read_version: int, **more: object) -> int:
     """Our blind append (a real-time sink's commit) of ``ids`` read at ``read_version``."""
+    interval = int(str(more.pop("checkpoint_interval", 1000)))
     request = _log_commit.LogCommitRequest(
         table_uri=_uri.normalize_uri(path),
         read_version=read_version,
@@ -52,7 +53,7 @@ def _append(path: str, ids: list[int], read_version: int, **more: object) -> int
         app_version=read_version + 1,
         read=_log_commit.ReadSet(blind_append=True),
         partitioned=False,
-        checkpoint_interval=1000,
+        checkpoint_interval=interval,
         **more,  # type: ignore[arg-type]
     )
     return _log_commit.commit(request)
