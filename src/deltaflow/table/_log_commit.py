@@ -9,10 +9,11 @@ itself, on local tables and object stores alike:
   (:mod:`deltaflow.table._conditional_put`): on a local path a temporary file hard-linked
   to the name, on S3 / GCS / Azure a PUT with ``If-None-Match: *``, the request delta-rs
   commits with. Exactly one writer wins a version, and readers never see a partial file.
-* **Conflicts by delta-spark's rules (WriteSerializable).** Before each attempt every
-  commit since the read version is checked against what this transaction read and
-  removed (:func:`check_conflict`); a lost race re-checks the winner and retries at
-  the next version, at most :data:`MAX_ATTEMPTS` times.
+* **Conflicts by delta-spark's rules (WriteSerializable), without a listing.** The first
+  attempt takes ``read_version + 1``; a lost race reads the versions written since by
+  name, checks each against what this transaction read and removed
+  (:func:`check_conflict`) and retries at the next free version, at most
+  :data:`MAX_ATTEMPTS` times. ``_delta_log`` is never listed on the commit path.
 * **Checkpoints and expired log cleanup** through :mod:`deltaflow.table._log_upkeep`
   when the new version is a multiple of ``delta.checkpointInterval`` (default 10,
   delta-spark's), the same versions whichever commit path wrote the table.

@@ -18,6 +18,10 @@ own log writer in :mod:`deltaflow.table._log_commit`, auto compaction) calls
 
 Neither ever fails the writer: the commit is in, and a missing checkpoint only slows
 readers down (the next multiple writes one). A failure is logged as a warning.
+
+In a long-lived process (the brain: :func:`run_in_background`) both run on a background
+thread after the commit returned, coalesced per table, never two at once; elsewhere on
+the committing thread.
 """
 
 from __future__ import annotations
