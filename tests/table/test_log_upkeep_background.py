@@ -6,6 +6,7 @@ when the process stops is flushed."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -138,4 +139,49 @@ def test_a_process_that_exits_keeps_its_queued_checkpoint(table) -> None:
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     subprocess.run([sys.executable, "-c", script, table], check=True, timeout=120, env=env)
+    assert _checkpoints(table) == [10]
+
+
+def test_a_brain_stopped_by_sigterm_writes_its_queued_checkpoint_first(table) -> None:
+    """The driver retires its brain with SIGTERM (``Brain.scala``): the brain's handler
+    runs the checkpoint still queued (here held back 2 s) before the process exits."""
+    script = (
+        "import sys, threading, time\n"
+        "from deltaflow.spark.bridge import _server\n"
+        "from deltaflow.table import _log_upkeep\n"
+        "from tests.table.test_log_commit_next_version import _append\n"
+        "real = _log_upkeep._upkeep\n"
+        "def held(*args):\n"
+        "    time.sleep(2)\n"
+        "    return real(*args)\n"
+        "_log_upkeep._upkeep = held\n"
+        "def commits():\n"
+        "    time.sleep(0.5)\n"
+        "    for n in range(1, 11):\n"
+        "        _append(sys.argv[1], [n], read_version=n - 1, checkpoint_interval=10)\n"
+        "    print('COMMITTED', file=sys.stderr, flush=True)\n"
+        "threading.Thread(target=commits).start()\n"
+        "_server.main()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("PYSPARK_GATEWAY_PORT", None)
+    brain = subprocess.Popen(
+        [sys.executable, "-c", script, table],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert brain.stderr is not None
+        for line in brain.stderr:
+            if "COMMITTED" in line:
+                break
+        assert _checkpoints(table) == []  # queued, held back
+        brain.send_signal(signal.SIGTERM)
+        assert brain.wait(60) == 128 + signal.SIGTERM
+    finally:
+        if brain.poll() is None:
+            brain.kill()
+            brain.wait(30)
     assert _checkpoints(table) == [10]

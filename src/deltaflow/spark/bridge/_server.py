@@ -73,6 +73,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -201,6 +202,20 @@ def serve(lines: IO[str], out: IO[str]) -> None:
             target.submit(handle, request)
 
 
+TERM_FLUSH_SECONDS = 30.0
+
+
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    from deltaflow.spark.bridge import _realtime
+    from deltaflow.table import _log_upkeep
+
+    try:
+        _realtime.flush_timings()
+        _log_upkeep.flush(TERM_FLUSH_SECONDS)
+    finally:
+        os._exit(128 + signum)
+
+
 def main() -> None:
     # The protocol owns stdout; a stray print anywhere must not corrupt it.
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -215,6 +230,9 @@ def main() -> None:
     # A long-lived brain checkpoints off the commit path; what waits at its shutdown
     # (stdin closed: the driver stopped) runs before it exits.
     _log_upkeep.run_in_background()
+    # The driver stops a retired brain with SIGTERM: finish the queued checkpoints (none
+    # usually; bounded) before going, as at the end of stdin.
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     threading.Thread(target=_host.warm, name="deltaflow-gateway", daemon=True).start()
     try:
         serve(sys.stdin, protocol)
