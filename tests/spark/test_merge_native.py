@@ -23,6 +23,7 @@ from deltaflow import ConcurrentWriteError, DeltaTable
 from deltaflow.spark.dml import _merge_native, _merge_sql
 from deltaflow.spark.errors import MultipleSourceRowMatchingTargetRowError
 from deltaflow.table import _log
+from tests._waiting import wait_until
 from tests.spark._rows import sorted_tuples, version_changes
 
 COLUMNS = ("id", "kind", "value", "note")
@@ -287,7 +288,8 @@ def test_deltaflow_checkpoints_after_the_delta_rs_commit(spark, table_path):
     _upsert(DeltaTable.forPath(spark, path), _source(spark)).execute()
     assert _by_delta_rs(path)
     assert RsTable(path).version() == 3
-    assert _log.last_checkpoint(path) == 3
+    # The brain checkpoints off the commit path, right after the commit returned.
+    wait_until(lambda: _log.last_checkpoint(path) == 3, 60, "the checkpoint at version 3")
 
 
 def _scope() -> _merge_sql.Scope:

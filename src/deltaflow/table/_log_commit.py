@@ -9,10 +9,11 @@ itself, on local tables and object stores alike:
   (:mod:`deltaflow.table._conditional_put`): on a local path a temporary file hard-linked
   to the name, on S3 / GCS / Azure a PUT with ``If-None-Match: *``, the request delta-rs
   commits with. Exactly one writer wins a version, and readers never see a partial file.
-* **Conflicts by delta-spark's rules (WriteSerializable).** Before each attempt every
-  commit since the read version is checked against what this transaction read and
-  removed (:func:`check_conflict`); a lost race re-checks the winner and retries at
-  the next version, at most :data:`MAX_ATTEMPTS` times.
+* **Conflicts by delta-spark's rules (WriteSerializable), without a listing.** The first
+  attempt takes ``read_version + 1``; a lost race reads the versions written since by
+  name, checks each against what this transaction read and removed
+  (:func:`check_conflict`) and retries at the next free version, at most
+  :data:`MAX_ATTEMPTS` times. ``_delta_log`` is never listed on the commit path.
 * **Checkpoints and expired log cleanup** through :mod:`deltaflow.table._log_upkeep`
   when the new version is a multiple of ``delta.checkpointInterval`` (default 10,
   delta-spark's), the same versions whichever commit path wrote the table.
@@ -36,6 +37,7 @@ from urllib.parse import quote, unquote
 
 import pyarrow.fs as pafs
 
+from deltaflow import _step_times
 from deltaflow.table import _conditional_put, _log, _log_upkeep, _uri
 from deltaflow.table.errors import (
     ConcurrentWriteError,
@@ -120,20 +122,22 @@ class Conflict:
 
 def commit(request: LogCommitRequest) -> int:
     """Write ``request`` as the next version; the version it got. Raises
-    :class:`ConcurrentWriteError` on a conflict, nothing written."""
+    :class:`ConcurrentWriteError` on a conflict, nothing written.
+
+    Nothing is listed: the first attempt takes ``read_version + 1`` by put-if-absent. A
+    lost race reads the versions written since by name (``N+1, N+2, ...`` until one is
+    absent), checks each for conflicts and tries the next free one. So a commit costs
+    the same on a log of ten versions as on one of millions, and on an object store it is
+    GETs and a conditional PUT, never a LIST.
+    """
     log_dir = log_location(request.table_uri)
-    checked = request.read_version
+    checked = request.read_version  # every version up to here is checked (or ours)
     ours = _ours(request)
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        latest = latest_version(log_dir)
-        for version in range(checked + 1, latest + 1):
-            if version in request.own_versions:
-                continue
-            found = check_conflict(read_actions(log_dir, version), version, ours)
-            if found is not None:
-                raise _conflict_error(request, found, attempt)
-        checked = latest
-        target = latest + 1
+        if attempt > 1:
+            with _step_times.step("conflict scan"):
+                checked = _check_written_since(request, log_dir, checked, ours, attempt)
+        target = checked + 1
         if put_version(log_dir, target, _payload(request, target)):
             log.info(
                 "committed %s to %s as version %d (read %d, attempt %d)",
@@ -143,11 +147,12 @@ def commit(request: LogCommitRequest) -> int:
                 request.read_version,
                 attempt,
             )
-            _log_upkeep.after_commit(
-                request.table_uri,
-                target,
-                checkpoint_interval=request.checkpoint_interval,
-            )
+            with _step_times.step("upkeep"):
+                _log_upkeep.after_commit(
+                    request.table_uri,
+                    target,
+                    checkpoint_interval=request.checkpoint_interval,
+                )
             return target
         log.info(
             "version %d of %s was taken by another writer; checking it and retrying",
@@ -162,6 +167,21 @@ def commit(request: LogCommitRequest) -> int:
         read_version=request.read_version,
         attempts=MAX_ATTEMPTS,
     )
+
+
+def _check_written_since(
+    request: LogCommitRequest, log_dir: str, checked: int, ours: _Ours, attempt: int
+) -> int:
+    """Conflict-check every version after ``checked``, read by name until one is absent;
+    the newest version checked."""
+    while (actions := read_actions_if_present(log_dir, checked + 1)) is not None:
+        checked += 1
+        if checked in request.own_versions:
+            continue
+        found = check_conflict(actions, checked, ours)
+        if found is not None:
+            raise _conflict_error(request, found, attempt)
+    return checked
 
 
 @dataclass(frozen=True)
@@ -423,19 +443,36 @@ def latest_version(log_dir: str) -> int:
 
 
 def read_actions(log_dir: str, version: int) -> list[dict[str, Any]]:
-    path = _uri.join(log_dir, f"{version:020d}.json")
-    try:
-        fs, inner = _uri.filesystem(path)
-        with fs.open_input_stream(inner) as f:
-            text = f.read().decode("utf-8")
-    except FileNotFoundError as exc:
+    actions = read_actions_if_present(log_dir, version)
+    if actions is None:
         raise CorruptTableError(
             f"Commit {version} is missing from {log_dir} (log cleanup ran while this"
             " operation was in flight?). Retry the operation.",
             table_uri=log_dir,
-            path=path,
-        ) from exc
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+            path=_uri.join(log_dir, f"{version:020d}.json"),
+        )
+    return actions
+
+
+def read_actions_if_present(log_dir: str, version: int) -> list[dict[str, Any]] | None:
+    """The actions of commit ``version`` read by its name (a GET on object stores, never a
+    listing); None when no such commit exists."""
+    path = _uri.join(log_dir, f"{version:020d}.json")
+    try:
+        if _uri.is_local(path):
+            with open(_uri.local_path(path), "rb") as local:
+                data = local.read()
+        else:
+            fs, inner = _uri.filesystem(path)
+            with fs.open_input_stream(inner) as f:
+                data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if "does not exist" in str(exc) or "not found" in str(exc).lower():
+            return None  # some pyarrow stores report a missing key as a plain OSError
+        raise
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
 
 
 def add_actions_of(table_uri: str, version: int, paths: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -18,13 +18,20 @@ own log writer in :mod:`deltaflow.table._log_commit`, auto compaction) calls
 
 Neither ever fails the writer: the commit is in, and a missing checkpoint only slows
 readers down (the next multiple writes one). A failure is logged as a warning.
+
+In a long-lived process (the brain: :func:`run_in_background`) both run on a background
+thread after the commit returned, coalesced per table, never two at once; elsewhere on
+the committing thread.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
@@ -56,6 +63,9 @@ def checkpoint_interval(configuration: Mapping[str, str | None]) -> int:
     return DEFAULT_CHECKPOINT_INTERVAL
 
 
+_configured_interval = checkpoint_interval  # after_commit's argument shadows the name
+
+
 def expired_log_cleanup_enabled(configuration: Mapping[str, str | None]) -> bool:
     """``delta.enableExpiredLogCleanup`` (default true, as in delta-spark)."""
     value = table_property(configuration, "delta.enableExpiredLogCleanup")
@@ -80,6 +90,22 @@ def after_commit(
     known_not_due = checkpoint_interval is not None and version % max(checkpoint_interval, 1)
     if configuration is None and known_not_due:
         return False
+    if configuration is not None and version % _configured_interval(configuration):
+        return False
+    if _WORKER.enabled:
+        _WORKER.submit(table_uri, version, configuration, storage_options)
+        return False
+    return run(table_uri, version, configuration, storage_options)
+
+
+def run(
+    table_uri: str,
+    version: int,
+    configuration: Mapping[str, str | None] | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> bool:
+    """The upkeep of ``version`` now, on this thread; True when it wrote a checkpoint;
+    never raises."""
     try:
         return _upkeep(table_uri, version, configuration, storage_options)
     except Exception as exc:  # the commit is in: upkeep never fails the writer
@@ -158,3 +184,110 @@ def table_property(configuration: Mapping[str, str | None], name: str) -> str | 
         if key.lower() == wanted:
             return value
     return None
+
+
+# ---- upkeep off the commit path --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Due:
+    version: int
+    configuration: Mapping[str, str | None] | None
+    storage_options: dict[str, str] | None
+
+
+class _UpkeepWorker:
+    """Upkeep on a background thread, for long-lived processes (the brain).
+
+    Off by default: a one-shot process (the CLI, a script's write) checkpoints on the
+    committing thread, as delta-spark does. :func:`run_in_background` turns it on; then a
+    due checkpoint is queued and the commit returns at once. Per table one upkeep waits
+    at most: a newer due version replaces a waiting one (coalescing: a reader needs the
+    newest checkpoint, not every one), and one thread runs them in turn, so two
+    checkpoints of a table never overlap. :func:`flush` (the brain's shutdown, and an
+    ``atexit`` hook) runs what still waits, so an exiting process keeps its checkpoints.
+    """
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self._changed = threading.Condition()
+        self._pending: dict[str, _Due] = {}
+        self._running: str | None = None
+        self._thread: threading.Thread | None = None
+        self._hooked = False
+        self.done: list[tuple[str, int, bool]] = []  # the last few (uri, version, wrote)
+
+    def submit(
+        self,
+        table_uri: str,
+        version: int,
+        configuration: Mapping[str, str | None] | None,
+        storage_options: dict[str, str] | None,
+    ) -> None:
+        with self._changed:
+            waiting = self._pending.get(table_uri)
+            if waiting is None or waiting.version < version:
+                self._pending[table_uri] = _Due(version, configuration, storage_options)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="deltaflow-log-upkeep", daemon=True
+                )
+                self._thread.start()
+            self._changed.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            with self._changed:
+                while not self._pending:
+                    if not self._changed.wait(30.0) and not self._pending:
+                        self._thread = None
+                        return
+                uri = next(iter(self._pending))
+                due = self._pending.pop(uri)
+                self._running = uri
+            wrote = False
+            try:
+                wrote = run(uri, due.version, due.configuration, due.storage_options)
+            finally:
+                with self._changed:
+                    self._running = None
+                    self.done = [*self.done[-31:], (uri, due.version, wrote)]
+                    self._changed.notify_all()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until no upkeep waits or runs; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while self._pending or self._running is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if self._thread is None or not self._thread.is_alive():
+                    break  # no thread to run them (interpreter exit): run them here
+                self._changed.wait(left)
+            leftovers = list(self._pending.items())
+            self._pending.clear()
+        for uri, due in leftovers:
+            run(uri, due.version, due.configuration, due.storage_options)
+        return True
+
+
+_WORKER = _UpkeepWorker()
+# How long a process's exit waits for the upkeep still queued (a checkpoint: seconds).
+EXIT_FLUSH_SECONDS = 120.0
+
+
+def run_in_background(enabled: bool = True) -> None:
+    """Run this process's log upkeep on a background thread (the brain), or not."""
+    _WORKER.enabled = enabled
+    if enabled and not _WORKER._hooked:
+        _WORKER._hooked = True
+        atexit.register(flush, EXIT_FLUSH_SECONDS)
+
+
+def flush(timeout: float = EXIT_FLUSH_SECONDS) -> bool:
+    """Run every queued upkeep to its end; False when ``timeout`` passed first."""
+    done = _WORKER.flush(timeout)
+    if not done:
+        log.warning("log upkeep still running after %.0f s", timeout)
+    return done

@@ -8,10 +8,14 @@ replayed epoch asks here how many rows that is, and drops them.
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from typing import Any
 
 from deltalake import DeltaTable
 
+from deltaflow import _step_times
 from deltaflow.errors import InvalidOptionError
 from deltaflow.table import _uri
 from deltaflow.table._snapshot import table_exists
@@ -22,6 +26,10 @@ COMMIT_INTERVAL_DEFAULT_MS = 50
 COMMIT_INTERVAL_MIN_MS = 5
 COMMIT_INTERVAL_MAX_MS = 10_000
 COMMIT_INTERVAL_OPTION = "realTimeCommitIntervalMs"
+
+# One INFO line per epoch and query with the brain's commit steps (the JVM writer logs
+# its own steps per epoch the same way): where a real-time commit's milliseconds go.
+timing_log = logging.getLogger("deltaflow.realtime.commits")
 
 
 def commit_interval_ms(options: dict[str, str]) -> int:
@@ -69,41 +77,123 @@ def commit_rolls(args: dict[str, Any]) -> dict[str, Any]:
     the query replays. -> ``{route, version, files, skipped}``; a table the connector's
     file write cannot take answers ``{route: "python"}`` with nothing moved.
     """
+    rolls = [(str(r["directory"]), str(r["appId"]), int(r["version"])) for r in args["rolls"]]
+    if not rolls:
+        return {"route": "jvm", "version": None, "files": 0, "skipped": True}
+    started = time.perf_counter()
+    with _step_times.collect() as steps:
+        answer = _commit_rolls(args, rolls)
+    steps["total"] = time.perf_counter() - started
+    if answer.get("route") == "jvm":
+        query = str((args.get("stream") or {}).get("streamQueryId") or rolls[0][1])
+        _EPOCHS.record(query, rolls[0][2] >> 32, steps)
+    return answer
+
+
+def _commit_rolls(args: dict[str, Any], rolls: list[tuple[str, str, int]]) -> dict[str, Any]:
     from deltaflow.spark.bridge import _ops
     from deltaflow.spark.stream._writer import commit_batch
     from deltaflow.spark.write._files import delete_files
     from deltaflow.spark.write._native import collect_staged, rows_in
 
-    rolls = [(str(r["directory"]), str(r["appId"]), int(r["version"])) for r in args["rolls"]]
-    if not rolls:
-        return {"route": "jvm", "version": None, "files": 0, "skipped": True}
-    planned = _ops.plan_write({**args, "staging": rolls[0][0]})
+    with _step_times.step("plan"):
+        planned = _ops.plan_write({**args, "staging": rolls[0][0]})
     if planned.get("route") != "jvm":
         return {"route": str(planned.get("route"))}
     pending = _ops.take_pending(str(planned["handle"]))
     assert pending is not None  # planned just now, on this thread
     moved: list[Any] = []
     try:
-        for directory, _, _ in rolls:
-            moved.extend(collect_staged(pending.plan, pending.native, directory, pending.job_id))
+        with _step_times.step("collect"):
+            for directory, _, _ in rolls:
+                moved.extend(
+                    collect_staged(pending.plan, pending.native, directory, pending.job_id)
+                )
     except BaseException:
         delete_files(pending.plan.table_uri, moved)
         raise
     (_, first_app, first_version), more = rolls[0], rolls[1:]
     query_id = str((args.get("stream") or {}).get("streamQueryId") or first_app)
-    result = commit_batch(
-        pending.plan,
-        moved,
-        query_id=query_id,
-        app_id=first_app,
-        batch_id=first_version,
-        num_rows=rows_in(moved),
-        table=pending.table,
-        more_transactions=tuple((app, version) for _, app, version in more),
-    )
+    with _step_times.step("commit"):
+        result = commit_batch(
+            pending.plan,
+            moved,
+            query_id=query_id,
+            app_id=first_app,
+            batch_id=first_version,
+            num_rows=rows_in(moved),
+            table=pending.table,
+            more_transactions=tuple((app, version) for _, app, version in more),
+        )
     return {
         "route": "jvm",
         "version": result.version,
         "files": len(moved),
         "skipped": result.skipped,
     }
+
+
+# The steps of the timing line, in the order a commit takes them.
+TIMED_STEPS = (
+    "total",
+    "plan",
+    "collect",
+    "commit",
+    "conflict scan",
+    "write+fsync",
+    "link",
+    "dir fsync",
+    "upkeep",
+)
+
+
+class _EpochTimes:
+    """The brain's commit steps per query, logged as one line when the epoch changes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._epochs: dict[str, tuple[int, dict[str, list[float]]]] = {}
+        self.lines: list[str] = []  # the last few lines, for tests
+
+    def record(self, query: str, epoch: int, steps: dict[str, float]) -> None:
+        with self._lock:
+            current, samples = self._epochs.get(query, (epoch, {}))
+            if current != epoch:
+                self._emit(query, current, samples)
+                samples = {}
+            for name, seconds in steps.items():
+                samples.setdefault(name, []).append(seconds)
+            self._epochs[query] = (epoch, samples)
+
+    def flush(self) -> None:
+        with self._lock:
+            for query, (epoch, samples) in self._epochs.items():
+                self._emit(query, epoch, samples)
+            self._epochs.clear()
+
+    def _emit(self, query: str, epoch: int, samples: dict[str, list[float]]) -> None:
+        if not samples:
+            return
+        line = f"real-time commits of query {query} epoch {epoch}: " + "; ".join(
+            _summary(name, samples[name]) for name in TIMED_STEPS if name in samples
+        )
+        self.lines = [*self.lines[-15:], line]
+        timing_log.info("%s", line)
+
+
+def _summary(name: str, seconds: list[float]) -> str:
+    ordered = sorted(seconds)
+
+    def ms(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    top = ordered[-1] * 1000
+    return f"{name} {len(ordered)}x p50 {ms(0.5):.1f} p99 {ms(0.99):.1f} max {top:.1f} ms"
+
+
+_EPOCHS = _EpochTimes()
+
+
+def flush_timings() -> None:
+    """Log the timing lines of the epochs still open (the brain's shutdown)."""
+    _EPOCHS.flush()

@@ -73,6 +73,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -201,16 +202,43 @@ def serve(lines: IO[str], out: IO[str]) -> None:
             target.submit(handle, request)
 
 
+TERM_FLUSH_SECONDS = 30.0
+
+
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    from deltaflow.spark.bridge import _realtime
+    from deltaflow.table import _log_upkeep
+
+    try:
+        _realtime.flush_timings()
+        _log_upkeep.flush(TERM_FLUSH_SECONDS)
+    finally:
+        os._exit(128 + signum)
+
+
 def main() -> None:
     # The protocol owns stdout; a stray print anywhere must not corrupt it.
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    from deltaflow.spark.bridge import _host
+    from deltaflow.spark.bridge import _host, _realtime
+    from deltaflow.table import _log_upkeep
 
+    # The real-time sink's per-epoch commit timings, as the JVM writer logs its own.
+    _realtime.timing_log.setLevel(logging.INFO)
+    # A long-lived brain checkpoints off the commit path; what waits at its shutdown
+    # (stdin closed: the driver stopped) runs before it exits.
+    _log_upkeep.run_in_background()
+    # The driver stops a retired brain with SIGTERM: finish the queued checkpoints (none
+    # usually; bounded) before going, as at the end of stdin.
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     threading.Thread(target=_host.warm, name="deltaflow-gateway", daemon=True).start()
-    serve(sys.stdin, protocol)
+    try:
+        serve(sys.stdin, protocol)
+    finally:
+        _realtime.flush_timings()
+        _log_upkeep.flush()
 
 
 if __name__ == "__main__":
