@@ -70,7 +70,7 @@ lint: $(STAMP)
 # "Every Spark 4.x".
 CI_SPARK_VERSIONS ?=
 test: jar browser postgres lint
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 	$(PY) tests/spark_versions.py $(CI_SPARK_VERSIONS)
 
 # The core suite alone, on every older minor (or VERSIONS="4.1.4 ...").

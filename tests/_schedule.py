@@ -1,12 +1,15 @@
 """How the suite's files are spread over the two test processes, and what each cost.
 
-``pytest -n 2 --dist loadfile`` hands whole files to the processes in collection order, one
-at a time as each process frees up. Alphabetical order puts the longest files (chaos, cluster,
-demo) anywhere, and a ten-minute file handed out last leaves the other process idle for ten
-minutes. Handing out the longest files first (the classic longest-first rule) bounds that tail
-by the shortest files instead. :data:`LONGEST_FIRST` is the measured order; a file not named
-keeps its place after them. The end-of-run table (per file: seconds and process; per process:
-when it went idle) is what to update the list from.
+``pytest -n 2 --dist loadfile`` hands whole files to the processes one at a time as each
+process frees up. By default xdist first sorts the files by how many tests they hold, most
+first, which hands the chaos, cluster and demo files (one to three long tests each) out
+last: a ten-minute file handed out last leaves the other process idle for ten minutes.
+``--no-loadscope-reorder`` (the Makefile and ``tests/spark_versions.py`` pass it) keeps the
+collection order instead, which this module sets: handing out the longest files first (the
+classic longest-first rule) bounds that tail by the shortest files instead.
+:data:`LONGEST_FIRST` is the measured order; a file not named keeps its place after them.
+The end-of-run table (per file: seconds and process; per process: when it went idle) is
+what to update the list from.
 """
 
 from __future__ import annotations

@@ -216,6 +216,7 @@ def run_version(version: str, pytest_args: list[str], python: Path | None = None
         "2",
         "--dist",
         "loadfile",
+        "--no-loadscope-reorder",  # tests/_schedule.py's longest-first order
         "--durations=5",
         *CORE_TESTS,
         *pytest_args,
