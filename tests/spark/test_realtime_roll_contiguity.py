@@ -1,0 +1,220 @@
+"""The brain enforces exactly once for real-time rolls (issue 28, rtm-next2 §1.5): a
+roll commits only if it starts where its partition's app transaction ends, an exact
+replay commits nothing, anything else is refused; and a roll's files must hold its rows.
+
+No Spark session: ``sink.commitRolls`` is called as the driver's endpoint calls it, with
+rolls staged the way the connector's writers stage them. Two cache keys stand for two
+endpoints (a restarted query's and its predecessor's committer, still in the brain): each
+gets its own kept sink table, as two endpoints' calls do.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from deltaflow.spark.bridge import _realtime
+from deltaflow.table._commit import CommitRequest, roll_state, rolls_committed
+from deltaflow.table.errors import ConcurrentWriteError
+
+APP = "q"
+EPOCH = 3
+SCHEMA = {
+    "type": "struct",
+    "fields": [{"name": "id", "type": "integer", "nullable": True, "metadata": {}}],
+}
+_rolls = itertools.count()
+
+
+def at(row: int, epoch: int = EPOCH) -> int:
+    return epoch << 32 | row
+
+
+@pytest.fixture()
+def table(tmp_path: Path) -> str:
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": pa.array([], pa.int32())}))
+    return path
+
+
+def stage(path: str, start: int, end: int, epoch: int = EPOCH) -> str:
+    """A roll of partition 0 with ids ``start``..``end`` as a writer stages it."""
+    directory = Path(path) / "_delta_staging" / f"e{epoch}" / f"p0-e{epoch}-a1-n{next(_rolls)}"
+    directory.mkdir(parents=True)
+    ids = pa.array(range(start, end), pa.int32())
+    pq.write_table(pa.table({"id": ids}), directory / f"part-00000-{uuid.uuid4()}.parquet")
+    return str(directory)
+
+
+def commit(
+    path: str, key: str, start: int, end: int, *, epoch: int = EPOCH, staged: bool = True
+) -> dict[str, Any]:
+    """``sink.commitRolls`` of one roll of partition 0, through the endpoint ``key``."""
+    directory = stage(path, start, end, epoch) if staged else f"{path}/_delta_staging/gone"
+    version = at(end, epoch)
+    args = {
+        "mode": "append",
+        "schema": json.dumps(SCHEMA),
+        "options": {"path": path},
+        "conf": {},
+        "stream": {"queryId": f"{key}/rtm", "batchId": version, "streamQueryId": key},
+        "rolls": [
+            {
+                "directory": directory,
+                "appId": f"{APP}/rtm-p0",
+                "from": at(start, epoch),
+                "version": version,
+            }
+        ],
+    }
+    return _realtime.commit_rolls(args)
+
+
+def ids(path: str) -> list[int]:
+    return sorted(DeltaTable(path).to_pyarrow_table().column("id").to_pylist())
+
+
+def logged(path: str) -> int | None:
+    return DeltaTable(path).transaction_version(f"{APP}/rtm-p0")
+
+
+def data_files(path: str) -> set[str]:
+    return {p.name for p in Path(path).glob("*.parquet")}
+
+
+def test_a_second_endpoint_cannot_commit_rows_another_committed(table: str) -> None:
+    """Endpoint A (an old run's committer) commits 100-150 after B seeded 100: B's
+    100-140 is refused (main committed it: rows 100-140 twice, the txn back to 140)."""
+    commit(table, "new", 0, 100)
+    commit(table, "old", 100, 150)  # the zombie: contiguous with the log, accepted
+    files = data_files(table)
+    with pytest.raises(ConcurrentWriteError) as refused:
+        commit(table, "new", 100, 140)
+    assert refused.value.kind == "ConcurrentTransaction"
+    assert data_files(table) == files  # the refused roll's file was deleted
+    assert ids(table) == list(range(150))
+    assert logged(table) == at(150)
+    # The query replays from the log: its next roll starts at 150.
+    assert commit(table, "new", 150, 200)["skipped"] is False
+    assert ids(table) == list(range(200))
+    assert logged(table) == at(200)
+
+
+def test_the_old_endpoint_cannot_commit_after_the_new_one(table: str) -> None:
+    commit(table, "new", 0, 100)
+    commit(table, "old", 0, 100)  # the old endpoint's table sees the log at 100 too
+    commit(table, "new", 100, 140)
+    with pytest.raises(ConcurrentWriteError):
+        commit(table, "old", 100, 150)
+    assert ids(table) == list(range(140))
+    assert logged(table) == at(140)
+
+
+def test_an_exact_replay_commits_nothing(table: str) -> None:
+    commit(table, "new", 0, 100)
+    version = DeltaTable(table).version()
+    files = data_files(table)
+    answer = commit(table, "old", 0, 100)
+    assert answer["skipped"] is True
+    assert DeltaTable(table).version() == version
+    assert data_files(table) == files
+    assert ids(table) == list(range(100))
+
+
+def test_a_roll_whose_directory_is_gone_is_refused(table: str) -> None:
+    """Main committed the txn with no rows: a replay would then skip them for good."""
+    commit(table, "new", 0, 100)
+    version = DeltaTable(table).version()
+    with pytest.raises(ConcurrentWriteError) as refused:
+        commit(table, "new", 100, 150, staged=False)
+    assert refused.value.kind == "ConcurrentTransaction"
+    assert DeltaTable(table).version() == version
+    assert logged(table) == at(100)
+
+
+def test_a_roll_short_of_its_rows_is_refused(table: str) -> None:
+    commit(table, "new", 0, 100)
+    files = data_files(table)
+    directory = stage(table, 100, 120)  # 20 rows, announced as 50
+    args = {
+        "mode": "append",
+        "schema": json.dumps(SCHEMA),
+        "options": {"path": table},
+        "conf": {},
+        "stream": {"queryId": "new/rtm", "batchId": at(150), "streamQueryId": "new"},
+        "rolls": [
+            {"directory": directory, "appId": f"{APP}/rtm-p0", "from": at(100), "version": at(150)}
+        ],
+    }
+    with pytest.raises(ConcurrentWriteError):
+        _realtime.commit_rolls(args)
+    assert data_files(table) == files  # the short roll's moved file was deleted
+    assert logged(table) == at(100)
+
+
+def test_a_roll_of_a_finished_epoch_is_refused(table: str) -> None:
+    commit(table, "new", 0, 100, epoch=EPOCH + 1)
+    with pytest.raises(ConcurrentWriteError):
+        commit(table, "old", 100, 150)  # epoch EPOCH, the log holding EPOCH + 1
+    with pytest.raises(ConcurrentWriteError):
+        commit(table, "old", 0, 50)  # even from the epoch's start
+    assert logged(table) == at(100, EPOCH + 1)
+    assert ids(table) == list(range(100))
+
+
+def test_an_epoch_starts_over_an_earlier_one(table: str) -> None:
+    commit(table, "new", 0, 100, epoch=EPOCH - 1)
+    commit(table, "new", 0, 30)
+    assert logged(table) == at(30)
+    assert len(ids(table)) == 130
+
+
+def _request(*rolls: tuple[str, int, int]) -> CommitRequest:
+    (app, _, end), more = rolls[0], rolls[1:]
+    return CommitRequest(
+        table_uri="file:///t",
+        schema=SCHEMA,
+        partition_columns=(),
+        adds=(),
+        read_version=7,
+        app_id=app,
+        app_version=end,
+        more_transactions=tuple((a, e) for a, _, e in more),
+        txn_from=tuple((a, s) for a, s, _ in rolls),
+    )
+
+
+def test_roll_states() -> None:
+    assert roll_state(None, at(0), at(10)) == "contiguous"  # the first epoch's start
+    assert roll_state(at(99, EPOCH - 1), at(0), at(10)) == "contiguous"  # a new epoch
+    assert roll_state(at(10), at(10), at(20)) == "contiguous"
+    assert roll_state(at(20), at(10), at(20)) == "replayed"
+    assert roll_state(at(0, EPOCH + 1), at(0), at(10)) == "other"  # a finished epoch
+    assert roll_state(at(15), at(10), at(20)) == "other"  # an overlap
+    assert roll_state(at(25), at(10), at(20)) == "other"  # past the roll
+    assert roll_state(at(5), at(10), at(20)) == "other"  # a gap
+    assert roll_state(None, at(10), at(20)) == "other"  # rows the log never had
+    assert roll_state(at(10, EPOCH - 1), at(10), at(20)) == "other"
+
+
+def test_a_group_commits_only_when_every_roll_agrees() -> None:
+    log = {"a": at(10), "b": at(20)}
+    assert rolls_committed(log.get, _request(("a", at(10), at(15)), ("b", at(20), at(30)))) is False
+    assert rolls_committed(log.get, _request(("a", at(0), at(10)), ("b", at(5), at(20)))) is True
+    assert rolls_committed(log.get, _request(("c", at(0), at(5)))) is False  # a new partition
+    for mixed in (
+        _request(("a", at(10), at(15)), ("b", at(5), at(20))),  # one new, one replayed
+        _request(("a", at(10), at(15)), ("b", at(10), at(30))),  # one overlapping
+    ):
+        with pytest.raises(ConcurrentWriteError) as refused:
+            rolls_committed(log.get, mixed)
+        assert refused.value.kind == "ConcurrentTransaction"
+        assert refused.value.read_version == 7
