@@ -218,3 +218,72 @@ def test_a_group_commits_only_when_every_roll_agrees() -> None:
             rolls_committed(log.get, mixed)
         assert refused.value.kind == "ConcurrentTransaction"
         assert refused.value.read_version == 7
+
+
+def test_delta_rs_refuses_a_commit_whose_app_transaction_advanced_since_its_read(
+    table: str,
+) -> None:
+    """What makes the check atomic on the delta-rs route (object stores Hadoop opens):
+    delta-rs retries a lost blind append itself, but not past a winner's ``txn`` of the
+    same app id, and deltaflow names that failure ``ConcurrentTransaction``."""
+    from deltalake import CommitProperties, Transaction
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import AddAction
+
+    from deltaflow.table._commit_conflicts import conflict_kind
+
+    def append(loaded: DeltaTable, name: str, version: int) -> None:
+        loaded.create_write_transaction(
+            [AddAction(name, 10, {}, 1, True, '{"numRecords":1}')],
+            "append",
+            loaded.schema(),
+            None,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(f"{APP}/rtm-p0", version)]
+            ),
+        )
+
+    stale, winner = DeltaTable(table), DeltaTable(table)
+    append(winner, "a.parquet", at(150))
+    with pytest.raises(CommitFailedError) as refused:
+        append(stale, "b.parquet", at(140))
+    assert conflict_kind(str(refused.value)) == "ConcurrentTransaction"
+    assert logged(table) == at(150)
+
+
+def test_the_delta_rs_route_checks_rolls_too(table: str) -> None:
+    """``_commit.commit``'s delta-rs route (a ``WRITE``, as on a table Hadoop opens that
+    is not local) runs the same check against the caller's kept table."""
+    from deltaflow.table import _commit
+
+    def roll(kept: DeltaTable, start: int, end: int) -> _commit.CommitResult:
+        name = f"r{start}-{end}-{uuid.uuid4().hex}.parquet"
+        add = _commit.AddedFile(name, 10, {}, 1, json.dumps({"numRecords": end - start}))
+        return _commit.commit(
+            _commit.CommitRequest(
+                table_uri=table,
+                schema=json.loads(DeltaTable(table).schema().to_json()),
+                partition_columns=(),
+                adds=[add],
+                read_version=kept.version(),
+                app_id=f"{APP}/rtm-p0",
+                app_version=at(end),
+                txn_from=((f"{APP}/rtm-p0", at(start)),),
+                table=kept,
+            )
+        )
+
+    new, old = DeltaTable(table), DeltaTable(table)
+    assert not roll(new, 0, 100).skipped
+    old.update_incremental()
+    assert not roll(old, 100, 150).skipped  # the zombie, contiguous
+    new.update_incremental()
+    with pytest.raises(ConcurrentWriteError):
+        roll(new, 100, 140)  # main: skipped as "150 >= 140", then 140-200 duplicated 140-150
+    stale = DeltaTable(table)  # the log at 150
+    assert roll(new, 150, 200).version is not None
+    with pytest.raises(ConcurrentWriteError):
+        roll(stale, 150, 200)  # continuous at its read, but a txn of p0 landed since
+    old.update_incremental()
+    assert roll(old, 150, 200).skipped  # an exact replay
+    assert logged(table) == at(200)
