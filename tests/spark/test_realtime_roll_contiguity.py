@@ -287,3 +287,41 @@ def test_the_delta_rs_route_checks_rolls_too(table: str) -> None:
     old.update_incremental()
     assert roll(old, 150, 200).skipped  # an exact replay
     assert logged(table) == at(200)
+
+
+def test_a_group_of_partitions_commits_replays_or_is_refused_whole(table: str) -> None:
+    def group(key: str, *rolls: tuple[int, int, int]) -> dict[str, Any]:
+        """One commit of rolls ``(partition, start, end)``; ids are ``partition * 1000 + row``."""
+        staged = []
+        for partition, start, end in rolls:
+            directory = stage(table, partition * 1000 + start, partition * 1000 + end)
+            staged.append(
+                {
+                    "directory": directory,
+                    "appId": f"{APP}/rtm-p{partition}",
+                    "from": at(start),
+                    "version": at(end),
+                }
+            )
+        return _realtime.commit_rolls(
+            {
+                "mode": "append",
+                "schema": json.dumps(SCHEMA),
+                "options": {"path": table},
+                "conf": {},
+                "stream": {"queryId": f"{key}/rtm", "batchId": at(0), "streamQueryId": key},
+                "rolls": staged,
+            }
+        )
+
+    assert group("new", (0, 0, 10), (1, 0, 20))["skipped"] is False
+    assert group("old", (0, 0, 10), (1, 0, 20))["skipped"] is True
+    files = data_files(table)
+    with pytest.raises(ConcurrentWriteError):
+        group("old", (0, 0, 10), (1, 20, 30))  # p0 replayed, p1 new: neither
+    assert data_files(table) == files
+    assert group("new", (0, 10, 15), (1, 20, 30))["skipped"] is False
+    assert ids(table) == [*range(15), *range(1000, 1030)]
+    table_now = DeltaTable(table)
+    assert table_now.transaction_version(f"{APP}/rtm-p0") == at(15)
+    assert table_now.transaction_version(f"{APP}/rtm-p1") == at(30)
