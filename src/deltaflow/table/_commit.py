@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import unquote
@@ -154,6 +154,10 @@ class CommitRequest:
     # More app transactions in the same commit, ``(app id, version)`` (a real-time sink's
     # interval commits every partition's rows, each partition under its own app id).
     more_transactions: tuple[tuple[str, int], ...] = ()
+    # Where each app transaction's rows start, ``(app id, from)``: a real-time sink's
+    # rolls (``from`` = ``epoch << 32 | first row``). Set, the commit must continue the log
+    # exactly (:func:`rolls_committed`) instead of only being newer than it.
+    txn_from: tuple[tuple[str, int], ...] = ()
     user_metadata: str | None = None
     description: str | None = None  # the table comment, for a commit that creates the table
     # Extra top-level commitInfo fields (operationParameters, operationMetrics, readVersion...)
@@ -206,10 +210,66 @@ def transactions_of(request: CommitRequest) -> tuple[tuple[str, int], ...]:
     return first + tuple(request.more_transactions)
 
 
+RollState = Literal["contiguous", "replayed", "other"]
+_ROWS_MASK = (1 << 32) - 1
+
+
+def roll_state(seen: int | None, start: int, end: int) -> RollState:
+    """How a real-time roll of rows ``start``..``end`` (each ``epoch << 32 | row``) stands
+    against ``seen``, its app transaction's version in the log: ``contiguous`` when it
+    starts where the log ends (or at its epoch's start, the log holding an earlier epoch
+    or nothing), ``replayed`` when the log ends exactly where it ends, else ``other``
+    (a gap, an overlap, a finished epoch's zombie)."""
+    if seen == start or (start & _ROWS_MASK == 0 and (seen is None or seen < start)):
+        return "contiguous"
+    if seen == end:
+        return "replayed"
+    return "other"
+
+
+def rolls_committed(seen: Callable[[str], int | None], request: CommitRequest) -> bool:
+    """The check of a commit whose transactions carry their starts (``txn_from``), against
+    ``seen(app id)``, the log at the commit's read version: True when every roll is there
+    exactly (a replay: commit nothing); False when every roll continues the log (commit);
+    anything else is a ``ConcurrentWriteError`` (``ConcurrentTransaction``) naming each
+    roll. Atomic with the put: the put is at read + 1, and a lost put's conflict scan
+    refuses any later ``txn`` of these app ids."""
+    starts = dict(request.txn_from)
+    rolls = [(app, starts[app], end, seen(app)) for app, end in transactions_of(request)]
+    states = [roll_state(logged, start, end) for _, start, end, logged in rolls]
+    if states and all(s == "replayed" for s in states):
+        return True
+    if all(s == "contiguous" for s in states):
+        return False
+    described = "; ".join(
+        f"{app} rows {_rows(start)}-{_rows(end)} ({state}), the log holding"
+        f" {'nothing' if logged is None else _rows(logged)}"
+        for (app, start, end, logged), state in zip(rolls, states, strict=True)
+    )
+    raise ConcurrentWriteError(
+        f"The real-time rolls committed to {request.table_uri} do not continue its app"
+        f" transactions ({described}): another writer of the same stream committed these"
+        " rows, or an older epoch's writer is still running. Nothing was committed; the"
+        " stream replays from the log.",
+        table_uri=request.table_uri,
+        kind="ConcurrentTransaction",
+        read_version=request.read_version,
+        attempts=1,
+    )
+
+
+def _rows(version: int) -> str:
+    """``epoch << 32 | row`` as ``e<epoch>:<row>``."""
+    return f"e{version >> 32}:{version & _ROWS_MASK}"
+
+
 def request_committed(table: DeltaTable, request: CommitRequest) -> bool:
     """True when every app transaction of ``request`` is in the log at or above its version
     (a replay: commit nothing). Some in and some not cannot be a replay of this request:
-    a ``ConcurrentWriteError`` (``ConcurrentTransaction``), which the caller replays from."""
+    a ``ConcurrentWriteError`` (``ConcurrentTransaction``), which the caller replays from.
+    A request with ``txn_from`` (real-time rolls) is checked by :func:`rolls_committed`."""
+    if request.txn_from:
+        return rolls_committed(table.transaction_version, request)
     pairs = transactions_of(request)
     seen = [already_committed(table, app_id, version) for app_id, version in pairs]
     if not seen or not any(seen):

@@ -117,6 +117,10 @@ def commit_write(
     ):
         # A caller's open table at the read version (a stream sink's): no log load.
         current = snapshot_of_table(kept, request.table_uri)
+        # Real-time rolls must continue the log's app transactions (micro-batches were
+        # checked when planned: plan.skip).
+        if request.txn_from and request_committed(kept, request):
+            return CommitResult(None, True, 0)
     elif request.read_version is not None:
         current = load_snapshot(
             request.table_uri,

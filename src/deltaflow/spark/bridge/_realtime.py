@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from deltalake import DeltaTable
 
@@ -19,6 +19,7 @@ from deltaflow import _step_times
 from deltaflow.errors import InvalidOptionError
 from deltaflow.table import _uri
 from deltaflow.table._snapshot import table_exists
+from deltaflow.table.errors import ConcurrentWriteError
 
 # The commit interval's bounds (ms). Shorter than 5 ms would only queue commits behind
 # each other (a local Delta commit takes ~15 ms); longer than 10 s is micro-batch's job.
@@ -71,13 +72,20 @@ def commit_rolls(args: dict[str, Any]) -> dict[str, Any]:
     interval, as one Delta commit carrying each partition's app transaction.
 
     ``args`` is ``write.plan``'s (``stream`` names the first roll's app transaction) plus
-    ``rolls``: ``[{directory, appId, version}]``, each a staged directory its task wrote.
-    Every transaction is checked against the log atomically with the commit: all there
-    (a replay) commits nothing, some there fails the commit (``ConcurrentWriteError``) and
-    the query replays. -> ``{route, version, files, skipped}``; a table the connector's
-    file write cannot take answers ``{route: "python"}`` with nothing moved.
+    ``rolls``: ``[{directory, appId, from, version}]``, each a staged directory its task
+    wrote with the partition's rows ``from`` until ``version`` (``epoch << 32 | row``).
+    Each roll must hold exactly those rows (its directory gone or short: refused), and
+    the group is checked against the log atomically with the commit: every roll starting
+    where its app transaction ends commits; every roll ending exactly there (a replay)
+    commits nothing; anything else (a second writer of the same partitions, a finished
+    epoch's zombie) fails the commit (``ConcurrentWriteError``) and the query replays.
+    A refused group's files are deleted. -> ``{route, version, files, skipped}``; a table
+    the connector's file write cannot take answers ``{route: "python"}``, nothing moved.
     """
-    rolls = [(str(r["directory"]), str(r["appId"]), int(r["version"])) for r in args["rolls"]]
+    rolls = [
+        Roll(str(r["directory"]), str(r["appId"]), int(r["from"]), int(r["version"]))
+        for r in args["rolls"]
+    ]
     if not rolls:
         return {"route": "jvm", "version": None, "files": 0, "skipped": True}
     started = time.perf_counter()
@@ -85,45 +93,57 @@ def commit_rolls(args: dict[str, Any]) -> dict[str, Any]:
         answer = _commit_rolls(args, rolls)
     steps["total"] = time.perf_counter() - started
     if answer.get("route") == "jvm":
-        query = str((args.get("stream") or {}).get("streamQueryId") or rolls[0][1])
-        _EPOCHS.record(query, rolls[0][2] >> 32, steps)
+        query = str((args.get("stream") or {}).get("streamQueryId") or rolls[0].app_id)
+        _EPOCHS.record(query, rolls[0].end >> 32, steps)
     return answer
 
 
-def _commit_rolls(args: dict[str, Any], rolls: list[tuple[str, str, int]]) -> dict[str, Any]:
+class Roll(NamedTuple):
+    """One partition's rows handed over in an interval: ``start``..``end`` are
+    ``epoch << 32 | row`` (the end is the app transaction's version)."""
+
+    directory: str
+    app_id: str
+    start: int
+    end: int
+
+
+def _commit_rolls(args: dict[str, Any], rolls: list[Roll]) -> dict[str, Any]:
     from deltaflow.spark.bridge import _ops
     from deltaflow.spark.stream._writer import commit_batch
     from deltaflow.spark.write._files import delete_files
     from deltaflow.spark.write._native import collect_staged, rows_in
 
     with _step_times.step("plan"):
-        planned = _ops.plan_write({**args, "staging": rolls[0][0]})
+        planned = _ops.plan_write({**args, "staging": rolls[0].directory})
     if planned.get("route") != "jvm":
         return {"route": str(planned.get("route"))}
     pending = _ops.take_pending(str(planned["handle"]))
     assert pending is not None  # planned just now, on this thread
+    uri = pending.plan.table_uri
     moved: list[Any] = []
     try:
         with _step_times.step("collect"):
-            for directory, _, _ in rolls:
-                moved.extend(
-                    collect_staged(pending.plan, pending.native, directory, pending.job_id)
-                )
+            for roll in rolls:
+                files = collect_staged(pending.plan, pending.native, roll.directory, pending.job_id)
+                moved.extend(files)
+                _check_rows(uri, roll, files, rows_in(files))
     except BaseException:
-        delete_files(pending.plan.table_uri, moved)
+        delete_files(uri, moved)
         raise
-    (_, first_app, first_version), more = rolls[0], rolls[1:]
-    query_id = str((args.get("stream") or {}).get("streamQueryId") or first_app)
+    first, more = rolls[0], rolls[1:]
+    query_id = str((args.get("stream") or {}).get("streamQueryId") or first.app_id)
     with _step_times.step("commit"):
         result = commit_batch(
             pending.plan,
             moved,
             query_id=query_id,
-            app_id=first_app,
-            batch_id=first_version,
+            app_id=first.app_id,
+            batch_id=first.end,
             num_rows=rows_in(moved),
             table=pending.table,
-            more_transactions=tuple((app, version) for _, app, version in more),
+            more_transactions=tuple((r.app_id, r.end) for r in more),
+            txn_from=tuple((r.app_id, r.start) for r in rolls),
         )
     return {
         "route": "jvm",
@@ -131,6 +151,26 @@ def _commit_rolls(args: dict[str, Any], rolls: list[tuple[str, str, int]]) -> di
         "files": len(moved),
         "skipped": result.skipped,
     }
+
+
+def _check_rows(table_uri: str, roll: Roll, files: list[Any], rows: int) -> None:
+    """A roll's files must hold exactly its rows: a directory deleted before its commit
+    (an aborted epoch's cleanup racing the committer) would otherwise record rows in the
+    app transaction that no file holds, and a replay would skip them for good."""
+    expected = roll.end - roll.start
+    if files and rows == expected:
+        return
+    raise ConcurrentWriteError(
+        f"The real-time roll {roll.directory} of {roll.app_id} should hold"
+        f" {expected} rows (e{roll.start >> 32}: {roll.start & 0xFFFFFFFF}-"
+        f"{roll.end & 0xFFFFFFFF}) and its files hold {rows} ({len(files)} files): it was"
+        " deleted or cut short before its commit (the epoch ended or was aborted). Nothing"
+        " was committed; the stream replays these rows from the log.",
+        table_uri=table_uri,
+        kind="ConcurrentTransaction",
+        read_version=None,
+        attempts=1,
+    )
 
 
 # The steps of the timing line, in the order a commit takes them.

@@ -164,6 +164,7 @@ def commit_batch(
     table: DeltaTable | None = None,
     app_id: str | None = None,
     more_transactions: tuple[tuple[str, int], ...] = (),
+    txn_from: tuple[tuple[str, int], ...] = (),
 ) -> _commit.CommitResult:
     """Commit one micro-batch of a Delta stream sink: every sink route comes here (the
     connector's JVM sink through the bridge's ``write.commit``, the Python sink's
@@ -181,7 +182,9 @@ def commit_batch(
     deletes the batch's files too; any other failure leaves them for VACUUM, since the
     commit's outcome is then unknown. ``table`` is the sink's open table, if kept.
     ``more_transactions``: further app transactions of the same commit (a real-time
-    sink's partitions, :mod:`deltaflow.spark.bridge._realtime`).
+    sink's partitions, :mod:`deltaflow.spark.bridge._realtime`); ``txn_from``: where each
+    transaction's rows start (real-time rolls), which makes the commit check that it
+    continues the log exactly (:func:`deltaflow.table._commit.rolls_committed`).
     """
     started = time.perf_counter()
     if plan.skip:
@@ -195,6 +198,7 @@ def commit_batch(
             commit_info=batch_commit_info(query_id, batch_id, plan.mode, adds, num_rows),
             operation="STREAMING UPDATE",
             more_transactions=more_transactions,
+            txn_from=txn_from,
             **({"table": table} if table is not None else {}),
         )
         # A stream's table compacts itself unless told otherwise (table/_auto_compact.py).

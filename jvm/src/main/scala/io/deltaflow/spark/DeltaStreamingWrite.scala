@@ -157,7 +157,7 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
       dir => RealTimeQueries.delete(dir, hadoopConf), intervalMs))
     planned = Some(Planned(epoch, plan, base, None, Some(endpoint)))
     logInfo(s"deltaflow real-time epoch $epoch into ${info.uri}: commits every $intervalMs ms")
-    new RealTimeWriterFactory(endpoint, plan.get("staging").asText(), template, shape, sort,
+    new RealTimeWriterFactory(endpoint.name, plan.get("staging").asText(), template, shape, sort,
       failed, intervalMs)
   }
 
@@ -191,6 +191,8 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
       val o = list.addObject()
       o.put("directory", r.directory)
       o.put("appId", app(r.partition))
+      // Where the roll starts: the brain commits it only if the log ends there.
+      o.put("from", (r.epoch << 32) | r.fromRow)
       o.put("version", version(r))
     }
     val result = Brain.call("sink.commitRolls", args)
@@ -239,7 +241,7 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
     }
 
   // The end of a real-time epoch: its rolls are in the log (or dropped); the endpoint
-  // closes and the epoch's staging directory goes.
+  // drains its committer and closes, then the epoch's staging directory goes.
   private def endRealTime(batch: Planned): Unit = {
     planned = None
     batch.realTime.foreach(RealTimeCommits.close)
@@ -280,7 +282,7 @@ object DeltaStreamingWrite {
 
   private final case class Planned(batchId: Long, plan: JsonNode,
       parameters: Map[String, String], write: Option[BatchWrite],
-      realTime: Option[String] = None)
+      realTime: Option[RealTimeCommits.Opened] = None)
 
   /** The rows of `epoch` a partition's app transaction `version` records (all of them
    *  when it records a later epoch; none when an earlier one or nothing). */

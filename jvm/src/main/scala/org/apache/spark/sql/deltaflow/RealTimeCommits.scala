@@ -49,17 +49,29 @@ object RealTimeCommits {
   /** What a task's commit reports: the rows its partition saw in the epoch. */
   final case class Rows(partition: Int, rows: Long) extends WriterCommitMessage
 
-  /** Register the epoch's endpoint on the driver; its name, for the writers. */
-  def open(endpoint: RpcEnv => RealTimeCommitEndpoint): String = {
+  /** An epoch's endpoint, registered on the driver under `name` (for the writers). */
+  final case class Opened(name: String, endpoint: RealTimeCommitEndpoint)
+
+  // How long the epoch's end waits for a group already in the brain (a commit takes
+  // tens of ms; a slow store or a compaction after it, seconds).
+  private val DrainMs = 60000L
+
+  /** Register the epoch's endpoint on the driver. */
+  def open(endpoint: RpcEnv => RealTimeCommitEndpoint): Opened = {
     val env = SparkEnv.get
     val name = s"deltaflow-rtm-${UUID.randomUUID()}"
-    env.rpcEnv.setupEndpoint(name, endpoint(env.rpcEnv))
-    name
+    val created = endpoint(env.rpcEnv)
+    env.rpcEnv.setupEndpoint(name, created)
+    Opened(name, created)
   }
 
-  def close(name: String): Unit = {
+  /** The epoch's end: the committer takes no more groups and finishes the one it is
+   *  committing (so the staging directory is not deleted under it), then the endpoint
+   *  stops, refusing what still waits. */
+  def close(opened: Opened): Unit = {
+    opened.endpoint.drain(DrainMs)
     val env = SparkEnv.get
-    try env.rpcEnv.stop(RpcUtils.makeDriverRef(name, env.conf, env.rpcEnv))
+    try env.rpcEnv.stop(RpcUtils.makeDriverRef(opened.name, env.conf, env.rpcEnv))
     catch { case _: Exception => () }
   }
 }
@@ -201,6 +213,21 @@ class RealTimeCommitEndpoint(
         case None => group.foreach(_._2.reply(true))
         case Some(e) => group.foreach(_._2.sendFailure(e))
       }
+    }
+  }
+
+  /** Stop taking groups and wait (at most `timeoutMs`) for the one being committed: after
+   *  this no call of this endpoint is in the brain, unless the wait ran out (logged; the
+   *  brain then refuses a roll whose directory is gone, so nothing is lost). */
+  def drain(timeoutMs: Long): Unit = {
+    lock.synchronized {
+      stopped = true
+      lock.notifyAll()
+    }
+    if (Thread.currentThread() ne committer) committer.join(timeoutMs)
+    if (committer.isAlive) {
+      logWarning(s"deltaflow real-time commits: a group still in the brain after $timeoutMs ms " +
+        "at the epoch's end")
     }
   }
 
