@@ -24,19 +24,39 @@ class Counted:
     def __init__(self, store: ObjectStore, metrics_port: int) -> None:
         self.store, self.url = store, f"http://127.0.0.1:{metrics_port}/metrics"
 
-    def counts(self) -> collections.Counter[str]:
-        """The server's S3 requests so far by type (its GET includes HEAD), once settled:
-        the server counts a request just after answering it, so two reads 50 ms apart must
-        agree (within 5 s)."""
-        deadline = time.monotonic() + 5
+    def counts(
+        self, changed_from: collections.Counter[str] | None = None
+    ) -> collections.Counter[str]:
+        """The server's S3 requests so far by type (its GET includes HEAD), once settled.
+        The server counts a request just after answering it, later still on a loaded
+        machine: with ``changed_from``, first wait (up to 30 s) until the counts differ from
+        it (every call measured makes a request); then until four reads 0.2 s apart
+        agree."""
+        deadline = time.monotonic() + 30
         last = self._read()
-        while time.monotonic() < deadline:
+        while changed_from is not None and last == changed_from:
+            assert time.monotonic() < deadline, f"the server counted no request: {last}"
             time.sleep(0.05)
+            last = self._read()
+        same = 0
+        while same < 3:
+            assert time.monotonic() < deadline, f"the server's counts did not settle: {last}"
+            time.sleep(0.2)
             now = self._read()
-            if now == last:
-                return now
+            same = same + 1 if now == last else 0
             last = now
-        raise AssertionError(f"the server's request counts did not settle: {last}")
+        return last
+
+    def wait_until_up(self, timeout: float = 60) -> None:
+        """The metrics endpoint starts after the S3 port the launcher waits for."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self._read()
+                return
+            except OSError:
+                assert time.monotonic() < deadline, f"no metrics at {self.url}"
+                time.sleep(0.2)
 
     def _read(self) -> collections.Counter[str]:
         counts: collections.Counter[str] = collections.Counter()
@@ -53,7 +73,9 @@ def counted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Counted]:
     port = free_port()
     data = Path(tmp_path_factory.mktemp("seaweedfs-counted"))
     with start_seaweedfs(data, extra_args=[f"-metricsPort={port}"]) as store:
-        yield Counted(store, port)
+        counted = Counted(store, port)
+        counted.wait_until_up()
+        yield counted
 
 
 @pytest.fixture
@@ -71,7 +93,7 @@ def table(counted: Counted, monkeypatch: pytest.MonkeyPatch) -> str:
 def requests_of(counted: Counted, call) -> collections.Counter[str]:
     before = counted.counts()
     call()
-    return counted.counts() - before
+    return counted.counts(changed_from=before) - before
 
 
 def test_table_load_lists_the_log_once(counted, table):
