@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -178,9 +178,15 @@ def register_sources(spark: SparkSession) -> None:
 
     spark.dataSource.register(DeltaDataSource)
     spark.dataSource.register(CloudFilesDataSource)
+    # The AWS variables the session's fs.s3a.* settings imply, for every source's workers.
+    wanted = _object_store_variables(spark)
     for name in (PYTHON_SOURCE_NAME, "cloudFiles"):
-        _settle_worker_env(spark, name)
-        _object_store_env(spark, name)
+        env_vars = _worker_env(spark, name)
+        if env_vars is not None:
+            _settle_worker_env(spark, env_vars)
+            for key, value in wanted.items():
+                if not env_vars.containsKey(key):
+                    env_vars.put(key, value)
 
 
 def _driver_object_store_env(spark: SparkSession) -> None:
@@ -188,27 +194,28 @@ def _driver_object_store_env(spark: SparkSession) -> None:
     through delta-rs and pyarrow, which read only the environment, so the AWS variables
     the session's ``fs.s3a.*`` settings imply are set here where they are not set already
     (as the connector does for the brain). Never printed."""
-    wanted = spark._jvm.io.deltaflow.spark.HadoopStores.pythonWorkerVariables()  # type: ignore[attr-defined]
-    for key in wanted.keySet().toArray():
-        os.environ.setdefault(str(key), str(wanted.get(key)))
+    for key, value in _object_store_variables(spark).items():
+        os.environ.setdefault(key, value)
 
 
-def _object_store_env(spark: SparkSession, name: str) -> None:
+def _object_store_variables(spark: SparkSession) -> dict[str, str]:
     """Credentials from one place: the AWS variables the session's ``fs.s3a.*`` settings
-    imply go into the registered source's worker environment (the JVM's
-    ``HadoopStores.pythonWorkerVariables``), so its Python workers, on the driver and in
-    every task, reach the store as the brain does (delta-rs and pyarrow read only the
-    environment). Nothing when the settings name no S3 store, or the JVM's own
-    environment already sets a variable. The values stay in the function's environment:
-    never printed, never in a plan string."""
+    imply, less those the driver JVM's own environment sets (the JVM's
+    ``HadoopStores.pythonWorkerVariables``; empty without S3 settings). deltaflow's Python
+    data source workers (the driver's planners and every task) and the driver Python get
+    them, so they reach the store as the brain does: delta-rs and pyarrow read only the
+    environment. The values stay in environments: never printed, never in a plan string."""
+    wanted = spark._jvm.io.deltaflow.spark.HadoopStores.pythonWorkerVariables()  # type: ignore[attr-defined]
+    return {str(key): str(wanted.get(key)) for key in wanted.keySet().toArray()}
+
+
+def _worker_env(spark: SparkSession, name: str) -> Any:
+    """The registered source ``name``'s worker environment (the ``envVars`` java.util.Map of
+    its Python function, which Spark hands to every worker of that source), or None."""
     manager = spark._jsparkSession.sessionState().dataSourceManager()  # type: ignore[attr-defined]
     if not manager.dataSourceExists(name):
-        return
-    env_vars = manager.lookupDataSource(name).dataSourceCls().envVars()
-    wanted = spark._jvm.io.deltaflow.spark.HadoopStores.pythonWorkerVariables()  # type: ignore[attr-defined]
-    for key in wanted.keySet().toArray():
-        if not env_vars.containsKey(key):
-            env_vars.put(key, wanted.get(key))
+        return None
+    return manager.lookupDataSource(name).dataSourceCls().envVars()
 
 
 def _is_connect(spark: SparkSession) -> bool:
@@ -333,7 +340,7 @@ _STREAM_RUNNER_ENV = (
 )
 
 
-def _settle_worker_env(spark: SparkSession, name: str) -> None:
+def _settle_worker_env(spark: SparkSession, env_vars: Any) -> None:
     """Give the registered source's Python function, now, the environment entries the
     streaming source runner would add when the first stream starts.
 
@@ -345,10 +352,6 @@ def _settle_worker_env(spark: SparkSession, name: str) -> None:
     ``java.io.OptionalDataException`` (seen 1 run in 3 with two queries starting
     together). With the keys present, later puts only overwrite values with equal ones.
     """
-    manager = spark._jsparkSession.sessionState().dataSourceManager()  # type: ignore[attr-defined]
-    if not manager.dataSourceExists(name):
-        return
-    env_vars = manager.lookupDataSource(name).dataSourceCls().envVars()
     conf = spark.sparkContext._jsc.sc().conf()  # type: ignore[union-attr]
     # The runner overwrites every entry with its own value before it starts a worker,
     # and executors' runners set their own; these are only the best guesses meanwhile.

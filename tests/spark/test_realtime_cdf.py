@@ -425,16 +425,23 @@ def test_the_change_feed_on_a_store_hadoop_does_not_open_is_refused(
     assert "S3A" in str(error) and "processingTime" in str(error)
 
 
-def test_a_column_mapped_table_s_feed(spark, table_path, tmp_path, stopping) -> None:
+def column_mapped(source: str, text_column: str) -> pa.Schema:
+    """A new change-feed table at ``source`` with name column mapping: ``id`` and one
+    string column; its Arrow schema."""
     from deltalake import Schema
 
-    source, checkpoint, out = table_path("src"), str(tmp_path / "ck"), tmp_path / "out"
-    arrow_schema = pa.schema([("id", pa.int64()), ("Mixed Case", pa.string())])
+    arrow_schema = pa.schema([("id", pa.int64()), (text_column, pa.string())])
     DeltaTable.create(
         source,
         schema=Schema.from_arrow(arrow_schema),
         configuration={**CDF, "delta.columnMapping.mode": "name"},
     )
+    return arrow_schema
+
+
+def test_a_column_mapped_table_s_feed(spark, table_path, tmp_path, stopping) -> None:
+    source, checkpoint, out = table_path("src"), str(tmp_path / "ck"), tmp_path / "out"
+    arrow_schema = column_mapped(source, "Mixed Case")
     query = start(spark, source, checkpoint, out, startingVersion="0")
     stopping.append(query)
     data = pa.table({"id": [1, 2], "Mixed Case": ["x", "y"]}, schema=arrow_schema)
@@ -454,15 +461,8 @@ def test_a_column_mapped_table_s_feed(spark, table_path, tmp_path, stopping) -> 
 def test_a_column_rename_mid_stream_fails_typed(spark, table_path, tmp_path, stopping) -> None:
     # Not additive (delta-spark asks for a schemaTrackingLocation there): the query stops
     # at the rename and the error says to start again with a new checkpoint.
-    from deltalake import Schema
-
     source, checkpoint, out = table_path("src"), str(tmp_path / "ck"), tmp_path / "out"
-    arrow_schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
-    DeltaTable.create(
-        source,
-        schema=Schema.from_arrow(arrow_schema),
-        configuration={**CDF, "delta.columnMapping.mode": "name"},
-    )
+    arrow_schema = column_mapped(source, "name")
     write_deltalake(
         source, pa.table({"id": [1], "name": ["x"]}, schema=arrow_schema), mode="append"
     )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import pickle
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from deltalake import write_deltalake
 from deltaflow.spark.bridge import _ops
 from deltaflow.table._snapshot import load_snapshot
 from tests._object_store import ObjectStore, free_port, start_seaweedfs
+from tests._waiting import wait_until
 
 
 class Counted:
@@ -32,31 +32,28 @@ class Counted:
         machine: with ``changed_from``, first wait (up to 30 s) until the counts differ from
         it (every call measured makes a request); then until four reads 0.2 s apart
         agree."""
-        deadline = time.monotonic() + 30
-        last = self._read()
-        while changed_from is not None and last == changed_from:
-            assert time.monotonic() < deadline, f"the server counted no request: {last}"
-            time.sleep(0.05)
-            last = self._read()
-        same = 0
-        while same < 3:
-            assert time.monotonic() < deadline, f"the server's counts did not settle: {last}"
-            time.sleep(0.2)
-            now = self._read()
-            same = same + 1 if now == last else 0
-            last = now
-        return last
+        if changed_from is not None:
+            wait_until(lambda: self._read() != changed_from, 30, "the server to count a request")
+        reads = [self._read()]
+
+        def settled() -> bool:
+            reads.append(self._read())
+            return len(reads) >= 4 and all(r == reads[-1] for r in reads[-4:])
+
+        wait_until(settled, 30, "the server's request counts to settle")
+        return reads[-1]
 
     def wait_until_up(self, timeout: float = 60) -> None:
         """The metrics endpoint starts after the S3 port the launcher waits for."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def answers() -> bool:
             try:
                 self._read()
-                return
             except OSError:
-                assert time.monotonic() < deadline, f"no metrics at {self.url}"
-                time.sleep(0.2)
+                return False
+            return True
+
+        wait_until(answers, timeout, f"metrics at {self.url}")
 
     def _read(self) -> collections.Counter[str]:
         counts: collections.Counter[str] = collections.Counter()

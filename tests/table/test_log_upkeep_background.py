@@ -146,7 +146,7 @@ def test_a_brain_stopped_by_sigterm_writes_its_queued_checkpoint_first(table) ->
     """The driver retires its brain with SIGTERM (``Brain.scala``): the brain's handler
     runs the checkpoint still queued (here held back 2 s) before the process exits."""
     script = (
-        "import sys, threading, time\n"
+        "import signal, sys, threading, time\n"
         "from deltaflow.spark.bridge import _server\n"
         "from deltaflow.table import _log_upkeep\n"
         "from tests.table.test_log_commit_next_version import _append\n"
@@ -156,7 +156,11 @@ def test_a_brain_stopped_by_sigterm_writes_its_queued_checkpoint_first(table) ->
         "    return real(*args)\n"
         "_log_upkeep._upkeep = held\n"
         "def commits():\n"
-        "    time.sleep(0.5)\n"
+        "    # once main() has put upkeep in the background and its SIGTERM handler in place\n"
+        "    deadline = time.monotonic() + 60\n"
+        "    while signal.getsignal(signal.SIGTERM) is not _server._stop_on_sigterm:\n"
+        "        assert time.monotonic() < deadline, 'the brain did not start'\n"
+        "        time.sleep(0.01)\n"
         "    for n in range(1, 11):\n"
         "        _append(sys.argv[1], [n], read_version=n - 1, checkpoint_interval=10)\n"
         "    print('COMMITTED', file=sys.stderr, flush=True)\n"
