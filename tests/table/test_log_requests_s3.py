@@ -69,7 +69,10 @@ class Counted:
 def counted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Counted]:
     port = free_port()
     data = Path(tmp_path_factory.mktemp("seaweedfs-counted"))
-    with start_seaweedfs(data, extra_args=[f"-metricsPort={port}"]) as store:
+    # Its own S3 port: the process's planned endpoint may already be served by the shared
+    # server (tests/conftest.py), and a second server there would exit at once.
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    with start_seaweedfs(data, endpoint, extra_args=[f"-metricsPort={port}"]) as store:
         counted = Counted(store, port)
         counted.wait_until_up()
         yield counted

@@ -145,6 +145,13 @@ def start_seaweedfs(
         )
     endpoint = endpoint or planned_endpoint()
     s3_port = int(endpoint.rsplit(":", 1)[1])
+    if _answers(endpoint):
+        # A second server on a port already served would exit at once while the first one
+        # answered every check here: its caller would talk to a server it did not start.
+        raise ObjectStoreStartError(
+            f"{endpoint} is already served (by another SeaweedFS of this process?): "
+            "pass start_seaweedfs a fresh endpoint, e.g. http://127.0.0.1:{free_port()}"
+        )
     config = data_dir / "s3.json"
     identity = {
         "name": "deltaflow",
@@ -197,20 +204,21 @@ def start_seaweedfs(
         log.close()
 
 
-def _wait_until_serving(endpoint: str, server: subprocess.Popen[bytes], log: Path) -> None:
-    """Until the S3 port answers HTTP (any status: an anonymous request gets 403)."""
-
-    def answers() -> bool:
-        try:
-            urllib.request.urlopen(endpoint, timeout=2).close()
-        except urllib.error.HTTPError:
-            return True
-        except OSError:
-            return False
+def _answers(endpoint: str) -> bool:
+    """Whether ``endpoint`` answers HTTP (any status: an anonymous request gets 403)."""
+    try:
+        urllib.request.urlopen(endpoint, timeout=2).close()
+    except urllib.error.HTTPError:
         return True
+    except OSError:
+        return False
+    return True
 
+
+def _wait_until_serving(endpoint: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the S3 port answers HTTP."""
     wait_while_running(
-        answers,
+        lambda: _answers(endpoint),
         server,
         START_TIMEOUT,
         f"weed's S3 port {endpoint}",
