@@ -151,7 +151,7 @@ def _sequence_base(path: str) -> int:
     uri = _uri.normalize_uri(path)
     if not table_exists(uri):
         return 0
-    version = DeltaTable(_uri.delta_rs_uri(uri), without_files=True).version()
+    version = DeltaTable(_uri.delta_rs_uri(uri)).version()
     return (version + 1) << 32
 
 

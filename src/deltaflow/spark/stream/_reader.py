@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
@@ -57,14 +56,19 @@ from deltaflow.spark.read._cdf import (
     read_changes,
 )
 from deltaflow.spark.read._reader import FileTask, ReadLayout, bin_pack, read_tasks
+from deltaflow.spark.stream._positions import (
+    Budget,
+    CommitActions,
+    LogFile,
+    Offset,
+    VersionEnd,
+)
 from deltaflow.table import _cdf, _deletion_vectors, _log, _reader_leases, _schema, _uri
-from deltaflow.table._cdf import ChangeFile
 from deltaflow.table._snapshot import Snapshot, load_snapshot, parse_timestamp
 from deltaflow.table.errors import TableNotFoundError
 
 log = logging.getLogger("deltaflow.stream")
 
-SOURCE_VERSION = 1
 # Commits without data for the stream (OPTIMIZE, skipped change commits, metadata) do
 # not move the offset by themselves: an offset change costs Spark an empty micro-batch.
 # After this many such commits in a row the offset moves anyway, so that a stream over
@@ -72,64 +76,6 @@ SOURCE_VERSION = 1
 EMPTY_VERSIONS_BEFORE_ADVANCE = 100
 # Parsed commits kept in memory between batches; older ones are dropped on commit().
 MAX_CACHED_COMMITS = 10_000
-
-
-@dataclass(frozen=True, order=True)
-class Offset:
-    version: int
-    index: int
-    is_starting: bool = False
-
-    @property
-    def is_unresolved(self) -> bool:
-        """The offset of a fresh query before its first batch chose a start version."""
-        return self.version < 0
-
-    def to_json(self, reservoir_id: str) -> dict[str, Any]:
-        return {
-            "sourceVersion": SOURCE_VERSION,
-            "reservoirId": reservoir_id,
-            "reservoirVersion": self.version,
-            "index": self.index,
-            "isStartingVersion": self.is_starting,
-        }
-
-
-@dataclass(frozen=True)
-class LogFile:
-    """A data file the stream reads, at its position in the stream."""
-
-    version: int
-    index: int
-    is_starting: bool
-    path: str  # relative to the table root and percent-decoded, or an absolute URI
-    size: int
-    partition_values: dict[str, Any]  # logical column name -> typed value
-    deletion_vector: dict[str, Any] | None = None  # the add action's descriptor
-    deleted_rows: np.ndarray | None = None  # snapshot files: already resolved
-    change: ChangeFile | None = None  # readChangeFeed: the change this file holds
-
-    @property
-    def offset(self) -> Offset:
-        return Offset(self.version, self.index, self.is_starting)
-
-
-@dataclass(frozen=True)
-class VersionEnd:
-    version: int
-
-
-@dataclass(frozen=True)
-class CommitActions:
-    """What one commit file means to a stream."""
-
-    version: int
-    files: tuple[LogFile, ...]  # adds with dataChange=true
-    removes_data: bool  # a remove with dataChange=true
-    schema: dict[str, Any] | None  # the schema of a metaData action
-    partition_columns: tuple[str, ...] | None
-    changes: tuple[LogFile, ...] = ()  # readChangeFeed: cdc files, or adds and removes
-    cdf_enabled: bool | None = None  # readChangeFeed: the feed's switch in a metaData action
 
 
 class StreamPartition(InputPartition):
@@ -140,39 +86,6 @@ class StreamPartition(InputPartition):
         self.index = index
         self.files = files
         self.layout = layout
-
-
-class _Budget:
-    """maxFilesPerTrigger (hard) and maxBytesPerTrigger (soft: a file that crosses the
-    limit is still admitted, so every batch makes progress)."""
-
-    def __init__(self, max_files: int | None, max_bytes: int | None) -> None:
-        self.files_left = max_files
-        self.bytes_left = max_bytes
-
-    def admit(self, size: int) -> bool:
-        if self.files_left is not None and self.files_left <= 0:
-            return False
-        if self.bytes_left is not None and self.bytes_left <= 0:
-            return False
-        if self.files_left is not None:
-            self.files_left -= 1
-        if self.bytes_left is not None:
-            self.bytes_left -= size
-        return True
-
-    def admit_all(self, sizes: Sequence[int]) -> bool:
-        """Admit a whole commit's change files or none (readChangeFeed: a commit's
-        changes are read together, as delta-spark does; a batch holds at least one)."""
-        if self.files_left is not None and self.files_left <= 0:
-            return False
-        if self.bytes_left is not None and self.bytes_left <= 0:
-            return False
-        if self.files_left is not None:
-            self.files_left -= len(sizes)
-        if self.bytes_left is not None:
-            self.bytes_left -= sum(sizes)
-        return True
 
 
 class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -226,9 +139,9 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = self._parse(start)
         if isinstance(limit, ReadAllAvailable):
-            budget = _Budget(None, None)
+            budget = Budget(None, None)
         else:
-            budget = _Budget(self.options.max_files_per_trigger, self.options.max_bytes_per_trigger)
+            budget = Budget(self.options.max_files_per_trigger, self.options.max_bytes_per_trigger)
         if begin.is_unresolved:
             first = self._first_offset(begin, budget)
             # The first batch reads the snapshot of (or the commits after) the version
@@ -403,7 +316,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not _cdf.cdf_enabled(config):
             raise _cdf.not_recorded(self.uri, version, version, version)
 
-    def _first_offset(self, begin: Offset, budget: _Budget) -> Offset:
+    def _first_offset(self, begin: Offset, budget: Budget) -> Offset:
         """The end of a fresh query's first batch: this pins its start version.
 
         The first batch stops at the end of the snapshot so that ``partitions`` can

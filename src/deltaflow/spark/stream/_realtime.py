@@ -32,7 +32,7 @@ def resolve_start(reader: DeltaStreamReader, start: dict[str, Any]) -> dict[str,
     the first batch finds"; a real-time epoch may end before its first file is done, so
     the version is chosen once, here, and the epoch's end offset carries it.
     """
-    from deltaflow.spark.stream._reader import Offset
+    from deltaflow.spark.stream._positions import Offset
 
     begin = reader._parse(start)
     if begin.is_unresolved:
