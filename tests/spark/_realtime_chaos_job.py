@@ -9,6 +9,11 @@ the killed run's epoch row for row), streams them into the table at ``location``
 ``source`` (from version 0; the test changes it while this runs) streamed in real-time
 mode into the table at ``location``; ``ROWS``/``DONE`` as above (``rows`` is the number of
 change rows to wait for).
+
+``<location> <checkpoint> <rows> <source> dedup``: the rows of the Delta table at
+``source`` (the test appends ids to it, some twice) through ``dropDuplicates(["id"])`` in
+real-time mode (Spark >= 4.3, one shuffle partition) into the table at ``location``;
+``ROWS``/``DONE`` as above (``rows``: distinct ids to wait for).
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ CHUNK = 10
 _SOURCES = "org.apache.spark.sql.execution.streaming.sources"
 
 
-def main(location: str, checkpoint: str, rows: int, source: str | None = None) -> None:
-    spark = deltaflow.session(
-        app_name="realtime-chaos",
-        master="local[2]",
-        conf={"spark.sql.streaming.realTimeMode.allowlistCheck": "false"},
-    )
+def main(
+    location: str, checkpoint: str, rows: int, source: str | None = None, mode: str = "cdf"
+) -> None:
+    conf = {"spark.sql.streaming.realTimeMode.allowlistCheck": "false"}
+    if mode == "dedup":  # on local[2] the source task and the shuffle's reader run at once
+        conf["spark.sql.shuffle.partitions"] = "1"
+    spark = deltaflow.session(app_name="realtime-chaos", master="local[2]", conf=conf)
     jvm = spark._jvm
     if source is None:
         spark.sql(f"CREATE TABLE IF NOT EXISTS rt (id INT) USING delta LOCATION '{location}'")
@@ -40,6 +46,9 @@ def main(location: str, checkpoint: str, rows: int, source: str | None = None) -
         )
         frame = DataFrame(stream.toDF(), spark).selectExpr("value AS id")
         target = "rt"
+    elif mode == "dedup":
+        frame = spark.readStream.format("delta").load(source).dropDuplicates(["id"])
+        target = f"delta.`{location}`"
     else:
         frame = (
             spark.readStream.format("delta")
@@ -92,4 +101,4 @@ def main(location: str, checkpoint: str, rows: int, source: str | None = None) -
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:6])

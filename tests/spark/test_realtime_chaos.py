@@ -32,6 +32,7 @@ JOB = str(Path(__file__).parent / "_realtime_chaos_job.py")
 ROWS = 3000
 KILLS = 2
 CDF_KILLS = 1  # each run starts a JVM and a session: CI's budget for this variant is ~90 s
+DEDUP_KILLS = 1  # the same budget
 CHANGE = ("id", "p", "v", "_change_type", "_commit_version")
 
 
@@ -129,3 +130,56 @@ def test_sigkill_of_the_driver_mid_change_feed_keeps_each_change_once(tmp_path) 
     assert kinds == {"insert", "update_preimage", "update_postimage", "delete"}
     assert landed(location) == expected  # each change once: none lost, none twice
     print(f"{len(expected)} changes, {upstream.steps} commits, {time.monotonic() - started:.0f} s")
+
+
+@pytest.mark.skipif(
+    PYSPARK_MINOR < (4, 3), reason="dropDuplicates in real-time mode is Spark >= 4.3"
+)
+def test_sigkill_of_the_driver_mid_dedup_keeps_each_id_once(tmp_path) -> None:
+    """``dropDuplicates`` in real time: its state store and the sink's commits are
+    rolled back together to the epoch's start; the replay must neither write an id twice
+    nor drop one the killed run's state had seen (an id sent again while the driver is
+    down is a duplicate too)."""
+    rng = random.Random(chaos_seed())
+    source, location = str(tmp_path / "source"), str(tmp_path / "table")
+    sent: list[int] = []
+
+    def send(ids: list[int]) -> None:
+        frame = pa.table({"id": pa.array(ids, pa.int32()), "n": pa.array(ids, pa.int32())})
+        write_deltalake(source, frame, mode="append")
+        sent.extend(ids)
+
+    def some_new_and_some_again(width: int = 10) -> list[int]:
+        fresh = list(range(max(sent, default=-1) + 1, max(sent, default=-1) + 1 + width))
+        again = rng.sample(sorted(set(sent)), min(len(set(sent)), width // 2))
+        return fresh + again + fresh[:2]  # duplicates inside one commit too
+
+    send(some_new_and_some_again())
+    distinct = 10**9  # runs until killed
+    args = [location, str(tmp_path / "ck"), str(distinct), source, "dedup"]
+    for kill in range(DEDUP_KILLS):
+        child = Child(args, tmp_path / f"run{kill}.log", job=JOB)
+        try:
+            while True:  # until the epoch's first rows are in the table
+                line = child.wait_for("ROWS", START_TIMEOUT)
+                if int(line.split()[1]) > 0:
+                    break
+            for _ in range(rng.randint(4, 8)):  # commits while the stream runs
+                send(some_new_and_some_again())
+                child.run_for(rng.uniform(0.0, 0.3))
+        finally:
+            child.kill()
+        send(some_new_and_some_again())  # and while it is down
+    expected = sorted(set(sent))
+    final = Child(
+        [location, str(tmp_path / "ck"), str(len(expected)), source, "dedup"],
+        tmp_path / "final.log",
+        job=JOB,
+    )
+    try:
+        final.wait_for("DONE", START_TIMEOUT + 120)
+    finally:
+        final.kill()
+    ids = DeltaTable(location).to_pyarrow_table().column("id").to_pylist()
+    assert len(ids) == len(set(ids)), f"duplicates: {len(ids) - len(set(ids))}"
+    assert sorted(ids) == expected
