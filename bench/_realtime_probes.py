@@ -1,7 +1,8 @@
 """Event sources and visibility probes for ``bench_realtime.py``.
 
-Every event has a unique ``id`` and a creation time (this process's wall clock, seconds):
-for Kafka the moment it was handed to the producer, for a Delta writer the moment its commit
+Every event has a unique ``id`` and a creation time (this machine's wall clock, seconds):
+for Kafka the moment it was due on the rate's schedule (stamped into the event by the
+producer's own process), for a Delta writer the moment its commit
 returned (the event is in the source table), for ``deltaflow serve`` the moment it was due
 (rate schedule; a request waiting on the previous acknowledgement delays it, as a real
 client would be). A probe records when each id became visible downstream; latency = seen -
@@ -13,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -76,31 +79,56 @@ class Paced(threading.Thread):
             self.error = exc
 
 
-class KafkaProducer(Paced):
-    def __init__(self, bootstrap: str, topic: str, rate: int) -> None:
-        super().__init__(rate, 0.001)
-        from confluent_kafka import Producer
+class KafkaProducer(threading.Thread):
+    """Runs ``bench/_kafka_producer.py`` in its own process (a Python producer sharing this
+    process's GIL with the probe and py4j sent only ~2,000 events/s of 10,000, and the
+    backlog made the anchor's p99 seconds): the child stamps each event's creation time
+    into its value and reports how many it sent; the probe reads the stamps into
+    ``created`` (``measure`` reads both through this object, as for the other sources)."""
 
-        self.topic = topic
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-
-    def emit(self, first: int, count: int) -> None:
-        for event in range(first, first + count):
-            self.created[event] = time.time()
-            self.producer.produce(self.topic, value=str(event).encode())
-        self.producer.poll(0)
+    def __init__(self, bootstrap: str, topic: str, rate: int, probe: KafkaProbe) -> None:
+        super().__init__(daemon=True)
+        self.args = [bootstrap, topic, str(rate)]
+        self.created = probe.created
+        self.sent = 0
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
 
     def run(self) -> None:
-        super().run()
-        self.producer.flush(30)
+        script = Path(__file__).with_name("_kafka_producer.py")
+        child = subprocess.Popen(
+            [sys.executable, str(script), *self.args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdin is not None
+        try:
+            lines = iter(child.stdout.readline, "")
+            while not self.stop_event.is_set():
+                line = next(lines, "")
+                if not line:
+                    raise RuntimeError(f"the producer exited (rc={child.wait(10)})")
+                self.sent = int(line.split()[1])
+            child.stdin.close()  # the child flushes and reports its last count
+            for line in lines:
+                self.sent = int(line.split()[1])
+            child.wait(60)
+        except BaseException as exc:  # reported by the variant, never silently lost
+            self.error = exc
+            child.kill()
 
 
 class KafkaProbe(threading.Thread):
+    """Consumes a topic in batches; each value is ``<id>``, or ``<id> <creation time>``
+    from ``KafkaProducer`` (whose clock is this machine's)."""
+
     def __init__(self, bootstrap: str, topic: str) -> None:
         super().__init__(daemon=True)
         from confluent_kafka import Consumer
 
         self.seen_at: dict[int, float] = {}
+        self.created: dict[int, float] = {}
         self.stop_event = threading.Event()
         self.consumer = Consumer(
             {
@@ -114,9 +142,14 @@ class KafkaProbe(threading.Thread):
 
     def run(self) -> None:
         while not self.stop_event.is_set():
-            message = self.consumer.poll(0.05)
-            if message is not None and message.error() is None:
-                self.seen_at.setdefault(int(message.value()), time.time())
+            messages = self.consumer.consume(num_messages=10_000, timeout=0.05)
+            now = time.time()
+            for message in messages:
+                if message.error() is None:
+                    event, *created = message.value().split()
+                    if created:
+                        self.created.setdefault(int(event), float(created[0]))
+                    self.seen_at.setdefault(int(event), now)
         self.consumer.close()
 
 

@@ -185,12 +185,13 @@ def measure(
 def kafka_variant(spark: Any, broker: Any, rate: int, args: Any, out: Path, pid: int) -> dict:
     a, b = f"a-{rate}-{time.time_ns()}", f"b-{rate}-{time.time_ns()}"
     broker.create_topics(a, b)
+    probe = KafkaProbe(broker.bootstrap, b)
     return measure(
         NAMES["kafka"],
         rate,
         args,
-        KafkaProducer(broker.bootstrap, a, rate),
-        KafkaProbe(broker.bootstrap, b),
+        KafkaProducer(broker.bootstrap, a, rate, probe),
+        probe,
         lambda: _kafka.start_rtm_copy(
             spark, broker.bootstrap, a, b, str(out / f"chk-{a}"), REALTIME
         ),
