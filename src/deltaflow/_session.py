@@ -418,7 +418,7 @@ def session(
     builder = SparkSession.builder.appName(app_name or "deltaflow").master(
         master or f"local[{cores}]"
     )
-    log_config = os.path.join(os.path.dirname(__file__), "log4j2.properties")
+    log_config = os.path.join(os.path.dirname(__file__), "spark", "log4j2.properties")
     java_options = f"-Dlog4j2.configurationFile=file:{log_config}"
     settings = {
         "spark.driver.extraJavaOptions": java_options,

@@ -108,3 +108,11 @@ def test_the_checkpoint_manager_is_deltaflows_on_spark_4_1_unless_the_user_chose
     # The test session was built by deltaflow.session(): its Hadoop conf names the class.
     hadoop = spark._jsparkSession.sessionState().newHadoopConf()
     assert (hadoop.get(key) == manager) is newer
+
+
+def test_the_jvm_logging_configuration_deltaflow_names_exists(spark) -> None:
+    """``deltaflow.session()`` hands the JVM its log4j2 file: a wrong path made log4j print
+    "Reconfiguration failed" at every start and fall back to Spark's own, noisier, setup."""
+    options = spark.conf.get("spark.driver.extraJavaOptions")
+    names = [o.split("=file:", 1)[1] for o in options.split() if "log4j2.configurationFile" in o]
+    assert names and all(Path(name).is_file() for name in names), options
