@@ -7,7 +7,9 @@ variables, set before it starts. Each step runs on a local table and on an ``s3:
 table, alternating which goes first per repetition:
 
 * **write**: ``--rows`` rows (5 columns) saved as a new table;
-* **scan**: a full-scan aggregate of that table;
+* **scan**: a full-scan aggregate of that table (the brain loads its log cold);
+* **scan_warm**: the same scan again (the brain's cached snapshot, revalidated by one HEAD
+  of the next commit's name per bridge call; no log load);
 * **stream**: a Delta -> Delta stream (``trigger(availableNow=True)``) reads that table
   and appends every row to a new table beside it (``<uri>_copy``, on the same store);
   its checkpoint is on local disk (checkpoints cannot be on ``s3://`` from the pyspark
@@ -256,7 +258,7 @@ def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict
 
     from _common import spark_session
 
-    every = "write,scan,stream,stream on store,stream on store (renames),merge,commits"
+    every = "write,scan,scan_warm,stream,stream on store,stream on store (renames),merge,commits"
     steps = set((args.only or every).split(","))
     conf = None
     if args.s3a:
@@ -424,7 +426,12 @@ def table_steps(
         finally:
             spark.conf.unset("spark.deltaflow.checkpoint.directWrites")
 
-    steps: dict[str, Callable[[], object]] = {"write": write, "scan": scan, "stream": stream}
+    steps: dict[str, Callable[[], object]] = {
+        "write": write,
+        "scan": scan,
+        "scan_warm": scan,  # the same table again: the warm row of docs/notes/s3a-next2.md §1.4
+        "stream": stream,
+    }
     if on_store is not None:
         steps["stream on store"] = lambda: stream(on_store, f"{uri}_copy2")
         steps["stream on store (renames)"] = with_renames
@@ -438,7 +445,14 @@ def _print(rows, commits, medians, requests, load_start, load_end, s3a=False) ->
     )
     print("\n| step | local s | S3 s | S3 / local | S3 requests (GET / PUT / LIST / DELETE) |")
     print("| --- | ---: | ---: | ---: | --- |")
-    shown_steps = ("write", "scan", "stream", "stream on store", "stream on store (renames)")
+    shown_steps = (
+        "write",
+        "scan",
+        "scan_warm",
+        "stream",
+        "stream on store",
+        "stream on store (renames)",
+    )
     for step in (*shown_steps, "merge", "commits"):
         if f"{step} s3" not in medians:
             continue

@@ -146,6 +146,26 @@ def test_for_path_of_a_missing_table_is_table_not_found(client: Client, tables: 
     assert caught.value.fields["table_uri"].endswith("nothing_here")
 
 
+def test_a_plain_read_over_connect_sees_appends_and_a_missing_path_fails_typed(
+    client: Client, tables: Path
+) -> None:
+    """Connect hosts never had the classic reader's driver check, so nothing changed for
+    them: reads go through the brain's snapshot cache (an append is seen by name), and a
+    missing path fails typed when the read runs."""
+    path = seeded(tables / "read_twice")
+    read = f"result = sorted(r.id for r in spark.read.format('delta').load({path!r}).collect())"
+    assert client.run(read) == [1, 2, 3]
+    assert client.run(read) == [1, 2, 3]
+    write_deltalake(
+        path, pa.table({"id": pa.array([9], pa.int64()), "name": ["n9"]}), mode="append"
+    )
+    assert client.run(read) == [1, 2, 3, 9]
+    missing = str(tables / "never_written")
+    with pytest.raises(ClientError) as caught:
+        client.run(f"spark.read.format('delta').load({missing!r}).collect()")
+    assert caught.value.type == "TableNotFoundError"
+
+
 def test_create_builder_runs_on_the_server(client: Client, tables: Path) -> None:
     path = tables / "built"
     result = client.run(

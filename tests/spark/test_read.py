@@ -744,6 +744,26 @@ def test_missing_table_names_the_path(spark, table_path):
     assert_deltaflow_error(info.value, deltaflow.TableNotFoundError, path, "No Delta table")
 
 
+def test_missing_table_raises_typed_in_load(spark, table_path):
+    """The driver loads no log for a plain read any more; the connector's table.load, in
+    load() too, raises for the marked read (delta-spark raises in load() as well)."""
+    path = table_path("missing")
+    with pytest.raises(deltaflow.TableNotFoundError) as info:
+        spark.read.format("delta").load(path)
+    assert info.value.table_uri == "file://" + os.path.realpath(path)
+
+
+def test_a_repeated_read_sees_each_append(spark, table_path):
+    """The brain keeps the snapshot between reads and checks by name for the next commit."""
+    path = table_path()
+    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64())}))
+    assert ids(read(spark, path)) == [1]
+    assert ids(read(spark, path)) == [1]
+    write_deltalake(path, pa.table({"id": pa.array([2], pa.int64())}), mode="append")
+    assert ids(read(spark, path)) == [1, 2]
+    assert ids(read(spark, path, versionAsOf=0)) == [1]
+
+
 def test_version_that_does_not_exist(spark, table_path):
     path = table_path()
     write_deltalake(path, pa.table({"id": pa.array([1], pa.int64())}))

@@ -11,12 +11,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
 
-from deltaflow.spark.bridge import _ops
+from deltaflow.spark.bridge import _ops, _snapshots
+from deltaflow.spark.read._checks import _CONNECTOR_READ, _check_delta
+from deltaflow.table import _conditional_put
 from deltaflow.table._snapshot import load_snapshot
-from tests._object_store import ObjectStore, free_port, start_seaweedfs
+from deltaflow.table.errors import TableNotFoundError
+from tests._object_store import ObjectStore, free_port, start_seaweedfs, store_fs
 from tests._waiting import wait_until
 
 
@@ -78,22 +82,70 @@ def counted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Counted]:
         yield counted
 
 
-@pytest.fixture
-def table(counted: Counted, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A two-commit table on the server, as ``s3a://`` (what the brain gets from S3A)."""
+@pytest.fixture(autouse=True)
+def no_cached_snapshots(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test counts from a brain that has loaded nothing, and no entry runs out while
+    a loaded machine waits for the server's counters (the TTL test sets its own)."""
+    monkeypatch.setattr(_snapshots, "TTL_SECONDS", 600.0)
+    _snapshots.forget()
+    yield
+    _snapshots.forget()
+
+
+def make_table(counted: Counted, monkeypatch: pytest.MonkeyPatch, commits: int) -> str:
+    """A table of ``commits`` one-row appends (ids 0, 1, ...) on the server, as ``s3a://``
+    (what the brain gets from S3A)."""
     for key, value in counted.store.env.items():
         monkeypatch.setenv(key, value)
     uri = counted.store.uri("requests")
-    for n in range(2):
-        data = pa.table({"id": pa.array([n], pa.int64())})
-        write_deltalake(uri, data, mode="append", storage_options=counted.store.storage_options)
+    for n in range(commits):
+        append(counted, "s3a" + uri.removeprefix("s3"), [n])
     return "s3a" + uri.removeprefix("s3")
+
+
+def append(counted: Counted, table: str, ids: list[int]) -> None:
+    data = pa.table({"id": pa.array(ids, pa.int64())})
+    uri = "s3" + table.removeprefix("s3a")
+    write_deltalake(uri, data, mode="append", storage_options=counted.store.storage_options)
+
+
+@pytest.fixture
+def table(counted: Counted, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A two-commit table."""
+    return make_table(counted, monkeypatch, 2)
+
+
+@pytest.fixture
+def one_commit(counted: Counted, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A one-commit table, as the S3 bench writes."""
+    return make_table(counted, monkeypatch, 1)
 
 
 def requests_of(counted: Counted, call) -> collections.Counter[str]:
     before = counted.counts()
     call()
     return counted.counts(changed_from=before) - before
+
+
+def requests_with_a_marker(counted: Counted, table: str, call) -> collections.Counter[str]:
+    """The requests of ``call``, which may make none, plus one HEAD made after it (the
+    server counts it as a GET): waiting for that one to be counted cannot end before
+    ``call``'s requests are counted too."""
+
+    def call_then_head() -> None:
+        call()
+        assert not _conditional_put.object_exists(table + "/no-such-object")
+
+    return requests_of(counted, call_then_head)
+
+
+def plan_rows(counted: Counted, answer: dict) -> list[int]:
+    """The ids in the files a ``scan.plan`` answer names, read straight from the server."""
+    fs = store_fs(counted.store)
+    paths = [f["location"].split("://", 1)[1] for f in answer["files"]]
+    return sorted(
+        i for p in paths for i in pq.read_table(p, filesystem=fs).column("id").to_pylist()
+    )
 
 
 def test_table_load_lists_the_log_once(counted, table):
@@ -135,3 +187,101 @@ def test_a_pickled_snapshot_leaves_the_loaded_table_behind(counted, table):
     assert "delta_table" not in copy.__dict__
     assert copy == snapshot
     assert len(copy.files()) == 2
+
+
+# ---- the brain's snapshot cache (bridge/_snapshots.py) --------------------------------
+
+
+def test_a_reads_load_and_plan_read_the_log_once(counted, one_commit):
+    """``table.load`` then ``scan.plan`` of one read: one log load (1 LIST, GETs of
+    ``_last_checkpoint`` and of the commit twice), then one HEAD of the next commit's name
+    (counted by the server as a GET)."""
+    answer: dict = {}
+
+    def load_and_plan() -> None:
+        _ops.load_table({"options": {"path": one_commit}})
+        answer.update(_ops.plan_scan({"uri": one_commit}))
+
+    made = requests_of(counted, load_and_plan)
+    assert (made["LIST"], made["GET"]) == (1, 4), made
+    assert plan_rows(counted, answer) == [0]
+
+
+def test_a_repeated_read_costs_two_heads(counted, table):
+    def load_and_plan() -> None:
+        _ops.load_table({"options": {"path": table}})
+        _ops.plan_scan({"uri": table})
+
+    load_and_plan()
+    made = requests_of(counted, load_and_plan)
+    assert made == collections.Counter({"GET": 2}), made  # a HEAD each, counted as GETs
+
+
+def test_a_plan_after_an_append_sees_the_new_rows(counted, table):
+    _ops.load_table({"options": {"path": table}})
+    assert plan_rows(counted, _ops.plan_scan({"uri": table})) == [0, 1]
+    append(counted, table, [7])
+    loaded = _ops.load_table({"options": {"path": table}})
+    answer = _ops.plan_scan({"uri": table})
+    assert loaded["version"] == answer["version"] == 2
+    assert plan_rows(counted, answer) == [0, 1, 7]
+
+
+def test_time_travel_to_a_loaded_version_makes_no_request(counted, table):
+    answers: list = []
+
+    def travel() -> None:
+        _ops.load_table({"options": {"path": table, "versionAsOf": "0"}})
+        answers.append(_ops.plan_scan({"uri": table, "version": 0}))
+
+    first = requests_of(counted, travel)
+    assert first["LIST"] >= 1, first
+    again = requests_with_a_marker(counted, table, travel)
+    assert again == collections.Counter({"GET": 1}), again  # the marker's HEAD alone
+    assert [plan_rows(counted, a) for a in answers] == [[0], [0]]
+
+
+def test_a_deleted_and_recreated_table_is_read_anew_after_the_ttl(counted, table, monkeypatch):
+    """The gap the name probe leaves (the new table has not reached the cached version + 1
+    yet) closes when the entry's TTL runs out."""
+    _ops.load_table({"options": {"path": table}})
+    assert plan_rows(counted, _ops.plan_scan({"uri": table})) == [0, 1]
+    fs = store_fs(counted.store)
+    fs.delete_dir(table.split("://", 1)[1])
+    append(counted, table, [5])  # version 0 again, one row
+    monkeypatch.setattr(_snapshots, "TTL_SECONDS", 0.0)
+    answer = _ops.plan_scan({"uri": table})
+    assert answer["version"] == 0
+    assert plan_rows(counted, answer) == [5]
+
+
+def test_a_load_that_finds_no_table_drops_the_cached_one(counted, table):
+    _ops.load_table({"options": {"path": table}})
+    store_fs(counted.store).delete_dir(table.split("://", 1)[1])
+    # Within the TTL the name probe cannot tell (no version 2 either)...
+    assert _ops.load_table({"options": {"path": table}})["exists"] is True
+    # ...but any load that finds no table there drops the entry.
+    with pytest.raises(TableNotFoundError):
+        _ops.load_table({"options": {"path": table, "versionAsOf": "0"}})
+    assert _ops.load_table({"options": {"path": table}})["exists"] is False
+
+
+# ---- the classic reader's driver check (spark/read/_checks.py, P1) ---------------------
+
+
+def test_the_driver_check_of_a_plain_read_reads_no_log(counted, table):
+    state = {"options": {}, "schema": None}
+    answer: list = []
+    made = requests_with_a_marker(counted, table, lambda: answer.append(_check_delta(state, table)))
+    assert answer == [_CONNECTOR_READ]
+    assert made == collections.Counter({"GET": 1}), made  # the marker's HEAD alone
+
+
+def test_a_marked_read_of_a_missing_table_raises_in_table_load(counted, table):
+    """What the classic reader's ``load()`` gets from the connector for a missing path."""
+    missing = table + "-nothing-here"
+    with pytest.raises(TableNotFoundError) as info:
+        _ops.load_table({"options": {"path": missing, "__deltaflow_read": "true"}})
+    assert info.value.table_uri == missing
+    # A write's table.load (no marker) still answers "no table yet".
+    assert _ops.load_table({"options": {"path": missing}})["exists"] is False

@@ -124,6 +124,10 @@ CHECKED_CONSTRAINTS_OPTION = "__deltaflow_checked"
 # Set by the connector on a write it hands the Python data source: the identity columns
 # whose values it generated (comma-separated), so their high water marks move.
 IDENTITY_GENERATED_OPTION = "__deltaflow_identity_generated"
+# Set by the classic reader patch (spark/read/_checks.py) on a batch read it does not load
+# itself: table.load then raises TableNotFoundError for a missing table, in load(), instead
+# of answering "no table yet" as it does for a write.
+READ_MARKER_OPTION = "__deltaflow_read"
 _SPARK_INTERNAL = (
     "__partition_columns",
     "__path_provider",
@@ -133,6 +137,7 @@ _SPARK_INTERNAL = (
     CREATE_SPEC_OPTION,
     CHECKED_CONSTRAINTS_OPTION,
     IDENTITY_GENERATED_OPTION,
+    READ_MARKER_OPTION,
 )
 
 

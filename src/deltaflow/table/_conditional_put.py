@@ -14,6 +14,7 @@ read) or from a table's ``storage_options``; secrets are never logged or put in 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -68,6 +69,34 @@ def put_if_absent(
     return True
 
 
+def object_exists(uri: str, storage_options: Mapping[str, str] | None = None) -> bool:
+    """Whether the object (or local file) ``uri`` exists: one HEAD on an object store, a
+    stat on a local path. For a store :func:`supported` refuses, raises
+    :class:`UnsupportedFeatureError` (callers check :func:`supported` first).
+
+    A HEAD on a missing key answers 404 only with ``s3:ListBucket``, which reading the
+    log (a LIST) needs anyway; S3's negative lookups are strongly consistent since 2020.
+    """
+    if _uri.is_local(uri):
+        return os.path.exists(_uri.local_path(uri))
+    if not supported(uri):
+        raise unsupported(uri, "Looking up an object of")
+    import obstore
+    from obstore.exceptions import NotFoundError
+
+    store, key = _store_and_key(uri, storage_options)
+    try:
+        obstore.head(store, key)
+    except (NotFoundError, FileNotFoundError):
+        return False
+    except Exception as exc:
+        error = object_store_error(uri, _as_os_error(exc), "look up")
+        if error is not None:
+            raise error from exc
+        raise
+    return True
+
+
 def unsupported(uri: str, doing: str) -> UnsupportedFeatureError:
     scheme = urlparse(uri).scheme
     return UnsupportedFeatureError(
@@ -95,8 +124,11 @@ def _store_and_key(uri: str, storage_options: Mapping[str, str] | None) -> tuple
             client[_CLIENT_KEYS[lowered]] = str(value).lower() == "true"
         else:
             config[lowered] = value
-    # Keyed by the options' values too: a store keeps its credentials.
-    cache_key = (f"{scheme}://{bucket}", tuple(sorted(config.items())))
+    # Keyed by the options' values too: a store keeps its credentials. And by the endpoint
+    # from_url would read: one process may talk to two S3-compatible servers in turn
+    # (tests do) whose buckets share a name.
+    endpoint = ("aws_endpoint_url", os.environ.get("AWS_ENDPOINT_URL", ""))
+    cache_key = (f"{scheme}://{bucket}", (*sorted(config.items()), endpoint))
     with _lock:
         store = _stores.get(cache_key)
         if store is None:

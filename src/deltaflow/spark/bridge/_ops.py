@@ -23,12 +23,14 @@ from deltalake import DeltaTable
 from deltaflow.spark._options import (
     CHECKED_CONSTRAINTS_OPTION,
     IDENTITY_GENERATED_OPTION,
+    READ_MARKER_OPTION,
     SAVE_MODE_OPTION,
     STREAM_READ_OPTIONS,
     parse_read_options,
     parse_stream_options,
     parse_write_options,
 )
+from deltaflow.spark.bridge import _snapshots
 from deltaflow.spark.errors import BridgeError
 from deltaflow.spark.read._native import NATIVE_SCAN_CONF, hadoop_opens, native_scan_mode
 from deltaflow.spark.stream._writer import commit_batch
@@ -55,7 +57,7 @@ from deltaflow.table import (
     _schema,
     _uri,
 )
-from deltaflow.table._snapshot import Snapshot, load_snapshot, snapshot_of_table, table_exists
+from deltaflow.table._snapshot import Snapshot, snapshot_of_table, table_exists
 from deltaflow.table.errors import (
     SchemaMismatchError,
     TableNotFoundError,
@@ -90,7 +92,11 @@ def _path(options: dict[str, str], operation: str) -> str:
 
 def load_table(args: dict[str, Any]) -> dict[str, Any]:
     """``table.load``: lenient about options, since Spark asks for the table of a write
-    too (with the write's options); the scan checks read options strictly."""
+    too (with the write's options); the scan checks read options strictly.
+
+    A missing table answers ``exists: false`` (a write creates it), except for a read the
+    classic reader marked (:data:`READ_MARKER_OPTION`): that raises ``TableNotFoundError``
+    here, in ``load()``, as delta-spark does."""
     options = options_of(args)
     uri = _path(options, "table.load")
     if any(k.lower() in _STREAM_ONLY for k in options):
@@ -103,17 +109,22 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
     route, reason = _route(uri, options, conf)
     read = parse_read_options({k: v for k, v in options.items() if k.lower() in _TIME_TRAVEL})
     travel = version is not None or timestamp is not None
+    must_exist = travel or (_get(options, READ_MARKER_OPTION) or "").lower() == "true"
     try:
         # One log load, no existence check before it (on an object store: a LIST fewer);
         # no log at all is no table, and any other failure asks, as the check did.
-        snapshot = load_snapshot(uri, version=read.version_as_of, timestamp=read.timestamp_as_of)
+        snapshot = _snapshots.snapshot(
+            uri, version=read.version_as_of, timestamp=read.timestamp_as_of
+        )
     except TableNotFoundError:
-        if travel:
+        if must_exist:
             raise
         return _answer(uri, -1, False, _EMPTY_SCHEMA, _EMPTY_SCHEMA, (), route, reason)
-    except Exception:
+    except Exception as exc:
         if travel or table_exists(uri):
             raise
+        if must_exist:
+            raise _no_table(uri) from exc
         return _answer(uri, -1, False, _EMPTY_SCHEMA, _EMPTY_SCHEMA, (), route, reason)
     features = _PYTHON_READ_FEATURES.intersection(snapshot.reader_features)
     if route == "jvm" and features:
@@ -138,6 +149,14 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
         route,
         reason,
         snapshot,
+    )
+
+
+def _no_table(uri: str) -> TableNotFoundError:
+    return TableNotFoundError(
+        f"No Delta table at {uri}: there is no _delta_log there. Check the path, or create"
+        f" the table first with df.write.format('delta').save('{uri}').",
+        table_uri=uri,
     )
 
 
@@ -212,7 +231,9 @@ def plan_scan(args: dict[str, Any]) -> dict[str, Any]:
         # options do not name its location, the table does.
         parse_read_options({**options, "path": str(args["uri"])})
     version = args.get("version")
-    snapshot = load_snapshot(str(args["uri"]), version=None if version is None else int(version))
+    snapshot = _snapshots.snapshot(
+        str(args["uri"]), version=None if version is None else int(version)
+    )
     _check_columns(snapshot, args.get("columns") or [])
     predicates = [p for p in (to_predicate(f) for f in args.get("filters") or []) if p]
     predicates += _generated_pruning.derived_predicates(
@@ -535,6 +556,7 @@ def commit_write(args: dict[str, Any]) -> dict[str, Any]:
             done = not result.skipped or not pending.direct
             return {"version": result.version, "files": len(moved), "skipped": result.skipped}
         finally:
+            _snapshots.forget(pending.plan.table_uri)  # the next read loads the new version
             if not done and pending.direct:
                 _files.delete_files(pending.plan.table_uri, moved)
     overrides: dict[str, Any] = {"table": pending.table} if pending.table is not None else {}
@@ -544,6 +566,7 @@ def commit_write(args: dict[str, Any]) -> dict[str, Any]:
         committed = not result.skipped
         return {"version": result.version, "files": len(moved), "skipped": result.skipped}
     finally:
+        _snapshots.forget(pending.plan.table_uri)  # the next read loads the new version
         if not committed:
             _files.delete_files(pending.plan.table_uri, moved)
 

@@ -82,9 +82,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 from deltaflow.errors import DeltaflowError, error_answer, from_wire
-from deltaflow.spark.bridge import _commands, _ops, _realtime, _sink_check, _stream
+from deltaflow.spark.bridge import _commands, _ops, _realtime, _sink_check, _snapshots, _stream
 from deltaflow.spark.catalog import _alter, _create
 from deltaflow.spark.errors import BridgeError
+from deltaflow.table import _uri
 
 log = logging.getLogger("deltaflow.bridge")
 
@@ -150,10 +151,42 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
 }
 
 
+# Operations that may commit to a table (write.commit forgets its own table): the
+# snapshot cache drops the table they name, or everything when they name none (a DML
+# statement names its table in SQL), so the next read loads the new version.
+_COMMITTING_OPS = frozenset(
+    {
+        "sink.commitRolls",
+        "sql.vacuum",
+        "sql.restore",
+        "sql.optimize",
+        "sql.reorg",
+        "sql.convert",
+        "dml.run",
+        "catalog.create",
+        "catalog.alter",
+    }
+)
+
+
+def _committed_table(args: dict[str, Any]) -> str | None:
+    named = args.get("uri") or args.get("path")
+    return _uri.normalize_uri(str(named)) if named else None
+
+
 def answer(request: dict[str, Any]) -> dict[str, Any]:
     """The answer line for one request (never raises)."""
     op = str(request.get("op"))
     request_id = request.get("id")
+    if op in _COMMITTING_OPS:
+        try:
+            return _answer(op, request_id, request.get("args") or {})
+        finally:
+            _snapshots.forget(_committed_table(request.get("args") or {}))
+    return _answer(op, request_id, request.get("args") or {})
+
+
+def _answer(op: str, request_id: Any, args: dict[str, Any]) -> dict[str, Any]:
     try:
         handler = OPERATIONS.get(op)
         if handler is None:
@@ -163,7 +196,7 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
                 " versions: reinstall deltaflow.",
                 operation=op,
             )
-        return {"id": request_id, "result": handler(request.get("args") or {})}
+        return {"id": request_id, "result": handler(args)}
     except DeltaflowError as exc:
         return {"id": request_id, "error": error_answer(exc)}
     except Exception as exc:  # anything else still answers, typed as a bridge error
