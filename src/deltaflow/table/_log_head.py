@@ -65,7 +65,6 @@ class LogHead:
         self._txns: dict[str, int] = {}  # app ids in versions (base, version]
         self._snapshot = snapshot_of_table(table, uri)
         self._snapshot.__dict__.pop("delta_table", None)  # never a load through the head
-        self._metadata_id = table.metadata().id
         self.version = self._snapshot.version
         self.stale = False  # set when the head may no longer be exact: the owner drops it
         self.moved_at = time.monotonic()
@@ -144,7 +143,6 @@ class LogHead:
                     configuration=dict(m.get("configuration") or {}),
                     description=m.get("description") or None,
                 )
-                self._metadata_id = str(m.get("id"))
                 changed = True
         if changed:
             self.generation += 1
