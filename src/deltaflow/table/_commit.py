@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote
 
 from deltalake import CommitProperties, DeltaTable, Schema
@@ -50,6 +50,9 @@ from deltaflow.table._commit_info import commit_properties, delta_rs_operation
 from deltaflow.table._object_store import object_store_error
 from deltaflow.table._protocol import Protocol, protocol_for_new_table
 from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
+
+if TYPE_CHECKING:
+    from deltaflow.table._log_head import LogHead
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +173,10 @@ class CommitRequest:
     # The table, loaded (at read_version when pinned) by a caller that keeps it up to
     # date: the commit then loads no log of its own. Moved on by the commit.
     table: DeltaTable | None = None
+    # A local table's log head at read_version, held by the caller (a real-time sink):
+    # the commit reads its metadata and app transactions from it, not from a delta-rs
+    # table, and moves it over every version it learns (its own included). No listing.
+    head: LogHead | None = field(default=None, compare=False)
     # Identity columns whose values this write generated: their high water marks move.
     identity_generated: tuple[str, ...] = ()
     # CLUSTER BY of a write that creates (or replaces) the table: column names.
@@ -337,11 +344,21 @@ def after_commit(request: CommitRequest, result: CommitResult) -> None:
         added_partitions=[a.partition_values for a in request.adds if a.data_change],
         version=result.version,
         settings=request.auto_compact,
-        # A commit that creates the table carries its properties; others read them.
-        configuration=dict(request.configuration) if request.read_version is None else None,
+        configuration=_compaction_configuration(request, result),
         load_table=table,
         storage_options=request.storage_options,
     )
+
+
+def _compaction_configuration(
+    request: CommitRequest, result: CommitResult
+) -> dict[str, str | None] | None:
+    """The table's properties for auto compaction, when the commit knows them: a commit
+    that creates the table carries them, the log writer's reports them (a real-time
+    sink's log head has no delta-rs table to read them from); else None (read them)."""
+    if result.configuration is not None:
+        return result.configuration
+    return dict(request.configuration) if request.read_version is None else None
 
 
 def _known_configuration(

@@ -111,6 +111,13 @@ class LogCommitRequest:
     # Versions this transaction wrote itself before (e.g. a schema change): not conflicts.
     own_versions: frozenset[int] = frozenset()
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
+    # Told every version this commit learns, in order: each winner read by name after a
+    # lost put (before its conflict check) and then its own, with their actions (a
+    # writer's log head moves on from them, :mod:`deltaflow.table._log_head`). Must not
+    # raise: it runs after the put too.
+    on_version: Callable[[int, Sequence[Mapping[str, Any]]], None] | None = field(
+        default=None, compare=False
+    )
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,10 @@ def commit(request: LogCommitRequest) -> int:
             with _step_times.step("conflict scan"):
                 checked = _check_written_since(request, log_dir, checked, ours, attempt)
         target = checked + 1
-        if put_version(log_dir, target, _payload(request, target)):
+        actions = _actions(request, target)
+        if put_version(log_dir, target, _encode(actions)):
+            if request.on_version is not None:
+                request.on_version(target, actions)
             log.info(
                 "committed %s to %s as version %d (read %d, attempt %d)",
                 request.operation,
@@ -176,6 +186,8 @@ def _check_written_since(
     the newest version checked."""
     while (actions := read_actions_if_present(log_dir, checked + 1)) is not None:
         checked += 1
+        if request.on_version is not None:
+            request.on_version(checked, actions)
         if checked in request.own_versions:
             continue
         found = check_conflict(actions, checked, ours)
@@ -303,7 +315,13 @@ def _conflict_error(
     )
 
 
-def _payload(request: LogCommitRequest, version: int) -> bytes:
+def _encode(actions: Sequence[Mapping[str, Any]]) -> bytes:
+    text = "\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n"
+    return text.encode("utf-8")
+
+
+def _actions(request: LogCommitRequest, version: int) -> list[dict[str, Any]]:
+    """The actions of ``request`` committed as ``version``."""
     now_ms = int(time.time() * 1000)
     is_blind = request.read.blind_append and not request.removes
     info: dict[str, Any] = {
@@ -341,8 +359,7 @@ def _payload(request: LogCommitRequest, version: int) -> bytes:
     actions.extend({"add": dict(a)} for a in request.adds)
     actions.extend({"remove": {"deletionTimestamp": now_ms, **r}} for r in request.removes)
     actions.extend({"cdc": dict(c)} for c in request.cdc)
-    text = "\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n"
-    return text.encode("utf-8")
+    return actions
 
 
 def create_table(

@@ -106,11 +106,19 @@ def commit_write(
     request: CommitRequest, *, name: str | None = None, label: str | None = None
 ) -> CommitResult:
     """Commit ``request`` (create, replace, append, overwrite, DML) as one commit."""
-    from deltaflow.table._commit import CommitResult, request_committed
+    from deltaflow.table._commit import CommitResult, request_committed, rolls_committed
 
     current = None
     kept = request.table
-    if (
+    head = request.head
+    if head is not None and request.read_version == head.version:
+        # A writer's log head (a real-time sink's): metadata and app transactions without
+        # a delta-rs table; the log commit moves it over the versions it learns.
+        current = head.snapshot()
+        if request.txn_from and rolls_committed(head.txn, request):
+            return CommitResult(None, True, 0)
+        kept = None
+    elif (
         kept is not None
         and request.read_version is not None
         and kept.version() == request.read_version
@@ -452,6 +460,7 @@ def _commit_change(
             partitioned=bool(draft.partition_columns),
             extra_commit_info=info,
             checkpoint_interval=_log_commit.checkpoint_interval(draft.configuration),
+            on_version=request.head.apply if request.head is not None else None,
         )
     )
 

@@ -90,6 +90,11 @@ def _path(options: dict[str, str], operation: str) -> str:
     return _uri.normalize_uri(path)
 
 
+def table_path(args: dict[str, Any], operation: str) -> str:
+    """The table location an operation's ``options`` name, normalized."""
+    return _path(options_of(args), operation)
+
+
 def load_table(args: dict[str, Any]) -> dict[str, Any]:
     """``table.load``: lenient about options, since Spark asks for the table of a write
     too (with the write's options); the scan checks read options strictly.
@@ -389,8 +394,10 @@ def _sink_table(uri: str, query_id: str) -> DeltaTable | None:
     return table
 
 
-def plan_write(args: dict[str, Any]) -> dict[str, Any]:
-    """``write.plan``: decide the write (typed errors here, before any job runs)."""
+def plan_write(args: dict[str, Any], *, current: Snapshot | None = None) -> dict[str, Any]:
+    """``write.plan``: decide the write (typed errors here, before any job runs).
+    ``current``: the table as the caller keeps it (a real-time sink's log head); else a
+    stream's kept table, or a load."""
     options = options_of(args)
     mode = str(args["mode"])
     incoming = json.loads(args["schema"]) if isinstance(args["schema"], str) else args["schema"]
@@ -407,8 +414,10 @@ def plan_write(args: dict[str, Any]) -> dict[str, Any]:
         if stream
         else None
     )
-    table = _sink_table(uri, batch[0]) if batch else None
-    current = snapshot_of_table(table, uri) if table is not None else None
+    table = None
+    if current is None:
+        table = _sink_table(uri, batch[0]) if batch else None
+        current = snapshot_of_table(table, uri) if table is not None else None
     plan = plan_table_write(uri, incoming, mode, write_options, current)
     if plan.skip:
         return {"route": "skip"}

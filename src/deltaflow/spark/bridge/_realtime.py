@@ -8,9 +8,14 @@ replayed epoch asks here how many rows that is, and drops them.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import logging
+import re
 import threading
 import time
+import uuid
 from typing import Any, NamedTuple
 
 from deltalake import DeltaTable
@@ -18,6 +23,7 @@ from deltalake import DeltaTable
 from deltaflow import _step_times
 from deltaflow.errors import InvalidOptionError
 from deltaflow.table import _uri
+from deltaflow.table._log_head import Heads, LogHead
 from deltaflow.table._snapshot import table_exists
 from deltaflow.table.errors import ConcurrentWriteError
 
@@ -60,7 +66,16 @@ def transactions(args: dict[str, Any]) -> dict[str, Any]:
     options = {str(k): str(v) for k, v in (args.get("options") or {}).items()}
     interval = commit_interval_ms(options)
     app_ids = [str(a) for a in args.get("appIds") or []]
-    if not app_ids or not table_exists(uri):
+    if not app_ids:
+        # An epoch starts (its writer factory asks for the interval alone): its first
+        # partition's ask seeds the table's heads again, one delta-rs load per epoch.
+        _HEADS.forget(uri)
+        return {"versions": {}, "intervalMs": interval}
+    if _uses_head(uri) and (_HEADS.holds(uri, _owner(app_ids[0])) or table_exists(uri)):
+        # Every partition's ``Start``: from the head, caught up by name (no load).
+        with _HEADS.use(uri, _owner(app_ids[0])) as head:
+            return {"versions": {a: head.txn(a) for a in app_ids}, "intervalMs": interval}
+    if not table_exists(uri):
         return {"versions": dict.fromkeys(app_ids), "intervalMs": interval}
     table = DeltaTable(_uri.delta_rs_uri(uri))
     versions = {app_id: table.transaction_version(app_id) for app_id in app_ids}
@@ -110,22 +125,52 @@ class Roll(NamedTuple):
 
 def _commit_rolls(args: dict[str, Any], rolls: list[Roll]) -> dict[str, Any]:
     from deltaflow.spark.bridge import _ops
+
+    uri = _ops.table_path(args, "sink.commitRolls")
+    owner = str((args.get("stream") or {}).get("queryId") or _owner(rolls[0].app_id))
+    if not _uses_head(uri) or not (_HEADS.holds(uri, owner) or table_exists(uri)):
+        with _step_times.step("plan"):
+            planned = _ops.plan_write({**args, "staging": rolls[0].directory})
+        if planned.get("route") != "jvm":
+            return {"route": str(planned.get("route"))}
+        pending = _ops.take_pending(str(planned["handle"]))
+        assert pending is not None  # planned just now, on this thread
+        return _collect_and_commit(
+            args, rolls, pending.plan, pending.native, pending.job_id, table=pending.table
+        )
+    with contextlib.ExitStack() as held:
+        with _step_times.step("head"):  # caught up by name (seeded: one load per epoch)
+            head = held.enter_context(_HEADS.use(uri, owner))
+        with _step_times.step("plan"):
+            cached = _plan_for(args, rolls[0].directory, head)
+        if isinstance(cached, str):
+            return {"route": cached}
+        plan, native = cached
+        # The plan holds while metadata and protocol do; the commit reads at the head.
+        plan = dataclasses.replace(plan, read_version=head.version)
+        return _collect_and_commit(args, rolls, plan, native, uuid.uuid4().hex[:8], head=head)
+
+
+def _collect_and_commit(
+    args: dict[str, Any],
+    rolls: list[Roll],
+    plan: Any,
+    native: Any,
+    job_id: str,
+    *,
+    table: DeltaTable | None = None,
+    head: LogHead | None = None,
+) -> dict[str, Any]:
     from deltaflow.spark.stream._writer import commit_batch
     from deltaflow.spark.write._files import delete_files
     from deltaflow.spark.write._native import collect_staged, rows_in
 
-    with _step_times.step("plan"):
-        planned = _ops.plan_write({**args, "staging": rolls[0].directory})
-    if planned.get("route") != "jvm":
-        return {"route": str(planned.get("route"))}
-    pending = _ops.take_pending(str(planned["handle"]))
-    assert pending is not None  # planned just now, on this thread
-    uri = pending.plan.table_uri
+    uri = plan.table_uri
     moved: list[Any] = []
     try:
         with _step_times.step("collect"):
             for roll in rolls:
-                files = collect_staged(pending.plan, pending.native, roll.directory, pending.job_id)
+                files = collect_staged(plan, native, roll.directory, job_id)
                 moved.extend(files)
                 _check_rows(uri, roll, files, rows_in(files))
     except BaseException:
@@ -135,13 +180,14 @@ def _commit_rolls(args: dict[str, Any], rolls: list[Roll]) -> dict[str, Any]:
     query_id = str((args.get("stream") or {}).get("streamQueryId") or first.app_id)
     with _step_times.step("commit"):
         result = commit_batch(
-            pending.plan,
+            plan,
             moved,
             query_id=query_id,
             app_id=first.app_id,
             batch_id=first.end,
             num_rows=rows_in(moved),
-            table=pending.table,
+            table=table,
+            head=head,
             more_transactions=tuple((r.app_id, r.end) for r in more),
             txn_from=tuple((r.app_id, r.start) for r in rolls),
         )
@@ -151,6 +197,61 @@ def _commit_rolls(args: dict[str, Any], rolls: list[Roll]) -> dict[str, Any]:
         "files": len(moved),
         "skipped": result.skipped,
     }
+
+
+# Real-time sinks' log heads (table/_log_head.py), per table and endpoint owner
+# (``<app>/rtm``): on local tables, where deltaflow's log writer makes the sink's commits
+# (elsewhere delta-rs commits them, on a delta-rs table of its own). No commit lists
+# ``_delta_log``; each epoch seeds its head with one load (``transactions``).
+_HEADS = Heads()
+
+
+def _uses_head(uri: str) -> bool:
+    return _uri.is_local(uri)
+
+
+def _owner(app_id: str) -> str:
+    """A partition's app id ``<app>/rtm-p<n>`` -> its endpoint's ``<app>/rtm``."""
+    return re.sub(r"-p\d+$", "", app_id)
+
+
+class _Plan(NamedTuple):
+    head: LogHead
+    generation: int
+    key: str
+    planned: tuple[Any, Any] | str  # (plan, native), or the route that is not the JVM's
+
+
+# The newest plan of each head: made again only when the head's metadata or protocol
+# moved (its generation) or the write's settings differ.
+_plans: dict[tuple[str, str], _Plan] = {}
+_plans_lock = threading.Lock()
+
+
+def _plan_for(args: dict[str, Any], staging: str, head: LogHead) -> tuple[Any, Any] | str:
+    from deltaflow.spark.bridge import _ops
+
+    key = json.dumps(
+        [args.get("mode"), args.get("schema"), args.get("options"), args.get("conf")],
+        sort_keys=True,
+        default=str,
+    )
+    slot = (head.uri, key)
+    with _plans_lock:
+        cached = _plans.get(slot)
+    if cached is not None and cached.head is head and cached.generation == head.generation:
+        return cached.planned
+    answer = _ops.plan_write({**args, "staging": staging}, current=head.snapshot())
+    planned: tuple[Any, Any] | str = str(answer.get("route"))
+    if answer.get("route") == "jvm":
+        pending = _ops.take_pending(str(answer["handle"]))
+        assert pending is not None  # planned just now, on this thread
+        planned = (pending.plan, pending.native)
+    with _plans_lock:
+        _plans[slot] = _Plan(head, head.generation, key, planned)
+        while len(_plans) > 64:
+            _plans.pop(next(iter(_plans)))
+    return planned
 
 
 def _check_rows(table_uri: str, roll: Roll, files: list[Any], rows: int) -> None:
@@ -176,6 +277,7 @@ def _check_rows(table_uri: str, roll: Roll, files: list[Any], rows: int) -> None
 # The steps of the timing line, in the order a commit takes them.
 TIMED_STEPS = (
     "total",
+    "head",
     "plan",
     "collect",
     "commit",

@@ -45,6 +45,7 @@ from deltaflow.spark.write._files import FileSetWriter, delete_files
 from deltaflow.spark.write._plan import WritePlan, plan_write, require_arrow_checks
 from deltaflow.spark.write._writer import DeltaCommitMessage, commit_request
 from deltaflow.table import _commit, _uri
+from deltaflow.table._log_head import LogHead
 
 log = logging.getLogger("deltaflow.stream")
 
@@ -162,6 +163,7 @@ def commit_batch(
     batch_id: int,
     num_rows: int,
     table: DeltaTable | None = None,
+    head: LogHead | None = None,
     app_id: str | None = None,
     more_transactions: tuple[tuple[str, int], ...] = (),
     txn_from: tuple[tuple[str, int], ...] = (),
@@ -184,7 +186,9 @@ def commit_batch(
     ``more_transactions``: further app transactions of the same commit (a real-time
     sink's partitions, :mod:`deltaflow.spark.bridge._realtime`); ``txn_from``: where each
     transaction's rows start (real-time rolls), which makes the commit check that it
-    continues the log exactly (:func:`deltaflow.table._commit.rolls_committed`).
+    continues the log exactly (:func:`deltaflow.table._commit.rolls_committed`). ``head``:
+    the sink's log head at the plan's read version (a real-time sink on a local table),
+    which the commit reads instead of a delta-rs table and moves on.
     """
     started = time.perf_counter()
     if plan.skip:
@@ -200,6 +204,7 @@ def commit_batch(
             more_transactions=more_transactions,
             txn_from=txn_from,
             **({"table": table} if table is not None else {}),
+            **({"head": head} if head is not None else {}),
         )
         # A stream's table compacts itself unless told otherwise (table/_auto_compact.py).
         request = replace(request, auto_compact=replace(request.auto_compact, stream=True))

@@ -166,7 +166,11 @@ def plan_write(
         )
     snapshot = current or load_snapshot(uri)
     _check_writer_features(snapshot.uri, snapshot.writer_features)
-    if _commit.already_committed(snapshot.delta_table, options.txn_app_id, options.txn_version):
+    # (Asked only with an app transaction: a caller's snapshot may have no delta-rs table
+    # behind it, a real-time sink's log head's, and would load one.)
+    if options.txn_app_id is not None and _commit.already_committed(
+        snapshot.delta_table, options.txn_app_id, options.txn_version
+    ):
         # A retry of a write that already committed: nothing to check, nothing to do.
         return _skipped_plan(snapshot, options)
     replace_schema = mode == "overwrite" and options.overwrite_schema
