@@ -166,27 +166,80 @@ def test_auto_compaction_of_the_small_files_never_fails_the_stream(spark, table_
     assert len(DeltaTable(location).file_uris()) < operations.count("STREAMING UPDATE")
 
 
-def test_a_task_failure_mid_epoch_is_replayed_without_duplicates(spark, table_path) -> None:
-    name, location = new_table(spark)
-    source = MemoryStream(spark)
-    marker = f"deltaflow.test.realtime.failed.{next(_names)}"
-    # Row 25 fails its task once: the first evaluation sets a JVM system property (and
-    # raises); the retry finds it set.
-    failing = source.frame().selectExpr(
+def failing_at_25(frame: Any, marker: str, *columns: str) -> Any:
+    """``frame`` (its ``id`` and ``columns``) whose row 25 raises the first time it is
+    evaluated in this JVM: that evaluation sets the system property ``marker``. ``reflect``
+    returns the *string* ``'null'`` for setProperty's null (no previous value), never SQL
+    NULL: an ``IS NULL`` test there never raises."""
+    return frame.selectExpr(
         f"CASE WHEN id = 25 AND reflect('java.lang.System', 'setProperty', '{marker}', 'x')"
-        " IS NULL THEN CAST(raise_error('injected failure') AS INT) ELSE id END AS id"
+        " = 'null' THEN CAST(raise_error('injected failure') AS INT) ELSE id END AS id",
+        *columns,
     )
-    query = start(failing, name, table_path("ck"))
+
+
+def test_a_task_failure_mid_epoch_fails_the_query_and_its_restart_adds_no_duplicates(
+    spark, table_path
+) -> None:
+    # On local[N] Spark gives a task one attempt (maxTaskFailures = 1): the failure aborts
+    # the epoch's job and ends the query; the restart replays the epoch from the log's counts.
+    name, location = new_table(spark)
+    checkpoint = table_path("ck")
+    marker = f"deltaflow.test.realtime.failed.{next(_names)}"
+    source = MemoryStream(spark)
+    query = start(failing_at_25(source.frame(), marker), name, checkpoint)
     try:
         source.add(list(range(20)))
         wait_for_rows(location, query, 20)
         source.add(list(range(20, 40)))
+        wait_until(lambda: not query.isActive, 120, "the query to fail at row 25")
+    finally:
+        query.stop()
+    assert spark._jvm.java.lang.System.getProperty(marker) == "x"  # the failure happened
+    assert "injected failure" in str(query.exception())
+    before = ids(location)
+    assert len(before) == len(set(before)) and set(range(20)) <= set(before) < set(range(40))
+
+    again = MemoryStream(spark)
+    again.add(list(range(20)))
+    again.add(list(range(20, 40)))
+    query = start(failing_at_25(again.frame(), marker), name, checkpoint)
+    try:
         wait_for_rows(location, query, 40)
         assert ids(location) == list(range(40))
     finally:
         query.stop()
-    assert spark._jvm.java.lang.System.getProperty(marker) == "x"  # the failure happened
     assert ids(location) == list(range(40))
+
+
+def test_a_task_failure_is_retried_inside_the_epoch_where_spark_retries_tasks(
+    tmp_path,
+) -> None:
+    # local[2,2] (as a cluster's spark.task.maxFailures): the failed task's second attempt
+    # runs in the same job, against the same driver endpoint; it skips the rows its
+    # partition already committed, and the query goes on.
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1]), *sys.path])}
+    proc = subprocess.run(
+        [sys.executable, str(here / "_realtime_retry_job.py"), str(tmp_path)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+    assert result["failed"] and result["error"] is None and result["active"], result
+    assert result["ids"] == list(range(40))
+    assert "aborting job" not in proc.stderr, proc.stderr[-4000:]
 
 
 def test_a_shuffle_from_several_source_partitions_is_refused_typed(spark, table_path) -> None:
