@@ -368,8 +368,9 @@ def test_the_async_progress_default_is_set_only_when_unset(spark, table_path) ->
     spark.conf.unset(key)
 
 
-def _sink_commits(location: str) -> list[list[dict[str, Any]]]:
-    """The txn actions of each STREAMING UPDATE commit in the table's log, in order."""
+def _sink_commits(location: str) -> list[tuple[int, list[dict[str, Any]]]]:
+    """The commit timestamp (ms) and txn actions of each STREAMING UPDATE commit in the
+    table's log, in order."""
     import json
     from pathlib import Path
 
@@ -378,31 +379,55 @@ def _sink_commits(location: str) -> list[list[dict[str, Any]]]:
         actions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if info.get("operation") == "STREAMING UPDATE":
-            commits.append([a["txn"] for a in actions if "txn" in a])
+            commits.append((int(info["timestamp"]), [a["txn"] for a in actions if "txn" in a]))
     return commits
 
 
-def test_one_commit_per_interval_carries_every_partition(spark, table_path) -> None:
-    # Both tasks hand their rolls over at the same interval boundaries; the driver commits
-    # them together: one Delta commit with each partition's app transaction.
+def test_commits_are_spaced_by_the_interval_and_gather_every_partition(spark, table_path) -> None:
+    # Writers hand a roll over when it is ready, and close it just before the driver's next
+    # commit may start: rolls of both partitions that wait for that start go in one commit
+    # (each partition's app transaction once), and commits start an interval apart.
+    interval = 2000
     name, location = new_table(spark)
     source = MemoryStream(spark)
-    query = start(source.frame(), name, table_path("ck"), realTimeCommitIntervalMs="200")
+    query = start(source.frame(), name, table_path("ck"), realTimeCommitIntervalMs=str(interval))
     try:
-        for start_at in range(0, 40, 20):
-            source.add(list(range(start_at, start_at + 20)))
-            wait_for_rows(location, query, start_at + 20)
+        source.add(list(range(20)))
+        wait_for_rows(location, query, 1)  # the first commit: its spacing window is open
+        source.add(list(range(20, 40)))
+        wait_for_rows(location, query, 40)
     finally:
         query.stop()
     assert ids(location) == list(range(40))
     commits = _sink_commits(location)
-    assert commits, "no sink commits"
-    for txns in commits:
+    assert len(commits) >= 2, commits
+    for _, txns in commits:
         apps = [t["appId"] for t in txns]
         assert len(apps) == len(set(apps)), apps  # one roll per partition per commit
     assert any(
-        {t["appId"].rsplit("/", 1)[1] for t in txns} == {"rtm-p0", "rtm-p1"} for txns in commits
+        {t["appId"].rsplit("/", 1)[1] for t in txns} == {"rtm-p0", "rtm-p1"} for _, txns in commits
     ), commits
+    # Group starts are an interval apart; a commit's timestamp comes after its plan, which
+    # a loaded machine can stretch: a second of slack, still far above back-to-back commits.
+    stamps = [stamp for stamp, _ in commits]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(stamps)]
+    assert min(gaps) >= interval - 1000, gaps
+
+
+def test_rows_are_committed_when_ready_not_at_an_interval_boundary(spark, table_path) -> None:
+    # A fresh query's first rows go at once: the interval (10 s here) only spaces commits,
+    # it is no clock the rows wait for (a boundary every 10 s would hold them 5 s on average).
+    name, location = new_table(spark)
+    source = MemoryStream(spark)
+    query = start(source.frame(), name, table_path("ck"), realTimeCommitIntervalMs="10000")
+    try:
+        source.add(list(range(20)))
+        wait_until(lambda: len(ids(location)) >= 1, 3, "the first rows, well within 10 s")
+        wait_for_rows(location, query, 20)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert ids(location) == list(range(20))
 
 
 def _staged(location: str) -> list[str]:
