@@ -21,7 +21,7 @@ from deltaflow.spark._compat import PYSPARK_MINOR
 from deltaflow.table.errors import UnsupportedFeatureError
 from tests._waiting import wait_until
 from tests.spark._conf import conf_set
-from tests.spark.test_realtime_sink import EPOCH, real_time
+from tests.spark.test_realtime_sink import EPOCH, failing_at_25, real_time
 
 pytestmark = [
     pytest.mark.slow,
@@ -115,33 +115,42 @@ def test_ids_committed_twice_upstream_land_once_across_a_restart(spark, table_pa
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
-def test_a_task_failure_mid_epoch_is_replayed_without_duplicates(spark, table_path, where) -> None:
+def test_a_task_failure_mid_epoch_fails_the_query_and_its_restart_adds_no_duplicates(
+    spark, table_path, where
+) -> None:
     # Row 25 fails its task once, in the source's stage (before the shuffle) or in the
-    # sink's (after dropDuplicates): the first evaluation sets a JVM system property (and
-    # raises); the rerun finds it set.
+    # sink's (after dropDuplicates). A pipelined shuffle gives each task one attempt on any
+    # master: the job aborts, the query ends; its restart replays the epoch.
     marker = f"deltaflow.test.realtime.dedup.failed.{next(_names)}"
-    fail = (
-        f"CASE WHEN id = 25 AND reflect('java.lang.System', 'setProperty', '{marker}', 'x')"
-        " IS NULL THEN CAST(raise_error('injected failure') AS INT) ELSE id END AS id"
-    )
+
+    def failing(frame: Any) -> Any:
+        if where == "before":
+            return failing_at_25(frame, marker, "n").dropDuplicates(["id"])
+        return failing_at_25(frame.dropDuplicates(["id"]), marker, "n")
+
     source = table_path("src")
+    checkpoint = table_path("ck")
     append(source, list(range(20)))
-    frame = spark.readStream.format("delta").load(source)
-    if where == "before":
-        frame = frame.selectExpr(fail, "n").dropDuplicates(["id"])
-    else:
-        frame = frame.dropDuplicates(["id"]).selectExpr(fail, "n")
     name, location = new_table(spark)
-    query = start(frame, name, table_path("ck"))
+    query = start(failing(spark.readStream.format("delta").load(source)), name, checkpoint)
     try:
         wait_for_ids(location, query, list(range(20)))
         append(source, list(range(15, 40)))
+        wait_until(lambda: not query.isActive, 120, "the query to fail at row 25")
+    finally:
+        query.stop()
+    assert spark._jvm.java.lang.System.getProperty(marker) == "x"  # the failure happened
+    assert "injected failure" in str(query.exception())
+    before = ids(location)
+    assert len(before) == len(set(before)) and set(range(20)) <= set(before)
+
+    query = start(failing(spark.readStream.format("delta").load(source)), name, checkpoint)
+    try:
         wait_for_ids(location, query, list(range(40)))
         append(source, [25, 40])
         wait_for_ids(location, query, list(range(41)))
     finally:
         query.stop()
-    assert spark._jvm.java.lang.System.getProperty(marker) == "x"  # the failure happened
     assert ids(location) == list(range(41))
 
 

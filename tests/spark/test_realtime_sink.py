@@ -166,27 +166,80 @@ def test_auto_compaction_of_the_small_files_never_fails_the_stream(spark, table_
     assert len(DeltaTable(location).file_uris()) < operations.count("STREAMING UPDATE")
 
 
-def test_a_task_failure_mid_epoch_is_replayed_without_duplicates(spark, table_path) -> None:
-    name, location = new_table(spark)
-    source = MemoryStream(spark)
-    marker = f"deltaflow.test.realtime.failed.{next(_names)}"
-    # Row 25 fails its task once: the first evaluation sets a JVM system property (and
-    # raises); the retry finds it set.
-    failing = source.frame().selectExpr(
+def failing_at_25(frame: Any, marker: str, *columns: str) -> Any:
+    """``frame`` (its ``id`` and ``columns``) whose row 25 raises the first time it is
+    evaluated in this JVM: that evaluation sets the system property ``marker``. ``reflect``
+    returns the *string* ``'null'`` for setProperty's null (no previous value), never SQL
+    NULL: an ``IS NULL`` test there never raises."""
+    return frame.selectExpr(
         f"CASE WHEN id = 25 AND reflect('java.lang.System', 'setProperty', '{marker}', 'x')"
-        " IS NULL THEN CAST(raise_error('injected failure') AS INT) ELSE id END AS id"
+        " = 'null' THEN CAST(raise_error('injected failure') AS INT) ELSE id END AS id",
+        *columns,
     )
-    query = start(failing, name, table_path("ck"))
+
+
+def test_a_task_failure_mid_epoch_fails_the_query_and_its_restart_adds_no_duplicates(
+    spark, table_path
+) -> None:
+    # On local[N] Spark gives a task one attempt (maxTaskFailures = 1): the failure aborts
+    # the epoch's job and ends the query; the restart replays the epoch from the log's counts.
+    name, location = new_table(spark)
+    checkpoint = table_path("ck")
+    marker = f"deltaflow.test.realtime.failed.{next(_names)}"
+    source = MemoryStream(spark)
+    query = start(failing_at_25(source.frame(), marker), name, checkpoint)
     try:
         source.add(list(range(20)))
         wait_for_rows(location, query, 20)
         source.add(list(range(20, 40)))
+        wait_until(lambda: not query.isActive, 120, "the query to fail at row 25")
+    finally:
+        query.stop()
+    assert spark._jvm.java.lang.System.getProperty(marker) == "x"  # the failure happened
+    assert "injected failure" in str(query.exception())
+    before = ids(location)
+    assert len(before) == len(set(before)) and set(range(20)) <= set(before) < set(range(40))
+
+    again = MemoryStream(spark)
+    again.add(list(range(20)))
+    again.add(list(range(20, 40)))
+    query = start(failing_at_25(again.frame(), marker), name, checkpoint)
+    try:
         wait_for_rows(location, query, 40)
         assert ids(location) == list(range(40))
     finally:
         query.stop()
-    assert spark._jvm.java.lang.System.getProperty(marker) == "x"  # the failure happened
     assert ids(location) == list(range(40))
+
+
+def test_a_task_failure_is_retried_inside_the_epoch_where_spark_retries_tasks(
+    tmp_path,
+) -> None:
+    # local[2,2] (as a cluster's spark.task.maxFailures): the failed task's second attempt
+    # runs in the same job, against the same driver endpoint; it skips the rows its
+    # partition already committed, and the query goes on.
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1]), *sys.path])}
+    proc = subprocess.run(
+        [sys.executable, str(here / "_realtime_retry_job.py"), str(tmp_path)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=420,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    result = json.loads(lines[-1][len("RESULT ") :])
+    assert result["failed"] and result["error"] is None and result["active"], result
+    assert result["ids"] == list(range(40))
+    assert "aborting job" not in proc.stderr, proc.stderr[-4000:]
 
 
 def test_a_shuffle_from_several_source_partitions_is_refused_typed(spark, table_path) -> None:
@@ -315,8 +368,9 @@ def test_the_async_progress_default_is_set_only_when_unset(spark, table_path) ->
     spark.conf.unset(key)
 
 
-def _sink_commits(location: str) -> list[list[dict[str, Any]]]:
-    """The txn actions of each STREAMING UPDATE commit in the table's log, in order."""
+def _sink_commits(location: str) -> list[tuple[int, list[dict[str, Any]]]]:
+    """The commit timestamp (ms) and txn actions of each STREAMING UPDATE commit in the
+    table's log, in order."""
     import json
     from pathlib import Path
 
@@ -325,31 +379,55 @@ def _sink_commits(location: str) -> list[list[dict[str, Any]]]:
         actions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         if info.get("operation") == "STREAMING UPDATE":
-            commits.append([a["txn"] for a in actions if "txn" in a])
+            commits.append((int(info["timestamp"]), [a["txn"] for a in actions if "txn" in a]))
     return commits
 
 
-def test_one_commit_per_interval_carries_every_partition(spark, table_path) -> None:
-    # Both tasks hand their rolls over at the same interval boundaries; the driver commits
-    # them together: one Delta commit with each partition's app transaction.
+def test_commits_are_spaced_by_the_interval_and_gather_every_partition(spark, table_path) -> None:
+    # Writers hand a roll over when it is ready, and close it just before the driver's next
+    # commit may start: rolls of both partitions that wait for that start go in one commit
+    # (each partition's app transaction once), and commits start an interval apart.
+    interval = 2000
     name, location = new_table(spark)
     source = MemoryStream(spark)
-    query = start(source.frame(), name, table_path("ck"), realTimeCommitIntervalMs="200")
+    query = start(source.frame(), name, table_path("ck"), realTimeCommitIntervalMs=str(interval))
     try:
-        for start_at in range(0, 40, 20):
-            source.add(list(range(start_at, start_at + 20)))
-            wait_for_rows(location, query, start_at + 20)
+        source.add(list(range(20)))
+        wait_for_rows(location, query, 1)  # the first commit: its spacing window is open
+        source.add(list(range(20, 40)))
+        wait_for_rows(location, query, 40)
     finally:
         query.stop()
     assert ids(location) == list(range(40))
     commits = _sink_commits(location)
-    assert commits, "no sink commits"
-    for txns in commits:
+    assert len(commits) >= 2, commits
+    for _, txns in commits:
         apps = [t["appId"] for t in txns]
         assert len(apps) == len(set(apps)), apps  # one roll per partition per commit
     assert any(
-        {t["appId"].rsplit("/", 1)[1] for t in txns} == {"rtm-p0", "rtm-p1"} for txns in commits
+        {t["appId"].rsplit("/", 1)[1] for t in txns} == {"rtm-p0", "rtm-p1"} for _, txns in commits
     ), commits
+    # Group starts are an interval apart; a commit's timestamp comes after its plan, which
+    # a loaded machine can stretch: a second of slack, still far above back-to-back commits.
+    stamps = [stamp for stamp, _ in commits]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(stamps)]
+    assert min(gaps) >= interval - 1000, gaps
+
+
+def test_rows_are_committed_when_ready_not_at_an_interval_boundary(spark, table_path) -> None:
+    # A fresh query's first rows go at once: the interval (10 s here) only spaces commits,
+    # it is no clock the rows wait for (a boundary every 10 s would hold them 5 s on average).
+    name, location = new_table(spark)
+    source = MemoryStream(spark)
+    query = start(source.frame(), name, table_path("ck"), realTimeCommitIntervalMs="10000")
+    try:
+        source.add(list(range(20)))
+        wait_until(lambda: len(ids(location)) >= 1, 3, "the first rows, well within 10 s")
+        wait_for_rows(location, query, 20)
+        assert query.exception() is None
+    finally:
+        query.stop()
+    assert ids(location) == list(range(20))
 
 
 def _staged(location: str) -> list[str]:

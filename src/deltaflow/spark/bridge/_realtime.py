@@ -27,8 +27,10 @@ from deltaflow.table._log_head import Heads, LogHead
 from deltaflow.table._snapshot import table_exists
 from deltaflow.table.errors import ConcurrentWriteError
 
-# The commit interval's bounds (ms). Shorter than 5 ms would only queue commits behind
-# each other (a local Delta commit takes ~15 ms); longer than 10 s is micro-batch's job.
+# The commit interval: the minimum spacing (ms) between a real-time query's commits, not a
+# clock rows wait for (a roll is committed as soon as it has rows and the spacing allows).
+# Its bounds: shorter than 5 ms would only queue commits behind each other (a local Delta
+# commit takes ~15 ms); longer than 10 s is micro-batch's job.
 COMMIT_INTERVAL_DEFAULT_MS = 50
 COMMIT_INTERVAL_MIN_MS = 5
 COMMIT_INTERVAL_MAX_MS = 10_000
@@ -40,7 +42,8 @@ timing_log = logging.getLogger("deltaflow.realtime.commits")
 
 
 def commit_interval_ms(options: dict[str, str]) -> int:
-    """The sink's ``realTimeCommitIntervalMs`` option, checked (typed error when wrong)."""
+    """The sink's ``realTimeCommitIntervalMs`` option (the minimum spacing between its
+    commits), checked (typed error when wrong)."""
     raw = next((v for k, v in options.items() if k.lower() == COMMIT_INTERVAL_OPTION.lower()), None)
     if raw is None:
         return COMMIT_INTERVAL_DEFAULT_MS
@@ -52,8 +55,9 @@ def commit_interval_ms(options: dict[str, str]) -> int:
         raise InvalidOptionError(
             f"realTimeCommitIntervalMs is {raw!r}: give a whole number of milliseconds from"
             f" {COMMIT_INTERVAL_MIN_MS} to {COMMIT_INTERVAL_MAX_MS} (default"
-            f" {COMMIT_INTERVAL_DEFAULT_MS}). Shorter means fresher rows and more, smaller"
-            " commits and files.",
+            f" {COMMIT_INTERVAL_DEFAULT_MS}): the minimum spacing between the query's commits."
+            " Shorter means fresher rows under a steady flow, and more, smaller commits and"
+            " files.",
             option=COMMIT_INTERVAL_OPTION,
         )
     return value

@@ -156,7 +156,8 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
       rolls => commitRolls(rolls, partitionApp, s"$appId/rtm", queryId, base, hadoopConf),
       dir => RealTimeQueries.delete(dir, hadoopConf), intervalMs))
     planned = Some(Planned(epoch, plan, base, None, Some(endpoint)))
-    logInfo(s"deltaflow real-time epoch $epoch into ${info.uri}: commits every $intervalMs ms")
+    logInfo(s"deltaflow real-time epoch $epoch into ${info.uri}: commits as rows are ready, " +
+      s"at most one every $intervalMs ms")
     new RealTimeWriterFactory(endpoint.name, plan.get("staging").asText(), template, shape, sort,
       failed, intervalMs)
   }

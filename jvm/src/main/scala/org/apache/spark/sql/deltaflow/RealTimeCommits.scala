@@ -2,7 +2,7 @@ package org.apache.spark.sql.deltaflow
 
 import java.util.UUID
 import java.util.concurrent.{ExecutionException, ExecutorService, Executors, Future,
-  RejectedExecutionException, ScheduledExecutorService, ThreadFactory, TimeUnit}
+  RejectedExecutionException, ThreadFactory, TimeUnit}
 
 import scala.collection.mutable
 
@@ -23,12 +23,13 @@ import org.apache.spark.util.RpcUtils
  * Commits inside a real-time mode epoch (Spark >= 4.1 `trigger(realTime=...)`), where a
  * task runs for the whole epoch and Spark's own commit comes only at its end.
  *
- * Each task's [[RealTimeWriter]] writes its rows into a short file write (a roll) and,
- * every commit interval, hands the roll to the driver's [[RealTimeCommitEndpoint]] with
- * the rows it covers, counted from the epoch's start in that task's partition
- * (`fromRow` until `toRow`). The driver commits the rolls of one interval, across
- * partitions, as one Delta commit carrying each partition's app transaction
- * (`<app id>/rtm-p<partition>`, `epoch << 32 | toRow`).
+ * Each task's [[RealTimeWriter]] writes its rows into a short file write (a roll) and
+ * hands the roll to the driver's [[RealTimeCommitEndpoint]] as soon as it has rows and
+ * the previous one is committed (closing it just before the driver's next commit may
+ * start), with the rows it covers, counted from the epoch's start in that task's
+ * partition (`fromRow` until `toRow`). The driver commits the rolls waiting together,
+ * across partitions, as one Delta commit carrying each partition's app transaction
+ * (`<app id>/rtm-p<partition>`, `epoch << 32 | toRow`), at most one commit per interval.
  *
  * Exactly once rests on deterministic replay: a stateless query without a shuffle reads
  * each sink partition's rows from one source partition in the source's order, so when
@@ -55,6 +56,17 @@ object RealTimeCommits {
   // How long the epoch's end waits for a group already in the brain (a commit takes
   // tens of ms; a slow store or a compaction after it, seconds).
   private val DrainMs = 60000L
+
+  // How long a roll's first row waits for the rest of its burst before the roll may be
+  // handed over (a source hands a commit's or a poll's rows on within a millisecond or
+  // two; without this, a burst's first row would go alone and the rest wait an interval).
+  val GraceMs = 2L
+
+  /** How long before the driver's next group may start a writer closes its roll: the roll
+   *  waits there a little, and the rolls of every partition closed for that start go in
+   *  one commit however the writers' threads are scheduled. Rows arriving meanwhile wait
+   *  one more interval: a tenth of the interval trades that against gathering. */
+  def leadMs(intervalMs: Long): Long = math.max(1L, intervalMs / 10)
 
   /** Register the epoch's endpoint on the driver. */
   def open(endpoint: RpcEnv => RealTimeCommitEndpoint): Opened = {
@@ -105,13 +117,14 @@ final class StepTimes(name: String) {
  *
  * Group commit: a roll that passes the checks waits; a committer thread takes every
  * waiting roll as one group once each partition still writing has handed one over, or
- * `gatherMs` after the first arrived, and no sooner than one interval after the previous
- * group started: one Delta commit per interval for the whole query (writers hand over at
- * the interval's wall-clock boundaries, so their rolls arrive together). Each task waits
- * for its roll's group. The counts (`through`) move only when a group is in the log; a
- * new attempt of a partition drops its waiting roll and waits for one being committed,
- * so the count it is told is what the table holds. A failed group forgets its
- * partitions' counts: the next attempt reads them from the log.
+ * `gatherMs` after the first arrived, and no sooner than `intervalMs` after the previous
+ * group started: `intervalMs` is the minimum spacing of the query's Delta commits (at most
+ * `1000 / intervalMs` a second), not a clock. Writers hand over when their rolls are
+ * ready, not at shared instants; rolls that wait behind the spacing are committed
+ * together. Each task waits for its roll's group. The counts (`through`) move only when
+ * a group is in the log; a new attempt of a partition drops its waiting roll and waits
+ * for one being committed, so the count it is told is what the table holds. A failed
+ * group forgets its partitions' counts: the next attempt reads them from the log.
  */
 class RealTimeCommitEndpoint(
     override val rpcEnv: RpcEnv,
@@ -121,9 +134,10 @@ class RealTimeCommitEndpoint(
     intervalMs: Long) extends ThreadSafeRpcEndpoint with Logging {
   import RealTimeCommits._
 
-  // How long the first waiting roll waits for the other partitions' (their tasks close
-  // rolls at the same boundary; this covers finishing a Parquet file).
-  private val gatherMs = math.max(1L, math.min(10L, intervalMs / 5))
+  // How long the first waiting roll waits for the other partitions' when the spacing does
+  // not hold it anyway: writers hand over when ready, so rolls closed at about the same
+  // moment share a commit, while a partition whose neighbours are idle pays only this.
+  private val gatherMs = 2L
   private val lock = new Object
   private val attempts = mutable.Map[Int, Long]()
   private val through = mutable.Map[Int, Long]()
@@ -209,8 +223,12 @@ class RealTimeCommitEndpoint(
         }
         lock.notifyAll()
       }
+      // Each writer hears how long until the next group may start (relative: executors'
+      // clocks are not the driver's), and closes its next roll just before that.
+      val nextIn =
+        lock.synchronized(math.max(0L, lastStart + intervalMs - System.currentTimeMillis()))
       failure match {
-        case None => group.foreach(_._2.reply(true))
+        case None => group.foreach(_._2.reply(nextIn))
         case Some(e) => group.foreach(_._2.sendFailure(e))
       }
     }
@@ -262,12 +280,15 @@ class RealTimeWriterFactory(
 }
 
 /**
- * One task's writer in a real-time epoch: rows go into the current roll; a timer thread
- * hands it to the driver at every wall-clock multiple of `intervalMs` (rows arrive one
- * at a time, and a quiet source must not hold the last ones back), and the task's commit
- * hands over what is left. Writes and hand-overs take turns on one lock. The next roll
- * (its directory and open Parquet file) is opened ahead on a thread of its own, as soon
- * as a row starts the current one, so the row path never creates a file.
+ * One task's writer in a real-time epoch: rows go into the current roll; a hand-over
+ * thread hands it to the driver as soon as it has rows and the previous hand-over is
+ * committed (one roll in flight per partition; rows keep going into the next roll), and
+ * the task's commit hands over what is left. A roll goes no sooner than `GraceMs` after
+ * its first row (the rest of a burst that arrives together comes with it) and no sooner
+ * than `leadMs` before the driver's next group may start (the driver would hold it until
+ * then; open, it still takes rows). Writes and hand-overs take turns on one lock. The
+ * next roll (its directory and open Parquet file) is opened ahead on a thread of its own,
+ * as soon as a row starts the current one, so the row path never creates a file.
  */
 class RealTimeWriter(
     endpoint: String,
@@ -295,6 +316,10 @@ class RealTimeWriter(
   private var seen = 0L
   private val rolls = new java.util.concurrent.atomic.AtomicInteger()
   private var current: Option[(FileRolls.Roll, StagedFileWrite.ShapedWriter, Long)] = None
+  private var currentStarted = 0L  // when the current roll's first row came (ms)
+  private var nextDue = 0L  // no hand-over before (ms): the driver's next group start, ahead
+  private val lead = leadMs(intervalMs)
+  @volatile private var ending = false
   private var next: Option[Future[Opened]] = None  // the roll being opened ahead
   @volatile private var failure: Throwable = _
   // The epoch's timing line (see StepTimes): opening a roll, opens the row path had to
@@ -312,26 +337,47 @@ class RealTimeWriter(
       t
     }
   }
-  private val timer: ScheduledExecutorService = Executors.newSingleThreadScheduledExecutor(
-    taskThreads(s"deltaflow-rtm-commit-p$partitionId-e$epochId"))
   private val opener: ExecutorService = Executors.newSingleThreadExecutor(
     taskThreads(s"deltaflow-rtm-open-p$partitionId-e$epochId"))
-  // A roll is handed over at each wall-clock multiple of the interval: every task of the
-  // query hands over at the same moments, so the driver commits their rolls together.
-  private def scheduleNext(): Unit = {
-    val delay = intervalMs - System.currentTimeMillis() % intervalMs
-    try timer.schedule(new Runnable {
-      override def run(): Unit = {
-        // Rows keep going into a new roll while the driver commits this one.
-        try lock.synchronized(handOver(last = false))
-          .foreach(r => asks.time(driver.askSync[Boolean](r)))
-        catch { case e: Throwable => if (failure == null) failure = e }
-        if (failure == null) scheduleNext()
+  private val handOvers = taskThreads(s"deltaflow-rtm-commit-p$partitionId-e$epochId")
+    .newThread(() => handOverLoop())
+  handOvers.start()
+
+  // One roll in flight: each ask returns when its group is in the log, and only then is
+  // the next roll closed. A failed ask fails the task (at its next row or its commit).
+  private def handOverLoop(): Unit =
+    try while (true) {
+      val roll = lock.synchronized {
+        var ready = false
+        while (!ready) {
+          if (ending || failure != null) return
+          if (current.isEmpty) lock.wait()
+          else {
+            val due = math.max(currentStarted + GraceMs, nextDue)
+            val now = System.currentTimeMillis()
+            if (now >= due) ready = true else lock.wait(due - now)
+          }
+        }
+        handOver(last = false)
       }
-    }, delay, TimeUnit.MILLISECONDS)
-    catch { case _: java.util.concurrent.RejectedExecutionException => () }
+      roll.foreach { r =>
+        val nextIn = asks.time(driver.askSync[Long](r))
+        lock.synchronized { nextDue = System.currentTimeMillis() + nextIn - lead }
+      }
+    } catch {
+      case _: InterruptedException => ()  // the task aborted
+      case e: Throwable => if (failure == null) failure = e
+    }
+
+  // The hand-over thread stops (after the ask it is in, if any, when not interrupted).
+  private def endHandOvers(interrupt: Boolean): Unit = {
+    lock.synchronized {
+      ending = true
+      lock.notifyAll()
+    }
+    if (interrupt) handOvers.interrupt()
+    else handOvers.join(TimeUnit.MINUTES.toMillis(1))
   }
-  scheduleNext()
 
   // A roll: its own directory, its Parquet writer open.
   private def open(): Opened = opens.time {
@@ -390,6 +436,8 @@ class RealTimeWriter(
         openAhead()
         val opened = (roll, shaped, seen - 1)
         current = Some(opened)
+        currentStarted = System.currentTimeMillis()
+        lock.notifyAll()  // the hand-over thread: a roll with rows (once per roll)
         opened
       }
       writer.write(row)
@@ -414,19 +462,18 @@ class RealTimeWriter(
   }
 
   override def commit(): WriterCommitMessage = {
-    timer.shutdown()
-    timer.awaitTermination(1, TimeUnit.MINUTES)
+    endHandOvers(interrupt = false)
     dropNext()
     val (rest, rows) = lock.synchronized {
       if (failure != null) throw failure
       (handOver(last = true), seen)
     }
-    rest.foreach(r => asks.time(driver.askSync[Boolean](r)))
+    rest.foreach(r => asks.time(driver.askSync[Long](r)))
     Rows(partitionId, rows)
   }
 
   override def abort(): Unit = {
-    timer.shutdownNow()
+    endHandOvers(interrupt = true)
     dropNext()
     lock.synchronized {
       current.foreach { case (roll, writer, _) => discard((roll, writer)) }
@@ -435,7 +482,7 @@ class RealTimeWriter(
   }
 
   override def close(): Unit = {
-    timer.shutdownNow()
+    endHandOvers(interrupt = true)
     opener.shutdownNow()
     logInfo(s"deltaflow real-time writer p$partitionId e$epochId a$attempt: ${rolls.get()} " +
       s"rolls; ${opens.summary}; ${rowWaits.summary}; ${finishes.summary}; ${asks.summary}")
