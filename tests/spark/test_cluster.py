@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+
+from tests.spark._result_job import run_result_job
 
 HERE = Path(__file__).parent
 
@@ -35,23 +33,9 @@ def _spark_home(tmp: Path) -> str:
 @pytest.mark.cluster
 def test_read_write_on_local_cluster(tmp_path):
     path = str(tmp_path / "cluster_table")
-    env = {
-        **os.environ,
-        "SPARK_HOME": _spark_home(tmp_path),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    }
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "_cluster_job.py"), path],
-        env=env,
-        cwd=tmp_path,  # the job's warehouse and catalog (metastore) go here
-        capture_output=True,
-        text=True,
-        timeout=420,
+    result, _ = run_result_job(
+        "_cluster_job.py", path, cwd=tmp_path, env={"SPARK_HOME": _spark_home(tmp_path)}
     )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
-    result = json.loads(lines[-1][len("RESULT ") :])
 
     expected_ids = list(range(20000)) + list(range(100))
     assert result["count"] == len(expected_ids)

@@ -218,28 +218,12 @@ def test_a_task_failure_is_retried_inside_the_epoch_where_spark_retries_tasks(
     # local[2,2] (as a cluster's spark.task.maxFailures): the failed task's second attempt
     # runs in the same job, against the same driver endpoint; it skips the rows its
     # partition already committed, and the query goes on.
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from tests.spark._result_job import run_result_job
 
-    here = Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1]), *sys.path])}
-    proc = subprocess.run(
-        [sys.executable, str(here / "_realtime_retry_job.py"), str(tmp_path)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
-    result = json.loads(lines[-1][len("RESULT ") :])
+    result, stderr = run_result_job("_realtime_retry_job.py", str(tmp_path), cwd=tmp_path)
     assert result["failed"] and result["error"] is None and result["active"], result
     assert result["ids"] == list(range(40))
-    assert "aborting job" not in proc.stderr, proc.stderr[-4000:]
+    assert "aborting job" not in stderr, stderr[-4000:]
 
 
 def test_a_shuffle_from_several_source_partitions_is_refused_typed(spark, table_path) -> None:

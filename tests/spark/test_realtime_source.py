@@ -11,8 +11,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +24,7 @@ from deltaflow.errors import InvalidOptionError, typed_error
 from deltaflow.spark.errors import SourceSchemaChangedError, UnsupportedTriggerError
 from tests._waiting import wait_until
 from tests.spark._conf import conf_set
+from tests.spark._result_job import run_result_job
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -320,24 +319,12 @@ def test_real_time_on_local_cluster(tmp_path) -> None:
     run in one child session (one local-cluster start)."""
     from tests.spark.test_cluster import _spark_home
 
-    env = {
-        **os.environ,
-        "SPARK_HOME": _spark_home(tmp_path),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
-    }
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "_realtime_cluster_job.py"), str(tmp_path)],
-        env=env,
+    results, _ = run_result_job(
+        "_realtime_cluster_job.py",
+        str(tmp_path),
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=420,
+        env={"SPARK_HOME": _spark_home(tmp_path)},
     )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
-    results = json.loads(lines[-1][len("RESULT ") :])
     for name, result in results.items():
         assert result["error"] is None, name
         assert result["executors"] == 1, name
