@@ -9,6 +9,8 @@ settings the environment gave every process at JVM launch.
 from __future__ import annotations
 
 import json
+import socket
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -18,7 +20,6 @@ from deltalake import DeltaTable, write_deltalake
 import deltaflow
 import deltaflow.table._uri
 from deltaflow import ObjectStoreError
-from tests import _object_store
 
 pytestmark = pytest.mark.slow
 
@@ -167,10 +168,28 @@ def test_wrong_credentials_raise_a_typed_error_naming_the_settings(object_store)
     assert deltaflow.typed_error(caught.value) is caught.value
 
 
-def test_an_endpoint_that_does_not_answer_is_a_retryable_typed_error(object_store):
+@pytest.fixture
+def silent_endpoint() -> Iterator[Callable[[], str]]:
+    """Endpoints that refuse every connection for the whole test: a socket bound to each
+    port and never listening. A port that is merely free may be taken meanwhile by a
+    server another test process starts (CI once got a SeaweedFS's 403 there)."""
+    held: list[socket.socket] = []
+
+    def endpoint() -> str:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        held.append(s)
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+    yield endpoint
+    for s in held:
+        s.close()
+
+
+def test_an_endpoint_that_does_not_answer_is_a_retryable_typed_error(object_store, silent_endpoint):
     from deltaflow.table._snapshot import table_exists
 
-    silent = f"http://127.0.0.1:{_object_store.free_port()}"
+    silent = silent_endpoint()
     # The store's whole settings, not only the endpoint: run alone, no Spark session has
     # exported the credentials into the environment, and their absence would be the error.
     options = {**object_store.storage_options, "AWS_ENDPOINT_URL": silent}
@@ -190,11 +209,13 @@ def test_a_missing_bucket_is_a_typed_error_through_spark(spark, object_store):
     assert not error.retryable
 
 
-def test_a_commit_to_an_endpoint_that_does_not_answer_is_a_retryable_typed_error(object_store):
+def test_a_commit_to_an_endpoint_that_does_not_answer_is_a_retryable_typed_error(
+    object_store, silent_endpoint
+):
     """A store that vanishes mid-stream fails the sink's commit typed, not as a bare OSError."""
     from deltaflow.table import _commit
 
-    silent = f"http://127.0.0.1:{_object_store.free_port()}"
+    silent = silent_endpoint()
     uri = object_store.uri()
     request = _commit.CommitRequest(
         table_uri=uri,
