@@ -24,18 +24,23 @@ import pytest
 # this module prints at the end of a run. Keep the long ones; order matters only roughly.
 LONGEST_FIRST = (
     "tests/spark/test_standalone_chaos.py",
-    "tests/spark/test_chaos.py",
     "tests/dbt/test_dbt.py",
+    "tests/reference/test_interop.py",
+    "tests/spark/test_chaos.py",
     "tests/test_demo_s3.py",
-    "tests/reference/test_deltaspark_suite.py",
     "tests/spark/test_catalog_persistence.py",
     "tests/spark/test_realtime_chaos.py",
     "tests/pipelines/test_pipeline_chaos.py",
+    "tests/ingest/test_cloudfiles_chaos.py",
     "tests/spark/test_s3a_checkpoints.py",
     "tests/spark/test_standalone.py",
-    "tests/ingest/test_cloudfiles_chaos.py",
+    "tests/spark/test_hosts.py",
+    "tests/spark/test_server_dml_sql.py",
     "tests/pipelines/test_spark_pipelines.py",
+    "tests/spark/test_s3a.py",
     "tests/pipelines/test_pipelines_s3a.py",
+    "tests/spark/test_sql_server_auth.py",
+    "tests/reference/test_deltaspark_suite.py",
 )
 
 
