@@ -87,6 +87,9 @@ FIRST_EVENT_TIMEOUT = 120.0
 # BENCH_RT_COMMIT_INTERVAL_MS=N: the real-time Delta sink's realTimeCommitIntervalMs (its
 # default, 50, when unset), to measure the interval's trade-off.
 COMMIT_INTERVAL_MS = os.environ.get("BENCH_RT_COMMIT_INTERVAL_MS", "")
+# BENCH_RT_POLL_INTERVAL_MS=N: the real-time Delta source's realTimePollIntervalMs (its
+# default, 10, when unset): how often a task checks for the next commit.
+POLL_INTERVAL_MS = os.environ.get("BENCH_RT_POLL_INTERVAL_MS", "")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -236,6 +239,8 @@ def delta_variant(
         columns = ["id", F.upper("kind").alias("kind"), "ts"]
         if part == "cdf":
             columns += ["_change_type", "_commit_version"]
+        if POLL_INTERVAL_MS:
+            reader = reader.option("realTimePollIntervalMs", POLL_INTERVAL_MS)
         rows = reader.load(source_path).where("kind <> 'heartbeat'").select(*columns)
         if part == "dedup":  # Spark 4.3's pipelined shuffle, one producer (docs/realtime.md)
             rows = rows.dropDuplicates(["id"])
