@@ -43,13 +43,22 @@ def test_sigkill_of_the_driver_mid_epoch_keeps_each_row_once(tmp_path) -> None:
     for kill in range(KILLS):
         child = Child(args, tmp_path / f"run{kill}.log", job=JOB)
         try:
-            while True:  # until some rows of this run's epoch are in the table
-                line = child.wait_for("ROWS", START_TIMEOUT)
-                if int(line.split()[1]) > 0:
-                    break
+            wait_until_rows_landed(child)
             child.run_for(rng.uniform(0.0, 1.5))
         finally:
             child.kill()
+    finish_and_check_ids(args, tmp_path, location, list(range(ROWS)))
+
+
+def wait_until_rows_landed(child: Child) -> None:
+    """Until the child reports rows of its epoch in the table (a kill then lands mid-epoch,
+    after commits the restart must recognise)."""
+    while int(child.wait_for("ROWS", START_TIMEOUT).split()[1]) == 0:
+        pass
+
+
+def finish_and_check_ids(args: list[str], tmp_path: Path, location: str, expected: list[int]):
+    """A last run until every row has landed; then each id is in the table once."""
     final = Child(args, tmp_path / "final.log", job=JOB)
     try:
         final.wait_for("DONE", START_TIMEOUT + 120)
@@ -57,7 +66,7 @@ def test_sigkill_of_the_driver_mid_epoch_keeps_each_row_once(tmp_path) -> None:
         final.kill()
     ids = DeltaTable(location).to_pyarrow_table().column("id").to_pylist()
     assert len(ids) == len(set(ids)), f"duplicates: {len(ids) - len(set(ids))}"
-    assert sorted(ids) == list(range(ROWS))
+    assert sorted(ids) == expected
 
 
 class Upstream:
@@ -160,10 +169,7 @@ def test_sigkill_of_the_driver_mid_dedup_keeps_each_id_once(tmp_path) -> None:
     for kill in range(DEDUP_KILLS):
         child = Child(args, tmp_path / f"run{kill}.log", job=JOB)
         try:
-            while True:  # until the epoch's first rows are in the table
-                line = child.wait_for("ROWS", START_TIMEOUT)
-                if int(line.split()[1]) > 0:
-                    break
+            wait_until_rows_landed(child)
             for _ in range(rng.randint(4, 8)):  # commits while the stream runs
                 send(some_new_and_some_again())
                 child.run_for(rng.uniform(0.0, 0.3))
@@ -171,15 +177,5 @@ def test_sigkill_of_the_driver_mid_dedup_keeps_each_id_once(tmp_path) -> None:
             child.kill()
         send(some_new_and_some_again())  # and while it is down
     expected = sorted(set(sent))
-    final = Child(
-        [location, str(tmp_path / "ck"), str(len(expected)), source, "dedup"],
-        tmp_path / "final.log",
-        job=JOB,
-    )
-    try:
-        final.wait_for("DONE", START_TIMEOUT + 120)
-    finally:
-        final.kill()
-    ids = DeltaTable(location).to_pyarrow_table().column("id").to_pylist()
-    assert len(ids) == len(set(ids)), f"duplicates: {len(ids) - len(set(ids))}"
-    assert sorted(ids) == expected
+    final_args = [location, str(tmp_path / "ck"), str(len(expected)), source, "dedup"]
+    finish_and_check_ids(final_args, tmp_path, location, expected)
