@@ -183,6 +183,15 @@ def table_exists(uri: str, storage_options: dict[str, str] | None = None) -> boo
         raise error from exc
 
 
+def table_not_found(uri: str) -> TableNotFoundError:
+    """The typed error for a location that holds no Delta table."""
+    return TableNotFoundError(
+        f"No Delta table at {uri}: there is no _delta_log there. Check the path, or create "
+        f"the table first with df.write.format('delta').save('{uri}').",
+        table_uri=uri,
+    )
+
+
 def load_snapshot(
     uri: str,
     *,
@@ -200,11 +209,7 @@ def load_snapshot(
     try:
         table = DeltaTable(location, storage_options=storage_options)
     except _DeltaRsTableNotFound as exc:
-        raise TableNotFoundError(
-            f"No Delta table at {uri}: there is no _delta_log there. Check the path, or create "
-            f"the table first with df.write.format('delta').save('{uri}').",
-            table_uri=uri,
-        ) from exc
+        raise table_not_found(uri) from exc
     except DeltaError as exc:
         _raise_if_unsupported_feature(exc, uri)
         raise

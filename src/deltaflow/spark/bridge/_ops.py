@@ -57,7 +57,12 @@ from deltaflow.table import (
     _schema,
     _uri,
 )
-from deltaflow.table._snapshot import Snapshot, snapshot_of_table, table_exists
+from deltaflow.table._snapshot import (
+    Snapshot,
+    snapshot_of_table,
+    table_exists,
+    table_not_found,
+)
 from deltaflow.table.errors import (
     SchemaMismatchError,
     TableNotFoundError,
@@ -129,7 +134,7 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
         if travel or table_exists(uri):
             raise
         if must_exist:
-            raise _no_table(uri) from exc
+            raise table_not_found(uri) from exc
         return _answer(uri, -1, False, _EMPTY_SCHEMA, _EMPTY_SCHEMA, (), route, reason)
     features = _PYTHON_READ_FEATURES.intersection(snapshot.reader_features)
     if route == "jvm" and features:
@@ -154,14 +159,6 @@ def load_table(args: dict[str, Any]) -> dict[str, Any]:
         route,
         reason,
         snapshot,
-    )
-
-
-def _no_table(uri: str) -> TableNotFoundError:
-    return TableNotFoundError(
-        f"No Delta table at {uri}: there is no _delta_log there. Check the path, or create"
-        f" the table first with df.write.format('delta').save('{uri}').",
-        table_uri=uri,
     )
 
 

@@ -222,7 +222,6 @@ def _owner(app_id: str) -> str:
 class _Plan(NamedTuple):
     head: LogHead
     generation: int
-    key: str
     planned: tuple[Any, Any] | str  # (plan, native), or the route that is not the JVM's
 
 
@@ -252,7 +251,7 @@ def _plan_for(args: dict[str, Any], staging: str, head: LogHead) -> tuple[Any, A
         assert pending is not None  # planned just now, on this thread
         planned = (pending.plan, pending.native)
     with _plans_lock:
-        _plans[slot] = _Plan(head, head.generation, key, planned)
+        _plans[slot] = _Plan(head, head.generation, planned)
         while len(_plans) > 64:
             _plans.pop(next(iter(_plans)))
     return planned

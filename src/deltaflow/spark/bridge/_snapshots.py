@@ -134,8 +134,8 @@ def _load(
         forget(uri)
         raise
     # The table is loaded with its files (deltalake 1.6 always materializes them): counting
-    # them costs no request.
-    files = len(loaded.delta_table.file_uris())
+    # them costs no request. As Arrow rows, not a Python list of their URIs (~5x cheaper).
+    files = loaded.delta_table.get_add_actions(flatten=False).num_rows
     return _Entry(loaded, files, started)
 
 
