@@ -88,7 +88,8 @@ FIRST_EVENT_TIMEOUT = 120.0
 # default, 50, when unset), to measure the interval's trade-off.
 COMMIT_INTERVAL_MS = os.environ.get("BENCH_RT_COMMIT_INTERVAL_MS", "")
 # BENCH_RT_POLL_INTERVAL_MS=N: the real-time Delta source's realTimePollIntervalMs (its
-# default, 10, when unset): how often a task checks for the next commit.
+# default when unset: 2 ms on local disk, 10 elsewhere): how often a task checks for the
+# next commit.
 POLL_INTERVAL_MS = os.environ.get("BENCH_RT_POLL_INTERVAL_MS", "")
 
 

@@ -367,35 +367,45 @@ def _sink_commits(location: str) -> list[tuple[int, list[dict[str, Any]]]]:
     return commits
 
 
-def test_commits_are_spaced_by_the_interval_and_gather_every_partition(spark, table_path) -> None:
+# CommitPacing.Burst in jvm/.../CommitPacing.scala: commits a query may make back to back.
+COMMIT_BURST = 3
+
+
+def test_commits_are_capped_by_the_interval_and_gather_every_partition(spark, table_path) -> None:
     # Writers hand a roll over when it is ready, and close it just before the driver's next
     # commit may start: rolls of both partitions that wait for that start go in one commit
-    # (each partition's app transaction once), and commits start an interval apart.
-    interval = 2000
+    # (each partition's app transaction once). The interval caps the commit rate: after a
+    # burst of COMMIT_BURST, one commit per interval.
+    interval = 1500
     name, location = new_table(spark)
     source = MemoryStream(spark)
     query = start(source.frame(), name, table_path("ck"), realTimeCommitIntervalMs=str(interval))
     try:
-        source.add(list(range(20)))
-        wait_for_rows(location, query, 1)  # the first commit: its spacing window is open
-        source.add(list(range(20, 40)))
-        wait_for_rows(location, query, 40)
+        for round_ in range(COMMIT_BURST + 2):
+            source.add(list(range(20 * round_, 20 * round_ + 20)))
+            wait_for_rows(location, query, 20 * round_ + 20)
     finally:
         query.stop()
-    assert ids(location) == list(range(40))
+    assert ids(location) == list(range(20 * (COMMIT_BURST + 2)))
     commits = _sink_commits(location)
-    assert len(commits) >= 2, commits
+    assert len(commits) >= COMMIT_BURST + 2, commits
     for _, txns in commits:
         apps = [t["appId"] for t in txns]
         assert len(apps) == len(set(apps)), apps  # one roll per partition per commit
     assert any(
         {t["appId"].rsplit("/", 1)[1] for t in txns} == {"rtm-p0", "rtm-p1"} for _, txns in commits
     ), commits
-    # Group starts are an interval apart; a commit's timestamp comes after its plan, which
-    # a loaded machine can stretch: a second of slack, still far above back-to-back commits.
+    # n commits span at least (n - burst) intervals. A commit's timestamp comes after its
+    # plan, which a loaded machine can stretch: a second of slack, still far below what
+    # back-to-back commits would show (the whole run takes ~3 s with pacing, ~0.5 s without).
     stamps = [stamp for stamp, _ in commits]
+    for first, later in itertools.combinations(range(len(stamps)), 2):
+        floor = (later - first - COMMIT_BURST + 1) * interval - 1000
+        assert stamps[later] - stamps[first] >= floor, (first, later, stamps)
+    # And it is a cap, not a spacing: the fresh query's first commits went back to back (a
+    # burst soon after a commit goes at once while the bucket holds a commit).
     gaps = [later - earlier for earlier, later in itertools.pairwise(stamps)]
-    assert min(gaps) >= interval - 1000, gaps
+    assert min(gaps) < interval // 2, stamps
 
 
 def test_rows_are_committed_when_ready_not_at_an_interval_boundary(spark, table_path) -> None:

@@ -22,7 +22,7 @@ import org.apache.spark.util.SerializableConfiguration
  *
  * Each epoch runs one long-lived task ([[RealTimeReader]]) that tails the table's log:
  * it stats the next commit file (`_delta_log/<version>.json`) every
- * `realTimePollIntervalMs` (default [[RealTimeSupport.DefaultPollMs]]), and when it
+ * `realTimePollIntervalMs` (default [[RealTimePoll.defaultMs]]), and when it
  * exists asks the driver ([[RealTimeFilesEndpoint]]) for the files after its position,
  * which the brain's stream rules plan (`stream.rtNext`: `startingVersion`,
  * `skipChangeCommits`, `ignoreDeletes` as in micro-batch), then reads them with Spark's
@@ -46,7 +46,7 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
     val parsed = raw.map(r => r.toLongOption.filter(_ > 0).getOrElse(throw DeltaflowException.of(
       "InvalidOptionError", s"Option 'realTimePollIntervalMs' must be a positive number of " +
         s"milliseconds, not '$r'.", Map("option" -> "realTimePollIntervalMs"))))
-    parsed.getOrElse(RealTimeSupport.DefaultPollMs)
+    parsed.getOrElse(RealTimePoll.defaultMs(info.uri))
   }
 
   private def address: RealTimeFilesEndpoint.Address = synchronized {
@@ -111,12 +111,6 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
     else new RealTimeReaderFactory(factory(changeLayouts.data), new SerializableConfiguration(conf),
       Some(RealTimeChangeReads(factory(changeLayouts.cdc), changeLayouts.changeTypeAt)))
   }
-}
-
-object RealTimeSupport {
-  // How often an idle reader stats the next commit file: a commit waits half of this on
-  // average before its rows flow; a stat of a local or mounted file costs microseconds.
-  val DefaultPollMs: Long = 10L
 }
 
 /** What [[StreamTriggerCheck]] needs to know of a statement's trigger. */

@@ -97,6 +97,44 @@ object ConnectorTests {
       assertEq(payload.get("fields").get("table_uri").asText(), "x")
       assertEq(e.errorType, "TableNotFoundError")
     }
+    check("real-time commits: an average cap with bursts, not a fixed spacing") {
+      val pacing = new org.apache.spark.sql.deltaflow.CommitPacing(50)
+      val burst = org.apache.spark.sql.deltaflow.CommitPacing.Burst
+      // After a quiet spell `burst` groups may start back to back, then one per interval.
+      val at = 10000L
+      (0 until burst).foreach { _ =>
+        assert(pacing.nextStart <= at, s"${pacing.nextStart} > $at")
+        pacing.start(at)
+      }
+      assertEq(pacing.nextStart, at + 50)
+      pacing.start(at + 50)
+      assertEq(pacing.nextStart, at + 100)
+      // A query slower than its cap refills: 300 ms later the bucket is full again, so a
+      // group goes at once and two more may follow it back to back.
+      (0 until burst).foreach { _ =>
+        assert(pacing.nextStart <= at + 400, s"${pacing.nextStart}")
+        pacing.start(at + 400)
+      }
+      assertEq(pacing.nextStart, at + 450)
+      // Whatever the starts, n groups span at least (n - burst) intervals.
+      val p2 = new org.apache.spark.sql.deltaflow.CommitPacing(20)
+      var now = 0L
+      val starts = ArrayBuffer.empty[Long]
+      (0 until 40).foreach { i =>
+        now = math.max(now + (i % 7) * 3, p2.nextStart)
+        p2.start(now)
+        starts += now
+      }
+      for (i <- starts.indices; j <- i + burst until starts.size) {
+        assert(starts(j) - starts(i) >= (j - i - burst + 1) * 20L, s"$i..$j: $starts")
+      }
+    }
+    check("real-time sources poll local tables every 2 ms, other stores every 10") {
+      assertEq(RealTimePoll.defaultMs("file:/tmp/t"), 2L)
+      assertEq(RealTimePoll.defaultMs("/tmp/t"), 2L)
+      assertEq(RealTimePoll.defaultMs("s3a://bucket/t"), 10L)
+      assertEq(RealTimePoll.defaultMs("abfss://c@a.dfs.core.windows.net/t"), 10L)
+    }
 
     failures.foreach(f => System.err.println(s"FAILED $f"))
     println(s"$passed passed, ${failures.size} failed")

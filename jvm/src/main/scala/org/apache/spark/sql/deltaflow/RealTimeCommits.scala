@@ -117,11 +117,11 @@ final class StepTimes(name: String) {
  *
  * Group commit: a roll that passes the checks waits; a committer thread takes every
  * waiting roll as one group once each partition still writing has handed one over, or
- * `gatherMs` after the first arrived, and no sooner than `intervalMs` after the previous
- * group started: `intervalMs` is the minimum spacing of the query's Delta commits (at most
- * `1000 / intervalMs` a second), not a clock. Writers hand over when their rolls are
- * ready, not at shared instants; rolls that wait behind the spacing are committed
- * together. Each task waits for its roll's group. The counts (`through`) move only when
+ * `gatherMs` after the first arrived, and when [[CommitPacing]] lets a group start:
+ * `intervalMs` caps the query's Delta commits at `1000 / intervalMs` a second on average,
+ * with bursts of up to [[CommitPacing.Burst]] back to back; it is not a clock. Writers hand
+ * over when their rolls are ready, not at shared instants; rolls that wait for the pacing
+ * are committed together. Each task waits for its roll's group. The counts (`through`) move only when
  * a group is in the log; a new attempt of a partition drops its waiting roll and waits
  * for one being committed, so the count it is told is what the table holds. A failed
  * group forgets its partitions' counts: the next attempt reads them from the log.
@@ -145,7 +145,7 @@ class RealTimeCommitEndpoint(
   private val waiting = mutable.ArrayBuffer[(Roll, RpcCallContext)]()
   private val inFlight = mutable.Set[Int]()
   private var firstWaiting = 0L
-  private var lastStart = 0L
+  private val pacing = new CommitPacing(intervalMs)
   private var stopped = false
   // The epoch's timing line: how long a group waited to form, and its brain commit.
   private val gathered = new StepTimes("gather")
@@ -203,15 +203,16 @@ class RealTimeCommitEndpoint(
           else {
             val now = System.currentTimeMillis()
             val all = writing.forall(p => waiting.exists(_._1.partition == p))
-            val due = math.max(if (all) now else firstWaiting + gatherMs, lastStart + intervalMs)
+            val due = math.max(if (all) now else firstWaiting + gatherMs, pacing.nextStart)
             if (now >= due) ready = true else lock.wait(due - now)
           }
         }
         val taken = waiting.toList
         waiting.clear()
         taken.foreach(t => inFlight += t._1.partition)
-        lastStart = System.currentTimeMillis()
-        gathered.add((lastStart - firstWaiting) * 1000000L)
+        val started = System.currentTimeMillis()
+        pacing.start(started)
+        gathered.add((started - firstWaiting) * 1000000L)
         taken
       }
       val failure = try { commits.time(commit(group.map(_._1))); None }
@@ -226,7 +227,7 @@ class RealTimeCommitEndpoint(
       // Each writer hears how long until the next group may start (relative: executors'
       // clocks are not the driver's), and closes its next roll just before that.
       val nextIn =
-        lock.synchronized(math.max(0L, lastStart + intervalMs - System.currentTimeMillis()))
+        lock.synchronized(math.max(0L, pacing.nextStart - System.currentTimeMillis()))
       failure match {
         case None => group.foreach(_._2.reply(nextIn))
         case Some(e) => group.foreach(_._2.sendFailure(e))
