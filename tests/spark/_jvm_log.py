@@ -2,7 +2,7 @@
 
 deltaflow's sessions log WARN and above to stderr, which the JVM inherited at launch, so a
 test cannot capture it; this adds a file appender at INFO to one logger (and its children)
-for the block, then takes it off and puts the logger's level back. In ``local`` mode the
+for the block, then takes it off and puts the logger's configuration back. In ``local`` mode the
 executors are the driver JVM, so their task-side lines land in the file too.
 """
 
@@ -21,7 +21,9 @@ def jvm_log_lines(spark: Any, logger: str, path: Path) -> Iterator[Callable[[], 
     log4j = spark._jvm.org.apache.logging.log4j
     configurator = log4j.core.config.Configurator
     context = log4j.LogManager.getContext(False)
-    before = context.getLogger(logger).getLevel()
+    config = context.getConfiguration()
+    own = config.getLoggerConfig(logger).getName() == logger  # configured by name already
+    before = config.getLoggerConfig(logger).getLevel() if own else None
     layout = log4j.core.layout.PatternLayout.newBuilder().withPattern("%m%n").build()
     name = f"deltaflow-test-{uuid.uuid4().hex}"
     appender = (
@@ -33,7 +35,6 @@ def jvm_log_lines(spark: Any, logger: str, path: Path) -> Iterator[Callable[[], 
     )
     appender.start()
     configurator.setLevel(logger, log4j.Level.INFO)
-    config = context.getConfiguration()
     config.addAppender(appender)
     config.getLoggerConfig(logger).addAppender(appender, None, None)
     context.updateLoggers()
@@ -45,5 +46,9 @@ def jvm_log_lines(spark: Any, logger: str, path: Path) -> Iterator[Callable[[], 
         yield lines
     finally:
         config.getLoggerConfig(logger).removeAppender(name)
-        configurator.setLevel(logger, before)
+        if own:
+            configurator.setLevel(logger, before)
+        else:  # the logger inherits from its parents again, as before
+            config.removeLogger(logger)
+            context.updateLoggers()
         appender.stop()
