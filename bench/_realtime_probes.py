@@ -2,8 +2,10 @@
 
 Every event has a unique ``id`` and a creation time (this machine's wall clock, seconds):
 for Kafka the moment it was due on the rate's schedule (stamped into the event by the
-producer's own process), for a Delta writer the moment its commit
-returned (the event is in the source table), for ``deltaflow serve`` the moment it was due
+producer's own process), for a Delta writer the moment its commit file appeared (seen by
+a stat loop of the writer's own while its commit call runs, else the call's return; the
+return and the file's modification time are kept beside it as ``returned`` and
+``landed``), for ``deltaflow serve`` the moment it was due
 (rate schedule; a request waiting on the previous acknowledgement delays it, as a real
 client would be). A probe records when each id became visible downstream; latency = seen -
 created, per event.
@@ -165,15 +167,22 @@ SOURCE_SCHEMA = pa.schema([("id", pa.int64()), ("kind", pa.string()), ("ts", pa.
 class DeltaWriter(Paced):
     """Appends the due events to a Delta table with delta-rs, one commit per tick.
 
-    An event's creation time is its commit file's modification time: the moment the commit
-    landed, which a tailing reader can see before ``write_deltalake`` returns (delta-rs
-    does more work after the commit). The table is created empty at version 0, so the
-    writer's n-th commit is version n."""
+    An event's creation time (``created``) is when its commit file appeared, on this
+    process's wall clock: a thread stats ``_delta_log/<v>.json`` every
+    ``FIRST_SIGHT_POLL_S`` while ``write_deltalake`` runs (delta-rs releases the GIL), so
+    the start is exact to the poll. When the loop did not see the file before the call
+    returned, the return is the start: the commit is visible no later than that. Both
+    other clocks are kept: ``returned`` (the call's return, read right after it: p50 ~7
+    ms after the file appears, delta-rs working on after the put) and ``landed`` (the
+    file's modification time: the kernel's coarse clock puts it up to one tick early).
+    The table is created empty at version 0, so the writer's n-th commit is version n."""
 
     def __init__(self, path: str, rate: int, tick_s: float = 0.05) -> None:
         super().__init__(rate, tick_s)
         self.path = path
         self.version = 0
+        self.returned: dict[int, float] = {}
+        self.landed: dict[int, float] = {}
 
     def emit(self, first: int, count: int) -> None:
         from deltalake import write_deltalake
@@ -187,12 +196,47 @@ class DeltaWriter(Paced):
             },
             schema=SOURCE_SCHEMA,
         )
-        write_deltalake(self.path, table, mode="append")
         self.version += 1
         entry = Path(self.path, "_delta_log", f"{self.version:020d}.json")
-        done = entry.stat().st_mtime_ns / 1e9
+        sight = FirstSight(entry)
+        sight.start()
+        write_deltalake(self.path, table, mode="append")
+        returned = time.time()
+        appeared = sight.finish(returned)
+        mtime = entry.stat().st_mtime_ns / 1e9
         for event in ids:
-            self.created[event] = done
+            self.created[event] = appeared
+            self.returned[event] = returned
+            self.landed[event] = mtime
+
+
+# How often a Delta writer's own loop stats the commit file its call is writing: the start
+# clock's resolution, at ~2,000 stats/s for the ~half of each 50 ms tick a commit takes.
+FIRST_SIGHT_POLL_S = 0.0005
+
+
+class FirstSight(threading.Thread):
+    """Stats ``entry`` every ``FIRST_SIGHT_POLL_S`` until it exists (``seen``: when) or
+    ``finish`` is called."""
+
+    def __init__(self, entry: Path) -> None:
+        super().__init__(daemon=True)
+        self.entry = entry
+        self.seen: float | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            if os.path.exists(self.entry):
+                self.seen = time.time()
+                return
+            self.done.wait(FIRST_SIGHT_POLL_S)
+
+    def finish(self, returned: float) -> float:
+        """When the file appeared: the loop's sight, or ``returned`` when it saw none."""
+        self.done.set()
+        self.join()
+        return returned if self.seen is None else min(self.seen, returned)
 
 
 class ServePoster(Paced):

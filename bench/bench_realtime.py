@@ -11,8 +11,19 @@ only N events/s), all in one Spark session, one after the other:
 * ``delta -> delta RTM``: a delta-rs writer commits the due events to a source table every
   50 ms; the RTM query copies them to a target table; a probe tails the target's
   ``_delta_log`` (one ``stat`` every 2 ms), takes the time the commit file appears, then reads
-  its added files' ids. Latency starts when the source commit landed (its log file's
-  modification time: a real-time reader may see it before ``write_deltalake`` returns).
+  its added files' ids. Latency starts when the source commit file appeared, on the
+  writer's own wall clock: a stat loop of the writer (every 0.5 ms, only while its
+  ``write_deltalake`` call runs) takes the time it first sees the file, else the call's
+  return is the start (the commit is visible no later than that). Until 2026-11-29 the
+  start was the file's modification time, which the kernel's coarse clock stamps up to
+  one tick early; the return alone would be late: ``write_deltalake`` returns p50 ~7 ms
+  after its file appears (delta-rs works on after the put). Both are kept for
+  comparison: the ``ret-mtime`` column is the p50 of (return - mtime) over the window's
+  events, and a line under the row gives p50 / p99 from the mtime, p50 of (return -
+  start) and of (start - mtime) (``p50_ms_from_mtime``, ``p99_ms_from_mtime``,
+  ``return_minus_start_p50_ms``, ``start_minus_mtime_p50_ms`` in the result). The same
+  start applies to every variant whose source is this writer (foreach, delta-kafka, cdf,
+  dedup, micro-batch).
 * ``delta -> foreach RTM``: the same source into a ``foreach`` sink whose writer sends each
   row's id by UDP to this process: the source's latency alone (Python's ``foreach`` hands
   rows to its worker in batches: see docs/realtime.md). ``delta -> kafka RTM``: the same
@@ -37,6 +48,10 @@ apart. Every result records the load average: the machine is shared.
 
     .venv/bin/python bench/bench_realtime.py [--quick] [--rows 1000] [--only kafka,delta]
     (parts: kafka, delta, dedup, foreach, delta-kafka, serve, cdf, microbatch)
+
+``BENCH_RT_TIMING_LINES=1`` turns the logger ``org.apache.spark.sql.deltaflow`` to INFO, so
+the real-time source's, writers' and driver's per-epoch timing lines (docs/realtime.md)
+print on stderr.
 """
 
 from __future__ import annotations
@@ -91,6 +106,9 @@ COMMIT_INTERVAL_MS = os.environ.get("BENCH_RT_COMMIT_INTERVAL_MS", "")
 # default when unset: 2 ms on local disk, 10 elsewhere): how often a task checks for the
 # next commit.
 POLL_INTERVAL_MS = os.environ.get("BENCH_RT_POLL_INTERVAL_MS", "")
+# BENCH_RT_TIMING_LINES=1: the connector's real-time timing lines (INFO) on stderr.
+TIMING_LINES = os.environ.get("BENCH_RT_TIMING_LINES", "") == "1"
+TIMING_LOGGER = "org.apache.spark.sql.deltaflow"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -160,6 +178,14 @@ def measure(
     if not latencies:
         raise RuntimeError(f"none of the window's {len(window)} events arrived")
     events = len(window)
+    # A Delta writer's events also carry their commit file's mtime (the start used before).
+    landed: dict[int, float] = getattr(source, "landed", {})
+    returned: dict[int, float] = getattr(source, "returned", {})
+    seen = [e for e in window if e in probe.seen_at and e in landed]
+    from_mtime = [(probe.seen_at[e] - landed[e]) * 1000 for e in seen]
+    return_gaps = [(returned[e] - landed[e]) * 1000 for e in seen]
+    return_lags = [(returned[e] - source.created[e]) * 1000 for e in seen]
+    mtime_leads = [(source.created[e] - landed[e]) * 1000 for e in seen]
     result: dict[str, Any] = {
         "variant": name,
         "rate": rate,
@@ -174,15 +200,31 @@ def measure(
         "cpu_s": cpu,
         "cpu_us_per_event": cpu / events * 1e6,
         "broker_cpu_us_per_event": broker_cpu / events * 1e6 if broker_cpu is not None else None,
+        "start": "commit file first seen by the writer" if landed else "source's own stamp",
+        "return_minus_mtime_p50_ms": percentile(return_gaps, 0.5) if seen else None,
+        "return_minus_start_p50_ms": percentile(return_lags, 0.5) if seen else None,
+        "start_minus_mtime_p50_ms": percentile(mtime_leads, 0.5) if seen else None,
+        "p50_ms_from_mtime": percentile(from_mtime, 0.5) if from_mtime else None,
+        "p99_ms_from_mtime": percentile(from_mtime, 0.99) if from_mtime else None,
         "loadavg_before": load_before,
         "loadavg_after": load_after,
     }
+    gap = result["return_minus_mtime_p50_ms"]
     print(
         f"| {name} | {rate} | {events} | {result['missing']} | {result['p50_ms']:.1f} |"
         f" {result['p99_ms']:.1f} | {result['p999_ms']:.1f} | {result['max_ms']:.1f} |"
+        f" {'-' if gap is None else f'{gap:.1f}'} |"
         f" {result['cpu_us_per_event']:.0f} | {load_before.split()[0]} |",
         flush=True,
     )
+    if from_mtime:
+        print(
+            f"|   (from the source file's mtime: p50 {result['p50_ms_from_mtime']:.1f}"
+            f" / p99 {result['p99_ms_from_mtime']:.1f} ms; p50 return - start"
+            f" {result['return_minus_start_p50_ms']:.1f}, start - mtime"
+            f" {result['start_minus_mtime_p50_ms']:.1f} ms) |",
+            flush=True,
+        )
     return result
 
 
@@ -367,9 +409,13 @@ def main() -> dict[str, object]:
             print(f"kafka anchor unavailable: {anchor['error']}", flush=True)
     spark = spark_session(conf)
     jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    if TIMING_LINES:
+        jvm = spark.sparkContext._jvm
+        log4j = jvm.org.apache.logging.log4j
+        log4j.core.config.Configurator.setLevel(TIMING_LOGGER, log4j.Level.INFO)
     print("| variant | events/s | events | missing | p50 ms | p99 ms | p99.9 ms | max ms |"
-          " CPU µs/event | load |")  # fmt: skip
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          " ret-mtime ms | CPU µs/event | load |")  # fmt: skip
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     results: list[dict[str, Any]] = []
     serve = Serve(out)
     try:

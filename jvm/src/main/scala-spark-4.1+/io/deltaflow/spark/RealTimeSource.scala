@@ -6,6 +6,7 @@ import scala.jdk.CollectionConverters._
 import com.fasterxml.jackson.databind.JsonNode
 import org.apache.hadoop.fs.{FileSystem, Path}
 
+import org.apache.spark.TaskContext
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.streaming.WriteToStreamStatement
@@ -13,7 +14,7 @@ import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming.{Offset, PartitionOffset, SupportsRealTimeMode, SupportsRealTimeRead}
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.RecordStatus
-import org.apache.spark.sql.deltaflow.RealTimeFilesEndpoint
+import org.apache.spark.sql.deltaflow.{RealTimeFilesEndpoint, StepTimes}
 import org.apache.spark.sql.sources.Filter
 import org.apache.spark.util.SerializableConfiguration
 
@@ -161,10 +162,20 @@ class RealTimeReaderFactory(files: PartitionReaderFactory, conf: SerializableCon
     new RealTimeReader(partition.asInstanceOf[RealTimeInputPartition], files, conf, changes)
 }
 
-/** One epoch's long-lived task over the table's log (see [[RealTimeSupport]]). */
+/** One epoch's long-lived task over the table's log (see [[RealTimeSupport]]).
+ *
+ *  At the epoch's end (its `close`) it logs one timing line (INFO), where a commit's
+ *  milliseconds go on the source's side: `notice` (the stat that saw the commit and the
+ *  driver's `rtNext` round trip), `open` (Spark's Parquet reader created and its first
+ *  row read), `rest of file` (the reader's own time in the file's other rows and its
+ *  close; not the sink's work between rows) and `file` (open to close, wall time, the
+ *  sink's work between rows included). */
 class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
     conf: SerializableConfiguration, changes: Option[RealTimeChangeReads] = None)
-  extends SupportsRealTimeRead[InternalRow] {
+  extends SupportsRealTimeRead[InternalRow] with Logging {
+  // Under the sink's timing lines' logger, so one logger level shows every real-time step.
+  override protected def logName: String = "org.apache.spark.sql.deltaflow.RealTimeReader"
+
   private lazy val driver = RealTimeFilesEndpoint.connect(p.endpoint)
   private val logDir = new Path(new Path(p.tableUri), "_delta_log")
   private lazy val fs: FileSystem = logDir.getFileSystem(conf.value)
@@ -181,6 +192,17 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
   private var nextVersion = -1L // the commit whose file the reader waits for; -1: ask now
   private var replayed = false
   private var lastFetch = 0L
+  // The epoch's timing line (see the class doc): nanoTime pairs and counters only, nothing
+  // allocated per row.
+  private val notices = new StepTimes("notice")
+  private val opens = new StepTimes("open")
+  private val rests = new StepTimes("rest of file")
+  private val wholeFiles = new StepTimes("file")
+  private var fileOpened = 0L  // nanoTime the current file's open began
+  private var firstRowDue = false  // the current file's first next() is still to come
+  private var restNanos = 0L  // the reader's own time in the current file after its first row
+  private var filesRead = 0L  // files read to their end (one the epoch ended in is not)
+  private var rowsEmitted = 0L  // rows handed on (not those a replay skipped)
 
   p.replay.foreach { r =>
     queue ++= r.files
@@ -199,6 +221,7 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
       if (current != null) {
         if ((currentLimit < 0 || rows < currentLimit) && readNext()) {
           rows += 1
+          rowsEmitted += 1
           return RecordStatus.newStatusWithoutArrivalTime(true)
         }
         closeCurrent()
@@ -209,8 +232,9 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
         return RecordStatus.newStatusWithoutArrivalTime(false)
       } else {
         if (queueEnd != null) { position = queueEnd; rows = 0; queueEnd = null }
+        val polled = System.nanoTime()
         if (nextVersion < 0 || committed(nextVersion)) {
-          fetch()
+          fetch(polled)
         } else {
           val left = deadline - System.currentTimeMillis()
           if (left <= 0) return RecordStatus.newStatusWithoutArrivalTime(false)
@@ -229,15 +253,20 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
       case _: java.io.IOException => System.currentTimeMillis() >= lastFetch + p.pollMs
     }
 
-  private def fetch(): Unit = {
+  /** Asks the driver for the files after the position; `polled`: when the stat that saw
+   *  the commit began (the notice's start). */
+  private def fetch(polled: Long): Unit = {
     lastFetch = System.currentTimeMillis()
     val answer = RealTimeFilesEndpoint.ask[RealTimeFiles](driver, position)
+    if (answer.files.nonEmpty) notices.add(System.nanoTime() - polled)
     queue ++= answer.files
     queueEnd = answer.end
     nextVersion = if (answer.more) -1L else answer.latest + 1
   }
 
   private def open(file: RealTimeFile): Unit = {
+    fileOpened = System.nanoTime()
+    firstRowDue = true
     currentFile = file
     val cdc = file.change.exists(_._1)
     checkChangeType = cdc
@@ -251,7 +280,12 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
   }
 
   private def readNext(): Boolean = {
-    if (!missingAsTyped(current.next())) return false
+    val asked = System.nanoTime()
+    val more = missingAsTyped(current.next())
+    val answered = System.nanoTime()
+    if (firstRowDue) { opens.add(answered - fileOpened); firstRowDue = false }
+    else restNanos += answered - asked
+    if (!more) return false
     if (checkChangeType && current.get().isNullAt(changes.get.changeTypeAt)) {
       val (_, version, location) = currentFile.change.get
       throw DeltaflowException.of("CorruptTableError",
@@ -278,11 +312,30 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
     }
 
   private def closeCurrent(): Unit = {
+    val closing = System.nanoTime()
     current.close()
+    val closed = System.nanoTime()
+    rests.add(restNanos + closed - closing)
+    wholeFiles.add(closed - fileOpened)
+    restNanos = 0L
+    filesRead += 1
     current = null
     if (currentLimit < 0) { position = currentFile.offset; rows = 0 }
     currentLimit = -1L
   }
 
-  override def close(): Unit = if (current != null) current.close()
+  override def close(): Unit = {
+    if (current != null) current.close()
+    val epoch = Option(TaskContext.get()).flatMap(t => Option(t.getLocalProperty(
+      RealTimeReader.EpochProperty))).getOrElse("?")
+    logInfo(s"deltaflow real-time reader e$epoch of ${p.tableUri}: $filesRead files, " +
+      s"$rowsEmitted rows; ${notices.summary}; ${opens.summary}; ${rests.summary}; " +
+      wholeFiles.summary)
+  }
+}
+
+object RealTimeReader {
+  // The epoch a task runs in, as Spark's stream execution sets it on its jobs
+  // (`MicroBatchExecution.BATCH_ID_KEY`).
+  private val EpochProperty = "streaming.sql.batchId"
 }
