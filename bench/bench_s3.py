@@ -299,6 +299,14 @@ def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict
 
     jvm_requests: dict[str, collections.Counter[str]] = {}
     bucket_uri = f"s3a://{store.bucket}/"
+    if args.s3a:
+        # What S3A took from BENCH_HADOOP: its toString names the upload buffer's factory.
+        jvm = spark._jvm
+        fs = jvm.org.apache.hadoop.fs.FileSystem.get(
+            jvm.java.net.URI(bucket_uri), spark._jsc.hadoopConfiguration()
+        )
+        factory = [part for part in str(fs.toString()).split(", ") if "blockFactory" in part]
+        print(f"  S3A upload buffer: {factory or 'not shown'}", flush=True)
 
     def timed(name: str, step: Callable[[], object], where: str) -> None:
         before = s3_requests(metrics_url) if where == "s3" else None
