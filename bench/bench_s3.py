@@ -32,7 +32,14 @@ the same machine, so its latencies are a floor, not what a region's S3 answers i
 ``local[*]``, the executors), of its child processes (the brain, Python workers) and of the
 S3 server (``/proc/<pid>/stat``), and every S3 request type (HEAD apart from GET): on a shared
 2-core machine these do not move with the load the way seconds do, and they show how much
-of an S3 step's time is the server's own CPU on the same cores.
+of an S3 step's time is the server's own CPU on the same cores. A second table splits the
+JVM's and the server's CPU into user time (the process's own work: encoding, hashing,
+copies, GC, JIT) and system time (the kernel's: local-disk buffers, socket copies), beside
+the seconds.
+
+Before the timed repetitions, the data is written once to each side untimed (a warm-up):
+the first S3A write JIT-compiles the S3A and AWS SDK upload path, whose compile threads
+count as the JVM's CPU and would otherwise land in whichever repetition ran first.
 
 ``--s3a`` puts Hadoop's S3A on the session's class path (``tests/_s3a.py``: resolved once
 from Maven Central) and uses ``s3a://`` URIs, so the S3 side runs on the JVM path (issue 29);
@@ -97,16 +104,18 @@ def s3_requests(metrics_url: str) -> collections.Counter[str]:
     return counts
 
 
-def _ticks(pid: int, children: bool = False) -> int:
-    """utime + stime of ``pid`` (all its threads), plus its reaped children's with
-    ``children``; 0 when it is gone."""
+def _ticks(pid: int, children: bool = False) -> tuple[int, int]:
+    """(utime, stime) of ``pid`` (all its threads), plus its reaped children's with
+    ``children``; (0, 0) when it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0
+        return 0, 0
     # After the command: state is field 3, so utime/stime/cutime/cstime are 14-17 (1-based).
-    used = int(fields[11]) + int(fields[12])
-    return used + (int(fields[13]) + int(fields[14]) if children else 0)
+    user, system = int(fields[11]), int(fields[12])
+    if children:
+        user, system = user + int(fields[13]), system + int(fields[14])
+    return user, system
 
 
 def _descendants(pid: int) -> list[int]:
@@ -147,13 +156,21 @@ class CpuMeter:
         self.before: dict[str, int] = {}
 
     def _now(self) -> dict[str, int]:
-        kids = sum(_ticks(p) for p in _descendants(self.jvm))
-        reaped = _ticks(self.jvm, children=True) - _ticks(self.jvm)
+        kids = [_ticks(p) for p in _descendants(self.jvm)]
+        jvm_user, jvm_sys = _ticks(self.jvm)
+        with_reaped = _ticks(self.jvm, children=True)
+        server_user, server_sys = _ticks(self.server) if self.server else (0, 0)
+        # User time is the JVM's own work (encoding, SHA-256, copies, GC, JIT); system time
+        # is where local-disk buffers and socket copies land.
         return {
-            "driver": _ticks(os.getpid()),  # this Python: delta-rs MERGE runs here
-            "jvm": _ticks(self.jvm),
-            "children": kids + reaped,
-            "server": _ticks(self.server) if self.server else 0,
+            "driver": sum(_ticks(os.getpid())),  # this Python: delta-rs MERGE runs here
+            "jvm": jvm_user + jvm_sys,
+            "jvm_user": jvm_user,
+            "jvm_sys": jvm_sys,
+            "children": sum(map(sum, kids)) + sum(with_reaped) - jvm_user - jvm_sys,
+            "server": server_user + server_sys,
+            "server_user": server_user,
+            "server_sys": server_sys,
         }
 
     def start(self) -> None:
@@ -282,6 +299,14 @@ def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict
 
     jvm_requests: dict[str, collections.Counter[str]] = {}
     bucket_uri = f"s3a://{store.bucket}/"
+    if args.s3a:
+        # What S3A took from BENCH_HADOOP: its toString names the upload buffer's factory.
+        jvm = spark._jvm
+        fs = jvm.org.apache.hadoop.fs.FileSystem.get(
+            jvm.java.net.URI(bucket_uri), spark._jsc.hadoopConfiguration()
+        )
+        factory = [part for part in str(fs.toString()).split(", ") if "blockFactory" in part]
+        print(f"  S3A upload buffer: {factory or 'not shown'}", flush=True)
 
     def timed(name: str, step: Callable[[], object], where: str) -> None:
         before = s3_requests(metrics_url) if where == "s3" else None
@@ -304,6 +329,14 @@ def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict
     changes = spark.range(rows - rows // 200, rows + rows // 200).selectExpr(
         "id", "id % 97 AS k", "-1.0 AS v", "'merged' AS s", "true AS b"
     )
+    # One untimed write per side first: the first S3A write compiles the S3A/SDK upload
+    # path (C2 threads count as the JVM's CPU), which would land in whichever rep ran first.
+    warm_s3 = store.uri("warmup")
+    if args.s3a:
+        warm_s3 = "s3a://" + warm_s3.removeprefix("s3://")
+    for uri in (str(work / "warmup"), warm_s3) if steps - {"commits"} else ():
+        data.write.format("delta").save(uri)
+    print(f"  warm-up writes done, load {loadavg()}", flush=True)
     for rep in range(args.reps):
         order = ["local", "s3"] if rep % 2 == 0 else ["s3", "local"]
         for where in order:
@@ -362,6 +395,7 @@ def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict
     _print(rows, commits, medians, requests, load_start, load_end, args.s3a)
     if cpu:
         _print_cpu(cpu, requests, jvm_requests)
+        _print_cpu_split(cpu, medians)
     result = {
         "rows": rows,
         "commits": commits,
@@ -372,6 +406,7 @@ def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict
         "load_end": load_end,
         "s3a": args.s3a,
         "cpu_seconds": dict(cpu),
+        "hadoop": os.environ.get("BENCH_HADOOP", ""),
         "machine": machine(),
     }
     name = "s3a" if args.s3a else "s3"
@@ -507,6 +542,26 @@ def _print_cpu(
         print(
             f"| {name} | {where} | {median['driver']:.2f} | {median['jvm']:.2f}"
             f" | {median['children']:.2f} | {median['server']:.2f} | {shown} | {by_jvm} |"
+        )
+
+
+def _print_cpu_split(cpu: dict[str, list[dict[str, float]]], medians: dict[str, float]) -> None:
+    """User and system CPU apart, beside the seconds: user is the JVM's own work, system
+    the kernel's (disk buffers, socket copies)."""
+    hadoop = os.environ.get("BENCH_HADOOP", "") or "none"
+    print(f"\nCPU split (medians; BENCH_HADOOP {hadoop}):")
+    print(
+        "\n| step | side | s | CPU-s JVM user | CPU-s JVM sys | CPU-s children"
+        " | CPU-s server user | CPU-s server sys |"
+    )
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for key, samples in cpu.items():
+        name, where = key.rsplit(" ", 1)
+        median = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+        print(
+            f"| {name} | {where} | {medians[key]:.2f} | {median['jvm_user']:.2f}"
+            f" | {median['jvm_sys']:.2f} | {median['children']:.2f}"
+            f" | {median['server_user']:.2f} | {median['server_sys']:.2f} |"
         )
 
 
