@@ -69,7 +69,7 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from _common import DATA_DIR, fresh_dir, loadavg, machine, parse_args, save_result
@@ -522,6 +522,15 @@ def _print(rows, commits, medians, requests, load_start, load_end, s3a=False) ->
     )
 
 
+def _cpu_medians(
+    cpu: dict[str, list[dict[str, float]]],
+) -> Iterator[tuple[str, str, str, dict[str, float]]]:
+    """Per ``"<step> <side>"`` key: the key, the step, the side, and each figure's median."""
+    for key, samples in cpu.items():
+        name, where = key.rsplit(" ", 1)
+        yield key, name, where, {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+
+
 def _print_cpu(
     cpu: dict[str, list[dict[str, float]]],
     requests: dict[str, collections.Counter[str]],
@@ -532,9 +541,7 @@ def _print_cpu(
         " | CPU-s S3 server | S3 requests (server's count) | of which S3A's (JVM) |"
     )
     print("| --- | --- | ---: | ---: | ---: | ---: | --- | --- |")
-    for key, samples in cpu.items():
-        name, where = key.rsplit(" ", 1)
-        median = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+    for _, name, where, median in _cpu_medians(cpu):
         kinds = requests.get(name, {}) if where == "s3" else {}
         shown = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()) if n) or "-"
         jvm = jvm_requests.get(name, {}) if where == "s3" else {}
@@ -555,9 +562,7 @@ def _print_cpu_split(cpu: dict[str, list[dict[str, float]]], medians: dict[str, 
         " | CPU-s server user | CPU-s server sys |"
     )
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for key, samples in cpu.items():
-        name, where = key.rsplit(" ", 1)
-        median = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+    for key, name, where, median in _cpu_medians(cpu):
         print(
             f"| {name} | {where} | {medians[key]:.2f} | {median['jvm_user']:.2f}"
             f" | {median['jvm_sys']:.2f} | {median['children']:.2f}"
