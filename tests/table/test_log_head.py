@@ -15,6 +15,7 @@ path, and are not counted.
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -275,3 +276,23 @@ def test_an_idle_head_whose_successors_were_cleaned_up_is_seeded_again(
     assert roll(table, 10, 20)["version"] == latest.version() + 1
     assert head_of(table) is not head
     assert DeltaTable(table).transaction_version(P0) == at(20)
+
+
+def test_a_log_replaced_under_the_head_is_never_written_past(table: str) -> None:
+    """The table was dropped and made again at its path (a new, shorter log): the head
+    sees its commit file is another and re-seeds; the rolls then do not continue the new
+    log's app transactions (it has none), so the commit is refused and the new log keeps
+    contiguous versions."""
+    for n in range(4):
+        roll(table, 10 * n, 10 * n + 10)
+    old = head_of(table)
+    assert old.version >= 4
+    shutil.rmtree(Path(table, "_delta_log"))
+    write_deltalake(table, pa.table({"id": pa.array([1000], pa.int32())}), mode="overwrite")
+    other_append(table, 1001)
+    with pytest.raises(ConcurrentWriteError, match="do not continue its app transactions"):
+        roll(table, 40, 50)
+    assert head_of(table) is not old
+    assert head_of(table).version == 1
+    names = sorted(p.name for p in Path(table, "_delta_log").glob("*.json"))
+    assert names == [f"{v:020d}.json" for v in range(2)], names

@@ -256,7 +256,8 @@ def rolls_committed(seen: Callable[[str], int | None], request: CommitRequest) -
     raise ConcurrentWriteError(
         f"The real-time rolls committed to {request.table_uri} do not continue its app"
         f" transactions ({described}): another writer of the same stream committed these"
-        " rows, or an older epoch's writer is still running. Nothing was committed; the"
+        " rows, an older epoch's writer is still running, or the table was dropped and"
+        " made again at its path while the stream ran. Nothing was committed; the"
         " stream replays from the log.",
         table_uri=request.table_uri,
         kind="ConcurrentTransaction",

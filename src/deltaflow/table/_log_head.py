@@ -19,6 +19,10 @@ the commit path needs of the log is small: the version, the ``metaData`` and
 - **Re-seeded** when it cannot move forward by name cheaply: more than
   :data:`MAX_CATCH_UP` versions behind, or successors removed by log cleanup, or any
   doubt (a version out of order marks it ``stale``; the owner drops it).
+- **Tied to its log**: it remembers which file its version's commit is (inode and
+  mtime) and re-seeds when that file is gone or another: a table dropped and made again
+  at the same path (a new log, perhaps shorter) must never be written at the old
+  table's next version, which would leave a gap no reader can load past.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -66,6 +71,7 @@ class LogHead:
         self._snapshot = snapshot_of_table(table, uri)
         self._snapshot.__dict__.pop("delta_table", None)  # never a load through the head
         self.version = self._snapshot.version
+        self._mark = self._commit_file(self.version)
         self.stale = False  # set when the head may no longer be exact: the owner drops it
         self.moved_at = time.monotonic()
         # Bumped when metadata or protocol change: plans made before are out of date.
@@ -148,13 +154,35 @@ class LogHead:
             self.generation += 1
         self._snapshot = dataclasses.replace(snapshot, version=version)
         self.version = version
+        self._mark = self._commit_file(version)
         self.moved_at = time.monotonic()
+
+    def _commit_file(self, version: int) -> tuple[int, int] | None:
+        """Which file commit ``version`` is (inode, mtime in ns); None when it is absent."""
+        try:
+            found = os.stat(os.path.join(self.log_dir, f"{version:020d}.json"))
+        except FileNotFoundError:
+            return None
+        return found.st_ino, found.st_mtime_ns
+
+    def _same_log(self) -> bool:
+        """Whether the commit file of :attr:`version` is still the one the head moved to
+        (one stat): False when the log was replaced under it."""
+        return self._mark is None or self._commit_file(self.version) == self._mark
 
     def catch_up(self) -> bool:
         """Read the versions after :attr:`version` by name and move past them; False
         when the head should be seeded again instead (too far behind, or its successors
         gone to log cleanup)."""
         if self.stale:
+            return False
+        if not self._same_log():
+            log.warning(
+                "log head of %s at %d: that commit's file was replaced (the table was made"
+                " again at its path): re-seeding",
+                self.uri,
+                self.version,
+            )
             return False
         for _ in range(MAX_CATCH_UP):
             actions = _log_commit.read_actions_if_present(self.log_dir, self.version + 1)
