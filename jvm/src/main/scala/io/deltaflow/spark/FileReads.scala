@@ -1,19 +1,24 @@
 package io.deltaflow.spark
 
+import java.io.{DataInputStream, DataOutputStream, ObjectInputStream}
 import java.util.Locale
 
 import scala.jdk.CollectionConverters._
 
+import com.esotericsoftware.kryo.{Kryo, KryoSerializable}
+import com.esotericsoftware.kryo.io.{Input, Output}
 import com.fasterxml.jackson.databind.JsonNode
 import org.apache.hadoop.fs.Path
+import org.apache.hadoop.mapred.JobConf
 
 import org.apache.spark.paths.SparkPath
 import org.apache.spark.sql.catalyst.{InternalRow, ProjectingInternalRow}
-import org.apache.spark.sql.catalyst.expressions.{Cast, Literal}
+import org.apache.spark.sql.catalyst.expressions.{Cast, Literal, UnsafeProjection}
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
 import org.apache.spark.sql.execution.datasources.{FilePartition, PartitionedFile}
-import org.apache.spark.sql.execution.datasources.parquet.ParquetOptions
+import org.apache.spark.sql.execution.datasources.parquet.{ParquetOptions, ParquetUtils}
 import org.apache.spark.sql.execution.datasources.v2.parquet.ParquetPartitionReaderFactory
 import org.apache.spark.sql.sources.Filter
 import org.apache.spark.sql.types._
@@ -148,7 +153,15 @@ object FileReads {
     val sqlConf = spark.sessionState.conf
     val hadoopConf = spark.sessionState.newHadoopConfWithOptions(Map.empty[String, String])
     ParquetConf.prepare(hadoopConf, sqlConf, layout.physicalData)
-    val broadcast = spark.sparkContext.broadcast(new SerializableConfiguration(hadoopConf))
+    // Files read row by row (deleted rows, the real-time source) with Spark's vectorized
+    // reader are opened file by file as batches (see DeltaReaderFactory), under a shared
+    // JobConf: nothing is pushed into that reader, so nothing writes to its configuration,
+    // and Spark's copy of it for every file it opens is not needed (docs/notes/rtm-open.md).
+    val fileByFile = withDeletes && ParquetUtils.isBatchReadSupportedForSchema(sqlConf,
+      StructType(layout.partitionSchema.fields ++ layout.physicalData.fields))
+    val conf = if (fileByFile) new SharedJobConf(new JobConf(hadoopConf))
+      else new SerializableConfiguration(hadoopConf)
+    val broadcast = spark.sparkContext.broadcast[SerializableConfiguration](conf)
     val parquet = ParquetPartitionReaderFactory(sqlConf, broadcast, layout.physicalTable,
       layout.physicalData, layout.partitionSchema,
       if (withDeletes) Array.empty[Filter] else pushed, None,
@@ -156,7 +169,10 @@ object FileReads {
     val order = if (inRequiredOrder) layout.requiredOrder else None
     val metadata = if (layout.metadataFields.isEmpty) None else Some((layout.metadataFields,
       (layout.physicalData.fields ++ layout.partitionSchema.fields).map(_.dataType).toSeq))
-    new DeltaReaderFactory(parquet, withDeletes, order.map(o => (layout.required, o)), metadata)
+    val batches = if (!fileByFile) None
+      else Some(StructType(layout.physicalData.fields ++ layout.partitionSchema.fields))
+    new DeltaReaderFactory(parquet, withDeletes, order.map(o => (layout.required, o)), metadata,
+      batches)
   }
 }
 
@@ -168,13 +184,30 @@ case class DeltaInputPartition(files: FilePartition, deleted: Array[Array[Long]]
 }
 
 /** Spark's Parquet reader, with rows removed by deletion vectors left out and, given
- *  `reorder` (output schema, reader position of each output column), columns reordered. */
+ *  `reorder` (output schema, reader position of each output column), columns reordered.
+ *  With `batches` (what the vectorized reader emits: data columns, then partition
+ *  columns), a row-by-row read opens each file as batches and makes its rows into
+ *  `UnsafeRow`s with one projection per thread, where Spark's row reader generates that
+ *  projection's code anew for every file (about a quarter of opening a small file, which
+ *  the real-time source does for every commit: docs/notes/rtm-open.md). */
 class DeltaReaderFactory(
     parquet: ParquetPartitionReaderFactory,
     withDeletes: Boolean,
     reorder: Option[(StructType, Array[Int])],
-    metadata: Option[(Array[StructField], Seq[DataType])] = None)
+    metadata: Option[(Array[StructField], Seq[DataType])] = None,
+    batches: Option[StructType] = None)
   extends PartitionReaderFactory {
+
+  // A projection keeps its output row between calls, so each thread has its own.
+  @transient private lazy val unsafeRows: ThreadLocal[UnsafeProjection] = {
+    val attributes = DataTypeUtils.toAttributes(batches.get)
+    ThreadLocal.withInitial(() => UnsafeProjection.create(attributes, attributes))
+  }
+
+  /** One file's rows, as Spark's row reader gives them. */
+  private def openRows(file: PartitionedFile): PartitionReader[InternalRow] =
+    if (batches.isEmpty) parquet.buildReader(file)
+    else new BatchRows(parquet.buildColumnarReader(file), unsafeRows.get())
 
   private def files(p: InputPartition) = p.asInstanceOf[DeltaInputPartition].files
 
@@ -200,7 +233,7 @@ class DeltaReaderFactory(
   override def createReader(partition: InputPartition): PartitionReader[InternalRow] = {
     val p = partition.asInstanceOf[DeltaInputPartition]
     val read =
-      if (!withDeletes) parquet.createReader(p.files) else new DeletedRowsReader(p, parquet.buildReader)
+      if (!withDeletes) parquet.createReader(p.files) else new DeletedRowsReader(p, openRows)
     val reader = metadata.fold(read) { case (fields, types) =>
       FileMetadata.collapseRows(read, types, fields)
     }
@@ -266,3 +299,51 @@ class DeletedRowsReader(
   override def close(): Unit = if (current != null) current.close()
 }
 
+
+/** The rows of `batches`, each made an `UnsafeRow` by `unsafe` (its output is reused, as
+ *  Spark's row reader reuses its own). */
+class BatchRows(batches: PartitionReader[ColumnarBatch], unsafe: UnsafeProjection)
+  extends PartitionReader[InternalRow] {
+  private var batch: ColumnarBatch = _
+  private var row = 0
+
+  override def next(): Boolean = {
+    row += 1
+    while (batch == null || row >= batch.numRows()) {
+      if (!batches.next()) return false
+      batch = batches.get()
+      row = 0
+    }
+    true
+  }
+
+  override def get(): InternalRow = unsafe(batch.getRow(row))
+
+  override def close(): Unit = batches.close()
+}
+
+/** A Hadoop configuration broadcast as a `JobConf`, and a `JobConf` again where it is
+ *  deserialized (Spark's holder gives back a plain `Configuration`), so that Spark's
+ *  Parquet reader takes it as it is for each file instead of copying it. Only for readers
+ *  that write nothing to their configuration (no pushed filter; the vectorized reader). */
+class SharedJobConf(conf: JobConf) extends SerializableConfiguration(conf) with KryoSerializable {
+  // Java serialization: Spark's holder has read a plain Configuration into `value`.
+  private def readObject(in: ObjectInputStream): Unit = {
+    in.defaultReadObject()
+    value = new JobConf(value)
+  }
+
+  // Kryo (spark.serializer): Spark registers its own holder, not this subclass, which Kryo
+  // would otherwise write field by field, leaving out the (transient) configuration.
+  override def write(kryo: Kryo, out: Output): Unit = {
+    val data = new DataOutputStream(out)
+    value.write(data)
+    data.flush()
+  }
+
+  override def read(kryo: Kryo, in: Input): Unit = {
+    val read = new JobConf(false)
+    read.readFields(new DataInputStream(in))
+    value = read
+  }
+}

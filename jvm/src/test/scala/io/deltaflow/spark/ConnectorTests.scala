@@ -87,6 +87,49 @@ object ConnectorTests {
       reader.close()
       assertEq(seen.toList, List("a1", "a2", "a4", "b0", "b1"))
     }
+    check("a real-time reader's shared JobConf stays a JobConf through Spark's serializers") {
+      val conf = new org.apache.hadoop.mapred.JobConf(false)
+      conf.set("deltaflow.test", "kept")
+      val sparkConf = new org.apache.spark.SparkConf()
+      for (serializer <- Seq(new org.apache.spark.serializer.JavaSerializer(sparkConf),
+          new org.apache.spark.serializer.KryoSerializer(sparkConf))) {
+        val instance = serializer.newInstance()
+        val back = instance.deserialize[org.apache.spark.util.SerializableConfiguration](
+          instance.serialize(new SharedJobConf(conf)))
+        // Spark's Parquet reader copies any other Configuration for every file it opens.
+        assert(back.value.isInstanceOf[org.apache.hadoop.mapred.JobConf], back.value.getClass)
+        assertEq(back.value.get("deltaflow.test"), "kept")
+      }
+    }
+    check("a file read as batches gives every row of every batch, as UnsafeRows") {
+      import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector
+      import org.apache.spark.sql.vectorized.{ColumnVector, ColumnarBatch}
+      def batch(values: Long*): ColumnarBatch = {
+        val column = new OnHeapColumnVector(4, LongType)
+        values.zipWithIndex.foreach { case (v, i) => column.putLong(i, v) }
+        new ColumnarBatch(Array[ColumnVector](column), values.length)
+      }
+      val batches = Iterator(batch(1L, 2L), batch(), batch(3L))
+      var closed = false
+      val source = new PartitionReader[ColumnarBatch] {
+        private var current: ColumnarBatch = _
+        override def next(): Boolean = batches.hasNext && { current = batches.next(); true }
+        override def get(): ColumnarBatch = current
+        override def close(): Unit = closed = true
+      }
+      val attributes = org.apache.spark.sql.catalyst.types.DataTypeUtils.toAttributes(
+        StructType(Seq(StructField("v", LongType))))
+      val reader = new BatchRows(source,
+        org.apache.spark.sql.catalyst.expressions.UnsafeProjection.create(attributes, attributes))
+      val seen = ArrayBuffer.empty[Long]
+      while (reader.next()) {
+        assert(reader.get().isInstanceOf[org.apache.spark.sql.catalyst.expressions.UnsafeRow])
+        seen += reader.get().getLong(0)
+      }
+      reader.close()
+      assertEq(seen.toList, List(1L, 2L, 3L))
+      assertEq(closed, true)
+    }
     check("errors raised on the JVM carry a wire marker the Python side decodes") {
       val e = DeltaflowException.of("TableNotFoundError", "no table", Map("table_uri" -> "x"))
       val marker = """\[deltaflow-error:([A-Za-z0-9+/=]+)\]""".r
