@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -282,13 +284,21 @@ def _write_direct(
 
 
 def collect_staged(
-    plan: WritePlan, native: NativeWrite, staging_uri: str, job_id: str
+    plan: WritePlan,
+    native: NativeWrite,
+    staging_uri: str,
+    job_id: str,
+    *,
+    keep_directory: bool = False,
 ) -> list[_commit.AddedFile]:
     """The files Spark's writer left in ``staging_uri``, moved into the table with stats
     from their footers: the adds for the caller to commit (or delete, on failure).
 
     On failure the moved files are deleted before the error propagates; the staging
-    directory is always deleted.
+    directory is always deleted. ``keep_directory``: after a success the (emptied)
+    directory is left to the caller, who hands it to :func:`delete_staging_later` once
+    its commit is done (a real-time roll's commit then waits for no directory removal,
+    a journalled metadata operation that costs milliseconds on a busy disk).
     """
     fs, staging = _uri.filesystem(staging_uri)
     moved: list[_commit.AddedFile] = []
@@ -308,13 +318,20 @@ def collect_staged(
     finally:
         if not done:
             _files.delete_files(plan.table_uri, moved)
-        _delete_dir(fs, staging)
+        if not (done and keep_directory):
+            _delete_dir(fs, staging)
 
 
 def delete_staging(staging_uri: str) -> None:
     """Delete a write's staging directory and whatever Spark left in it."""
     fs, staging = _uri.filesystem(staging_uri)
     _delete_dir(fs, staging)
+
+
+def delete_staging_later(staging_uri: str) -> None:
+    """Delete a staging directory on a background thread (nothing reads it any more)."""
+    fs, staging = _uri.filesystem(staging_uri)
+    _CLEANUP.submit(fs, staging)
 
 
 def delete_stale_staging(table_uri: str, retention_hours: float) -> list[str]:
@@ -430,9 +447,7 @@ def _collect_files(
     job_id: str,
 ) -> list[_commit.AddedFile]:
     """Stats from each footer, then the file moved into the table: the adds to commit."""
-    full_schema = arrow_schema(plan.schema)
-    partitions = {c.lower() for c in plan.partition_columns}
-    data_schema = pa.schema([f for f in full_schema if f.name.lower() not in partitions])
+    data_schema = _data_schema(plan)
     _, root = _uri.filesystem(plan.table_uri)
 
     def one(numbered: tuple[int, StagedFile]) -> _commit.AddedFile | None:
@@ -461,6 +476,11 @@ def _collect_files(
             stats=stats,
         )
 
+    if len(staged) == 1:
+        # A real-time roll's one file: a pool's thread start and join would cost more
+        # than the file's own work. Nothing is moved when ``one`` raises before its move.
+        single = one((0, staged[0]))
+        return [single] if single is not None else []
     added: list[_commit.AddedFile] = []
     errors: list[BaseException] = []
     with ThreadPoolExecutor(max_workers=min(IO_THREADS, max(len(staged), 1))) as pool:
@@ -478,6 +498,30 @@ def _collect_files(
         _files.delete_files(plan.table_uri, added)
         raise errors[0]
     return added
+
+
+# The data columns' Arrow schema of recent plans, by the identity of their schema dict (kept
+# in the entry, so the id cannot be reused while cached): a real-time sink collects a roll
+# every few milliseconds with one plan, and converting the schema costs ~0.1 ms each time.
+_data_schemas: dict[int, tuple[Any, tuple[str, ...], pa.Schema]] = {}
+_data_schemas_lock = threading.Lock()
+
+
+def _data_schema(plan: WritePlan) -> pa.Schema:
+    """The Arrow schema of the files' columns (partition columns left out), table order."""
+    key = id(plan.schema)
+    with _data_schemas_lock:
+        cached = _data_schemas.get(key)
+    if cached is not None and cached[0] is plan.schema and cached[1] == plan.partition_columns:
+        return cached[2]
+    partitions = {c.lower() for c in plan.partition_columns}
+    full_schema = arrow_schema(plan.schema)
+    data = pa.schema([f for f in full_schema if f.name.lower() not in partitions])
+    with _data_schemas_lock:
+        _data_schemas[key] = (plan.schema, tuple(plan.partition_columns), data)
+        while len(_data_schemas) > 16:
+            _data_schemas.pop(next(iter(_data_schemas)))
+    return data
 
 
 def _staged_partition_values(
@@ -513,6 +557,45 @@ def _delete_dir(fs: pafs.FileSystem, path: str) -> None:
         pass
     except OSError:
         log.warning("could not delete the staging directory %s", path)
+
+
+class _DeferredCleanup:
+    """Deletes emptied staging directories on a daemon thread of its own, in order. A
+    directory left behind by a process that exits first is deleted by the epoch's end
+    (the connector deletes its staging directory) or by VACUUM (stale staging)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[pafs.FileSystem, str]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pending = 0
+
+    def submit(self, fs: pafs.FileSystem, path: str) -> None:
+        with self._lock:
+            self._pending += 1
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="deltaflow-staging-cleanup", daemon=True
+                )
+                self._thread.start()
+        self._queue.put((fs, path))
+
+    def pending(self) -> int:
+        """Directories queued and not deleted yet (for tests)."""
+        with self._lock:
+            return self._pending
+
+    def _loop(self) -> None:
+        while True:
+            fs, path = self._queue.get()
+            try:
+                _delete_dir(fs, path)
+            finally:
+                with self._lock:
+                    self._pending -= 1
+
+
+_CLEANUP = _DeferredCleanup()
 
 
 def _quote(name: str) -> str:
