@@ -1,9 +1,8 @@
 """Collecting a staged roll (``write._native.collect_staged``), as a real-time commit does:
 a roll's one file is read and moved on the calling thread, the data columns' Arrow schema
-is converted once per plan, and the emptied directory is deleted in the background after
-the commit.
-None of that may change what the log records: the stats and counts are compared with the
-footer's own (issue 28, docs/notes/rtm-commit.md).
+is converted once per plan. None of that may change what the log records, and the staged
+directory is still deleted before the call returns.
+The stats and counts are compared with the footer's own (issue 28, docs/notes/rtm-commit.md).
 
 No Spark session: rolls are staged as Parquet files the way a writer leaves them.
 """
@@ -26,7 +25,6 @@ from deltaflow.spark.write import _native
 from deltaflow.spark.write._plan import arrow_schema
 from deltaflow.table._footer_stats import footer_stats
 from deltaflow.table.errors import CorruptTableError
-from tests._waiting import wait_until
 
 SCHEMA = {
     "type": "struct",
@@ -89,7 +87,7 @@ def test_a_roll_s_one_file_has_its_footer_stats_and_count(
     path, plan, native = planned
     staged = stage(path, rows(10, 50))
     expected = footer_of(staged, plan)
-    added = _native.collect_staged(plan, native, f"file://{staged}", "job1", keep_directory=True)
+    added = _native.collect_staged(plan, native, f"file://{staged}", "job1")
     assert [a.stats for a in added] == expected
     assert _native.rows_in(added) == 50
     stats = json.loads(added[0].stats or "{}")
@@ -97,6 +95,7 @@ def test_a_roll_s_one_file_has_its_footer_stats_and_count(
     assert stats["minValues"]["kind"] == "k" * 32  # a bound cut to 32 characters, as before
     assert (Path(path) / added[0].path).exists()
     assert "job1" in added[0].path
+    assert not staged.exists()
 
 
 def test_one_file_and_several_files_record_the_same_stats(
@@ -106,33 +105,19 @@ def test_one_file_and_several_files_record_the_same_stats(
     path, plan, native = planned
     alone = stage(path, rows(0, 30))
     together = stage(path, rows(0, 30), rows(30, 20))
-    one = _native.collect_staged(plan, native, f"file://{alone}", "job1", keep_directory=True)
+    one = _native.collect_staged(plan, native, f"file://{alone}", "job1")
     two = _native.collect_staged(plan, native, f"file://{together}", "job2")
     assert [a.stats for a in one] == [two[0].stats]
     assert _native.rows_in(two) == 50
     assert [a.size for a in one] == [two[0].size]
-    assert not together.exists()  # not kept: deleted before returning
-
-
-def test_a_kept_roll_directory_is_deleted_in_the_background(
-    planned: tuple[str, Any, Any],
-) -> None:
-    path, plan, native = planned
-    staged = stage(path, rows(0, 5))
-    (staged / "_SUCCESS").write_bytes(b"")  # anything the writer left beside the file
-    added = _native.collect_staged(plan, native, f"file://{staged}", "job1", keep_directory=True)
-    assert len(added) == 1
-    assert staged.exists()  # the caller's, until it hands the directory over
-    _native.delete_staging_later(f"file://{staged}")
-    wait_until(lambda: not staged.exists(), 30, "the roll's directory deleted")
-    wait_until(lambda: _native._CLEANUP.pending() == 0, 30, "the cleanup queue drained")
+    assert not alone.exists() and not together.exists()
 
 
 def test_a_failed_collect_deletes_the_directory_at_once_and_moves_nothing(
     planned: tuple[str, Any, Any],
 ) -> None:
     """A file outside the layout Spark's writer stages is refused; the directory goes
-    before the error propagates, kept or not."""
+    before the error propagates."""
     path, plan, native = planned
     staged = stage(path)
     nested = staged / "x=1"
@@ -140,7 +125,7 @@ def test_a_failed_collect_deletes_the_directory_at_once_and_moves_nothing(
     pq.write_table(rows(0, 3), nested / f"part-00000-{uuid.uuid4()}-c000.snappy.parquet")
     before = {p.name for p in Path(path).glob("*.parquet")}
     with pytest.raises(CorruptTableError):
-        _native.collect_staged(plan, native, f"file://{staged}", "job1", keep_directory=True)
+        _native.collect_staged(plan, native, f"file://{staged}", "job1")
     assert not staged.exists()
     assert {p.name for p in Path(path).glob("*.parquet")} == before
 

@@ -167,43 +167,34 @@ def _collect_and_commit(
 ) -> dict[str, Any]:
     from deltaflow.spark.stream._writer import commit_batch
     from deltaflow.spark.write._files import delete_files
-    from deltaflow.spark.write._native import collect_staged, delete_staging_later, rows_in
+    from deltaflow.spark.write._native import collect_staged, rows_in
 
     uri = plan.table_uri
     moved: list[Any] = []
     try:
-        try:
-            with _step_times.step("collect"):
-                for roll in rolls:
-                    files = collect_staged(
-                        plan, native, roll.directory, job_id, keep_directory=True
-                    )
-                    moved.extend(files)
-                    _check_rows(uri, roll, files, rows_in(files))
-        except BaseException:
-            delete_files(uri, moved)
-            raise
-        first, more = rolls[0], rolls[1:]
-        query_id = str((args.get("stream") or {}).get("streamQueryId") or first.app_id)
-        with _step_times.step("commit"):
-            result = commit_batch(
-                plan,
-                moved,
-                query_id=query_id,
-                app_id=first.app_id,
-                batch_id=first.end,
-                num_rows=rows_in(moved),
-                table=table,
-                head=head,
-                more_transactions=tuple((r.app_id, r.end) for r in more),
-                txn_from=tuple((r.app_id, r.start) for r in rolls),
-            )
-    finally:
-        # The emptied roll directories go after the commit, off its path: removing them
-        # before it (a journalled metadata operation) cost 1-4 ms p50 under load, and
-        # removing them meanwhile made the commit's fsync carry them.
-        for roll in rolls:
-            delete_staging_later(roll.directory)
+        with _step_times.step("collect"):
+            for roll in rolls:
+                files = collect_staged(plan, native, roll.directory, job_id)
+                moved.extend(files)
+                _check_rows(uri, roll, files, rows_in(files))
+    except BaseException:
+        delete_files(uri, moved)
+        raise
+    first, more = rolls[0], rolls[1:]
+    query_id = str((args.get("stream") or {}).get("streamQueryId") or first.app_id)
+    with _step_times.step("commit"):
+        result = commit_batch(
+            plan,
+            moved,
+            query_id=query_id,
+            app_id=first.app_id,
+            batch_id=first.end,
+            num_rows=rows_in(moved),
+            table=table,
+            head=head,
+            more_transactions=tuple((r.app_id, r.end) for r in more),
+            txn_from=tuple((r.app_id, r.start) for r in rolls),
+        )
     return {
         "route": "jvm",
         "version": result.version,

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import threading
 import time
 import uuid
@@ -284,21 +283,15 @@ def _write_direct(
 
 
 def collect_staged(
-    plan: WritePlan,
-    native: NativeWrite,
-    staging_uri: str,
-    job_id: str,
-    *,
-    keep_directory: bool = False,
+    plan: WritePlan, native: NativeWrite, staging_uri: str, job_id: str
 ) -> list[_commit.AddedFile]:
     """The files Spark's writer left in ``staging_uri``, moved into the table with stats
     from their footers: the adds for the caller to commit (or delete, on failure).
 
     On failure the moved files are deleted before the error propagates; the staging
-    directory is always deleted. ``keep_directory``: after a success the (emptied)
-    directory is left to the caller, who hands it to :func:`delete_staging_later` once
-    its commit is done (a real-time roll's commit then waits for no directory removal,
-    a journalled metadata operation that costs milliseconds on a busy disk).
+    directory is always deleted (here, not later: a removal deferred past the return was
+    paid by the next commit's fsync, which carries it in ext4's journal commit;
+    docs/notes/rtm-commit.md).
     """
     fs, staging = _uri.filesystem(staging_uri)
     moved: list[_commit.AddedFile] = []
@@ -318,20 +311,13 @@ def collect_staged(
     finally:
         if not done:
             _files.delete_files(plan.table_uri, moved)
-        if not (done and keep_directory):
-            _delete_dir(fs, staging)
+        _delete_dir(fs, staging)
 
 
 def delete_staging(staging_uri: str) -> None:
     """Delete a write's staging directory and whatever Spark left in it."""
     fs, staging = _uri.filesystem(staging_uri)
     _delete_dir(fs, staging)
-
-
-def delete_staging_later(staging_uri: str) -> None:
-    """Delete a staging directory on a background thread (nothing reads it any more)."""
-    fs, staging = _uri.filesystem(staging_uri)
-    _CLEANUP.submit(fs, staging)
 
 
 def delete_stale_staging(table_uri: str, retention_hours: float) -> list[str]:
@@ -557,45 +543,6 @@ def _delete_dir(fs: pafs.FileSystem, path: str) -> None:
         pass
     except OSError:
         log.warning("could not delete the staging directory %s", path)
-
-
-class _DeferredCleanup:
-    """Deletes emptied staging directories on a daemon thread of its own, in order. A
-    directory left behind by a process that exits first is deleted by the epoch's end
-    (the connector deletes its staging directory) or by VACUUM (stale staging)."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[pafs.FileSystem, str]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._pending = 0
-
-    def submit(self, fs: pafs.FileSystem, path: str) -> None:
-        with self._lock:
-            self._pending += 1
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="deltaflow-staging-cleanup", daemon=True
-                )
-                self._thread.start()
-        self._queue.put((fs, path))
-
-    def pending(self) -> int:
-        """Directories queued and not deleted yet (for tests)."""
-        with self._lock:
-            return self._pending
-
-    def _loop(self) -> None:
-        while True:
-            fs, path = self._queue.get()
-            try:
-                _delete_dir(fs, path)
-            finally:
-                with self._lock:
-                    self._pending -= 1
-
-
-_CLEANUP = _DeferredCleanup()
 
 
 def _quote(name: str) -> str:
