@@ -88,12 +88,7 @@ object DeltaBatchWrite extends Logging {
     args.put("mode", modeName(mode))
     // A real-time roll's files are staged already, where its task wrote them.
     staging.foreach(args.put("staging", _))
-    stream.foreach { case (appId, batchId, queryId) =>
-      val s = args.putObject("stream")
-      s.put("queryId", appId)
-      s.put("batchId", batchId)
-      s.put("streamQueryId", queryId)
-    }
+    stream.foreach(putStream(args, _))
     args.put("schema", schema.json)
     val opts = args.putObject("options")
     // Table properties a new table gets from the session (they only apply at creation).
@@ -106,6 +101,15 @@ object DeltaBatchWrite extends Logging {
     val conf = args.putObject("conf")
     PlanConfs.foreach(k => session.conf.getOption(k).foreach(conf.put(k, _)))
     args
+  }
+
+  /** The `stream` of `write.plan`'s arguments: the app id, batch and query of a stream's write. */
+  private[spark] def putStream(args: com.fasterxml.jackson.databind.node.ObjectNode,
+      stream: (String, Long, String)): Unit = {
+    val s = args.putObject("stream")
+    s.put("queryId", stream._1)
+    s.put("batchId", stream._2)
+    s.put("streamQueryId", stream._3)
   }
 
   /** `data` with the generated values it lacks and the row checks the plan asks for;

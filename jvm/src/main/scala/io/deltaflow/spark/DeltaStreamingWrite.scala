@@ -5,6 +5,7 @@ import java.util.concurrent.ConcurrentHashMap
 import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.databind.JsonNode
+import com.fasterxml.jackson.databind.node.ObjectNode
 
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{Row, SaveMode}
@@ -148,12 +149,16 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
       e => checks.flatMap(c => RowChecks.violation(e, Brain.json.readTree(c))).getOrElse(e)
     val hadoopConf = session.sessionState.newHadoopConf()
     val partitionApp = (p: Int) => s"$appId/rtm-p$p"
+    // The commits' `write.plan` arguments, once per epoch: the query's session (Spark's
+    // clone for the stream) and the epoch's plan do not change within it, and gathering
+    // them (the session's confs, the schema's JSON) cost ~0.6 ms per commit (p99 4 ms).
+    val commitArgs = DeltaBatchWrite.planArgs(session, schema, SaveMode.Append, base, None, None)
     val first = transactions(Seq.empty)
     val intervalMs = first.path("intervalMs").asLong()
     val endpoint = RealTimeCommits.open(env => new RealTimeCommitEndpoint(env,
       p => committedRows(transactions(Seq(partitionApp(p))).path("versions")
         .path(partitionApp(p)), epoch),
-      rolls => commitRolls(rolls, partitionApp, s"$appId/rtm", queryId, base, hadoopConf),
+      rolls => commitRolls(rolls, partitionApp, s"$appId/rtm", queryId, commitArgs, hadoopConf),
       dir => RealTimeQueries.delete(dir, hadoopConf), intervalMs))
     planned = Some(Planned(epoch, plan, base, None, Some(endpoint)))
     logInfo(s"deltaflow real-time epoch $epoch into ${info.uri}: commits as rows are ready, " +
@@ -175,7 +180,7 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
   // One interval's rolls, across partitions, as one Delta commit with each partition's app
   // transaction (`sink.commitRolls`: planned, moved and committed in one brain call).
   private def commitRolls(rolls: Seq[RealTimeCommits.Roll], app: Int => String,
-      cacheKey: String, queryId: String, base: Map[String, String],
+      cacheKey: String, queryId: String, commitArgs: ObjectNode,
       hadoopConf: org.apache.hadoop.conf.Configuration): Unit = {
     def version(roll: RealTimeCommits.Roll): Long = {
       if (roll.toRow >= (1L << 32) || roll.epoch >= (1L << 31)) {
@@ -185,8 +190,9 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
       (roll.epoch << 32) | roll.toRow
     }
     val head = rolls.head
-    val args = DeltaBatchWrite.planArgs(session, writeInfo.schema(), SaveMode.Append, base,
-      Some((cacheKey, version(head), queryId)), staging = Some(head.directory))
+    val args = commitArgs.deepCopy()
+    args.put("staging", head.directory)
+    DeltaBatchWrite.putStream(args, (cacheKey, version(head), queryId))
     val list = args.putArray("rolls")
     rolls.foreach { r =>
       val o = list.addObject()
