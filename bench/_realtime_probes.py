@@ -172,7 +172,7 @@ class DeltaWriter(Paced):
     ``FIRST_SIGHT_POLL_S`` while ``write_deltalake`` runs (delta-rs releases the GIL), so
     the start is exact to the poll. When the loop did not see the file before the call
     returned, the return is the start: the commit is visible no later than that. Both
-    other clocks are kept: ``returned`` (the call's return, read right after it: p50 ~7
+    other clocks are kept: ``returned`` (the call's return, read right after it: p50 7-21
     ms after the file appears, delta-rs working on after the put) and ``landed`` (the
     file's modification time: the kernel's coarse clock puts it up to one tick early).
     The table is created empty at version 0, so the writer's n-th commit is version n."""

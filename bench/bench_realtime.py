@@ -16,7 +16,7 @@ only N events/s), all in one Spark session, one after the other:
   ``write_deltalake`` call runs) takes the time it first sees the file, else the call's
   return is the start (the commit is visible no later than that). Until 2026-11-29 the
   start was the file's modification time, which the kernel's coarse clock stamps up to
-  one tick early; the return alone would be late: ``write_deltalake`` returns p50 ~7 ms
+  one tick early; the return alone would be late: ``write_deltalake`` returns p50 7-21 ms
   after its file appears (delta-rs works on after the put). Both are kept for
   comparison: the ``ret-mtime`` column is the p50 of (return - mtime) over the window's
   events, and a line under the row gives p50 / p99 from the mtime, p50 of (return -

@@ -11,7 +11,6 @@ identity, this test found versions 0, 1, 21, 22).
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
@@ -21,17 +20,11 @@ from deltalake import DeltaTable, write_deltalake
 
 from deltaflow.spark._compat import PYSPARK_MINOR
 from tests._waiting import wait_until
+from tests.reference._compare import log_versions
 from tests.spark._conf import conf_set
 from tests.spark.test_realtime_sink import ALLOWLIST, MemoryStream, ids, new_table, start
 
 pytestmark = pytest.mark.skipif(PYSPARK_MINOR < (4, 1), reason="real-time mode is Spark 4.1+")
-
-_COMMIT = re.compile(r"\d{20}\.json")
-
-
-def _versions(location: str) -> list[int]:
-    log = Path(location, "_delta_log")
-    return sorted(int(p.name[:20]) for p in log.glob("*.json") if _COMMIT.fullmatch(p.name))
 
 
 def test_a_log_replaced_under_a_running_query_is_never_written_past(spark, table_path) -> None:
@@ -43,7 +36,7 @@ def test_a_log_replaced_under_a_running_query_is_never_written_past(spark, table
             for start_at in range(0, 48, 6):
                 source.add(list(range(start_at, start_at + 6)))
                 wait_until(lambda n=start_at + 6: len(ids(location)) >= n, 120, "rows")
-            old_version = max(_versions(location))
+            old_version = max(log_versions(location))
             assert old_version >= 4, old_version
 
             # Another writer replaces the log with a new table's, two versions long.
@@ -60,7 +53,7 @@ def test_a_log_replaced_under_a_running_query_is_never_written_past(spark, table
             fed = iter(range(48, 10_000, 6))
 
             def committed_or_stopped() -> bool:
-                if query.exception() is not None or len(_versions(location)) > 2:
+                if query.exception() is not None or len(log_versions(location)) > 2:
                     return True
                 start_at = next(fed)
                 source.add(list(range(start_at, start_at + 6)))
@@ -73,7 +66,7 @@ def test_a_log_replaced_under_a_running_query_is_never_written_past(spark, table
     # The new log holds none of the query's app transactions: its rolls do not continue
     # them, and the query stops, typed (a restart replays into the new table).
     assert "do not continue its app transactions" in str(query.exception()), query.exception()
-    versions = _versions(location)
+    versions = log_versions(location)
     assert versions == list(range(len(versions))), versions  # 0, 1, 2, ...: no gap
     table = DeltaTable(location)
     assert table.version() == versions[-1]
