@@ -66,19 +66,28 @@ class FileSink:
         self.out.close()
 
 
-def received(folder: Path) -> list[int]:
+def received(folder: Path, checkpoint: str | None = None) -> list[int]:
     """Every id the sink received, sorted: of an epoch Spark ran again (a query stopped
     before the epoch was checkpointed), the last attempt, as a foreach writer that is
-    idempotent by epoch id keeps it."""
+    idempotent by epoch id keeps it. Given the query's ``checkpoint``, only the epochs it
+    committed: a later attempt of an uncommitted epoch would replace that epoch's rows."""
+    committed = max(committed_epochs(checkpoint), default=-1) if checkpoint else None
     latest: dict[tuple[str, str], str] = {}
     for name in sorted(os.listdir(folder)):
         epoch, partition, _ = name.split("-", 2)
-        latest[(epoch, partition)] = name
+        if committed is None or int(epoch) <= committed:
+            latest[(epoch, partition)] = name
     ids: list[int] = []
     for name in latest.values():
         with open(folder / name) as f:
             ids += [json.loads(line)["id"] for line in f if line.strip()]
     return sorted(ids)
+
+
+def committed_epochs(checkpoint: str) -> list[int]:
+    """The ids of the epochs the checkpoint's commit log holds."""
+    commits = Path(checkpoint) / "commits"
+    return [int(n) for n in os.listdir(commits) if n.isdigit()] if commits.is_dir() else []
 
 
 def append(spark: Any, path: str, ids: list[int]) -> None:
@@ -106,13 +115,20 @@ def real_time(writer: Any, epoch: str) -> Any:
 
 
 def start(
-    spark: Any, source: str, checkpoint: str, out: Path, epoch: str = EPOCH, **options: str
+    spark: Any,
+    source: str,
+    checkpoint: str,
+    out: Path,
+    epoch: str = EPOCH,
+    where: str = "true",
+    **options: str,
 ) -> Any:
     out.mkdir(exist_ok=True)
     writer = (
         spark.readStream.format("delta")
         .options(**options)
         .load(source)
+        .where(where)
         .writeStream.foreach(FileSink(str(out)))
         .outputMode("update")
         .option("checkpointLocation", checkpoint)
@@ -129,27 +145,31 @@ def stopping() -> Iterator[list[Any]]:
         query.stop()
 
 
-def wait_for(out: Path, expected: list[int], query: Any) -> None:
+def wait_for(out: Path, expected: list[int], query: Any, checkpoint: str | None = None) -> None:
+    """Until the sink holds as many rows as ``expected``, then that it holds exactly them.
+    After a restart pass the ``checkpoint``: the stopped query's last, uncommitted epoch
+    may hold rows its re-run replaces, so only committed epochs count."""
+    got: list[int] = []
+
     def arrived() -> bool:
+        nonlocal got
         if query.exception() is not None:
             raise AssertionError(f"the query failed: {query.exception()}")
-        return len(received(out)) >= len(expected)
+        got = received(out, checkpoint)
+        return len(got) >= len(expected)
 
     wait_until(arrived, WAIT, f"{len(expected)} rows in the foreach sink")
-    assert received(out) == sorted(expected)
+    assert got == sorted(expected)
 
 
 def end_offsets(checkpoint: str) -> list[dict[str, Any]]:
     """The source's end offset of each epoch the checkpoint committed (its offset log
     entry: a version line, the query's metadata, then one offset per source)."""
-    root = Path(checkpoint)
-    if not (root / "commits").is_dir():
-        return []
     ends = []
-    for name in os.listdir(root / "commits"):
-        if name.isdigit() and (root / "offsets" / name).is_file():
-            lines = (root / "offsets" / name).read_text().splitlines()
-            ends.append(json.loads(lines[2]))
+    for epoch in committed_epochs(checkpoint):
+        offsets = Path(checkpoint) / "offsets" / str(epoch)
+        if offsets.is_file():
+            ends.append(json.loads(offsets.read_text().splitlines()[2]))
     return ends
 
 
@@ -198,7 +218,7 @@ def test_restart_from_checkpoint_loses_and_repeats_nothing(
     again = start(spark, source, checkpoint, out)
     stopping.append(again)
     append(spark, source, [6])
-    wait_for(out, [0, 1, 2, 3, 4, 5, 6], again)
+    wait_for(out, [0, 1, 2, 3, 4, 5, 6], again, checkpoint)
 
 
 @pytest.mark.slow
@@ -225,7 +245,7 @@ def test_a_schema_change_mid_stream_fails_typed_and_a_restart_reads_on(
     assert f"Version {changed}" in str(error) and "Restart the query" in str(error)
     again = start(spark, source, checkpoint, out)
     stopping.append(again)
-    wait_for(out, [0, 1, 2], again)  # each row once
+    wait_for(out, [0, 1, 2], again, checkpoint)  # each row once
     rows = [json.loads(line) for f in out.iterdir() for line in f.read_text().splitlines()]
     assert {"id": 2, "w": "x"} in rows  # read with the new schema
 
@@ -235,30 +255,30 @@ def test_a_schema_change_mid_stream_fails_typed_and_a_restart_reads_on(
 def test_an_epoch_ending_inside_a_file_resumes_at_its_next_row(
     spark, table_path, tmp_path, stopping
 ) -> None:
-    # One file larger than a short epoch reads: epochs end inside it, and their offsets
-    # count the rows of it already emitted. The foreach sink takes only a row or two per
-    # epoch here (Python's foreach hands rows over in batches), so the epoch must leave
-    # room for the file's open and first row even on a loaded machine: at 200 ms, CI once
-    # ran 190 epochs in which none came.
+    # One file that takes longer to read than an epoch lasts: epochs end inside it, and
+    # their offsets count the rows of it already emitted. Time alone cannot promise that
+    # (a warm reader emits 300,000 ids in under 200 ms, and the foreach sink buffers what
+    # it has not written yet), so each row costs CPU in the task that reads it: a filter
+    # that keeps every row but hashes a 20 kB string of it first (about 15 us a row here,
+    # 3 s for the file, three epochs).
     source, checkpoint = table_path("src"), str(tmp_path / "ck")
-    rows = 300_000
+    rows = 200_000
     spark.range(rows).coalesce(1).write.format("delta").save(source)
     out = tmp_path / "out"
-    spark.conf.set(MIN_EPOCH_CONF, "100")
-    try:
-        first = start(spark, source, checkpoint, out, epoch="1 second")
-    finally:
-        spark.conf.set(MIN_EPOCH_CONF, "1000")
+    slow = "length(sha2(repeat(cast(id AS STRING), 4000), 256)) = 64"
+    first = start(spark, source, checkpoint, out, epoch="1 second", where=slow)
     stopping.append(first)
-    wait_until(
-        lambda: any("rowsOfNextFile" in end for end in end_offsets(checkpoint)),
-        WAIT,
-        "an epoch checkpointed inside the file",
-    )
+
+    def inside_the_file() -> bool:
+        if first.exception() is not None:
+            raise AssertionError(f"the query failed: {first.exception()}")
+        return any("rowsOfNextFile" in end for end in end_offsets(checkpoint))
+
+    wait_until(inside_the_file, WAIT, "an epoch checkpointed inside the file")
     first.stop()  # inside the file: the restart goes on from the checkpointed row
-    again = start(spark, source, checkpoint, out)
+    again = start(spark, source, checkpoint, out, where=slow)
     stopping.append(again)
-    wait_for(out, list(range(rows)), again)
+    wait_for(out, list(range(rows)), again, checkpoint)
 
 
 @pytest.mark.slow
