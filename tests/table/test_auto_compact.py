@@ -228,3 +228,81 @@ def test_exit_drops_waiting_runs_and_finishes_the_running_one(tmp_path: Path) ->
     assert worker.wait_idle(0)
     assert len(DeltaTable(second).get_add_actions(flatten=True)) == 3
     assert ids(first) == [0, 1, 2]  # compacted or not, every row once
+
+
+def test_the_background_worker_counts_its_own_commits_small_files_between_checks(
+    tmp_path: Path,
+) -> None:
+    """A stream commits often; counting small files means loading the whole table. After
+    one count the worker adds up the small files the jobs report and loads the table again
+    only when a partition can have reached the threshold (or the count is too old)."""
+    worker = _auto_compact._BackgroundWorker()
+    path = str(tmp_path / "t")
+    small_files(path, 3)
+
+    def submit(added: int | None) -> _auto_compact.CompactionOutcome:
+        small = None if added is None else {(): added}
+        settings = AutoCompactSettings(min_num_files=5)
+        worker.submit(
+            _auto_compact.CompactionJob(path, (), frozenset({()}), settings, small_added=small)
+        )
+        assert worker.wait_idle(60)
+        return worker.outcomes[-1]
+
+    counted = submit(1)  # no count yet: the table is loaded
+    assert counted.skipped == "no partition it wrote holds enough small files"
+    assert counted.small_files == {(): 3}
+    small_files(path, 1, start=3)
+    assert submit(1).skipped == "too few small files (counted from this process's commits)"
+    small_files(path, 1, start=4)
+    done = submit(1)  # 5 by the count: the table is loaded and compacted
+    assert (done.files_removed, done.small_files) == (5, {(): 1})
+    assert ids(path) == list(range(5))
+    # A job whose files' sizes are not known counts in the table again.
+    small_files(path, 1, start=5)
+    assert submit(None).small_files == {(): 2}
+    # A count older than COUNT_SECONDS is redone, catching files the jobs did not report.
+    small_files(path, 3, start=6)
+    worker.COUNT_SECONDS = 0.0
+    assert submit(0).small_files == {(): 1}  # 5 small files: compacted at once
+    assert ids(path) == list(range(9))
+    worker.close()
+
+
+def test_a_streams_commits_report_their_small_files_and_the_table_is_loaded_once_per_compaction(
+    tmp_path: Path,
+) -> None:
+    """End to end through ``_commit.commit`` (a stream's settings, the default worker): the
+    first commit's check loads the table; the next ones are ruled out by the count of the
+    small files they added, until the count reaches ten and the check loads and compacts."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, pa.table({"id": pa.array([0], pa.int64())}))
+    reasons = []
+    for i in range(1, 11):
+        name = f"part-{i}.parquet"
+        pq.write_table(pa.table({"id": pa.array([i], pa.int64())}), os.path.join(path, name))
+        added = _commit.AddedFile(
+            name, os.path.getsize(os.path.join(path, name)), {}, 0, json.dumps({"numRecords": 1})
+        )
+        table = DeltaTable(path)
+        _commit.commit(
+            _commit.CommitRequest(
+                path,
+                json.loads(table.schema().to_json()),
+                (),
+                [added],
+                read_version=table.version(),
+                auto_compact=AutoCompactSettings(stream=True),
+            )
+        )
+        assert _auto_compact.wait_for_background(60)
+        outcome = _auto_compact._WORKER.outcomes[-1]
+        reasons.append(outcome.skipped or f"compacted {outcome.files_removed}")
+    counted = "too few small files (counted from this process's commits)"
+    assert reasons == [
+        "no partition it wrote holds enough small files",  # loaded: 2 small files
+        *[counted] * 7,  # 3 to 9 by the count
+        "compacted 10",  # 10 by the count: loaded, compacted
+        counted,  # the compaction's file and this commit's
+    ]
+    assert ids(path) == list(range(11))

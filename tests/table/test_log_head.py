@@ -163,6 +163,10 @@ def test_commits_go_on_without_listing_or_loading_the_log(
                 other_append(table, 100_000 + n)
                 theirs.append(100_000 + n)
             if n == 120:  # and compacts (dataChange=false removes and adds)
+                # Once the stream's own background compaction is idle: two delta-rs
+                # compactions at once would both commit (docs/architecture.md, "Why
+                # leases"), and this one takes no lease.
+                assert _auto_compact.wait_for_background(60)
                 DeltaTable(table).optimize.compact()
             if n == 160:  # and adds a column: the next plan sees it, made once more
                 schema_before = head_of(table).snapshot().schema

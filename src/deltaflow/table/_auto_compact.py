@@ -29,7 +29,11 @@ Where it runs: synchronously, inside the commit call, as delta-spark does (the w
 returns once the compaction is done or has given up); or, with deltaflow's
 ``spark.deltaflow.autoCompact.background=true`` (always for ``deltaflow serve``, and for a
 stream on by the default alone), on one background thread per process that coalesces
-requests per table, so the writer does not wait at all.
+requests per table, so the writer does not wait at all. That thread counts the small
+files its process's commits add, and loads a table to count them again only when the
+threshold may have been reached (``_BackgroundWorker._check``).
+
+Settings live in :mod:`deltaflow.table._compact_settings` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -42,162 +46,55 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from deltaflow.errors import DeltaflowError, InvalidOptionError
+from deltaflow.errors import DeltaflowError
 from deltaflow.table import _compaction_lease, _dml_lease, _log_upkeep, _partitions, _uri
+from deltaflow.table._compact_settings import (  # re-exported: the hook's settings
+    BACKGROUND_CONF,
+    DEFAULT_MAX_FILE_SIZE,
+    DEFAULT_MAX_PARTITIONS,
+    DEFAULT_MIN_NUM_FILES,
+    DEFAULT_SETTINGS,
+    ENABLED_CONF,
+    LEGACY_TABLE_PROPERTY,
+    MAX_FILE_SIZE_CONF,
+    MAX_PARTITIONS_CONF,
+    MIN_FILE_SIZE_CONF,
+    MIN_NUM_FILES_CONF,
+    SESSION_CONFS,
+    STREAM_MIN_NUM_FILES,
+    TABLE_PROPERTY,
+    AutoCompactSettings,
+    asked_for,
+    enabled_for,
+)
 
 log = logging.getLogger(__name__)
 
-# delta-spark's table properties and session settings (DeltaConfigs, DeltaSQLConf).
-TABLE_PROPERTY = "delta.autoOptimize.autoCompact"
-LEGACY_TABLE_PROPERTY = "delta.autoOptimize"
-ENABLED_CONF = "spark.databricks.delta.autoCompact.enabled"
-MIN_NUM_FILES_CONF = "spark.databricks.delta.autoCompact.minNumFiles"
-MAX_FILE_SIZE_CONF = "spark.databricks.delta.autoCompact.maxFileSize"
-MIN_FILE_SIZE_CONF = "spark.databricks.delta.autoCompact.minFileSize"
-MAX_PARTITIONS_CONF = "spark.databricks.delta.autoCompact.maxNumModifiedPartitions"
-# deltaflow's own: run the compaction on a background thread instead of inside the commit.
-BACKGROUND_CONF = "spark.deltaflow.autoCompact.background"
-SESSION_CONFS = (
-    ENABLED_CONF,
-    MIN_NUM_FILES_CONF,
-    MAX_FILE_SIZE_CONF,
-    MIN_FILE_SIZE_CONF,
-    MAX_PARTITIONS_CONF,
-    BACKGROUND_CONF,
-)
-
-DEFAULT_MIN_NUM_FILES = 50
-# deltaflow's threshold when a stream's table is compacted by the stream default alone
-# (minNumFiles not set): a micro-batch's files are tiny, so rewriting ten of them costs
-# little, and a stream that stops leaves at most nine small files per partition behind.
-STREAM_MIN_NUM_FILES = 10
-DEFAULT_MAX_FILE_SIZE = 128 * 1024 * 1024
-DEFAULT_MAX_PARTITIONS = 128
-# Property values that turn it on: delta-spark's "true"; Databricks' "auto" (it tunes the
-# target size; deltaflow uses maxFileSize) and "legacy" (an alias of "true").
-_ON_VALUES = ("true", "auto", "legacy")
-
-
-@dataclass(frozen=True)
-class AutoCompactSettings:
-    """The writer's session settings; the table's property decides when ``enabled`` is None."""
-
-    enabled: bool | None = None
-    min_num_files: int = DEFAULT_MIN_NUM_FILES
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE
-    min_file_size: int | None = None  # None: half of max_file_size, as delta-spark
-    max_partitions: int = DEFAULT_MAX_PARTITIONS
-    background: bool = False
-    # The writer is a stream (a micro-batch or real-time sink, HTTP ingest): its many small
-    # commits make small files, so compaction is on unless the session or the table says
-    # otherwise, and runs in the background so the stream never waits for it.
-    stream: bool = False
-
-    @property
-    def small_file_size(self) -> int:
-        return self.min_file_size if self.min_file_size is not None else self.max_file_size // 2
-
-    @classmethod
-    def from_conf(cls, conf: Mapping[str, str | None]) -> AutoCompactSettings:
-        """Settings from Spark conf keys (any case); bad values raise InvalidOptionError."""
-        wanted = {k.lower(): k for k in SESSION_CONFS}
-        given = {wanted[k.lower()]: v.strip() for k, v in conf.items() if k.lower() in wanted and v}
-        settings = cls()
-        if ENABLED_CONF in given:
-            settings = replace(settings, enabled=_enabled(given[ENABLED_CONF], ENABLED_CONF))
-        if BACKGROUND_CONF in given:
-            settings = replace(settings, background=_flag(given[BACKGROUND_CONF], BACKGROUND_CONF))
-        if MIN_NUM_FILES_CONF in given:
-            value = _count(given[MIN_NUM_FILES_CONF], MIN_NUM_FILES_CONF)
-            settings = replace(settings, min_num_files=value)
-        if MAX_FILE_SIZE_CONF in given:
-            value = _count(given[MAX_FILE_SIZE_CONF], MAX_FILE_SIZE_CONF)
-            settings = replace(settings, max_file_size=value)
-        if MIN_FILE_SIZE_CONF in given:
-            value = _count(given[MIN_FILE_SIZE_CONF], MIN_FILE_SIZE_CONF)
-            settings = replace(settings, min_file_size=value)
-        if MAX_PARTITIONS_CONF in given:
-            value = _count(given[MAX_PARTITIONS_CONF], MAX_PARTITIONS_CONF)
-            settings = replace(settings, max_partitions=value)
-        return settings
-
-    def to_conf(self) -> dict[str, str]:
-        """The settings that differ from the defaults, as Spark conf keys."""
-        out: dict[str, str] = {}
-        if self.enabled is not None:
-            out[ENABLED_CONF] = str(self.enabled).lower()
-        if self.background:
-            out[BACKGROUND_CONF] = "true"
-        for key, value, default in (
-            (MIN_NUM_FILES_CONF, self.min_num_files, DEFAULT_MIN_NUM_FILES),
-            (MAX_FILE_SIZE_CONF, self.max_file_size, DEFAULT_MAX_FILE_SIZE),
-            (MIN_FILE_SIZE_CONF, self.min_file_size, None),
-            (MAX_PARTITIONS_CONF, self.max_partitions, DEFAULT_MAX_PARTITIONS),
-        ):
-            if value != default:
-                out[key] = str(value)
-        return out
-
-
-DEFAULT_SETTINGS = AutoCompactSettings()
-
-
-def _enabled(raw: str, key: str) -> bool:
-    value = raw.lower()
-    if value in _ON_VALUES:
-        return True
-    if value == "false":
-        return False
-    raise InvalidOptionError(
-        f"{key} must be one of true, false, auto, legacy; got {raw!r}.",
-        option=key,
-        valid=(*_ON_VALUES, "false"),
-    )
-
-
-def _flag(raw: str, key: str) -> bool:
-    if raw.lower() not in ("true", "false"):
-        raise InvalidOptionError(
-            f"{key} must be 'true' or 'false', got {raw!r}.", option=key, valid=("true", "false")
-        )
-    return raw.lower() == "true"
-
-
-def _count(raw: str, key: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0 or (value == 0 and key in (MAX_FILE_SIZE_CONF, MAX_PARTITIONS_CONF)):
-        raise InvalidOptionError(
-            f"{key} must be a whole number above 0 (bytes for sizes), got {raw!r}.", option=key
-        )
-    return value
-
-
-def enabled_for(settings: AutoCompactSettings, configuration: Mapping[str, str | None]) -> bool:
-    """delta-spark's precedence: the session setting, then the legacy ``delta.autoOptimize``,
-    then ``delta.autoOptimize.autoCompact``; when none is set, off for batch writers and
-    on for streams (deltaflow's default: a stream's table stays healthy by itself)."""
-    if settings.enabled is not None:
-        return settings.enabled
-    lowered = {k.lower(): (v or "").strip().lower() for k, v in configuration.items()}
-    legacy = lowered.get(LEGACY_TABLE_PROPERTY.lower(), "")
-    if legacy == "true":
-        return True
-    value = lowered.get(TABLE_PROPERTY.lower(), "")
-    if value and value not in (*_ON_VALUES, "false"):
-        log.warning("ignoring %s=%r: it takes true, false, auto, legacy", TABLE_PROPERTY, value)
-        value = ""
-    if not value and not legacy:
-        return settings.stream
-    return value in _ON_VALUES
-
-
-def _asked_for(configuration: Mapping[str, str | None]) -> bool:
-    """Whether the table's properties turn auto compaction on themselves."""
-    return enabled_for(AutoCompactSettings(), configuration)
-
+__all__ = [
+    "BACKGROUND_CONF",
+    "DEFAULT_MAX_FILE_SIZE",
+    "DEFAULT_MAX_PARTITIONS",
+    "DEFAULT_MIN_NUM_FILES",
+    "DEFAULT_SETTINGS",
+    "ENABLED_CONF",
+    "LEGACY_TABLE_PROPERTY",
+    "MAX_FILE_SIZE_CONF",
+    "MAX_PARTITIONS_CONF",
+    "MIN_FILE_SIZE_CONF",
+    "MIN_NUM_FILES_CONF",
+    "SESSION_CONFS",
+    "STREAM_MIN_NUM_FILES",
+    "TABLE_PROPERTY",
+    "AutoCompactSettings",
+    "CompactionJob",
+    "CompactionOutcome",
+    "after_commit",
+    "eligible_partitions",
+    "enabled_for",
+    "run",
+    "small_files_per_partition",
+    "wait_for_background",
+]
 
 # ---- the hook ------------------------------------------------------------------------
 
@@ -217,6 +114,9 @@ class CompactionJob:
     # More commitInfo for the OPTIMIZE commit (``deltaflow maintain`` marks its own runs);
     # its ``operationParameters`` are merged into the ones below.
     commit_info: Mapping[str, Any] | None = None
+    # How many small files the commits that asked added, per partition; None: not known
+    # (the background worker then counts them in the table).
+    small_added: Mapping[PartitionKey, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -229,6 +129,9 @@ class CompactionOutcome:
     partitions: int = 0
     skipped: str | None = None  # why nothing was compacted
     errors: tuple[str, ...] = field(default_factory=tuple)
+    # The small files each of the job's partitions held after the run, when it counted
+    # them (a compacted partition: the files the compaction wrote, small or not).
+    small_files: Mapping[PartitionKey, int] | None = None
 
 
 def after_commit(
@@ -241,11 +144,14 @@ def after_commit(
     configuration: Mapping[str, str | None] | None,
     load_table: Callable[[], Any] | None = None,
     storage_options: Mapping[str, str] | None = None,
+    added_sizes: Sequence[int] | None = None,
 ) -> CompactionOutcome | None:
     """Run (or schedule) auto compaction after the commit of ``version``; never raises.
 
     ``added_partitions``: the partition values of the files the commit added with
-    ``dataChange=true`` (a commit that added none triggers nothing, as in delta-spark).
+    ``dataChange=true`` (a commit that added none triggers nothing, as in delta-spark);
+    ``added_sizes``: their sizes in bytes, in the same order, when known (they let the
+    background worker skip a check that cannot reach the threshold).
     ``configuration``: the table's properties, or None to read them from ``load_table()``
     (a delta-rs table at or after the commit, e.g. the one the commit used), which also
     counts the small files before any lease is taken or log loaded again. Returns the
@@ -255,7 +161,8 @@ def after_commit(
         if settings.enabled is False or version is None:
             return None
         columns = tuple(partition_columns)
-        touched = frozenset(tuple(p.get(c) for c in columns) for p in added_partitions)
+        keys = [tuple(p.get(c) for c in columns) for p in added_partitions]
+        touched = frozenset(keys)
         if not touched:
             return None
         table = None
@@ -266,13 +173,21 @@ def after_commit(
                 configuration = dict(table.metadata().configuration)
             if not enabled_for(settings, configuration or {}):
                 return None
-            if settings.stream and not _asked_for(configuration or {}):
+            if settings.stream and not asked_for(configuration or {}):
                 # On by the stream default alone: in the background, so the stream never
                 # waits, and from fewer files (a stream's are tiny, cheap to rewrite).
                 background = True
                 if settings.min_num_files == DEFAULT_MIN_NUM_FILES:
                     settings = replace(settings, min_num_files=STREAM_MIN_NUM_FILES)
-        job = CompactionJob(table_uri, columns, touched, settings, storage_options, version)
+        job = CompactionJob(
+            table_uri,
+            columns,
+            touched,
+            settings,
+            storage_options,
+            version,
+            small_added=_small_added(keys, added_sizes, settings),
+        )
         if background:
             _WORKER.submit(job)
             return None
@@ -284,6 +199,20 @@ def after_commit(
     except Exception:  # the writer's commit is in: nothing here may fail it
         log.warning("auto compaction of %s was not started", table_uri, exc_info=True)
         return None
+
+
+def _small_added(
+    keys: Sequence[PartitionKey], sizes: Sequence[int] | None, settings: AutoCompactSettings
+) -> dict[PartitionKey, int] | None:
+    """Per partition, how many of a commit's added files are small; None when the sizes
+    are not known."""
+    if sizes is None or len(sizes) != len(keys):
+        return None
+    counts = dict.fromkeys(keys, 0)
+    for key, size in zip(keys, sizes, strict=True):
+        if size < settings.small_file_size:
+            counts[key] += 1
+    return counts
 
 
 def run(job: CompactionJob) -> CompactionOutcome:
@@ -331,9 +260,13 @@ def _compact(job: CompactionJob) -> CompactionOutcome:
             return _skipped(job, "the table uses features delta-rs cannot compact")
         if _dml_lease.live_leases(job.table_uri):
             return _skipped(job, "a DML is running on the table")
-        eligible = eligible_partitions(table, job)
+        counts = {key: 0 for key in job.partitions} | small_files_per_partition(table, job)
+        eligible = _eligible(counts, job)
         if not eligible:
-            return _skipped(job, "no partition it wrote holds enough small files")
+            return replace(
+                _skipped(job, "no partition it wrote holds enough small files"),
+                small_files=counts,
+            )
         # delta-spark's Optimize parameters; delta-rs adds its own (predicate, targetSize).
         extra = dict(job.commit_info or {})
         parameters = {
@@ -379,7 +312,11 @@ def _compact(job: CompactionJob) -> CompactionOutcome:
         version,
         (time.perf_counter() - started) * 1000,
     )
-    return CompactionOutcome(version, removed, int(metrics.get("numFilesAdded", 0)), len(eligible))
+    added = int(metrics.get("numFilesAdded", 0))
+    # The compacted partitions' new files, spread evenly (sizes unknown: counted small,
+    # which at worst brings the next check forward).
+    after = counts | {key: -(-added // len(eligible)) for key in eligible}
+    return CompactionOutcome(version, removed, added, len(eligible), small_files=after)
 
 
 # A compaction that keeps losing the race to a busy table gives up early: the next
@@ -395,7 +332,10 @@ def _skipped(job: CompactionJob, why: str) -> CompactionOutcome:
 def eligible_partitions(table: Any, job: CompactionJob) -> list[PartitionKey]:
     """The job's partitions with at least minNumFiles small files, most first, at most
     maxNumModifiedPartitions of them."""
-    counts = small_files_per_partition(table, job)
+    return _eligible(small_files_per_partition(table, job), job)
+
+
+def _eligible(counts: Mapping[PartitionKey, int], job: CompactionJob) -> list[PartitionKey]:
     return sorted(
         (key for key, n in counts.items() if n >= max(job.settings.min_num_files, 2)),
         key=lambda key: -counts[key],
@@ -480,6 +420,8 @@ class _BackgroundWorker:
     IDLE_SECONDS = 30.0
     # How long exit waits for a running compaction (a partition's small files: seconds).
     EXIT_WAIT_SECONDS = 120.0
+    # How long a table's small-file count stands in for a check (see _check).
+    COUNT_SECONDS = 60.0
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
@@ -489,6 +431,9 @@ class _BackgroundWorker:
         self._closed = False
         self._hooked = False
         self.outcomes: list[CompactionOutcome] = []  # the last few, for tests and bench
+        # Per table: when its small files were counted, and the count per partition since
+        # updated by this process's commits (the worker thread's alone).
+        self._counts: dict[str, tuple[float, dict[PartitionKey, int]]] = {}
 
     def close(self) -> None:
         with self._changed:
@@ -512,6 +457,7 @@ class _BackgroundWorker:
                     job,
                     partitions=waiting.partitions | job.partitions,
                     triggered_by=job.triggered_by,
+                    small_added=_summed(waiting.small_added, job.small_added),
                 )
             self._pending[job.table_uri] = job
             if self._thread is None or not self._thread.is_alive():
@@ -533,12 +479,43 @@ class _BackgroundWorker:
                 job = self._pending.pop(uri)
                 self._running += 1
             try:
-                outcome = run(job)
+                outcome = self._check(job)
             finally:
                 with self._changed:
                     self._running -= 1
                     self.outcomes = [*self.outcomes[-15:], outcome]
                     self._changed.notify_all()
+
+    def _check(self, job: CompactionJob) -> CompactionOutcome:
+        """Run the job unless the small files this process counted rule it out.
+
+        Checking means loading the whole table with delta-rs to count its small files; a
+        real-time sink commits up to 20 times a second, and loads after each commit took
+        27% of the brain's wall time (docs/notes/rtm-commit.md) though a compaction came
+        only every ~10 commits. So the last count, plus the small files this process's own
+        commits added since, decides: under the threshold in every partition the job
+        names, no load. Files other writers add are missed until the count is redone (on
+        the next job past the threshold, or once ``COUNT_SECONDS`` old); their own
+        writers' hooks see them."""
+        known = self._counts.get(job.table_uri)
+        if known is not None and job.small_added is not None:
+            counted_at, counts = known
+            if (
+                time.monotonic() - counted_at < self.COUNT_SECONDS
+                and job.partitions <= counts.keys()
+            ):
+                counts = _summed(counts, job.small_added) or {}
+                self._counts[job.table_uri] = (counted_at, counts)
+                if not _eligible(counts, job):
+                    return _skipped(
+                        job, "too few small files (counted from this process's commits)"
+                    )
+        outcome = run(job)
+        if outcome.small_files is None:
+            self._counts.pop(job.table_uri, None)
+        else:
+            self._counts[job.table_uri] = (time.monotonic(), dict(outcome.small_files))
+        return outcome
 
     def wait_idle(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -549,6 +526,15 @@ class _BackgroundWorker:
                     return False
                 self._changed.wait(left)
         return True
+
+
+def _summed(
+    a: Mapping[PartitionKey, int] | None, b: Mapping[PartitionKey, int] | None
+) -> dict[PartitionKey, int] | None:
+    """Two per-partition counts added up; None when either is not known."""
+    if a is None or b is None:
+        return None
+    return {key: a.get(key, 0) + b.get(key, 0) for key in a.keys() | b.keys()}
 
 
 _WORKER = _BackgroundWorker()

@@ -343,6 +343,7 @@ def after_commit(request: CommitRequest, result: CommitResult) -> None:
         table_uri=request.table_uri,
         partition_columns=request.partition_columns,
         added_partitions=[a.partition_values for a in request.adds if a.data_change],
+        added_sizes=[a.size for a in request.adds if a.data_change],
         version=result.version,
         settings=request.auto_compact,
         configuration=_compaction_configuration(request, result),
