@@ -105,9 +105,10 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
 
   private[spark] def realTimeReaderFactory(): PartitionReaderFactory = {
     val spark = SparkSession.active
-    def factory(l: ReadLayout) = FileReads.readerFactory(spark, l, withDeletes = true,
-      Array.empty[Filter], inRequiredOrder = true)
     val conf = spark.sessionState.newHadoopConfWithOptions(Map.empty[String, String])
+    val options = RealTimePoll.readerConf(info.uri, conf)
+    def factory(l: ReadLayout) = FileReads.readerFactory(spark, l, withDeletes = true,
+      Array.empty[Filter], inRequiredOrder = true, hadoopOptions = options)
     if (!changeFeed) new RealTimeReaderFactory(factory(layout), new SerializableConfiguration(conf))
     else new RealTimeReaderFactory(factory(changeLayouts.data), new SerializableConfiguration(conf),
       Some(RealTimeChangeReads(factory(changeLayouts.cdc), changeLayouts.changeTypeAt)))

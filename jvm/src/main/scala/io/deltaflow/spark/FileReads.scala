@@ -149,9 +149,10 @@ object FileReads {
    *  `inRequiredOrder`: emit `layout.required`'s column order (a stream's output is the
    *  table's columns in order; a batch scan declares its own via `readSchema`). */
   def readerFactory(spark: SparkSession, layout: ReadLayout, withDeletes: Boolean,
-      pushed: Array[Filter], inRequiredOrder: Boolean = false): PartitionReaderFactory = {
+      pushed: Array[Filter], inRequiredOrder: Boolean = false,
+      hadoopOptions: Map[String, String] = Map.empty): PartitionReaderFactory = {
     val sqlConf = spark.sessionState.conf
-    val hadoopConf = spark.sessionState.newHadoopConfWithOptions(Map.empty[String, String])
+    val hadoopConf = spark.sessionState.newHadoopConfWithOptions(hadoopOptions)
     ParquetConf.prepare(hadoopConf, sqlConf, layout.physicalData)
     // Files read row by row (deleted rows, the real-time source) with Spark's vectorized
     // reader are opened file by file as batches (see DeltaReaderFactory), under a shared

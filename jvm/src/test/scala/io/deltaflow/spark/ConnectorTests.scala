@@ -178,6 +178,13 @@ object ConnectorTests {
       assertEq(RealTimePoll.defaultMs("s3a://bucket/t"), 10L)
       assertEq(RealTimePoll.defaultMs("abfss://c@a.dfs.core.windows.net/t"), 10L)
     }
+    check("real-time readers turn vectored IO off on local tables unless the session sets it") {
+      val session = new org.apache.hadoop.conf.Configuration(false)
+      assertEq(RealTimePoll.readerConf("/tmp/t", session), Map(RealTimePoll.VectoredIo -> "false"))
+      assertEq(RealTimePoll.readerConf("s3a://bucket/t", session), Map.empty[String, String])
+      session.set(RealTimePoll.VectoredIo, "true")
+      assertEq(RealTimePoll.readerConf("file:/tmp/t", session), Map.empty[String, String])
+    }
 
     failures.foreach(f => System.err.println(s"FAILED $f"))
     println(s"$passed passed, ${failures.size} failed")
