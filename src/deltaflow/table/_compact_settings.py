@@ -71,18 +71,14 @@ class AutoCompactSettings:
             settings = replace(settings, enabled=_enabled(given[ENABLED_CONF], ENABLED_CONF))
         if BACKGROUND_CONF in given:
             settings = replace(settings, background=_flag(given[BACKGROUND_CONF], BACKGROUND_CONF))
-        if MIN_NUM_FILES_CONF in given:
-            value = _count(given[MIN_NUM_FILES_CONF], MIN_NUM_FILES_CONF)
-            settings = replace(settings, min_num_files=value)
-        if MAX_FILE_SIZE_CONF in given:
-            value = _count(given[MAX_FILE_SIZE_CONF], MAX_FILE_SIZE_CONF)
-            settings = replace(settings, max_file_size=value)
-        if MIN_FILE_SIZE_CONF in given:
-            value = _count(given[MIN_FILE_SIZE_CONF], MIN_FILE_SIZE_CONF)
-            settings = replace(settings, min_file_size=value)
-        if MAX_PARTITIONS_CONF in given:
-            value = _count(given[MAX_PARTITIONS_CONF], MAX_PARTITIONS_CONF)
-            settings = replace(settings, max_partitions=value)
+        for key, name in (
+            (MIN_NUM_FILES_CONF, "min_num_files"),
+            (MAX_FILE_SIZE_CONF, "max_file_size"),
+            (MIN_FILE_SIZE_CONF, "min_file_size"),
+            (MAX_PARTITIONS_CONF, "max_partitions"),
+        ):
+            if key in given:
+                settings = replace(settings, **{name: _count(given[key], key)})
         return settings
 
     def to_conf(self) -> dict[str, str]:
