@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from deltaflow.errors import InvalidOptionError
 
@@ -71,15 +72,17 @@ class AutoCompactSettings:
             settings = replace(settings, enabled=_enabled(given[ENABLED_CONF], ENABLED_CONF))
         if BACKGROUND_CONF in given:
             settings = replace(settings, background=_flag(given[BACKGROUND_CONF], BACKGROUND_CONF))
-        for key, name in (
-            (MIN_NUM_FILES_CONF, "min_num_files"),
-            (MAX_FILE_SIZE_CONF, "max_file_size"),
-            (MIN_FILE_SIZE_CONF, "min_file_size"),
-            (MAX_PARTITIONS_CONF, "max_partitions"),
-        ):
-            if key in given:
-                settings = replace(settings, **{name: _count(given[key], key)})
-        return settings
+        counts: dict[str, Any] = {
+            name: _count(given[key], key)
+            for key, name in (
+                (MIN_NUM_FILES_CONF, "min_num_files"),
+                (MAX_FILE_SIZE_CONF, "max_file_size"),
+                (MIN_FILE_SIZE_CONF, "min_file_size"),
+                (MAX_PARTITIONS_CONF, "max_partitions"),
+            )
+            if key in given
+        }
+        return replace(settings, **counts)
 
     def to_conf(self) -> dict[str, str]:
         """The settings that differ from the defaults, as Spark conf keys."""
