@@ -49,7 +49,8 @@ def test_a_log_replaced_under_a_running_query_is_never_written_past(spark, table
                 location, pa.table({"id": pa.array([1001], pa.int32())}, schema), mode="append"
             )
 
-            # Rows keep coming (a roll's failed commit fails its task at the next row).
+            # Rows keep coming until the query commits into the new log or stops (a failed
+            # commit stops it at once; test_realtime_failed_commit.py: with no more rows).
             fed = iter(range(48, 10_000, 6))
 
             def committed_or_stopped() -> bool:

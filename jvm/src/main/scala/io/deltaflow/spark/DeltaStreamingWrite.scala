@@ -155,16 +155,31 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
     val commitArgs = DeltaBatchWrite.planArgs(session, schema, SaveMode.Append, base, None, None)
     val first = transactions(Seq.empty)
     val intervalMs = first.path("intervalMs").asLong()
+    val runId = RealTimeQueries.runId(query)
     val endpoint = RealTimeCommits.open(env => new RealTimeCommitEndpoint(env,
       p => committedRows(transactions(Seq(partitionApp(p))).path("versions")
         .path(partitionApp(p)), epoch),
       rolls => commitRolls(rolls, partitionApp, s"$appId/rtm", queryId, commitArgs, hadoopConf),
-      dir => RealTimeQueries.delete(dir, hadoopConf), intervalMs))
+      dir => RealTimeQueries.delete(dir, hadoopConf), intervalMs,
+      e => failEpoch(epoch, runId, e)))
     planned = Some(Planned(epoch, plan, base, None, Some(endpoint)))
     logInfo(s"deltaflow real-time epoch $epoch into ${info.uri}: commits as rows are ready, " +
       s"at most one every $intervalMs ms")
     new RealTimeWriterFactory(endpoint.name, plan.get("staging").asText(), template, shape, sort,
       failed, intervalMs)
+  }
+
+  // A real-time commit failed: the epoch's job is cancelled now (RealTimeQueries.failRun
+  // says why). The reason names the run (its job group): were the user's stop() to race
+  // with this, Spark's `isInterruptionException` would still read a stop. It ends with the
+  // error's own text and wire marker, which the query's exception then shows.
+  private def failEpoch(epoch: Long, runId: String, e: Throwable): Unit = {
+    val error = DeltaflowException.carried(e).map(_.getMessage).getOrElse(e.toString)
+    val reason = s"because a real-time commit of epoch $epoch into ${info.uri} failed (query " +
+      s"run $runId), so the query stops now rather than at the epoch's end: $error"
+    logWarning(s"deltaflow cancels the running job of query run $runId: a real-time commit " +
+      s"into ${info.uri} failed ($e)")
+    RealTimeQueries.failRun(session.sparkContext, runId, reason)
   }
 
   private def transactions(appIds: Seq[String]): JsonNode = {

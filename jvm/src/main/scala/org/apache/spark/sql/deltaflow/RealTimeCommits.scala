@@ -6,17 +6,13 @@ import java.util.concurrent.{ExecutionException, ExecutorService, Executors, Fut
 
 import scala.collection.mutable
 
-import org.apache.hadoop.fs.Path
-
 import org.apache.spark.{SparkEnv, TaskContext}
 import org.apache.spark.internal.Logging
 import org.apache.spark.rpc.{RpcCallContext, RpcEnv, ThreadSafeRpcEndpoint}
-import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.write.{DataWriter, WriterCommitMessage}
 import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory
-import org.apache.spark.sql.execution.{SortExec, SparkPlan}
-import org.apache.spark.sql.execution.datasources.v2.DataSourceV2ScanExecBase
+import org.apache.spark.sql.execution.SortExec
 import org.apache.spark.util.RpcUtils
 
 /**
@@ -125,13 +121,18 @@ final class StepTimes(name: String) {
  * a group is in the log; a new attempt of a partition drops its waiting roll and waits
  * for one being committed, so the count it is told is what the table holds. A failed
  * group forgets its partitions' counts: the next attempt reads them from the log.
+ *
+ * A failed group also fails the epoch at once: `failEpoch` (once, and not after the
+ * epoch's end began) cancels the epoch's job ([[RealTimeQueries.failRun]]), so the query
+ * stops with the commit's error even when no row follows, instead of at the epoch's end.
  */
 class RealTimeCommitEndpoint(
     override val rpcEnv: RpcEnv,
     committed: Int => Long,
     commit: Seq[RealTimeCommits.Roll] => Unit,
     discard: String => Unit,
-    intervalMs: Long) extends ThreadSafeRpcEndpoint with Logging {
+    intervalMs: Long,
+    failEpoch: Throwable => Unit) extends ThreadSafeRpcEndpoint with Logging {
   import RealTimeCommits._
 
   // How long the first waiting roll waits for the other partitions' when the spacing does
@@ -147,6 +148,7 @@ class RealTimeCommitEndpoint(
   private var firstWaiting = 0L
   private val pacing = new CommitPacing(intervalMs)
   private var stopped = false
+  private var epochFailed = false
   // The epoch's timing line: how long a group waited to form, and its brain commit.
   private val gathered = new StepTimes("gather")
   private val commits = new StepTimes("commit")
@@ -224,6 +226,9 @@ class RealTimeCommitEndpoint(
         }
         lock.notifyAll()
       }
+      // The epoch fails now, before the writers hear why: a writer's task would only
+      // throw at its next row or at the epoch's end.
+      failure.foreach(failed)
       // Each writer hears how long until the next group may start (relative: executors'
       // clocks are not the driver's), and closes its next roll just before that.
       val nextIn =
@@ -232,6 +237,20 @@ class RealTimeCommitEndpoint(
         case None => group.foreach(_._2.reply(nextIn))
         case Some(e) => group.foreach(_._2.sendFailure(e))
       }
+    }
+  }
+
+  // Once per epoch, and only while its job runs: a failure after the epoch's end began
+  // (the draining group) reaches its tasks, which already wait for it.
+  private def failed(e: Throwable): Unit = {
+    val first = lock.synchronized {
+      val f = !stopped && !epochFailed
+      epochFailed = true
+      f
+    }
+    if (first) {
+      try failEpoch(e)
+      catch { case t: Exception => logWarning(s"deltaflow could not fail the real-time epoch: $t") }
     }
   }
 
@@ -345,7 +364,8 @@ class RealTimeWriter(
   handOvers.start()
 
   // One roll in flight: each ask returns when its group is in the log, and only then is
-  // the next roll closed. A failed ask fails the task (at its next row or its commit).
+  // the next roll closed. A failed ask fails the task at its next row or its commit; the
+  // driver has already cancelled the epoch's job by then (the task is interrupted at once).
   private def handOverLoop(): Unit =
     try while (true) {
       val roll = lock.synchronized {
@@ -487,113 +507,5 @@ class RealTimeWriter(
     opener.shutdownNow()
     logInfo(s"deltaflow real-time writer p$partitionId e$epochId a$attempt: ${rolls.get()} " +
       s"rolls; ${opens.summary}; ${rowWaits.summary}; ${finishes.summary}; ${asks.summary}")
-  }
-}
-
-/** Finding the streaming query behind a sink's write, and checking its plan. */
-object RealTimeQueries extends Logging {
-  // The sessions that started streams into Delta tables (weakly: they come and go).
-  private val sessions = java.util.Collections.synchronizedMap(
-    new java.util.WeakHashMap[SparkSession, java.lang.Boolean]())
-
-  def remember(session: SparkSession): Unit = sessions.put(session, java.lang.Boolean.TRUE)
-
-  /** Set `key` on the session unless it was set there (explicitly: a default does not count). */
-  def setUnlessSet(session: SparkSession, key: String, value: String): Unit = {
-    val conf = session.asInstanceOf[org.apache.spark.sql.classic.SparkSession].sessionState.conf
-    if (!conf.contains(key)) conf.setConfString(key, value)
-  }
-
-  // Spark's query classes moved between 4.x versions: reached by method name.
-  private def invoke(target: AnyRef, method: String): AnyRef =
-    target.getClass.getMethod(method).invoke(target)
-
-  /** The running query (Spark's StreamExecution) with id `queryId`, when one is known. */
-  def find(queryId: String): Option[AnyRef] = {
-    val id = UUID.fromString(queryId)
-    val known = sessions.synchronized(sessions.keySet().toArray.toSeq.map(_.asInstanceOf[SparkSession]))
-    val candidates = known ++ SparkSession.getDefaultSession.toSeq
-    candidates.iterator.map(s => Option(s.streams.get(id))).collectFirst {
-      case Some(wrapper) => invoke(wrapper, "streamingQuery")
-    }
-  }
-
-  /** Whether the query runs in real-time mode (`trigger(realTime=...)`, Spark >= 4.1). */
-  def isRealTime(query: AnyRef): Boolean =
-    invoke(query, "trigger").getClass.getSimpleName.startsWith("RealTimeTrigger")
-
-  /** The physical plan of the epoch being run. */
-  def executedPlan(query: AnyRef): Option[SparkPlan] =
-    Option(invoke(query, "lastExecution")).map(e => invoke(e, "executedPlan").asInstanceOf[SparkPlan])
-
-  // Physical operators that keep each row in its source partition, in order, and compute
-  // it from the row alone: an epoch replayed from its start offsets gives the same rows
-  // in the same order per partition. A shuffle or a stateful operator does not.
-  private val Replayable = Set("WholeStageCodegenExec", "InputAdapter", "ProjectExec",
-    "FilterExec", "RealTimeStreamScanExec", "WriteToDataSourceV2Exec", "SerializeFromObjectExec",
-    "DeserializeToObjectExec", "MapElementsExec", "MapPartitionsExec", "AppendColumnsExec",
-    "GenerateExec", "ExpandExec", "ColumnarToRowExec", "CollectMetricsExec",
-    "BroadcastHashJoinExec", "BroadcastExchangeExec", "ReusedExchangeExec",
-    "EventTimeWatermarkExec", "LocalTableScanExec", "FileSourceScanExec", "BatchScanExec",
-    "RangeExec", "BroadcastQueryStageExec", "AdaptiveSparkPlanExec")
-
-  /** The state checkpoint format the query's epoch runs with (Spark's
-   *  `checkpointFormatVersion`; real-time mode's own default is 2). */
-  def checkpointFormat(query: AnyRef): Int =
-    Option(invoke(query, "lastExecution")).flatMap { e =>
-      explicitConf(invoke(e, "sparkSession").asInstanceOf[SparkSession], CheckpointFormat)
-    }.flatMap(_.trim.toIntOption).getOrElse(2)
-
-  /** `key`'s value when set on the session (a registered default does not count). */
-  def explicitConf(session: SparkSession, key: String): Option[String] =
-    session.asInstanceOf[org.apache.spark.sql.classic.SparkSession].sessionState.conf
-      .getAllConfs.get(key)
-
-  val CheckpointFormat = "spark.sql.streaming.stateStore.checkpointFormatVersion"
-
-  /**
-   * The operators of `plan`'s streaming side that a replay would not repeat row for row.
-   *
-   * `dropDuplicates` (Spark >= 4.3: a shuffle, then `StreamingDeduplicateExec`) is
-   * replayable when every shuffle reads from one producer partition: Spark's streaming
-   * shuffle keeps one writer's rows in order at each reader, and the dedup operator is a
-   * per-row filter over the state a rerun loads at the previous epoch's checkpoint id
-   * (checkpoint format 2), so each reader's n-th row is the same row in every run. Several
-   * producers (a union, a multi-partition source) interleave in arrival order, which differs
-   * between runs; a range partitioning samples. Both are named here.
-   */
-  def notReplayable(plan: SparkPlan, checkpointFormat: Int = 2): Seq[String] = {
-    def streaming(p: SparkPlan): Boolean =
-      p.getClass.getSimpleName == "RealTimeStreamScanExec" || p.children.exists(streaming)
-    def check(p: SparkPlan): Option[String] = p.getClass.getSimpleName match {
-      case name if Replayable.contains(name) => None
-      case "ShuffleExchangeExec" =>
-        val producers = sourcePartitions(p.children.head)
-        val partitioning = p.outputPartitioning.getClass.getSimpleName
-        if (partitioning == "RangePartitioning") Some(s"${p.nodeName} (range partitioning)")
-        else if (producers != 1) Some(s"${p.nodeName} from $producers source partitions")
-        else None
-      case "StreamingDeduplicateExec" =>
-        if (checkpointFormat < 2) Some(s"${p.nodeName} (checkpoint format v$checkpointFormat)")
-        else None
-      case _ => Some(p.nodeName)
-    }
-    // The partitions a stage's streaming side reads (a scan reports none in its
-    // outputPartitioning): its scans' input partitions, or an exchange's reducers.
-    def sourcePartitions(p: SparkPlan): Int = p match {
-      case s: DataSourceV2ScanExecBase => s.partitions.size
-      case e if e.getClass.getSimpleName == "ShuffleExchangeExec" => e.outputPartitioning.numPartitions
-      case _ => p.children.filter(streaming).map(sourcePartitions).sum
-    }
-    def walk(p: SparkPlan): Seq[String] =
-      (if (streaming(p)) check(p).toSeq else Nil) ++ p.children.flatMap(walk)
-    walk(plan).distinct
-  }
-
-  /** A roll's directory, for the driver to delete. */
-  def delete(directory: String, conf: org.apache.hadoop.conf.Configuration): Unit = {
-    val path = new Path(directory)
-    try path.getFileSystem(conf).delete(path, true)
-    catch { case e: Exception => logWarning(s"deltaflow could not delete $directory: $e") }
   }
 }
