@@ -4,10 +4,14 @@ on S3 are in ``tests/table/test_log_requests_s3.py``."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pytest
 from deltalake import write_deltalake
 
@@ -81,3 +85,87 @@ def test_the_cache_is_bounded_by_entries_and_files(tmp_path, monkeypatch):
     monkeypatch.setattr(_snapshots, "FILES_KEPT", 0)  # a table with files is never kept
     first = _snapshots.snapshot(uris[1])
     assert _snapshots.snapshot(uris[1]) is not first
+
+
+# ---- a table made again at the same path (issue 29 follow-up) --------------------------
+
+
+def remake(path: Path, commits: list[list[int]]) -> str:
+    """The table at ``path`` dropped (its folder removed) and written again, one commit
+    per list of ids: the new log is no longer than the old one."""
+    shutil.rmtree(path)
+    uri = ""
+    for ids in commits:
+        uri = make(path, ids)
+    return uri
+
+
+def test_a_table_made_again_with_as_many_versions_is_loaded_anew(tmp_path):
+    uri = make(tmp_path / "t", [1])
+    make(tmp_path / "t", [2])
+    assert _snapshots.snapshot(uri).version == 1
+    remake(tmp_path / "t", [[7], [8]])  # version 1 again, and no version 2: the probe passes
+    fresh = _snapshots.snapshot(uri)
+    assert fresh.version == 1
+    assert sorted(ids_of(fresh)) == [7, 8]
+
+
+def test_a_table_made_again_with_fewer_versions_is_loaded_anew(tmp_path):
+    uri = make(tmp_path / "t", [1])
+    make(tmp_path / "t", [2])
+    make(tmp_path / "t", [3])
+    assert _snapshots.snapshot(uri).version == 2
+    remake(tmp_path / "t", [[9]])
+    fresh = _snapshots.snapshot(uri)
+    assert (fresh.version, ids_of(fresh)) == (0, [9])
+    # The old table's entry went with it: the new one is now the cached one.
+    assert _snapshots.snapshot(uri) is fresh
+
+
+def test_time_travel_into_a_table_made_again_reads_the_new_table(tmp_path):
+    uri = make(tmp_path / "t", [1])
+    make(tmp_path / "t", [2])
+    old = _snapshots.snapshot(uri, version=0)
+    assert ids_of(old) == [1]
+    remake(tmp_path / "t", [[5], [6]])
+    assert ids_of(_snapshots.snapshot(uri, version=0)) == [5]
+    assert sorted(ids_of(_snapshots.snapshot(uri, version=1))) == [5, 6]
+
+
+def test_a_commit_file_rewritten_in_place_is_a_new_table(tmp_path):
+    """Same inode, new content (a copy over the old log, as ``cp -r`` does): its size or
+    modification time differ."""
+    uri = make(tmp_path / "t", [1])
+    first = _snapshots.snapshot(uri)
+    commit = tmp_path / "t" / "_delta_log" / f"{0:020d}.json"
+    make(tmp_path / "u", [2, 3])
+    text = (tmp_path / "u" / "_delta_log" / f"{0:020d}.json").read_text()
+    for part in (tmp_path / "u").glob("*.parquet"):
+        shutil.copy(part, tmp_path / "t")
+    with commit.open("w") as out:  # truncates: the same file (inode) as before
+        out.write(text)
+    again = _snapshots.snapshot(uri)
+    assert again is not first
+    assert sorted(ids_of(again)) == [2, 3]
+
+
+def test_an_unchanged_local_table_costs_one_stat_more_per_hit(tmp_path, monkeypatch):
+    """A hit stats the cached version's commit (the mark) and the next version's name (the
+    probe, ``os.path.exists``); nothing else touches the log."""
+    uri = make(tmp_path / "t", [1])
+    first = _snapshots.snapshot(uri)
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def counted_stat(path, *args, **kwargs):
+        stats.append(os.fspath(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(_snapshots.os, "stat", counted_stat)
+    assert _snapshots.snapshot(uri) is first
+    assert [Path(p).name for p in stats] == [f"{0:020d}.json", f"{1:020d}.json"]
+
+
+def ids_of(snapshot: _snapshots.Snapshot) -> list[int]:
+    paths = [_uri.local_path(_uri.join(snapshot.uri, unquote(f.path))) for f in snapshot.files()]
+    return sorted(ds.dataset(paths, format="parquet").to_table()["id"].to_pylist())

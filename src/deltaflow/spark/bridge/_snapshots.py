@@ -14,13 +14,17 @@ task starts. Here a snapshot is loaded once and then revalidated by name:
   version after *v*" at that instant, the same answer a LIST gives, with the same race
   against a concurrent committer. If it exists the table is loaded anew.
 * **A table deleted and re-created at the same path** that has not reached *v*+1 yet passes
-  the probe. Closed by a TTL (option (b) of the note): an entry older than
-  :data:`TTL_SECONDS` is loaded anew, and a load that finds no table drops the path's
-  entries. Option (a) (a LIST from ``<v-1>.json`` comparing the commit's size and
-  modification time for older entries) needs those recorded at each install — a HEAD more
-  per load — and is priced on AWS like ~12 GETs; the failure (b) leaves is loud, not wrong:
-  the stale snapshot's data files are gone, so the read fails with FileNotFound for at most
-  :data:`TTL_SECONDS`, it returns no stale rows.
+  the name probe. On a local path an entry also keeps which file its version's commit is
+  (inode, mtime, size: :class:`CommitMark`, as the real-time sink's ``LogHead`` does) and
+  a hit is reused only while ``<v>.json`` is still that file — one stat more, a few µs
+  (``docs/architecture.md``), for latest and time-travel hits alike. On an object store a
+  stat is a request, so there the gap is closed by a TTL (option (b) of the note): an
+  entry older than :data:`TTL_SECONDS` is loaded anew, and a load that finds no table
+  drops the path's entries. Option (a) (a LIST from ``<v-1>.json`` comparing the commit's
+  size and modification time for older entries) needs those recorded at each install — a
+  HEAD more per load — and is priced on AWS like ~12 GETs; the failure (b) leaves is loud,
+  not wrong: the stale snapshot's data files are gone, so the read fails with FileNotFound
+  for at most :data:`TTL_SECONDS`, it returns no stale rows.
 * The brain's own commits (``write.commit``, sink commits, DML, SQL commands) drop the
   table's entries (:func:`forget`), as delta-spark's ``updateAfterCommit`` moves its cached
   log on.
@@ -38,6 +42,7 @@ one identity per brain, so no storage options take part in the key.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -57,11 +62,19 @@ FILES_KEPT = 2_000_000
 _LATEST = -1  # the key's version of a table's latest snapshot
 
 
+# Which file a commit is on a local path: inode, modification time (ns), size. A table
+# made again at the same path writes its commits as new files (new inodes; delta-rs and
+# deltaflow create each one with put-if-absent, never rewrite one in place).
+CommitMark = tuple[int, int, int]
+
+
 @dataclass(frozen=True)
 class _Entry:
     snapshot: Snapshot
     files: int
     loaded_at: float  # time.monotonic() when its load began
+    # The snapshot's own commit file as it was just after the load; None on object stores.
+    mark: CommitMark | None = None
 
 
 _entries: OrderedDict[tuple[str, int], _Entry] = OrderedDict()
@@ -84,7 +97,7 @@ def snapshot(
         if hit is None:
             latest = _get((uri, _LATEST))
             hit = latest if latest is not None and latest.snapshot.version == version else None
-        if hit is not None:
+        if hit is not None and _still_the_table(uri, hit):
             return hit.snapshot
         loaded = _load(uri, version=version)
         _install((uri, version), loaded)
@@ -93,6 +106,7 @@ def snapshot(
     if (
         hit is not None
         and _conditional_put.supported(uri)
+        and _still_the_table(uri, hit)
         and not _newer_commit(uri, hit.snapshot.version)
     ):
         return hit.snapshot
@@ -136,7 +150,11 @@ def _load(
     # The table is loaded with its files (deltalake 1.6 always materializes them): counting
     # them costs no request. As Arrow rows, not a Python list of their URIs (~5x cheaper).
     files = loaded.delta_table.get_add_actions(flatten=False).num_rows
-    return _Entry(loaded, files, started)
+    # Marked after the load: a table made again between the load's read of the commit and
+    # this stat would tie the old snapshot to the new file — a window of microseconds,
+    # still closed by the TTL, as on object stores.
+    mark = commit_mark(uri, loaded.version) if _uri.is_local(uri) else None
+    return _Entry(loaded, files, started, mark)
 
 
 def _install(key: tuple[str, int], entry: _Entry) -> None:
@@ -152,6 +170,28 @@ def _install(key: tuple[str, int], entry: _Entry) -> None:
         _files_kept += entry.files
         while _entries and (len(_entries) > ENTRIES_KEPT or _files_kept > FILES_KEPT):
             _files_kept -= _entries.popitem(last=False)[1].files
+
+
+def commit_mark(uri: str, version: int) -> CommitMark | None:
+    """Which file commit ``version`` of the local table ``uri`` is; None when it is absent
+    (a table whose log starts at a checkpoint past it: no mark, the TTL alone applies)."""
+    path = os.path.join(_uri.local_path(uri), "_delta_log", f"{version:020d}.json")
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_ino, found.st_mtime_ns, found.st_size
+
+
+def _still_the_table(uri: str, entry: _Entry) -> bool:
+    """Whether ``entry``'s commit file is still the one it was loaded from (one stat, local
+    paths only; object stores answer True: a stat there is a request). When it is not,
+    the table was made again at ``uri``: all its entries (time travel too) are of the old
+    one and go, so the new table's lower versions are installed over none of them."""
+    if entry.mark is None or commit_mark(uri, entry.snapshot.version) == entry.mark:
+        return True
+    forget(uri)
+    return False
 
 
 def _newer_commit(uri: str, version: int) -> bool:
