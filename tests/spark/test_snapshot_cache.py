@@ -4,6 +4,8 @@ on S3 are in ``tests/table/test_log_requests_s3.py``."""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -169,3 +171,18 @@ def test_an_unchanged_local_table_costs_one_stat_more_per_hit(tmp_path, monkeypa
 def ids_of(snapshot: _snapshots.Snapshot) -> list[int]:
     paths = [_uri.local_path(_uri.join(snapshot.uri, unquote(f.path))) for f in snapshot.files()]
     return sorted(ds.dataset(paths, format="parquet").to_table()["id"].to_pylist())
+
+
+def test_a_request_naming_stale_snapshots_drops_them_before_it_is_answered(tmp_path):
+    """What the connector sends after a scan failed on a missing file (``MissingFiles``):
+    the table's entries go before the request that carries it is planned."""
+    uri = make(tmp_path / "t", [1])
+    other = make(tmp_path / "u", [1])
+    first, kept = _snapshots.snapshot(uri), _snapshots.snapshot(other)
+    request = {"id": 1, "op": "scan.plan", "args": {"uri": uri}, "staleSnapshots": [uri]}
+    out = io.StringIO()
+    _server.serve(io.StringIO(json.dumps(request) + "\n"), out)
+    answer = json.loads(out.getvalue())
+    assert "error" not in answer, answer
+    assert _snapshots.snapshot(uri) is not first  # scan.plan loaded it anew
+    assert _snapshots.snapshot(other) is kept

@@ -208,6 +208,15 @@ def _answer(op: str, request_id: Any, args: dict[str, Any]) -> dict[str, Any]:
         return {"id": request_id, "error": error_answer(wrapped)}
 
 
+def drop_stale_snapshots(request: dict[str, Any]) -> None:
+    """Drop the cached snapshots of the tables a request names in ``staleSnapshots``: the
+    connector lists each table whose batch scan failed on a missing data file since its
+    previous request (``MissingFiles.scala``), so that a retry loads the table anew (the
+    snapshot may be of a table since made again at its path; ``_snapshots``)."""
+    for uri in request.get("staleSnapshots") or ():
+        _snapshots.forget(str(uri))
+
+
 def serve(lines: IO[str], out: IO[str]) -> None:
     """Answer every request line from ``lines`` on ``out`` until ``lines`` ends."""
     lock = threading.Lock()
@@ -231,6 +240,9 @@ def serve(lines: IO[str], out: IO[str]) -> None:
             except ValueError:
                 log.error("deltaflow bridge: not a JSON request: %.200s", line)
                 continue
+            # Here, in the order the lines come, not on the request's thread: a read the
+            # connector plans after a scan failed on a missing file must not find the entry.
+            drop_stale_snapshots(request)
             target = sessions if request.get("op") in SESSION_OPS else pool
             target.submit(handle, request)
 

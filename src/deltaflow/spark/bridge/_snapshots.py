@@ -18,13 +18,15 @@ task starts. Here a snapshot is loaded once and then revalidated by name:
   (inode, mtime, size: :class:`CommitMark`, as the real-time sink's ``LogHead`` does) and
   a hit is reused only while ``<v>.json`` is still that file — one stat more, a few µs
   (``docs/architecture.md``), for latest and time-travel hits alike. On an object store a
-  stat is a request, so there the gap is closed by a TTL (option (b) of the note): an
-  entry older than :data:`TTL_SECONDS` is loaded anew, and a load that finds no table
-  drops the path's entries. Option (a) (a LIST from ``<v-1>.json`` comparing the commit's
-  size and modification time for older entries) needs those recorded at each install — a
-  HEAD more per load — and is priced on AWS like ~12 GETs; the failure (b) leaves is loud,
-  not wrong: the stale snapshot's data files are gone, so the read fails with FileNotFound
-  for at most :data:`TTL_SECONDS`, it returns no stale rows.
+  stat is a request: there a batch scan that fails on a missing data file has the
+  connector name the table in its next request (``staleSnapshots``, the server's
+  ``drop_stale_snapshots``), so at most one read fails; and an entry older than
+  :data:`TTL_SECONDS` is loaded anew (option (b) of the note), and a load that finds no
+  table drops the path's entries. Option (a) (a LIST from ``<v-1>.json`` comparing the
+  commit's size and modification time for older entries) needs those recorded at each
+  install — a HEAD more per load — and is priced on AWS like ~12 GETs; the failure (b)
+  leaves is loud, not wrong: the stale snapshot's data files are gone, so the read fails
+  with FileNotFound (once, then the drop above), it returns no stale rows.
 * The brain's own commits (``write.commit``, sink commits, DML, SQL commands) drop the
   table's entries (:func:`forget`), as delta-spark's ``updateAfterCommit`` moves its cached
   log on.

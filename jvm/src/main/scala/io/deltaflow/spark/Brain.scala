@@ -13,7 +13,7 @@ import com.fasterxml.jackson.databind.node.ObjectNode
 import org.apache.spark.SparkEnv
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.deltaflow.{BrainGateway, BrainSessions}
+import org.apache.spark.sql.deltaflow.{BrainGateway, BrainSessions, MissingFiles}
 
 /**
  * The driver JVM's way into deltaflow's Python brain (the Delta log's rules).
@@ -137,9 +137,19 @@ private class BrainProcess(python: String) extends Logging {
     request.put("id", id)
     request.put("op", op)
     request.set[JsonNode]("args", args)
+    // Drained under the write lock, so a request written after another one's mark carries it
+    // or follows the request that does (the brain drops them in the order it reads lines).
+    def withStaleTables(): ObjectNode = {
+      val stale = MissingFiles.drain()
+      if (stale.nonEmpty) {
+        val listed = request.putArray("staleSnapshots")
+        stale.foreach(listed.add)
+      }
+      request
+    }
     try {
       out.synchronized {
-        out.write(mapper.writeValueAsString(request))
+        out.write(mapper.writeValueAsString(withStaleTables()))
         out.write('\n')
         out.flush()
       }

@@ -7,6 +7,7 @@ import com.fasterxml.jackson.databind.JsonNode
 import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.read._
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream
+import org.apache.spark.sql.deltaflow.MissingFiles
 import org.apache.spark.sql.sources.Filter
 import org.apache.spark.sql.types._
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
@@ -63,9 +64,13 @@ class DeltaScan(
   override def planInputPartitions(): Array[InputPartition] =
     FileReads.partitions(SparkSession.active, plan.files, layout)
 
-  override def createReaderFactory(): PartitionReaderFactory =
-    FileReads.readerFactory(SparkSession.active, layout,
-      withDeletes = plan.files.exists(_.deleted.nonEmpty), pushed)
+  // A planned file missing at read time may mean the brain's cached snapshot is of a table
+  // since made again at this path: the signal has the brain drop it before the next read.
+  override def createReaderFactory(): PartitionReaderFactory = {
+    val spark = SparkSession.active
+    FileReads.readerFactory(spark, layout, withDeletes = plan.files.exists(_.deleted.nonEmpty),
+      pushed, missing = Some(MissingFiles.signal(spark.sparkContext, info.uri)))
+  }
 }
 
 case class ScanPlan(version: Long, files: Seq[ScanFile])

@@ -17,6 +17,7 @@ import org.apache.spark.sql.catalyst.expressions.{Cast, Literal, UnsafeProjectio
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
+import org.apache.spark.sql.deltaflow.{MissingFileSignal, MissingFileWatch}
 import org.apache.spark.sql.execution.datasources.{FilePartition, PartitionedFile}
 import org.apache.spark.sql.execution.datasources.parquet.{ParquetOptions, ParquetUtils}
 import org.apache.spark.sql.execution.datasources.v2.parquet.ParquetPartitionReaderFactory
@@ -147,10 +148,12 @@ object FileReads {
   /** Spark's vectorized Parquet reader for `layout`; row mode when files have deleted rows
    *  (the pushed filters then stay out of the reader, so no row group is skipped).
    *  `inRequiredOrder`: emit `layout.required`'s column order (a stream's output is the
-   *  table's columns in order; a batch scan declares its own via `readSchema`). */
+   *  table's columns in order; a batch scan declares its own via `readSchema`).
+   *  `missing`: raised when a task fails on a missing file ([[MissingFileSignal]]). */
   def readerFactory(spark: SparkSession, layout: ReadLayout, withDeletes: Boolean,
       pushed: Array[Filter], inRequiredOrder: Boolean = false,
-      hadoopOptions: Map[String, String] = Map.empty): PartitionReaderFactory = {
+      hadoopOptions: Map[String, String] = Map.empty,
+      missing: Option[MissingFileSignal] = None): PartitionReaderFactory = {
     val sqlConf = spark.sessionState.conf
     val hadoopConf = spark.sessionState.newHadoopConfWithOptions(hadoopOptions)
     ParquetConf.prepare(hadoopConf, sqlConf, layout.physicalData)
@@ -173,7 +176,7 @@ object FileReads {
     val batches = if (!fileByFile) None
       else Some(StructType(layout.physicalData.fields ++ layout.partitionSchema.fields))
     new DeltaReaderFactory(parquet, withDeletes, order.map(o => (layout.required, o)), metadata,
-      batches)
+      batches, missing)
   }
 }
 
@@ -196,7 +199,8 @@ class DeltaReaderFactory(
     withDeletes: Boolean,
     reorder: Option[(StructType, Array[Int])],
     metadata: Option[(Array[StructField], Seq[DataType])] = None,
-    batches: Option[StructType] = None)
+    batches: Option[StructType] = None,
+    missing: Option[MissingFileSignal] = None)
   extends PartitionReaderFactory {
 
   // A projection keeps its output row between calls, so each thread has its own.
@@ -215,7 +219,16 @@ class DeltaReaderFactory(
   override def supportColumnarReads(partition: InputPartition): Boolean =
     !withDeletes && parquet.supportColumnarReads(files(partition))
 
-  override def createColumnarReader(partition: InputPartition): PartitionReader[ColumnarBatch] = {
+  private def watched[T](reader: PartitionReader[T]): PartitionReader[T] =
+    missing.fold(reader)(signal => new MissingFileWatch(reader, signal))
+
+  override def createColumnarReader(partition: InputPartition): PartitionReader[ColumnarBatch] =
+    watched(columnarReader(partition))
+
+  override def createReader(partition: InputPartition): PartitionReader[InternalRow] =
+    watched(rowReader(partition))
+
+  private def columnarReader(partition: InputPartition): PartitionReader[ColumnarBatch] = {
     val read = parquet.createColumnarReader(files(partition))
     val reader = metadata.fold(read) { case (fields, _) => FileMetadata.collapse(read, fields) }
     reorder match {
@@ -231,7 +244,7 @@ class DeltaReaderFactory(
     }
   }
 
-  override def createReader(partition: InputPartition): PartitionReader[InternalRow] = {
+  private def rowReader(partition: InputPartition): PartitionReader[InternalRow] = {
     val p = partition.asInstanceOf[DeltaInputPartition]
     val read =
       if (!withDeletes) parquet.createReader(p.files) else new DeletedRowsReader(p, openRows)

@@ -185,6 +185,40 @@ object ConnectorTests {
       session.set(RealTimePoll.VectoredIo, "true")
       assertEq(RealTimePoll.readerConf("file:/tmp/t", session), Map.empty[String, String])
     }
+    check("a read failing on a missing file raises its scan's signal and still fails") {
+      import org.apache.spark.sql.deltaflow.{MissingFileSignal, MissingFileWatch}
+      def failing(error: Throwable) = new PartitionReader[InternalRow] {
+        override def next(): Boolean = throw error
+        override def get(): InternalRow = null
+        override def close(): Unit = ()
+      }
+      val signal = new MissingFileSignal("s3a://b/t")
+      val other = new RuntimeException("not a missing file")
+      val otherThrown = try { new MissingFileWatch(failing(other), signal).next(); null }
+        catch { case e: Throwable => e }
+      assertEq(otherThrown, other)
+      assertEq(signal.isZero, true)
+      // Spark's own wraps it (FAILED_READ_FILE.FILE_NOT_EXIST); a cause anywhere counts.
+      val missing = new org.apache.spark.SparkException("read failed",
+        new java.io.FileNotFoundException("s3a://b/t/part-0.parquet"))
+      val thrown = try { new MissingFileWatch(failing(missing), signal).next(); null }
+        catch { case e: Throwable => e }
+      assertEq(thrown, missing)
+      assertEq(signal.value.booleanValue, true)
+    }
+    check("a raised signal merged on the driver marks its table for the next brain request") {
+      import org.apache.spark.sql.deltaflow.{MissingFileSignal, MissingFiles}
+      MissingFiles.drain()
+      val onDriver = new MissingFileSignal("s3a://b/t")
+      onDriver.merge(new MissingFileSignal("s3a://b/t"))  // a task that found its files
+      assertEq(MissingFiles.drain(), Nil)
+      val fromTask = onDriver.copyAndReset().asInstanceOf[MissingFileSignal]
+      assertEq(fromTask.isZero, true)
+      fromTask.add(true)
+      onDriver.merge(fromTask)
+      assertEq(MissingFiles.drain(), List("s3a://b/t"))
+      assertEq(MissingFiles.drain(), Nil)  // drained once
+    }
 
     failures.foreach(f => System.err.println(s"FAILED $f"))
     println(s"$passed passed, ${failures.size} failed")
