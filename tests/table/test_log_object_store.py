@@ -8,12 +8,14 @@ import pytest
 
 from deltaflow import ObjectStoreError
 from deltaflow.table import _log
-from tests._object_store import free_port
 
 
 @pytest.fixture
 def silent_s3(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    # Port 1 (tcpmux): nothing here listens on it. A port found free a moment ago is not
+    # safe: once a SeaweedFS another test process started took it, and answered
+    # (``credentials`` instead of ``unreachable``).
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
     monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
