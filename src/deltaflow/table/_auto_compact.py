@@ -49,17 +49,9 @@ from typing import Any
 from deltaflow.errors import DeltaflowError
 from deltaflow.table import _compaction_lease, _dml_lease, _log_upkeep, _partitions, _uri
 from deltaflow.table._compact_settings import (  # re-exported: the hook's settings
-    BACKGROUND_CONF,
     DEFAULT_MAX_FILE_SIZE,
-    DEFAULT_MAX_PARTITIONS,
     DEFAULT_MIN_NUM_FILES,
     DEFAULT_SETTINGS,
-    ENABLED_CONF,
-    LEGACY_TABLE_PROPERTY,
-    MAX_FILE_SIZE_CONF,
-    MAX_PARTITIONS_CONF,
-    MIN_FILE_SIZE_CONF,
-    MIN_NUM_FILES_CONF,
     SESSION_CONFS,
     STREAM_MIN_NUM_FILES,
     TABLE_PROPERTY,
@@ -71,17 +63,9 @@ from deltaflow.table._compact_settings import (  # re-exported: the hook's setti
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "BACKGROUND_CONF",
     "DEFAULT_MAX_FILE_SIZE",
-    "DEFAULT_MAX_PARTITIONS",
     "DEFAULT_MIN_NUM_FILES",
     "DEFAULT_SETTINGS",
-    "ENABLED_CONF",
-    "LEGACY_TABLE_PROPERTY",
-    "MAX_FILE_SIZE_CONF",
-    "MAX_PARTITIONS_CONF",
-    "MIN_FILE_SIZE_CONF",
-    "MIN_NUM_FILES_CONF",
     "SESSION_CONFS",
     "STREAM_MIN_NUM_FILES",
     "TABLE_PROPERTY",

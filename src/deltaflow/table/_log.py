@@ -9,6 +9,7 @@ change data feed's actions (:mod:`deltaflow.table._cdf`), and the log facts both
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -35,6 +36,22 @@ def read_commit_text(uri: str, version: int) -> str | None:
         if error is None:
             raise
         raise error from exc
+
+
+# Which file a commit is on local disk: inode, modification time (ns), size. A table made
+# again at the same path writes its commits as new files (delta-rs and deltaflow create
+# each with put-if-absent, never rewrite one in place): a changed mark means a new log.
+CommitMark = tuple[int, int, int]
+
+
+def commit_mark(log_dir: str, version: int) -> CommitMark | None:
+    """Which file commit ``version`` in the local ``log_dir`` is (one stat); None when it
+    is absent."""
+    try:
+        found = os.stat(os.path.join(log_dir, f"{version:020d}.json"))
+    except FileNotFoundError:
+        return None
+    return found.st_ino, found.st_mtime_ns, found.st_size
 
 
 def parse_commit_text(text: str) -> Actions:

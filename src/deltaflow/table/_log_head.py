@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -71,7 +70,7 @@ class LogHead:
         self._snapshot = snapshot_of_table(table, uri)
         self._snapshot.__dict__.pop("delta_table", None)  # never a load through the head
         self.version = self._snapshot.version
-        self._mark = self._commit_file(self.version)
+        self._mark = _log.commit_mark(self.log_dir, self.version)
         self.stale = False  # set when the head may no longer be exact: the owner drops it
         self.moved_at = time.monotonic()
         # Bumped when metadata or protocol change: plans made before are out of date.
@@ -154,21 +153,13 @@ class LogHead:
             self.generation += 1
         self._snapshot = dataclasses.replace(snapshot, version=version)
         self.version = version
-        self._mark = self._commit_file(version)
+        self._mark = _log.commit_mark(self.log_dir, version)
         self.moved_at = time.monotonic()
-
-    def _commit_file(self, version: int) -> tuple[int, int] | None:
-        """Which file commit ``version`` is (inode, mtime in ns); None when it is absent."""
-        try:
-            found = os.stat(os.path.join(self.log_dir, f"{version:020d}.json"))
-        except FileNotFoundError:
-            return None
-        return found.st_ino, found.st_mtime_ns
 
     def _same_log(self) -> bool:
         """Whether the commit file of :attr:`version` is still the one the head moved to
         (one stat): False when the log was replaced under it."""
-        return self._mark is None or self._commit_file(self.version) == self._mark
+        return self._mark is None or _log.commit_mark(self.log_dir, self.version) == self._mark
 
     def catch_up(self) -> bool:
         """Read the versions after :attr:`version` by name and move past them; False

@@ -15,7 +15,7 @@ task starts. Here a snapshot is loaded once and then revalidated by name:
   against a concurrent committer. If it exists the table is loaded anew.
 * **A table deleted and re-created at the same path** that has not reached *v*+1 yet passes
   the name probe. On a local path an entry also keeps which file its version's commit is
-  (inode, mtime, size: :class:`CommitMark`, as the real-time sink's ``LogHead`` does) and
+  (inode, mtime, size: ``_log.commit_mark``, as the real-time sink's ``LogHead`` does) and
   a hit is reused only while ``<v>.json`` is still that file — one stat more, a few µs
   (``docs/architecture.md``), for latest and time-travel hits alike. On an object store a
   stat is a request: there a batch scan that fails on a missing data file has the
@@ -50,7 +50,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from deltaflow.table import _conditional_put, _uri
+from deltaflow.table import _conditional_put, _log, _uri
+from deltaflow.table._log import CommitMark
 from deltaflow.table._snapshot import Snapshot, load_snapshot
 from deltaflow.table.errors import TableNotFoundError
 
@@ -62,12 +63,6 @@ ENTRIES_KEPT = 256
 FILES_KEPT = 2_000_000
 
 _LATEST = -1  # the key's version of a table's latest snapshot
-
-
-# Which file a commit is on a local path: inode, modification time (ns), size. A table
-# made again at the same path writes its commits as new files (new inodes; delta-rs and
-# deltaflow create each one with put-if-absent, never rewrite one in place).
-CommitMark = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -177,12 +172,7 @@ def _install(key: tuple[str, int], entry: _Entry) -> None:
 def commit_mark(uri: str, version: int) -> CommitMark | None:
     """Which file commit ``version`` of the local table ``uri`` is; None when it is absent
     (a table whose log starts at a checkpoint past it: no mark, the TTL alone applies)."""
-    path = os.path.join(_uri.local_path(uri), "_delta_log", f"{version:020d}.json")
-    try:
-        found = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return found.st_ino, found.st_mtime_ns, found.st_size
+    return _log.commit_mark(os.path.join(_uri.local_path(uri), "_delta_log"), version)
 
 
 def _still_the_table(uri: str, entry: _Entry) -> bool:
