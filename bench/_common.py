@@ -49,6 +49,11 @@ def parse_args(description: str) -> argparse.Namespace:
         action="store_true",
         help="bench_s3: CPU-seconds per step (Spark JVM, its children, the S3 server)",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="bench_s3: the S3 server on the last core, everything else on the others",
+    )
     args = parser.parse_args()
     if args.reps is None:
         args.reps = 2 if args.quick else 5

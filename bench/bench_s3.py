@@ -49,7 +49,11 @@ side: on local disk), written in place by deltaflow's checkpoint manager (Spark 
 **stream on store (renames)** once more with ``spark.deltaflow.checkpoint.directWrites=false``
 (Spark's temp file and rename); results are saved as ``s3a``.
 ``BENCH_HADOOP="fs.s3a.k=v,..."`` adds Hadoop settings to the session (S3A tuning
-experiments). ``BENCH_DIRECT_WRITE=false`` sets
+experiments). ``BENCH_CONF="k=v,..."`` adds Spark settings (e.g.
+``spark.deltaflow.write.backgroundClose=false``). ``--pin`` puts the S3 server on the
+machine's last core and this process, Spark and its children on the others, for both
+sides: the store's CPU then no longer takes the client's, as a remote store's would not.
+``BENCH_DIRECT_WRITE=false`` sets
 ``deltaflow.write.directWrite`` for the session (default ``auto``: JVM writes on ``s3a://``
 write final names, no staging), for a before/after of direct writes.
 """
@@ -261,10 +265,16 @@ def main() -> dict[str, object]:
     plan_environment()  # before Spark starts: the JVM and its workers inherit it
     metrics_port = free_port()
     work = fresh_dir(DATA_DIR / "s3")
+    cores = sorted(os.sched_getaffinity(0))
+    if args.pin:  # the server inherits the last core; Spark (started later) the others
+        os.sched_setaffinity(0, cores[-1:])
     with (
         tempfile.TemporaryDirectory() as weed_dir,
         start_seaweedfs(Path(weed_dir), extra_args=[f"-metricsPort={metrics_port}"]) as store,
     ):
+        if args.pin:
+            os.sched_setaffinity(0, cores[:-1])
+            print(f"  pinned: S3 server on core {cores[-1]}, the rest on {cores[:-1]}")
         server = _pid_with(weed_dir) if args.profile else None
         metrics = f"http://127.0.0.1:{metrics_port}/metrics"
         return _run(args, rows, commits, store, metrics, work, server)
@@ -285,6 +295,9 @@ def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict
     for setting in filter(None, os.environ.get("BENCH_HADOOP", "").split(",")):
         key, _, value = setting.partition("=")  # e.g. fs.s3a.fast.upload.buffer=array
         conf = {**(conf or {}), f"spark.hadoop.{key.strip()}": value.strip()}
+    for setting in filter(None, os.environ.get("BENCH_CONF", "").split(",")):
+        key, _, value = setting.partition("=")  # e.g. spark.deltaflow.write.backgroundClose=false
+        conf = {**(conf or {}), key.strip(): value.strip()}
     direct = os.environ.get("BENCH_DIRECT_WRITE")
     if direct:
         conf = {**(conf or {}), "deltaflow.write.directWrite": direct}
@@ -407,6 +420,8 @@ def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict
         "s3a": args.s3a,
         "cpu_seconds": dict(cpu),
         "hadoop": os.environ.get("BENCH_HADOOP", ""),
+        "conf": os.environ.get("BENCH_CONF", ""),
+        "pinned": args.pin,
         "machine": machine(),
     }
     name = "s3a" if args.s3a else "s3"

@@ -272,3 +272,48 @@ def test_a_failed_task_attempt_leaves_nothing_in_the_log(
     assert len(assert_direct_names(object_store, s3)) == 1
     spark.sql(f"VACUUM delta.`{uri}` RETAIN 0 HOURS")
     assert data_keys(object_store, s3) == set(log_files(object_store, s3))
+
+
+def test_rolled_files_upload_in_the_background_and_are_logged_whole(spark, object_store, location):
+    """Many files a task (``maxRecordsPerFile``), so each task closes, that is uploads, most
+    of its files in the background while it writes the next: every file the log names is
+    stored whole (the logged size is the object's), rows are exact, batch, partitioned and
+    streamed alike."""
+    uri, s3 = location("rolled")
+    spark.range(0, 20_000, 1, 2).selectExpr("id", "cast(id % 3 as string) AS k").write.format(
+        "delta"
+    ).option("maxRecordsPerFile", 1000).save(uri)
+    parted, parted_s3 = location("rolled_parted")
+    spark.range(0, 9_000, 1, 2).selectExpr("id", "cast(id % 3 as string) AS k").write.format(
+        "delta"
+    ).partitionBy("k").option("maxRecordsPerFile", 1000).save(parted)
+    sink, sink_s3 = location("rolled_stream")
+    query = (
+        spark.readStream.format("delta")
+        .load(uri)
+        .writeStream.format("delta")
+        .option("checkpointLocation", location("rolled_ckpt")[0])
+        .option("maxRecordsPerFile", 1000)
+        .trigger(availableNow=True)
+        .start(sink)
+    )
+    assert query.awaitTermination(300)
+    assert query.exception() is None
+    fs = _object_store.store_fs(object_store)
+    # The stream's own commit is version 0 (auto compaction may commit after it).
+    for s3_uri, count, least_files, version in (
+        (s3, 20_000, 20, None),
+        (parted_s3, 9_000, 9, None),
+        (sink_s3, 20_000, 20, 0),
+    ):
+        assert [r[0] for r in rows_of(object_store, s3_uri)] == list(range(count)), s3_uri
+        written = table(object_store, s3_uri)
+        if version is not None:
+            written.load_as_version(version)
+        actions = pa.table(written.get_add_actions(flatten=True)).to_pylist()
+        assert len(actions) >= least_files, (s3_uri, len(actions))
+        root = s3_uri.removeprefix("s3://")
+        for action in actions:
+            stored = fs.get_file_info(f"{root}/{unquote(action['path'])}")
+            assert stored.size == action["size_bytes"], (action["path"], stored.size, action)
+        assert {unquote(a["path"]) for a in actions} <= data_keys(object_store, s3_uri)

@@ -219,6 +219,24 @@ object ConnectorTests {
       assertEq(MissingFiles.drain(), List("s3a://b/t"))
       assertEq(MissingFiles.drain(), Nil)  // drained once
     }
+    check("a task's rolled files close in the background, one at a time, errors at its commit") {
+      import org.apache.spark.sql.deltaflow.BackgroundCloses
+      val done = new java.util.concurrent.CopyOnWriteArrayList[String]()
+      val started = System.nanoTime()
+      BackgroundCloses.submit(7L, () => { Thread.sleep(200); done.add("first") })
+      assertEq(done.isEmpty, true)  // submit returned before the close finished
+      assertEq((System.nanoTime() - started) < 150000000L, true)
+      BackgroundCloses.submit(7L, () => done.add("second"))
+      assertEq(done.get(0), "first")  // the second close waited for the first
+      BackgroundCloses.await(7L)
+      assertEq(done.toArray.toList, List("first", "second"))
+      BackgroundCloses.submit(8L, () => throw new java.io.IOException("upload refused"))
+      val thrown = try { BackgroundCloses.await(8L); None } catch { case e: Throwable => Some(e) }
+      assertEq(thrown.map(_.getMessage), Some("upload refused"))
+      BackgroundCloses.await(8L)  // raised once
+      BackgroundCloses.submit(9L, () => throw new java.io.IOException("gone"))
+      BackgroundCloses.awaitQuietly(9L)  // an abort's wait raises nothing
+    }
 
     failures.foreach(f => System.err.println(s"FAILED $f"))
     println(s"$passed passed, ${failures.size} failed")

@@ -58,7 +58,8 @@ object DirectWrite extends Logging {
     val partitions = output.filter(a => lowered.contains(a.name.toLowerCase))
     val protocol = new Protocol(jobId, root)
     val options = Map("compression" -> codec, "maxRecordsPerFile" -> maxRecordsPerFile.toString)
-    val format = if (microTimestamps) new MicrosParquetFormat else new ParquetFileFormat
+    val format = new DirectParquetFormat(microTimestamps,
+      BackgroundCloses.enabled(session.sessionState.conf))
     SQLExecution.withNewExecutionId(qe, Some(s"deltaflow direct write to $root")) {
       FileFormatWriter.write(session, qe.executedPlan, format, protocol,
         FileFormatWriter.OutputSpec(root, Map.empty, output),
@@ -104,14 +105,16 @@ object DirectWrite extends Logging {
     Option(message).map(_.obj).collect { case s: Seq[_] => s.collect { case w: Written => w } }
       .getOrElse(Nil)
 
-  /** Spark's Parquet format with timestamps as INT64 micros, without touching the session:
-   *  Spark's default INT96 carries no footer statistics. */
-  final class MicrosParquetFormat extends ParquetFileFormat {
+  /** Spark's Parquet format, with timestamps as INT64 micros when `micros` (without
+   *  touching the session: Spark's default INT96 carries no footer statistics), and
+   *  rolled files closed in the background when `background` ([[BackgroundCloses]]). */
+  final class DirectParquetFormat(micros: Boolean, background: Boolean)
+      extends ParquetFileFormat {
     override def prepareWrite(session: org.apache.spark.sql.SparkSession, job: Job,
         options: Map[String, String], dataSchema: StructType): OutputWriterFactory = {
       val factory = super.prepareWrite(session, job, options, dataSchema)
-      job.getConfiguration.set(TimestampConf, "TIMESTAMP_MICROS")
-      factory
+      if (micros) job.getConfiguration.set(TimestampConf, "TIMESTAMP_MICROS")
+      if (background) new BackgroundCloses.Factory(factory) else factory
     }
   }
 
@@ -160,6 +163,7 @@ object DirectWrite extends Logging {
       throw new UnsupportedOperationException("deltaflow: a direct write has no absolute paths")
 
     override def commitTask(task: TaskAttemptContext): FileCommitProtocol.TaskCommitMessage = {
+      BackgroundCloses.currentKey.foreach(BackgroundCloses.await)  // its last upload
       val files = if (attempt == null) Nil else attempt.zip(relatives).map { case (p, r) =>
         Written(r, p.getFileSystem(task.getConfiguration).getFileStatus(p).getLen)
       }.toList
@@ -167,6 +171,7 @@ object DirectWrite extends Logging {
     }
 
     override def abortTask(task: TaskAttemptContext): Unit = if (attempt != null) {
+      BackgroundCloses.currentKey.foreach(BackgroundCloses.awaitQuietly)
       attempt.foreach { p =>
         try p.getFileSystem(task.getConfiguration).delete(p, false)
         catch { case NonFatal(e) => logWarning(s"deltaflow could not delete $p: $e") }

@@ -29,7 +29,6 @@ import org.apache.spark.util.SerializableConfiguration
  * transformation a batch write applies to its DataFrame, so both write the same files.
  */
 object StagedFileWrite {
-  private val TimestampConf = "spark.sql.parquet.outputTimestampType"
 
   /**
    * What `transform` does to rows of `schema`, as projections to run one after the other
@@ -94,9 +93,11 @@ object StagedFileWrite {
     val lowered = partitionColumns.map(_.toLowerCase).toSet
     val partitions = output.filter(a => lowered.contains(a.name.toLowerCase))
     val data = output.filterNot(partitions.contains)
-    val factory = new ParquetFileFormat().prepareWrite(classic, job,
-      Map("compression" -> codec), StructType(data.map(a => StructField(a.name, a.dataType, a.nullable, a.metadata))))
-    if (microTimestamps) job.getConfiguration.set(TimestampConf, "TIMESTAMP_MICROS")
+    // Final names on an object store: a rolled file's upload overlaps the next file.
+    val format = new DirectWrite.DirectParquetFormat(microTimestamps,
+      directJobId.isDefined && BackgroundCloses.enabled(conf))
+    val factory = format.prepareWrite(classic, job, Map("compression" -> codec),
+      StructType(data.map(a => StructField(a.name, a.dataType, a.nullable, a.metadata))))
     val jobId = UUID.randomUUID().toString
     val description = new WriteJobDescription(
       jobId,
