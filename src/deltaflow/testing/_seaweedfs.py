@@ -44,6 +44,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _distinct_free_ports(count: int, taken: int) -> list[int]:
+    """``count`` ports free now, all different and none ``taken``: each socket stays bound
+    until all are chosen (separate :func:`free_port` calls may answer one port twice)."""
+    sockets: list[socket.socket] = []
+    try:
+        while len(sockets) < count:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            if s.getsockname()[1] == taken:
+                s.close()
+                continue
+            sockets.append(s)
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 class ObjectStoreStartError(RuntimeError):
     """``weed`` is missing, exited, or did not serve S3 (or make the bucket) in time."""
 
@@ -159,18 +177,16 @@ def start_seaweedfs(
         "actions": ["Admin", "Read", "Write", "List", "Tagging"],
     }
     config.write_text(json.dumps({"identities": [identity]}))
-    ports = {
-        name: free_port()
-        for name in (
-            "master.port",
-            "master.port.grpc",
-            "volume.port",
-            "volume.port.grpc",
-            "filer.port",
-            "filer.port.grpc",
-            "s3.port.grpc",
-        )
-    }
+    names = (
+        "master.port",
+        "master.port.grpc",
+        "volume.port",
+        "volume.port.grpc",
+        "filer.port",
+        "filer.port.grpc",
+        "s3.port.grpc",
+    )
+    ports = dict(zip(names, _distinct_free_ports(len(names), s3_port), strict=True))
     (data_dir / "data").mkdir(exist_ok=True)
     args = [
         weed,
