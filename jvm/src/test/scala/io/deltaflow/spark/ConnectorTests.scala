@@ -236,6 +236,15 @@ object ConnectorTests {
       BackgroundCloses.await(8L)  // raised once
       BackgroundCloses.submit(9L, () => throw new java.io.IOException("gone"))
       BackgroundCloses.awaitQuietly(9L)  // an abort's wait raises nothing
+      // A close after a failed one still runs (its file is closed for the abort to delete);
+      // the earlier failure is raised at that submit.
+      BackgroundCloses.submit(10L, () => throw new java.io.IOException("first failed"))
+      Thread.sleep(50)
+      val raised = try { BackgroundCloses.submit(10L, () => done.add("after")); None }
+        catch { case e: Throwable => Some(e.getMessage) }
+      assertEq(raised, Some("first failed"))
+      BackgroundCloses.await(10L)
+      assertEq(done.contains("after"), true)
     }
 
     failures.foreach(f => System.err.println(s"FAILED $f"))

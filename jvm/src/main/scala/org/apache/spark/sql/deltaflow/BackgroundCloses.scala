@@ -41,10 +41,14 @@ object BackgroundCloses {
   def enabled(conf: org.apache.spark.sql.internal.SQLConf): Boolean =
     conf.getConfString(SwitchConf, "true").trim.toLowerCase != "false"
 
-  /** Run `close` for the task attempt `key` in the background, after its previous close. */
+  /** Run `close` for the task attempt `key` in the background, after its previous close.
+   *  When that one failed, `close` still runs (its file is the task's, so the abort finds
+   *  it uploaded and deletes it, and no multipart upload is left open) and the earlier
+   *  failure is raised here. */
   def submit(key: Long, close: () => Unit): Unit = {
-    await(key)
+    val earlier = try { await(key); None } catch { case e: Throwable => Some(e) }
     inFlight.put(key, threads.submit(new Runnable { override def run(): Unit = close() }))
+    earlier.foreach(e => throw e)
   }
 
   /** Wait for `key`'s close in flight, if any; its failure is raised here. */
