@@ -292,12 +292,11 @@ def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict
         from tests import _s3a
 
         conf = _s3a.s3a_conf(store.endpoint, ACCESS_KEY, SECRET_KEY, REGION)
-    for setting in filter(None, os.environ.get("BENCH_HADOOP", "").split(",")):
-        key, _, value = setting.partition("=")  # e.g. fs.s3a.fast.upload.buffer=array
-        conf = {**(conf or {}), f"spark.hadoop.{key.strip()}": value.strip()}
-    for setting in filter(None, os.environ.get("BENCH_CONF", "").split(",")):
-        key, _, value = setting.partition("=")  # e.g. spark.deltaflow.write.backgroundClose=false
-        conf = {**(conf or {}), key.strip(): value.strip()}
+    # e.g. BENCH_HADOOP="fs.s3a.fast.upload.buffer=array",
+    # BENCH_CONF="spark.deltaflow.write.backgroundClose=false"
+    extra = {**_env_settings("BENCH_HADOOP", "spark.hadoop."), **_env_settings("BENCH_CONF")}
+    if extra:
+        conf = {**(conf or {}), **extra}
     direct = os.environ.get("BENCH_DIRECT_WRITE")
     if direct:
         conf = {**(conf or {}), "deltaflow.write.directWrite": direct}
@@ -336,12 +335,7 @@ def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict
         if jvm_before is not None:
             jvm_requests[name] = s3a_requests(spark, bucket_uri) - jvm_before
 
-    data = spark.range(rows).selectExpr(
-        "id", "id % 97 AS k", "CAST(id * 1.5 AS DOUBLE) AS v", "uuid() AS s", "id % 7 = 0 AS b"
-    )
-    changes = spark.range(rows - rows // 200, rows + rows // 200).selectExpr(
-        "id", "id % 97 AS k", "-1.0 AS v", "'merged' AS s", "true AS b"
-    )
+    data, changes = _frames(spark, rows)
     # One untimed write per side first: the first S3A write compiles the S3A/SDK upload
     # path (C2 threads count as the JVM's CPU), which would land in whichever rep ran first.
     warm_s3 = store.uri("warmup")
@@ -353,15 +347,9 @@ def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict
     # MERGE of a session compile their code paths, which would land in repetition 0's
     # first side. (At 10M rows with --pin repetition 0 stays slower on both sides even so:
     # docs/benchmarks.md; read such runs with 3+ repetitions.)
-    small = spark.range(20_000).selectExpr(
-        "id", "id % 97 AS k", "CAST(id * 1.5 AS DOUBLE) AS v", "uuid() AS s", "id % 7 = 0 AS b"
-    )
-    small_changes = spark.range(19_900, 20_100).selectExpr(
-        "id", "id % 97 AS k", "-1.0 AS v", "'merged' AS s", "true AS b"
-    )
-    for side, uri in enumerate((str(work / "warmup-small"), warm_s3 + "-small")):
-        if not steps - {"commits"}:
-            break
+    small, small_changes = _frames(spark, 20_000)
+    warm_uris = (str(work / "warmup-small"), warm_s3 + "-small")
+    for side, uri in enumerate(warm_uris if steps - {"commits"} else ()):
         on_store = None
         if args.s3a:
             on_store = f"{uri}_checkpoint" if side else str(work / "warmup-small-ckpt2")
@@ -448,6 +436,24 @@ def _run(args, rows, commits, store, metrics_url, work, server_pid=None) -> dict
     name = "s3a" if args.s3a else "s3"
     save_result(f"{name}_quick" if args.quick else name, result)
     return result
+
+
+def _env_settings(variable: str, prefix: str = "") -> dict[str, str]:
+    """``k=v,...`` from the environment variable, each key with ``prefix``."""
+    pairs = (s.partition("=") for s in os.environ.get(variable, "").split(",") if s)
+    return {f"{prefix}{key.strip()}": value.strip() for key, _, value in pairs}
+
+
+def _frames(spark, rows: int):
+    """The bench's table (``rows`` rows, 5 columns) and its MERGE source: 1 % of the rows
+    around the last id, half updates, half inserts."""
+    data = spark.range(rows).selectExpr(
+        "id", "id % 97 AS k", "CAST(id * 1.5 AS DOUBLE) AS v", "uuid() AS s", "id % 7 = 0 AS b"
+    )
+    changes = spark.range(rows - rows // 200, rows + rows // 200).selectExpr(
+        "id", "id % 97 AS k", "-1.0 AS v", "'merged' AS s", "true AS b"
+    )
+    return data, changes
 
 
 def table_steps(

@@ -74,7 +74,8 @@ object BackgroundCloses {
       Option(TaskContext.get()) match {
         case Some(task) =>
           // A task that ends without its commit or abort (killed) still waits for its
-          // upload, so nothing is written after the task is gone.
+          // upload, so nothing is written after the task is gone. Once a task: its first
+          // file finds nothing in flight; from its first close on, one always is.
           if (!inFlight.containsKey(task.taskAttemptId())) {
             task.addTaskCompletionListener[Unit](t => awaitQuietly(t.taskAttemptId()))
           }

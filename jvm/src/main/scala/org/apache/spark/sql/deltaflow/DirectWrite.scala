@@ -58,7 +58,7 @@ object DirectWrite extends Logging {
     val partitions = output.filter(a => lowered.contains(a.name.toLowerCase))
     val protocol = new Protocol(jobId, root)
     val options = Map("compression" -> codec, "maxRecordsPerFile" -> maxRecordsPerFile.toString)
-    val format = new DirectParquetFormat(microTimestamps,
+    val format = new TableParquetFormat(microTimestamps,
       BackgroundCloses.enabled(session.sessionState.conf))
     SQLExecution.withNewExecutionId(qe, Some(s"deltaflow direct write to $root")) {
       FileFormatWriter.write(session, qe.executedPlan, format, protocol,
@@ -105,10 +105,11 @@ object DirectWrite extends Logging {
     Option(message).map(_.obj).collect { case s: Seq[_] => s.collect { case w: Written => w } }
       .getOrElse(Nil)
 
-  /** Spark's Parquet format, with timestamps as INT64 micros when `micros` (without
-   *  touching the session: Spark's default INT96 carries no footer statistics), and
-   *  rolled files closed in the background when `background` ([[BackgroundCloses]]). */
-  final class DirectParquetFormat(micros: Boolean, background: Boolean)
+  /** Spark's Parquet format for a table's data files (direct and staged writes), with
+   *  timestamps as INT64 micros when `micros` (without touching the session: Spark's
+   *  default INT96 carries no footer statistics), and rolled files closed in the
+   *  background when `background` ([[BackgroundCloses]]). */
+  final class TableParquetFormat(micros: Boolean, background: Boolean)
       extends ParquetFileFormat {
     override def prepareWrite(session: org.apache.spark.sql.SparkSession, job: Job,
         options: Map[String, String], dataSchema: StructType): OutputWriterFactory = {

@@ -29,7 +29,6 @@ import org.apache.spark.util.SerializableConfiguration
  * transformation a batch write applies to its DataFrame, so both write the same files.
  */
 object StagedFileWrite {
-
   /**
    * What `transform` does to rows of `schema`, as projections to run one after the other
    * on each input row (bound to their input), and the columns they produce. The
@@ -94,7 +93,7 @@ object StagedFileWrite {
     val partitions = output.filter(a => lowered.contains(a.name.toLowerCase))
     val data = output.filterNot(partitions.contains)
     // Final names on an object store: a rolled file's upload overlaps the next file.
-    val format = new DirectWrite.DirectParquetFormat(microTimestamps,
+    val format = new DirectWrite.TableParquetFormat(microTimestamps,
       directJobId.isDefined && BackgroundCloses.enabled(conf))
     val factory = format.prepareWrite(classic, job, Map("compression" -> codec),
       StructType(data.map(a => StructField(a.name, a.dataType, a.nullable, a.metadata))))
