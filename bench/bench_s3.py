@@ -53,6 +53,7 @@ experiments). ``BENCH_CONF="k=v,..."`` adds Spark settings (e.g.
 ``spark.deltaflow.write.backgroundClose=false``). ``--pin`` puts the S3 server on the
 machine's last core and this process, Spark and its children on the others, for both
 sides: the store's CPU then no longer takes the client's, as a remote store's would not.
+``BENCH_STREAM_PHASES=1`` prints each stream batch's ``durationMs`` (Spark's phases).
 ``BENCH_DIRECT_WRITE=false`` sets
 ``deltaflow.write.directWrite`` for the session (default ``auto``: JVM writes on ``s3a://``
 write final names, no staging), for a before/after of direct writes.
@@ -89,6 +90,13 @@ from tests._object_store import (
     start_seaweedfs,
 )
 
+# The tests' store keeps 64 MB volumes (little disk on CI). A profile of a 2M-row S3A stream
+# (~90 MB uploaded) saw pauses of 0.7-1.3 s with the client and the server both idle, the
+# client's PUTs waiting for their response, gone with 1 GiB volumes (SeaweedFS grows
+# volumes as they fill). Runs of this bench with either size did not differ beyond their
+# noise; the bench keeps the larger size so that no such pause can land in a step.
+# BENCH_WEED="-flag=value ..." replaces these flags of the store.
+WEED_ARGS = os.environ.get("BENCH_WEED", "-master.volumeSizeLimitMB=1024").split()
 COMMITS = 100
 EVENTS_PER_COMMIT = 1_000
 # S3 Standard list prices (us-east-1, USD per 1,000 requests): PUT/COPY/POST/LIST and
@@ -270,7 +278,9 @@ def main() -> dict[str, object]:
         os.sched_setaffinity(0, cores[-1:])
     with (
         tempfile.TemporaryDirectory() as weed_dir,
-        start_seaweedfs(Path(weed_dir), extra_args=[f"-metricsPort={metrics_port}"]) as store,
+        start_seaweedfs(
+            Path(weed_dir), extra_args=[f"-metricsPort={metrics_port}", *WEED_ARGS]
+        ) as store,
     ):
         if args.pin:
             os.sched_setaffinity(0, cores[:-1])
@@ -493,6 +503,10 @@ def table_steps(
         )
         query.awaitTermination()
         copied = sum(p["numInputRows"] for p in query.recentProgress)
+        if os.environ.get("BENCH_STREAM_PHASES"):  # Spark's durations per batch
+            for p in query.recentProgress:
+                name = target.rsplit("/", 1)[-1]
+                print(f"    {name} batch {p['batchId']}: {p['durationMs']}", flush=True)
         assert copied == expected_rows, f"the stream copied {copied} rows"
 
     def with_renames() -> None:
