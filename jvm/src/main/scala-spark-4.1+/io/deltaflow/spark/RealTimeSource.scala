@@ -14,7 +14,7 @@ import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming.{Offset, PartitionOffset, SupportsRealTimeMode, SupportsRealTimeRead}
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.RecordStatus
-import org.apache.spark.sql.deltaflow.{RealTimeFilesEndpoint, StepTimes}
+import org.apache.spark.sql.deltaflow.{RealTimeFilesEndpoint, RealTimeIdle, StepTimes}
 import org.apache.spark.sql.sources.Filter
 import org.apache.spark.util.SerializableConfiguration
 
@@ -203,6 +203,10 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
   private var firstRowDue = false  // the current file's first next() is still to come
   private var restNanos = 0L  // the reader's own time in the current file after its first row
   private var filesRead = 0L  // files read to their end (one the epoch ended in is not)
+  // The sink writer of this task hears when this reader waits for the next commit with
+  // every row handed on, and when it reads again (RealTimeIdle).
+  private val taskAttempt = Option(TaskContext.get()).map(_.taskAttemptId())
+  private var idleSaid = false
   private var rowsEmitted = 0L  // rows handed on (not those a replay skipped)
 
   p.replay.foreach { r =>
@@ -233,6 +237,7 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
         return RecordStatus.newStatusWithoutArrivalTime(false)
       } else {
         if (queueEnd != null) { position = queueEnd; rows = 0; queueEnd = null }
+        sayIdle(true)
         val polled = System.nanoTime()
         if (nextVersion < 0 || committed(nextVersion)) {
           fetch(polled)
@@ -265,7 +270,13 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
     nextVersion = if (answer.more) -1L else answer.latest + 1
   }
 
+  private def sayIdle(idle: Boolean): Unit = if (idle != idleSaid) {
+    idleSaid = idle
+    taskAttempt.foreach(RealTimeIdle.say(_, idle))
+  }
+
   private def open(file: RealTimeFile): Unit = {
+    sayIdle(false)
     fileOpened = System.nanoTime()
     firstRowDue = true
     currentFile = file

@@ -166,7 +166,7 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
     logInfo(s"deltaflow real-time epoch $epoch into ${info.uri}: commits as rows are ready, " +
       s"at most one every $intervalMs ms")
     new RealTimeWriterFactory(endpoint.name, plan.get("staging").asText(), template, shape, sort,
-      failed, intervalMs)
+      failed, intervalMs, RealTimeCommits.graceMs(session.conf.getOption(RealTimeCommits.GraceConf)))
   }
 
   // A real-time commit failed: the epoch's job is cancelled now (RealTimeQueries.failRun

@@ -172,6 +172,25 @@ object ConnectorTests {
         assert(starts(j) - starts(i) >= (j - i - burst + 1) * 20L, s"$i..$j: $starts")
       }
     }
+    check("a real-time roll goes at its source's idle, else after the grace; not before the pacing") {
+      import org.apache.spark.sql.deltaflow.{RealTimeCommits, RealTimeIdle}
+      assertEq(RealTimeIdle.handOverDue(1000L, 2L, 0L, sourceIdle = false), 1002L)
+      assertEq(RealTimeIdle.handOverDue(1000L, 2L, 0L, sourceIdle = true), 0L)
+      assertEq(RealTimeIdle.handOverDue(1000L, 2L, 1500L, sourceIdle = true), 1500L)
+      assertEq(RealTimeIdle.handOverDue(1000L, 2L, 1500L, sourceIdle = false), 1500L)
+      assertEq(RealTimeCommits.graceMs(None), RealTimeCommits.GraceMs)
+      assertEq(RealTimeCommits.graceMs(Some(" 250 ")), 250L)
+      assertEq(RealTimeCommits.graceMs(Some("-1")), RealTimeCommits.GraceMs)
+      assertEq(RealTimeCommits.graceMs(Some("soon")), RealTimeCommits.GraceMs)
+      // The source's word reaches the writer of its own task attempt only, until forgotten.
+      val heard = ArrayBuffer.empty[Boolean]
+      RealTimeIdle.listen(7L, heard += _)
+      RealTimeIdle.say(7L, idle = true)
+      RealTimeIdle.say(8L, idle = false)
+      RealTimeIdle.forget(7L)
+      RealTimeIdle.say(7L, idle = false)
+      assertEq(heard.toList, List(true))
+    }
     check("real-time sources poll local tables every 2 ms, other stores every 10") {
       assertEq(RealTimePoll.defaultMs("file:/tmp/t"), 2L)
       assertEq(RealTimePoll.defaultMs("/tmp/t"), 2L)

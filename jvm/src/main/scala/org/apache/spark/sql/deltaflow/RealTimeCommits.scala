@@ -56,7 +56,13 @@ object RealTimeCommits {
   // How long a roll's first row waits for the rest of its burst before the roll may be
   // handed over (a source hands a commit's or a poll's rows on within a millisecond or
   // two; without this, a burst's first row would go alone and the rest wait an interval).
+  // A source that says when its burst is whole (RealTimeIdle) ends the wait sooner.
   val GraceMs = 2L
+  // Internal (tests): another grace, in ms.
+  val GraceConf = "spark.deltaflow.realTime.graceMs"
+
+  def graceMs(setting: Option[String]): Long =
+    setting.flatMap(_.trim.toLongOption).filter(_ >= 0).getOrElse(GraceMs)
 
   /** How long before the driver's next group may start a writer closes its roll: the roll
    *  waits there a little, and the rolls of every partition closed for that start go in
@@ -293,22 +299,24 @@ class RealTimeWriterFactory(
     shape: StagedFileWrite.Shape,
     sort: Option[SortExec],
     failed: Throwable => Throwable,
-    intervalMs: Long) extends StreamingDataWriterFactory {
+    intervalMs: Long,
+    graceMs: Long = RealTimeCommits.GraceMs) extends StreamingDataWriterFactory {
   override def createWriter(partitionId: Int, taskId: Long, epochId: Long): DataWriter[InternalRow] =
     new RealTimeWriter(endpoint, staging, template, shape, sort, failed, intervalMs,
-      partitionId, taskId, epochId)
+      partitionId, taskId, epochId, graceMs)
 }
 
 /**
  * One task's writer in a real-time epoch: rows go into the current roll; a hand-over
  * thread hands it to the driver as soon as it has rows and the previous hand-over is
  * committed (one roll in flight per partition; rows keep going into the next roll), and
- * the task's commit hands over what is left. A roll goes no sooner than `GraceMs` after
+ * the task's commit hands over what is left. A roll goes no sooner than `graceMs` after
  * its first row (the rest of a burst that arrives together comes with it) and no sooner
  * than `leadMs` before the driver's next group may start (the driver would hold it until
  * then; open, it still takes rows). Writes and hand-overs take turns on one lock. The
  * next roll (its directory and open Parquet file) is opened ahead on a thread of its own,
- * as soon as a row starts the current one, so the row path never creates a file.
+ * as soon as a row starts the current one, so the row path never creates a file. When the
+ * task's source says it is idle ([[RealTimeIdle]]), the roll goes without the grace.
  */
 class RealTimeWriter(
     endpoint: String,
@@ -320,7 +328,8 @@ class RealTimeWriter(
     intervalMs: Long,
     partitionId: Int,
     taskId: Long,
-    epochId: Long) extends DataWriter[InternalRow] with Logging {
+    epochId: Long,
+    graceMs: Long = RealTimeCommits.GraceMs) extends DataWriter[InternalRow] with Logging {
   import RealTimeCommits._
 
   private val env = SparkEnv.get
@@ -337,8 +346,11 @@ class RealTimeWriter(
   private val rolls = new java.util.concurrent.atomic.AtomicInteger()
   private var current: Option[(FileRolls.Roll, StagedFileWrite.ShapedWriter, Long)] = None
   private var currentStarted = 0L  // when the current roll's first row came (ms)
+  private var currentStartedNanos = 0L  // the same, for the timing line
   private var nextDue = 0L  // no hand-over before (ms): the driver's next group start, ahead
   private val lead = leadMs(intervalMs)
+  private var sourceIdle = false  // the task's source said it waits for the next commit
+  private var idleHandOvers = 0  // rolls handed over without the grace
   @volatile private var ending = false
   private var next: Option[Future[Opened]] = None  // the roll being opened ahead
   @volatile private var failure: Throwable = _
@@ -346,6 +358,7 @@ class RealTimeWriter(
   // wait for, closing a roll's file, the driver's commit of it (the round trip).
   private val opens = new StepTimes("open")
   private val rowWaits = new StepTimes("row path waits for open")
+  private val held = new StepTimes("held")  // a roll's first row to its hand-over
   private val finishes = new StepTimes("close")
   private val asks = new StepTimes("commit round trip")
 
@@ -362,6 +375,12 @@ class RealTimeWriter(
   private val handOvers = taskThreads(s"deltaflow-rtm-commit-p$partitionId-e$epochId")
     .newThread(() => handOverLoop())
   handOvers.start()
+  RealTimeIdle.listen(attempt, sourceSays)
+
+  private def sourceSays(idle: Boolean): Unit = lock.synchronized {
+    sourceIdle = idle
+    lock.notifyAll()  // the hand-over thread: its roll may go now
+  }
 
   // One roll in flight: each ask returns when its group is in the log, and only then is
   // the next roll closed. A failed ask fails the task at its next row or its commit; the
@@ -374,11 +393,14 @@ class RealTimeWriter(
           if (ending || failure != null) return
           if (current.isEmpty) lock.wait()
           else {
-            val due = math.max(currentStarted + GraceMs, nextDue)
+            val due = RealTimeIdle.handOverDue(currentStarted, graceMs, nextDue, sourceIdle)
             val now = System.currentTimeMillis()
             if (now >= due) ready = true else lock.wait(due - now)
           }
         }
+        val heldNanos = System.nanoTime() - currentStartedNanos
+        held.add(heldNanos)
+        if (sourceIdle && heldNanos < graceMs * 1000000L) idleHandOvers += 1
         handOver(last = false)
       }
       roll.foreach { r =>
@@ -458,6 +480,7 @@ class RealTimeWriter(
         val opened = (roll, shaped, seen - 1)
         current = Some(opened)
         currentStarted = System.currentTimeMillis()
+        currentStartedNanos = System.nanoTime()
         lock.notifyAll()  // the hand-over thread: a roll with rows (once per roll)
         opened
       }
@@ -483,6 +506,7 @@ class RealTimeWriter(
   }
 
   override def commit(): WriterCommitMessage = {
+    RealTimeIdle.forget(attempt)
     endHandOvers(interrupt = false)
     dropNext()
     val (rest, rows) = lock.synchronized {
@@ -494,6 +518,7 @@ class RealTimeWriter(
   }
 
   override def abort(): Unit = {
+    RealTimeIdle.forget(attempt)
     endHandOvers(interrupt = true)
     dropNext()
     lock.synchronized {
@@ -503,9 +528,12 @@ class RealTimeWriter(
   }
 
   override def close(): Unit = {
+    RealTimeIdle.forget(attempt)
     endHandOvers(interrupt = true)
     opener.shutdownNow()
+    val early = lock.synchronized(idleHandOvers)
     logInfo(s"deltaflow real-time writer p$partitionId e$epochId a$attempt: ${rolls.get()} " +
-      s"rolls; ${opens.summary}; ${rowWaits.summary}; ${finishes.summary}; ${asks.summary}")
+      s"rolls ($early at the source's idle, before the grace); ${opens.summary}; " +
+      s"${rowWaits.summary}; ${held.summary}; ${finishes.summary}; ${asks.summary}")
   }
 }
