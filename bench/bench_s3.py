@@ -53,6 +53,7 @@ experiments). ``BENCH_CONF="k=v,..."`` adds Spark settings (e.g.
 ``spark.deltaflow.write.backgroundClose=false``). ``--pin`` puts the S3 server on the
 machine's last core and this process, Spark and its children on the others, for both
 sides: the store's CPU then no longer takes the client's, as a remote store's would not.
+``BENCH_TASKS=N`` writes the table with N tasks (N files; the stream then runs N tasks).
 ``BENCH_STREAM_PHASES=1`` prints each stream batch's ``durationMs`` (Spark's phases).
 ``BENCH_DIRECT_WRITE=false`` sets
 ``deltaflow.write.directWrite`` for the session (default ``auto``: JVM writes on ``s3a://``
@@ -457,7 +458,10 @@ def _env_settings(variable: str, prefix: str = "") -> dict[str, str]:
 def _frames(spark, rows: int):
     """The bench's table (``rows`` rows, 5 columns) and its MERGE source: 1 % of the rows
     around the last id, half updates, half inserts."""
-    data = spark.range(rows).selectExpr(
+    # BENCH_TASKS=N: the table written by N tasks (N files), so the stream runs N tasks too;
+    # default: Spark's default parallelism (one task per core).
+    tasks = int(os.environ.get("BENCH_TASKS", "0")) or None
+    data = spark.range(0, rows, 1, tasks).selectExpr(
         "id", "id % 97 AS k", "CAST(id * 1.5 AS DOUBLE) AS v", "uuid() AS s", "id % 7 = 0 AS b"
     )
     changes = spark.range(rows - rows // 200, rows + rows // 200).selectExpr(
