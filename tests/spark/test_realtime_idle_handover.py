@@ -51,14 +51,13 @@ COMMITS = 4
 def writer_lines(logged: Any) -> list[dict[str, Any]]:
     lines = []
     for message in logged():
-        match = LINE.match(message)
         if message.startswith("deltaflow real-time writer"):
+            match = LINE.match(message)
             assert match is not None, message
             groups = match.groups()
             held = groups[10:14]
             lines.append(
                 {
-                    "rolls": int(groups[0]),
                     "idle": int(groups[1]),
                     "held": int(held[0]) if held[0] else 0,
                     "held_p50_ms": float(held[1]) if held[0] else 0.0,
@@ -122,5 +121,4 @@ def test_behind_a_source_that_says_nothing_the_grace_holds(spark, tmp_path) -> N
     assert handed, lines
     for w in handed:
         assert w["idle"] == 0, w
-        # Every roll waited out the grace (its due is in whole ms: up to 1 ms early).
-        assert w["held_p50_ms"] >= 299, w
+        assert w["held_p50_ms"] >= 299, w  # every roll waited out the grace

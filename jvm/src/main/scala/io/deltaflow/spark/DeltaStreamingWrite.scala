@@ -165,8 +165,9 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
     planned = Some(Planned(epoch, plan, base, None, Some(endpoint)))
     logInfo(s"deltaflow real-time epoch $epoch into ${info.uri}: commits as rows are ready, " +
       s"at most one every $intervalMs ms")
+    val graceMs = RealTimeCommits.graceMs(session.conf.getOption(RealTimeCommits.GraceConf))
     new RealTimeWriterFactory(endpoint.name, plan.get("staging").asText(), template, shape, sort,
-      failed, intervalMs, RealTimeCommits.graceMs(session.conf.getOption(RealTimeCommits.GraceConf)))
+      failed, intervalMs, graceMs)
   }
 
   // A real-time commit failed: the epoch's job is cancelled now (RealTimeQueries.failRun

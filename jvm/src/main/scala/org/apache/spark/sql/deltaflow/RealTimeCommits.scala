@@ -300,7 +300,7 @@ class RealTimeWriterFactory(
     sort: Option[SortExec],
     failed: Throwable => Throwable,
     intervalMs: Long,
-    graceMs: Long = RealTimeCommits.GraceMs) extends StreamingDataWriterFactory {
+    graceMs: Long) extends StreamingDataWriterFactory {
   override def createWriter(partitionId: Int, taskId: Long, epochId: Long): DataWriter[InternalRow] =
     new RealTimeWriter(endpoint, staging, template, shape, sort, failed, intervalMs,
       partitionId, taskId, epochId, graceMs)
@@ -329,7 +329,7 @@ class RealTimeWriter(
     partitionId: Int,
     taskId: Long,
     epochId: Long,
-    graceMs: Long = RealTimeCommits.GraceMs) extends DataWriter[InternalRow] with Logging {
+    graceMs: Long) extends DataWriter[InternalRow] with Logging {
   import RealTimeCommits._
 
   private val env = SparkEnv.get
@@ -345,10 +345,12 @@ class RealTimeWriter(
   private var seen = 0L
   private val rolls = new java.util.concurrent.atomic.AtomicInteger()
   private var current: Option[(FileRolls.Roll, StagedFileWrite.ShapedWriter, Long)] = None
-  private var currentStarted = 0L  // when the current roll's first row came (ms)
-  private var currentStartedNanos = 0L  // the same, for the timing line
-  private var nextDue = 0L  // no hand-over before (ms): the driver's next group start, ahead
+  // Times on one monotonic clock (System.nanoTime).
+  private var currentStarted = 0L  // when the current roll's first row came
+  // No hand-over before: the driver's next group start, ahead.
+  private var nextDue = System.nanoTime()
   private val lead = leadMs(intervalMs)
+  private val grace = TimeUnit.MILLISECONDS.toNanos(graceMs)
   private var sourceIdle = false  // the task's source said it waits for the next commit
   private var idleHandOvers = 0  // rolls handed over without the grace
   @volatile private var ending = false
@@ -393,19 +395,21 @@ class RealTimeWriter(
           if (ending || failure != null) return
           if (current.isEmpty) lock.wait()
           else {
-            val due = RealTimeIdle.handOverDue(currentStarted, graceMs, nextDue, sourceIdle)
-            val now = System.currentTimeMillis()
-            if (now >= due) ready = true else lock.wait(due - now)
+            val due = RealTimeIdle.handOverDue(currentStarted, grace, nextDue, sourceIdle)
+            val now = System.nanoTime()
+            if (now >= due) ready = true
+            else lock.wait(TimeUnit.NANOSECONDS.toMillis(due - now + 999999L))
           }
         }
-        val heldNanos = System.nanoTime() - currentStartedNanos
+        val heldNanos = System.nanoTime() - currentStarted
         held.add(heldNanos)
-        if (sourceIdle && heldNanos < graceMs * 1000000L) idleHandOvers += 1
+        if (sourceIdle && heldNanos < grace) idleHandOvers += 1
         handOver(last = false)
       }
       roll.foreach { r =>
         val nextIn = asks.time(driver.askSync[Long](r))
-        lock.synchronized { nextDue = System.currentTimeMillis() + nextIn - lead }
+        val ahead = TimeUnit.MILLISECONDS.toNanos(nextIn - lead)
+        lock.synchronized { nextDue = System.nanoTime() + ahead }
       }
     } catch {
       case _: InterruptedException => ()  // the task aborted
@@ -479,8 +483,7 @@ class RealTimeWriter(
         openAhead()
         val opened = (roll, shaped, seen - 1)
         current = Some(opened)
-        currentStarted = System.currentTimeMillis()
-        currentStartedNanos = System.nanoTime()
+        currentStarted = System.nanoTime()
         lock.notifyAll()  // the hand-over thread: a roll with rows (once per roll)
         opened
       }

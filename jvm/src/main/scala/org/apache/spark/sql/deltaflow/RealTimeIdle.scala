@@ -26,8 +26,9 @@ object RealTimeIdle {
     if (listener != null) listener(idle)
   }
 
-  /** When a writer's roll may be handed over (ms): `graceMs` after its first row unless the
-   *  source is idle, and never before the driver's next group may start (`nextDue`). */
-  def handOverDue(firstRow: Long, graceMs: Long, nextDue: Long, sourceIdle: Boolean): Long =
-    if (sourceIdle) nextDue else math.max(firstRow + graceMs, nextDue)
+  /** When a writer's roll may be handed over: `grace` after its first row unless the source
+   *  is idle, and never before the driver's next group may start (`nextDue`); all times on
+   *  one clock and in one unit. */
+  def handOverDue(firstRow: Long, grace: Long, nextDue: Long, sourceIdle: Boolean): Long =
+    if (sourceIdle) nextDue else math.max(firstRow + grace, nextDue)
 }
