@@ -51,7 +51,9 @@ apart. Every result records the load average: the machine is shared.
 
 ``BENCH_RT_TIMING_LINES=1`` turns the logger ``org.apache.spark.sql.deltaflow`` to INFO, so
 the real-time source's, writers' and driver's per-epoch timing lines (docs/realtime.md)
-print on stderr.
+print on stderr. ``BENCH_RT_AGED_LOG=N`` puts N more files in the Delta target's
+``_delta_log`` before the query starts: the log a real-time sink leaves after hours
+(docs/realtime.md, "A long-running query's log").
 """
 
 from __future__ import annotations
@@ -108,6 +110,10 @@ COMMIT_INTERVAL_MS = os.environ.get("BENCH_RT_COMMIT_INTERVAL_MS", "")
 POLL_INTERVAL_MS = os.environ.get("BENCH_RT_POLL_INTERVAL_MS", "")
 # BENCH_RT_TIMING_LINES=1: the connector's real-time timing lines (INFO) on stderr.
 TIMING_LINES = os.environ.get("BENCH_RT_TIMING_LINES", "") == "1"
+# BENCH_RT_AGED_LOG=N: N more files in the target's ``_delta_log`` before the query starts
+# (names no reader takes for a log entry), as a long-running real-time sink leaves there:
+# what every listing of that directory then walks.
+AGED_LOG = int(os.environ.get("BENCH_RT_AGED_LOG", "0") or 0)
 TIMING_LOGGER = "org.apache.spark.sql.deltaflow"
 
 
@@ -311,6 +317,7 @@ def delta_variant(
             f"CREATE TABLE {table} (id BIGINT, kind STRING, ts BIGINT{change}) USING delta"
             f" LOCATION '{target}'"
         )
+        age_log(Path(target) / "_delta_log", AGED_LOG)
         stream = stream.format("delta")
         if COMMIT_INTERVAL_MS:  # the sink's commit interval, when the run asks for one
             stream = stream.option("realTimeCommitIntervalMs", COMMIT_INTERVAL_MS)
@@ -332,6 +339,12 @@ def delta_variant(
             spark.conf.unset(ALLOWLIST)
         spark.conf.set(SHUFFLE_PARTITIONS, shuffle)
     return {**result, "allowlist_check_off": allowlist_off}
+
+
+def age_log(log: Path, files: int) -> None:
+    """``files`` empty files in the log directory ``log``, named as no log entry is."""
+    for i in range(files):
+        (log / f"aged-{i:09d}.tmp").touch()
 
 
 def _create_source(path: str, change_feed: bool = False) -> None:

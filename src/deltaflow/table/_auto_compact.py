@@ -59,6 +59,7 @@ from deltaflow.table._compact_settings import (  # re-exported: the hook's setti
     asked_for,
     enabled_for,
 )
+from deltaflow.table._pace import Pace
 
 log = logging.getLogger(__name__)
 
@@ -228,15 +229,15 @@ _warned: set[str] = set()
 
 
 def _compact(job: CompactionJob) -> CompactionOutcome:
-    from deltalake import CommitProperties, DeltaTable
+    from deltalake import CommitProperties
 
     from deltaflow.table._protocol import Protocol
+    from deltaflow.table._snapshot import open_latest
 
     started = time.perf_counter()
     try:
-        table = DeltaTable(
-            _uri.delta_rs_uri(job.table_uri),
-            storage_options=dict(job.storage_options) if job.storage_options else None,
+        table = open_latest(
+            job.table_uri, dict(job.storage_options) if job.storage_options else None
         )
         if Protocol.of(table.protocol()).delta_rs_unwritable:
             # Identity columns / clustering: delta-rs cannot commit an OPTIMIZE there;
@@ -269,6 +270,8 @@ def _compact(job: CompactionJob) -> CompactionOutcome:
             post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF,
         )
     except Exception as exc:  # a lost conflict, or anything else: give up, quietly
+        if _LOG_GAP in str(exc) and not job.partition_columns and _uri.is_local(job.table_uri):
+            return _compact_on_log_writer(job, started)
         log.warning(
             "auto compaction of %s (after version %s) gave up: %s",
             job.table_uri,
@@ -301,6 +304,57 @@ def _compact(job: CompactionJob) -> CompactionOutcome:
     # which at worst brings the next check forward).
     after = counts | {key: -(-added // len(eligible)) for key in eligible}
     return CompactionOutcome(version, removed, added, len(eligible), small_files=after)
+
+
+# delta-rs's refusal of a log listing that missed a commit landing during it.
+_LOG_GAP = "Expected contiguous commit files"
+
+
+def _compact_on_log_writer(job: CompactionJob, started: float) -> CompactionOutcome:
+    """The small files of an unpartitioned local table rewritten and committed by
+    deltaflow's log writer (``_cluster_optimize``'s compaction without clustering
+    columns), which reads the commits it raced by name. For the table delta-rs's OPTIMIZE
+    cannot commit to: a log so large that its listing misses commits landing meanwhile (a
+    long-running real-time sink's; ``deltaflow.table._pace``), where delta-rs's conflict
+    check after a lost race fails every time."""
+    from deltaflow.table import _cluster_optimize
+    from deltaflow.table._snapshot import load_snapshot
+
+    storage = dict(job.storage_options) if job.storage_options else None
+    try:
+        snapshot = load_snapshot(job.table_uri, storage_options=storage)
+        extra = dict(job.commit_info or {})
+        parameters = {"auto": True, **dict(extra.pop("operationParameters", None) or {})}
+        result = _cluster_optimize.cluster(
+            snapshot, commit_info={**extra, "operationParameters": parameters}
+        )
+    except Exception as exc:  # as the delta-rs route: give up, the next write asks again
+        log.warning(
+            "auto compaction of %s (after version %s, on the log writer) gave up: %s",
+            job.table_uri,
+            job.triggered_by,
+            exc,
+        )
+        return CompactionOutcome(None, skipped="failed", errors=(str(exc),))
+    if result.version is None:
+        return _skipped(job, "no partition it wrote holds enough small files")
+    log.info(
+        "auto compaction of %s (after version %s, on the log writer): %d files -> %d,"
+        " version %s, %.0f ms",
+        job.table_uri,
+        job.triggered_by,
+        len(result.files_removed),
+        len(result.files_added),
+        result.version,
+        (time.perf_counter() - started) * 1000,
+    )
+    return CompactionOutcome(
+        result.version,
+        len(result.files_removed),
+        len(result.files_added),
+        1,
+        small_files={(): len(result.files_added)},
+    )
 
 
 # A compaction that keeps losing the race to a busy table gives up early: the next
@@ -392,8 +446,15 @@ def partition_filters(
 # ---- background runs -----------------------------------------------------------------
 
 
+# A table's background compaction waits this many times its last run's duration after
+# it (deltaflow.table._pace): at most about a tenth of a core per table, however long
+# loading the table takes.
+PACE_FACTOR = 9.0
+
+
 class _BackgroundWorker:
-    """One daemon thread per process; one pending job per table, merged while it waits.
+    """One daemon thread per process; one pending job per table, merged while it waits,
+    paced per table by its cost (:mod:`deltaflow.table._pace`).
 
     At interpreter exit (:meth:`close`, an ``atexit`` hook) the jobs still waiting are
     dropped (the next commit asks again) and a running one is waited for: a daemon thread
@@ -415,6 +476,9 @@ class _BackgroundWorker:
         self._closed = False
         self._hooked = False
         self.outcomes: list[CompactionOutcome] = []  # the last few, for tests and bench
+        # A table's next run waits PACE_FACTOR times its last one's duration (_pace).
+        self._pace = Pace(PACE_FACTOR)
+        self._hurry = 0  # callers of wait_idle: what waits runs now
         # Per table: when its small files were counted, and the count per partition since
         # updated by this process's commits (the worker thread's alone).
         self._counts: dict[str, tuple[float, dict[PartitionKey, int]]] = {}
@@ -454,19 +518,27 @@ class _BackgroundWorker:
     def _loop(self) -> None:
         while True:
             with self._changed:
-                if not self._pending:
-                    self._changed.wait(self.IDLE_SECONDS)
-                if not self._pending:
-                    self._thread = None
-                    return
-                uri = next(iter(self._pending))
+                while True:
+                    if not self._pending:
+                        self._changed.wait(self.IDLE_SECONDS)
+                        if not self._pending:
+                            self._thread = None
+                            return
+                        continue
+                    uri, wait = self._pace.first_ready(self._pending, self._hurry > 0)
+                    if uri is not None:
+                        break
+                    self._changed.wait(wait)  # paced: requests merge meanwhile
                 job = self._pending.pop(uri)
                 self._running += 1
+            started = time.monotonic()
+            outcome = CompactionOutcome(None, skipped="failed")
             try:
                 outcome = self._check(job)
             finally:
                 with self._changed:
                     self._running -= 1
+                    self._pace.ran(uri, started, time.monotonic())
                     self.outcomes = [*self.outcomes[-15:], outcome]
                     self._changed.notify_all()
 
@@ -502,13 +574,20 @@ class _BackgroundWorker:
         return outcome
 
     def wait_idle(self, timeout: float) -> bool:
+        """Wait until no job waits or runs (the waiting ones run now, paced or not);
+        False on timeout."""
         deadline = time.monotonic() + timeout
         with self._changed:
-            while self._pending or self._running:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(left)
+            self._hurry += 1
+            self._changed.notify_all()
+            try:
+                while self._pending or self._running:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._changed.wait(left)
+            finally:
+                self._hurry -= 1
         return True
 
 

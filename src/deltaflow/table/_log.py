@@ -80,6 +80,45 @@ def last_checkpoint(uri: str) -> int | None:
         raise error from exc
 
 
+def newest_local_version(uri: str) -> int | None:
+    """The newest commit of a table on a local disk, found by name (no listing): from the
+    last checkpoint, doubling steps while commits exist, then halving between the last one
+    found and the first one missing (commits after a checkpoint are contiguous). None for
+    other stores, or when neither a checkpoint nor commit 0 is there.
+
+    A listing of ``_delta_log`` is no snapshot: with many files (a real-time sink's log
+    after hours) a walk takes long enough that commits landing meanwhile are seen or not
+    in the directory's hash order, and delta-rs then refuses the gap ("Expected
+    contiguous commit files"). Every commit up to the version found here existed before
+    a load pinned to it began, so that load sees all of them."""
+    if not _uri.is_local(uri):
+        return None
+    log_dir = os.path.join(_uri.local_path(uri), "_delta_log")
+
+    def exists(version: int) -> bool:
+        return os.path.exists(os.path.join(log_dir, f"{version:020d}.json"))
+
+    try:
+        found = last_checkpoint(uri)
+    except OSError:
+        found = None
+    if found is None:
+        if not exists(0):
+            return None
+        found = 0
+    step, missing = 1, found + 1
+    while exists(missing):
+        found, step = missing, step * 2
+        missing = found + step
+    while missing - found > 1:
+        middle = (found + missing) // 2
+        if exists(middle):
+            found = middle
+        else:
+            missing = middle
+    return found
+
+
 def relative_path(path: str) -> str:
     """A file path as the log writes it, made usable: log paths are URI-encoded and
     relative to the table root; absolute ones (shallow clones) keep their scheme."""

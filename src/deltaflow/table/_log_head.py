@@ -39,8 +39,13 @@ from typing import Any
 
 from deltalake import DeltaTable, Schema
 
-from deltaflow.table import _log, _log_commit, _uri
-from deltaflow.table._snapshot import Snapshot, check_reader_features, snapshot_of_table
+from deltaflow.table import _log, _log_commit
+from deltaflow.table._snapshot import (
+    Snapshot,
+    check_reader_features,
+    open_latest,
+    snapshot_of_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +84,7 @@ class LogHead:
     @classmethod
     def seed(cls, uri: str) -> LogHead:
         """The head of ``uri`` now, from one delta-rs load."""
-        return cls(uri, DeltaTable(_uri.delta_rs_uri(uri)))
+        return cls(uri, open_latest(uri))
 
     def txn(self, app_id: str) -> int | None:
         """``app_id``'s app transaction version in the log at :attr:`version`."""

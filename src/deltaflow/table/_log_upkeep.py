@@ -38,6 +38,7 @@ from deltalake import DeltaTable
 from deltalake.transaction import PostCommitHookProperties
 
 from deltaflow.table import _log, _reader_leases, _uri
+from deltaflow.table._pace import Pace
 
 log = logging.getLogger(__name__)
 
@@ -206,12 +207,21 @@ class _UpkeepWorker:
     newest checkpoint, not every one), and one thread runs them in turn, so two
     checkpoints of a table never overlap. :func:`flush` (the brain's shutdown, and an
     ``atexit`` hook) runs what still waits, so an exiting process keeps its checkpoints.
+
+    **Paced by its cost** (:mod:`deltaflow.table._pace`): a table's next upkeep starts no
+    sooner than :data:`PACE_FACTOR` times its last one's duration after it ended. On a
+    local disk its load, checkpoint and cleanup each walk the whole ``_delta_log``; with a
+    long-running real-time sink's log that takes seconds, and checkpoints then come
+    further apart (the newest due version each time) instead of holding a core.
     """
 
     def __init__(self) -> None:
         self.enabled = False
         self._changed = threading.Condition()
         self._pending: dict[str, _Due] = {}
+        self._pace = Pace(PACE_FACTOR)
+        self._hurry = False  # flush(): what waits runs now, paced or not
+        self._warned: dict[str, float] = {}  # per table: the last slow-upkeep warning
         self._running: str | None = None
         self._thread: threading.Thread | None = None
         self._hooked = False
@@ -238,25 +248,70 @@ class _UpkeepWorker:
     def _loop(self) -> None:
         while True:
             with self._changed:
-                while not self._pending:
-                    if not self._changed.wait(30.0) and not self._pending:
-                        self._thread = None
-                        return
-                uri = next(iter(self._pending))
+                while True:
+                    if not self._pending:
+                        if not self._changed.wait(30.0) and not self._pending:
+                            self._thread = None
+                            return
+                        continue
+                    uri, wait = self._pace.first_ready(self._pending, self._hurry)
+                    if uri is not None:
+                        break
+                    self._changed.wait(wait)
                 due = self._pending.pop(uri)
                 self._running = uri
             wrote = False
+            started = time.monotonic()
             try:
                 wrote = run(uri, due.version, due.configuration, due.storage_options)
             finally:
+                ended = time.monotonic()
                 with self._changed:
                     self._running = None
+                    self._pace.ran(uri, started, ended)
                     self.done = [*self.done[-31:], (uri, due.version, wrote)]
                     self._changed.notify_all()
+            if ended - started >= SLOW_UPKEEP_SECONDS:
+                self._warn_slow(uri, ended - started, due.configuration)
+
+    def _warn_slow(
+        self, uri: str, seconds: float, configuration: Mapping[str, str | None] | None
+    ) -> None:
+        """Say once an hour per table that its upkeep is slow, why, and what to set."""
+        now = time.monotonic()
+        if now - self._warned.get(uri, -WARN_EVERY_SECONDS) < WARN_EVERY_SECONDS:
+            return
+        self._warned[uri] = now
+        retention = table_property(configuration or {}, "delta.logRetentionDuration")
+        log.warning(
+            "log upkeep of %s took %.1f s (checkpoint and expired log cleanup): its"
+            " _delta_log holds many files, and every load of the table (delta-rs, Polars,"
+            " delta-spark, deltaflow's scans) lists them all. A writer that commits several"
+            " times a second (a real-time sink) adds about a million a day, kept for"
+            " delta.logRetentionDuration (%s). deltaflow now checkpoints this table less"
+            " often. To keep loads fast, keep less log history (time travel reaches only"
+            " that far back): ALTER TABLE delta.`%s` SET TBLPROPERTIES"
+            " ('delta.logRetentionDuration' = 'interval 2 hours'), or raise the sink's"
+            " realTimeCommitIntervalMs.",
+            uri,
+            seconds,
+            retention or "interval 30 days, the default",
+            uri,
+        )
 
     def flush(self, timeout: float) -> bool:
         """Wait until no upkeep waits or runs; False on timeout."""
         deadline = time.monotonic() + timeout
+        with self._changed:
+            self._hurry = True
+            self._changed.notify_all()
+        try:
+            return self._run_out(deadline)
+        finally:
+            with self._changed:
+                self._hurry = False
+
+    def _run_out(self, deadline: float) -> bool:
         with self._changed:
             while self._pending or self._running is not None:
                 left = deadline - time.monotonic()
@@ -271,6 +326,13 @@ class _UpkeepWorker:
             run(uri, due.version, due.configuration, due.storage_options)
         return True
 
+
+# A table's upkeep waits this many times its last one's duration after it: at most about
+# a tenth of a core per table.
+PACE_FACTOR = 9.0
+# An upkeep this slow is a log with very many files: warned about (once an hour per table).
+SLOW_UPKEEP_SECONDS = 1.0
+WARN_EVERY_SECONDS = 3600.0
 
 _WORKER = _UpkeepWorker()
 # How long a process's exit waits for the upkeep still queued (a checkpoint: seconds).

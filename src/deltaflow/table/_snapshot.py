@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from deltalake.exceptions import TableNotFoundError as _DeltaRsTableNotFound
 
-from deltaflow.table import _arrow, _schema, _uri
+from deltaflow.table import _arrow, _log, _schema, _uri
 from deltaflow.table._object_store import object_store_error
 from deltaflow.table.errors import TableNotFoundError, UnsupportedFeatureError, VersionNotFoundError
 
@@ -192,6 +192,30 @@ def table_not_found(uri: str) -> TableNotFoundError:
     )
 
 
+def open_latest(uri: str, storage_options: dict[str, str] | None = None) -> DeltaTable:
+    """delta-rs's table of ``uri`` at its newest version. On a local disk the load is
+    pinned to the newest commit found by name (:func:`deltaflow.table._log.newest_local_version`),
+    so that commits landing during its listing of a large ``_delta_log`` cannot make it
+    fail; a pinned load that fails anyway (a stale checkpoint hint) is done again unpinned."""
+    location = _uri.delta_rs_uri(uri)
+    newest = _log.newest_local_version(uri)
+    if newest is not None:
+        try:
+            return DeltaTable(location, version=newest, storage_options=storage_options)
+        except DeltaError:
+            pass
+    return DeltaTable(location, storage_options=storage_options)
+
+
+def catch_up(table: DeltaTable, uri: str) -> None:
+    """``table.update_incremental()``, pinned on a local disk as :func:`open_latest` is."""
+    newest = _log.newest_local_version(uri)
+    if newest is None:
+        table.update_incremental()
+    elif newest > table.version():
+        table.load_as_version(newest)
+
+
 def load_snapshot(
     uri: str,
     *,
@@ -207,7 +231,7 @@ def load_snapshot(
     """
     location = _uri.delta_rs_uri(uri)
     try:
-        table = DeltaTable(location, storage_options=storage_options)
+        table = open_latest(uri, storage_options)
     except _DeltaRsTableNotFound as exc:
         raise table_not_found(uri) from exc
     except DeltaError as exc:

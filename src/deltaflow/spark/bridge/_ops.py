@@ -59,6 +59,8 @@ from deltaflow.table import (
 )
 from deltaflow.table._snapshot import (
     Snapshot,
+    catch_up,
+    open_latest,
     snapshot_of_table,
     table_exists,
     table_not_found,
@@ -381,9 +383,9 @@ def _sink_table(uri: str, query_id: str) -> DeltaTable | None:
     if table is None:
         if not table_exists(uri):
             return None
-        table = DeltaTable(_uri.delta_rs_uri(uri))
+        table = open_latest(uri)
     else:
-        table.update_incremental()
+        catch_up(table, uri)
     with _sink_tables_lock:
         _sink_tables[key] = table
         while len(_sink_tables) > _SINK_TABLES_KEPT:

@@ -24,7 +24,7 @@ from deltaflow import _step_times
 from deltaflow.errors import InvalidOptionError
 from deltaflow.table import _uri
 from deltaflow.table._log_head import Heads, LogHead
-from deltaflow.table._snapshot import table_exists
+from deltaflow.table._snapshot import open_latest, table_exists
 from deltaflow.table.errors import ConcurrentWriteError
 
 # The commit interval: the minimum spacing (ms) between a real-time query's commits, not a
@@ -81,7 +81,7 @@ def transactions(args: dict[str, Any]) -> dict[str, Any]:
             return {"versions": {a: head.txn(a) for a in app_ids}, "intervalMs": interval}
     if not table_exists(uri):
         return {"versions": dict.fromkeys(app_ids), "intervalMs": interval}
-    table = DeltaTable(_uri.delta_rs_uri(uri))
+    table = open_latest(uri)
     versions = {app_id: table.transaction_version(app_id) for app_id in app_ids}
     return {"versions": versions, "intervalMs": interval}
 
