@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from deltaflow.table import _auto_compact, _log, _log_upkeep, _uri
+from deltaflow.table import _auto_compact, _cluster_optimize, _log, _log_upkeep, _uri
 from deltaflow.table._auto_compact import AutoCompactSettings
 from deltaflow.table._pace import Pace
 from deltaflow.table._snapshot import load_snapshot, open_latest
@@ -238,3 +238,25 @@ def test_auto_compaction_commits_on_the_log_writer_when_delta_rs_finds_a_gap(
     assert str(parameters["auto"]).lower() == "true"
     assert "isFull" in parameters  # the log writer's OPTIMIZE (delta-rs does not write it)
     worker.close()
+
+
+def test_a_compaction_on_the_log_writer_reads_a_bounded_set_of_small_files(
+    tmp_path: Path,
+) -> None:
+    """Only files under the small-file size, the smallest first, up to the byte budget:
+    one run never reads a table's worth of mid-sized files into memory."""
+    path = str(tmp_path / "t")
+    small_files(path, 4)
+    write_deltalake(path, pa.table({"id": pa.array(range(4, 20_004), pa.int64())}), mode="append")
+    snapshot = load_snapshot(_uri.normalize_uri(path))
+    sizes = sorted(e.size for e in snapshot.files())
+    assert len(sizes) == 5 and sizes[-1] > sizes[-2]
+    result = _cluster_optimize.cluster(snapshot, small=(sizes[-1], sum(sizes[:3])))
+    assert result.version is not None
+    assert sorted(result.files_removed) == sizes[:3]
+    table = open_latest(path)
+    assert len(table.file_uris()) == 3
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == list(range(20_004))
+    # Nothing left under the size but one file: no commit.
+    again = _cluster_optimize.cluster(load_snapshot(_uri.normalize_uri(path)), small=(sizes[0], 1))
+    assert again.version is None

@@ -326,7 +326,9 @@ def _compact_on_log_writer(job: CompactionJob, started: float) -> CompactionOutc
         extra = dict(job.commit_info or {})
         parameters = {"auto": True, **dict(extra.pop("operationParameters", None) or {})}
         result = _cluster_optimize.cluster(
-            snapshot, commit_info={**extra, "operationParameters": parameters}
+            snapshot,
+            commit_info={**extra, "operationParameters": parameters},
+            small=(job.settings.small_file_size, job.settings.max_file_size),
         )
     except Exception as exc:  # as the delta-rs route: give up, the next write asks again
         log.warning(

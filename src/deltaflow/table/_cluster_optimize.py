@@ -65,13 +65,19 @@ def cluster(
     *,
     full: bool = False,
     commit_info: Mapping[str, Any] | None = None,
+    small: tuple[int, int] | None = None,
 ) -> ClusterResult:
     """Cluster the files of ``snapshot`` not clustered yet by its clustering columns
     (all files with ``full``); one commit, or none when there is nothing to do.
     ``commit_info``: more commitInfo keys (``deltaflow maintain`` marks its runs); its
-    ``operationParameters`` are merged into OPTIMIZE's."""
+    ``operationParameters`` are merged into OPTIMIZE's. ``small`` (a table without
+    clustering columns: auto compaction): ``(file size, bytes)``, only files under that
+    size, the smallest first, at most that many bytes (at least two files), so that one
+    run reads a bounded amount into memory."""
     plan = _plan(snapshot, full)
     physical, by_tag, adds, candidates = plan.physical, plan.by_tag, plan.adds, plan.candidates
+    if small is not None and not physical:
+        candidates = _smallest(candidates, *small)
     entries = plan.entries
     curve = "hilbert" if len(physical) > 1 else "linear"
     if not candidates:
@@ -163,6 +169,17 @@ def _plan(snapshot: Snapshot, full: bool) -> _Plan:
         if len(candidates) < 2:
             candidates = []
     return _Plan([tuple(p) for p in physical], by_tag, entries, adds, candidates)
+
+
+def _smallest(files: list[FileEntry], under: int, budget: int) -> list[FileEntry]:
+    chosen: list[FileEntry] = []
+    total = 0
+    for entry in sorted((e for e in files if e.size < under), key=lambda e: e.size):
+        if chosen and total + entry.size > budget:
+            break
+        chosen.append(entry)
+        total += entry.size
+    return chosen if len(chosen) >= 2 else []
 
 
 def target_file_size(configuration: Any) -> int:
