@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 
 from deltaflow.console._commits import Commit, CommitLog
 from deltaflow.table._arrow import read_stream
+from deltaflow.table._snapshot import catch_up, open_latest
 
 # A file counts as small below a quarter of delta.targetFileSize, and never above 32 MB
 # (the threshold when the table sets no target): such files are what compaction rewrites.
@@ -82,12 +83,12 @@ class TableState:
     def _load(self) -> SnapshotFacts:
         """Everything from a delta-rs snapshot (first use, and after metadata changes)."""
         if self._table is None:
-            self._table = DeltaTable(self.path)
+            self._table = open_latest(self.path)
         else:
             try:
-                self._table.update_incremental()
+                catch_up(self._table, self.path)
             except Exception:  # the table was replaced under us: load it afresh
-                self._table = DeltaTable(self.path)
+                self._table = open_latest(self.path)
         facts, self._files = _facts_of(self._table)
         return facts
 

@@ -44,7 +44,7 @@ from deltaflow.table._protocol import (
     features_in_use,
     new_table_base,
 )
-from deltaflow.table._snapshot import Snapshot, load_snapshot, snapshot_of_table
+from deltaflow.table._snapshot import Snapshot, catch_up, load_snapshot, snapshot_of_table
 from deltaflow.table.errors import UnsupportedFeatureError
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def commit_write(
     if kept is not None:
         # The caller's table moves on past this commit, as after a delta-rs commit.
         with contextlib.suppress(Exception):
-            kept.update_incremental()
+            catch_up(kept, request.table_uri)
     return CommitResult(version, False, len(request.adds), dict(draft.configuration))
 
 

@@ -34,7 +34,7 @@ from deltaflow.ingest.http import _schema_change
 from deltaflow.ingest.http._config import ServeConfig, TableConfig
 from deltaflow.ingest.http.errors import IngestCommitError, ServeConfigError
 from deltaflow.table import _auto_compact, _commit, _generated, _partitions, _stats, _uri
-from deltaflow.table._snapshot import load_snapshot, table_exists
+from deltaflow.table._snapshot import catch_up, load_snapshot, table_exists
 from deltaflow.table.errors import ConcurrentWriteError, UnsupportedFeatureError
 
 log = logging.getLogger("deltaflow.serve")
@@ -230,7 +230,7 @@ class TableWriter:
 
     def _refresh(self) -> None:
         """Take the table's new metadata and protocol (another writer's ALTER)."""
-        self.table.update_incremental()
+        catch_up(self.table, self.config.uri)
         snapshot = load_snapshot(self.config.uri)
         self._check_commit_route()
         self.num_indexed = _stats.num_indexed_cols(snapshot.configuration)
@@ -239,7 +239,7 @@ class TableWriter:
     def refresh_schema(self) -> bool:
         """Look for columns another writer added since the last commit (ALTER TABLE ...
         ADD COLUMNS); True when the schema changed and parsers should follow."""
-        self.table.update_incremental()
+        catch_up(self.table, self.config.uri)
         return self._adopt_schema()
 
     def _adopt_schema(self) -> bool:
@@ -272,7 +272,7 @@ class TableWriter:
     def _find_group(self, group: str, before: int) -> int | None:
         """The version after ``before`` whose commit carries ``group``, if any."""
         try:
-            self.table.update_incremental()
+            catch_up(self.table, self.config.uri)
             latest = self.table.version()
             if latest <= before:
                 return None

@@ -350,10 +350,10 @@ def _commit_ms(info: dict[str, Any]) -> int | None:
 
 
 def _latest_version(uri: str) -> int | None:
-    from deltalake import DeltaTable
+    from deltaflow.table._snapshot import open_latest
 
     try:
-        return int(DeltaTable(_uri.delta_rs_uri(uri)).version())
+        return int(open_latest(uri).version())
     except Exception:
         return None
 
