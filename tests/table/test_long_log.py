@@ -163,6 +163,7 @@ def test_log_upkeep_is_paced_by_its_cost_and_a_flush_runs_what_waits(
     monkeypatch.setattr(_log_upkeep, "_upkeep", slow)
     monkeypatch.setattr(_log_upkeep._WORKER._pace, "factor", 100.0)
     monkeypatch.setattr(_log_upkeep, "SLOW_UPKEEP_SECONDS", 0.1)
+    monkeypatch.setattr(_log_upkeep, "MANY_LOG_FILES", 20)
     caplog.set_level(logging.WARNING, logger=_log_upkeep.log.name)
     for n in range(1, 11):
         assert _append(path, [n], read_version=n - 1, checkpoint_interval=10) == n
@@ -182,6 +183,7 @@ def test_log_upkeep_is_paced_by_its_cost_and_a_flush_runs_what_waits(
     slow = [r.getMessage() for r in caplog.records if "log upkeep of" in r.getMessage()]
     assert len(slow) == 1, slow
     assert "delta.logRetentionDuration" in slow[0] and "interval 30 days" in slow[0]
+    assert "_delta_log holds 2" in slow[0]  # 20-odd commits and a checkpoint
 
 
 def test_background_compaction_is_paced_and_waiting_for_it_runs_what_waits(

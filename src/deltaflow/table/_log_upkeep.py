@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -266,35 +267,45 @@ class _UpkeepWorker:
                 wrote = run(uri, due.version, due.configuration, due.storage_options)
             finally:
                 ended = time.monotonic()
+                if ended - started >= SLOW_UPKEEP_SECONDS:
+                    self._warn_slow(uri, ended - started, due.configuration)
                 with self._changed:
                     self._running = None
                     self._pace.ran(uri, started, ended)
                     self.done = [*self.done[-31:], (uri, due.version, wrote)]
                     self._changed.notify_all()
-            if ended - started >= SLOW_UPKEEP_SECONDS:
-                self._warn_slow(uri, ended - started, due.configuration)
 
     def _warn_slow(
         self, uri: str, seconds: float, configuration: Mapping[str, str | None] | None
     ) -> None:
-        """Say once an hour per table that its upkeep is slow, why, and what to set."""
+        """Say once an hour per table that its upkeep is slow because its local log holds
+        very many files (what every load walks), and what to set."""
         now = time.monotonic()
-        if now - self._warned.get(uri, -WARN_EVERY_SECONDS) < WARN_EVERY_SECONDS:
+        if not _uri.is_local(uri) or (
+            now - self._warned.get(uri, -WARN_EVERY_SECONDS) < WARN_EVERY_SECONDS
+        ):
             return
+        try:
+            files = len(os.listdir(os.path.join(_uri.local_path(uri), "_delta_log")))
+        except OSError:
+            return
+        if files < MANY_LOG_FILES:
+            return  # slow for another reason (a large table's checkpoint)
         self._warned[uri] = now
         retention = table_property(configuration or {}, "delta.logRetentionDuration")
         log.warning(
             "log upkeep of %s took %.1f s (checkpoint and expired log cleanup): its"
-            " _delta_log holds many files, and every load of the table (delta-rs, Polars,"
-            " delta-spark, deltaflow's scans) lists them all. A writer that commits several"
-            " times a second (a real-time sink) adds about a million a day, kept for"
-            " delta.logRetentionDuration (%s). deltaflow now checkpoints this table less"
-            " often. To keep loads fast, keep less log history (time travel reaches only"
-            " that far back): ALTER TABLE delta.`%s` SET TBLPROPERTIES"
+            " _delta_log holds %d files, and every load of the table (delta-rs, Polars,"
+            " delta-spark, deltaflow's scans) walks them all on a local disk. A writer that"
+            " commits several times a second (a real-time sink) adds about a million a day,"
+            " kept for delta.logRetentionDuration (%s). deltaflow now checkpoints this"
+            " table less often. To keep loads fast, keep less log history (time travel"
+            " reaches only that far back): ALTER TABLE delta.`%s` SET TBLPROPERTIES"
             " ('delta.logRetentionDuration' = 'interval 2 hours'), or raise the sink's"
             " realTimeCommitIntervalMs.",
             uri,
             seconds,
+            files,
             retention or "interval 30 days, the default",
             uri,
         )
@@ -332,6 +343,8 @@ class _UpkeepWorker:
 PACE_FACTOR = 9.0
 # An upkeep this slow is a log with very many files: warned about (once an hour per table).
 SLOW_UPKEEP_SECONDS = 1.0
+# ... and explained by the log's size from this many files in ``_delta_log``.
+MANY_LOG_FILES = 20_000
 WARN_EVERY_SECONDS = 3600.0
 
 _WORKER = _UpkeepWorker()
