@@ -61,7 +61,7 @@ class _Committer:
                 os.link(temp, self.log_dir / f"{version:020d}.json")
             temp.unlink()
             self.version = version
-            time.sleep(self.interval)
+            self._stop.wait(self.interval)
 
     def __enter__(self) -> _Committer:
         self._thread.start()
@@ -134,13 +134,11 @@ def test_the_pace_waits_a_multiple_of_the_last_run() -> None:
     assert pace.first_ready(["a"], hurry=True) == ("a", 0.0)
 
 
-def _until(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
+def _until(changed: threading.Condition, condition: Callable[[], bool], timeout: float) -> bool:
+    """Whether ``condition`` holds within ``timeout`` (a worker notifies ``changed`` after
+    each run)."""
+    with changed:
+        return changed.wait_for(condition, timeout)
 
 
 @pytest.mark.usefixtures("background")
@@ -154,29 +152,30 @@ def test_log_upkeep_is_paced_by_its_cost_and_a_flush_runs_what_waits(
     real = _log_upkeep._upkeep
     ran: list[int] = []
 
-    def slow(uri, version, configuration, storage_options):  # type: ignore[no-untyped-def]
-        time.sleep(0.2)  # a large log's listing, in small: the pace is 100 x this
+    def recorded(uri, version, configuration, storage_options):  # type: ignore[no-untyped-def]
         wrote = real(uri, version, configuration, storage_options)
         ran.append(version)
         return wrote
 
-    monkeypatch.setattr(_log_upkeep, "_upkeep", slow)
-    monkeypatch.setattr(_log_upkeep._WORKER._pace, "factor", 100.0)
-    monkeypatch.setattr(_log_upkeep, "SLOW_UPKEEP_SECONDS", 0.1)
+    monkeypatch.setattr(_log_upkeep, "_upkeep", recorded)
+    # A checkpoint takes milliseconds here: a million times that is a large log's pace.
+    monkeypatch.setattr(_log_upkeep._WORKER._pace, "factor", 1_000_000.0)
+    monkeypatch.setattr(_log_upkeep, "SLOW_UPKEEP_SECONDS", 0.0)
+    changed = _log_upkeep._WORKER._changed
     monkeypatch.setattr(_log_upkeep, "MANY_LOG_FILES", 20)
     caplog.set_level(logging.WARNING, logger=_log_upkeep.log.name)
     for n in range(1, 11):
         assert _append(path, [n], read_version=n - 1, checkpoint_interval=10) == n
-    assert _until(lambda: ran == [10], 30)
+    assert _until(changed, lambda: ran == [10], 30)
     for n in range(11, 21):
         assert _append(path, [n], read_version=n - 1, checkpoint_interval=10) == n
-    # Due, but paced: it waits (20 s), and the table reads at every version meanwhile.
-    assert not _until(lambda: len(ran) > 1, 1.0)
+    # Due, but paced: it waits, and the table reads at every version meanwhile.
+    assert not _until(changed, lambda: len(ran) > 1, 1.0)
     assert DeltaTable(path).version() == 20
     assert _log.last_checkpoint(_uri.normalize_uri(path)) == 10
     started = time.monotonic()
     assert _log_upkeep.flush(30)
-    assert time.monotonic() - started < 15  # not the pace's 20 s
+    assert time.monotonic() - started < 15  # not the pace's minutes
     assert ran == [10, 20]
     assert _log.last_checkpoint(_uri.normalize_uri(path)) == 20
     # Slow upkeep is explained once (an hour) per table, with the setting to change.
@@ -204,7 +203,7 @@ def test_background_compaction_is_paced_and_waiting_for_it_runs_what_waits(
     small_files(path, 3, start=3)
     submit()
     submit()  # merged with the waiting one
-    assert not _until(lambda: len(worker.outcomes) > 1, 1.0)  # paced
+    assert not _until(worker._changed, lambda: len(worker.outcomes) > 1, 1.0)  # paced
     assert worker.wait_idle(60)  # runs it now
     assert len(worker.outcomes) == 2
     assert worker.outcomes[-1].files_removed == 4  # the first run's file and three more

@@ -448,12 +448,6 @@ def partition_filters(
 # ---- background runs -----------------------------------------------------------------
 
 
-# A table's background compaction waits this many times its last run's duration after
-# it (deltaflow.table._pace): at most about a tenth of a core per table, however long
-# loading the table takes.
-PACE_FACTOR = 9.0
-
-
 class _BackgroundWorker:
     """One daemon thread per process; one pending job per table, merged while it waits,
     paced per table by its cost (:mod:`deltaflow.table._pace`).
@@ -478,8 +472,8 @@ class _BackgroundWorker:
         self._closed = False
         self._hooked = False
         self.outcomes: list[CompactionOutcome] = []  # the last few, for tests and bench
-        # A table's next run waits PACE_FACTOR times its last one's duration (_pace).
-        self._pace = Pace(PACE_FACTOR)
+        # A table's next run waits nine times its last one's duration (_pace).
+        self._pace = Pace()
         self._hurry = 0  # callers of wait_idle: what waits runs now
         # Per table: when its small files were counted, and the count per partition since
         # updated by this process's commits (the worker thread's alone).
@@ -520,17 +514,13 @@ class _BackgroundWorker:
     def _loop(self) -> None:
         while True:
             with self._changed:
-                while True:
-                    if not self._pending:
-                        self._changed.wait(self.IDLE_SECONDS)
-                        if not self._pending:
-                            self._thread = None
-                            return
-                        continue
-                    uri, wait = self._pace.first_ready(self._pending, self._hurry > 0)
-                    if uri is not None:
-                        break
-                    self._changed.wait(wait)  # paced: requests merge meanwhile
+                # While a table waits out its pace, its requests merge.
+                uri = self._pace.next_ready(
+                    self._changed, self._pending, lambda: self._hurry > 0, self.IDLE_SECONDS
+                )
+                if uri is None:
+                    self._thread = None
+                    return
                 job = self._pending.pop(uri)
                 self._running += 1
             started = time.monotonic()

@@ -49,7 +49,7 @@ from deltaflow.table._commit_conflicts import (
 from deltaflow.table._commit_info import commit_properties, delta_rs_operation
 from deltaflow.table._object_store import object_store_error
 from deltaflow.table._protocol import Protocol, protocol_for_new_table
-from deltaflow.table._snapshot import catch_up, open_latest
+from deltaflow.table._snapshot import catch_up, latest_version, open_latest
 from deltaflow.table.errors import ConcurrentWriteError, TableAlreadyExistsError
 
 if TYPE_CHECKING:
@@ -576,7 +576,7 @@ def _latest_version(
             # replay (~20 ms per streaming micro-batch on a 100-version table).
             catch_up(table, request.table_uri)
             return int(table.version())
-        return int(open_latest(request.table_uri, request.storage_options).version())
+        return latest_version(request.table_uri, request.storage_options)
     except Exception:
         log.warning("committed to %s but could not read back the version", request.table_uri)
         return None

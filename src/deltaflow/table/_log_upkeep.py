@@ -210,7 +210,7 @@ class _UpkeepWorker:
     ``atexit`` hook) runs what still waits, so an exiting process keeps its checkpoints.
 
     **Paced by its cost** (:mod:`deltaflow.table._pace`): a table's next upkeep starts no
-    sooner than :data:`PACE_FACTOR` times its last one's duration after it ended. On a
+    sooner than nine times its last one's duration after it ended. On a
     local disk its load, checkpoint and cleanup each walk the whole ``_delta_log``; with a
     long-running real-time sink's log that takes seconds, and checkpoints then come
     further apart (the newest due version each time) instead of holding a core.
@@ -220,8 +220,8 @@ class _UpkeepWorker:
         self.enabled = False
         self._changed = threading.Condition()
         self._pending: dict[str, _Due] = {}
-        self._pace = Pace(PACE_FACTOR)
-        self._hurry = False  # flush(): what waits runs now, paced or not
+        self._pace = Pace()
+        self._hurry = 0  # callers of flush(): what waits runs now, paced or not
         self._warned: dict[str, float] = {}  # per table: the last slow-upkeep warning
         self._running: str | None = None
         self._thread: threading.Thread | None = None
@@ -249,16 +249,12 @@ class _UpkeepWorker:
     def _loop(self) -> None:
         while True:
             with self._changed:
-                while True:
-                    if not self._pending:
-                        if not self._changed.wait(30.0) and not self._pending:
-                            self._thread = None
-                            return
-                        continue
-                    uri, wait = self._pace.first_ready(self._pending, self._hurry)
-                    if uri is not None:
-                        break
-                    self._changed.wait(wait)
+                uri = self._pace.next_ready(
+                    self._changed, self._pending, lambda: self._hurry > 0, 30.0
+                )
+                if uri is None:
+                    self._thread = None
+                    return
                 due = self._pending.pop(uri)
                 self._running = uri
             wrote = False
@@ -314,13 +310,13 @@ class _UpkeepWorker:
         """Wait until no upkeep waits or runs; False on timeout."""
         deadline = time.monotonic() + timeout
         with self._changed:
-            self._hurry = True
+            self._hurry += 1
             self._changed.notify_all()
         try:
             return self._run_out(deadline)
         finally:
             with self._changed:
-                self._hurry = False
+                self._hurry -= 1
 
     def _run_out(self, deadline: float) -> bool:
         with self._changed:
@@ -338,9 +334,6 @@ class _UpkeepWorker:
         return True
 
 
-# A table's upkeep waits this many times its last one's duration after it: at most about
-# a tenth of a core per table.
-PACE_FACTOR = 9.0
 # An upkeep this slow is a log with very many files: warned about (once an hour per table).
 SLOW_UPKEEP_SECONDS = 1.0
 # ... and explained by the log's size from this many files in ``_delta_log``.

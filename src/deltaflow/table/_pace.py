@@ -15,8 +15,13 @@ log) the pace is a few milliseconds and changes nothing.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+
+# A table's next run waits this many times its last run's duration: at most about a
+# tenth of a core per table and kind of work.
+FACTOR = 9.0
 
 
 class Pace:
@@ -26,7 +31,7 @@ class Pace:
     # Entries kept before those whose pace has passed are forgotten.
     MAX_TABLES = 256
 
-    def __init__(self, factor: float) -> None:
+    def __init__(self, factor: float = FACTOR) -> None:
         self.factor = factor
         self._not_before: dict[str, float] = {}
 
@@ -48,3 +53,23 @@ class Pace:
                 return table_uri, 0.0
             soonest = min(soonest, allowed - now)
         return None, soonest
+
+    def next_ready(
+        self,
+        changed: threading.Condition,
+        waiting: Mapping[str, object],
+        hurry: Callable[[], bool],
+        idle_seconds: float,
+    ) -> str | None:
+        """With ``changed`` held: wait until a table of ``waiting`` may run (its pace
+        passed, or ``hurry()``) and return it; None when nothing waited for
+        ``idle_seconds`` (the worker's thread then ends)."""
+        while True:
+            if not waiting:
+                if not changed.wait(idle_seconds) and not waiting:
+                    return None
+                continue
+            table_uri, wait = self.first_ready(waiting, hurry())
+            if table_uri is not None:
+                return table_uri
+            changed.wait(wait)

@@ -207,6 +207,15 @@ def open_latest(uri: str, storage_options: dict[str, str] | None = None) -> Delt
     return DeltaTable(location, storage_options=storage_options)
 
 
+def latest_version(uri: str, storage_options: dict[str, str] | None = None) -> int:
+    """The newest version of ``uri``: found by name on a local disk (no load), else
+    delta-rs's load."""
+    newest = _log.newest_local_version(uri)
+    if newest is not None:
+        return newest
+    return int(DeltaTable(_uri.delta_rs_uri(uri), storage_options=storage_options).version())
+
+
 def catch_up(table: DeltaTable, uri: str) -> None:
     """``table.update_incremental()``, pinned on a local disk as :func:`open_latest` is."""
     newest = _log.newest_local_version(uri)

@@ -350,10 +350,10 @@ def _commit_ms(info: dict[str, Any]) -> int | None:
 
 
 def _latest_version(uri: str) -> int | None:
-    from deltaflow.table._snapshot import open_latest
+    from deltaflow.table._snapshot import latest_version
 
     try:
-        return int(open_latest(uri).version())
+        return latest_version(uri)
     except Exception:
         return None
 
