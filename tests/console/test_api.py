@@ -367,3 +367,26 @@ def test_several_roots_prefix_ids_with_the_root_name(tmp_path: Path) -> None:
     assert catalog.table("lake-2/t").path == str((tmp_path / "b" / "lake" / "t").resolve())
     alone = Catalog((str((tmp_path / "solo").resolve()),))
     assert [t.id for t in alone.tables()] == ["solo"]  # a root that is itself a table
+
+
+def test_a_table_whose_log_holds_very_many_files_is_flagged(tmp_path: Path) -> None:
+    """A real-time sink's days of commits: every load lists ``_delta_log`` whole, so the
+    table list flags it, with the count; a short log is not flagged."""
+    from deltaflow.console._table_state import MANY_LOG_FILES
+    from tests.console.conftest import Console
+    from tests.table.test_long_log import _age
+
+    root = tmp_path / "lake"
+    write_deltalake(str(root / "short"), pa.table({"k": [1]}))
+    write_deltalake(str(root / "long"), pa.table({"k": [1]}))
+    _age(str(root / "long"), MANY_LOG_FILES)
+    console = Console(root)
+    try:
+        by_id = {t["id"]: t for t in console.ok("/api/tables")["tables"]}
+        assert by_id["long"]["log_files"] >= MANY_LOG_FILES
+        assert (by_id["long"]["health"], by_id["long"]["warnings"]) == ("long-log", ["long-log"])
+        assert by_id["short"]["log_files"] == len(os.listdir(root / "short" / "_delta_log"))
+        assert (by_id["short"]["health"], by_id["short"]["warnings"]) == ("ok", [])
+        assert console.ok("/api/table?id=long")["warnings"] == ["long-log"]
+    finally:
+        console.server.close()

@@ -3,6 +3,7 @@ new commits without a reload."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,28 @@ def test_tables_page_shows_the_tables(console: Console, browser: Browser) -> Non
     assert _cell(browser, "sales/orders", "rows") == f"{orders.to_pyarrow_table().num_rows:,}"
     assert _cell(browser, "sales/orders", "operation") == "DELETE"
     assert _cell(browser, "events", "streams") == "query-1"
+
+
+def test_a_long_log_is_flagged_on_both_pages(tmp_path: Path, browser: Browser) -> None:
+    from deltaflow.console._table_state import MANY_LOG_FILES
+    from tests.table.test_long_log import _age
+
+    root = tmp_path / "lake"
+    write_deltalake(str(root / "short"), pa.table({"k": [1]}))
+    write_deltalake(str(root / "long"), pa.table({"k": [1]}))
+    _age(str(root / "long"), MANY_LOG_FILES)
+    count = f"{len(os.listdir(root / 'long' / '_delta_log')):,} log files"
+    console = Console(root)
+    try:
+        browser.open(console.url + "/")
+        browser.wait_for("document.querySelectorAll('#tables tbody tr').length === 2", what="rows")
+        assert _cell(browser, "long", "health") == f"1 of 1 {count}"
+        assert _cell(browser, "short", "health") == "1 of 1"
+        browser.open(console.url + "/table?id=long")
+        browser.wait_for("!!document.querySelector('#log-files .long-log')", what="the log badge")
+        assert browser.text("#log-files") == count
+    finally:
+        console.server.close()
 
 
 def test_table_page_renders_history_charts_and_preview(console: Console, browser: Browser) -> None:

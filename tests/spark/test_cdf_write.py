@@ -345,3 +345,61 @@ def test_dml_succeeds_over_a_concurrent_optimize_of_other_partitions(
         for a in pa.table(RsTable(path).get_add_actions(flatten=True)).to_pylist()
     ]
     assert kinds.count("b") == 1  # the compaction committed too
+
+
+def _variant_changes(path: str, version: int) -> list[tuple[Any, ...]]:
+    """(id, whether v is NULL, _change_type) of a commit's change files."""
+    rows = []
+    for action in _commit_actions(path, version):
+        if "cdc" in action:
+            data = pq.read_table(os.path.join(path, action["cdc"]["path"])).to_pylist()
+            rows += [(r["id"], r["v"] is None, r["_change_type"]) for r in data]
+    return sorted(rows)
+
+
+@pytest.mark.parametrize("statement", ["delete", "update", "merge"])
+def test_dml_on_a_variant_table_keeps_null_variants_in_rows_and_changes(
+    spark, table_path, statement
+):
+    """A NULL VARIANT reaches the change writer as a null struct over required children;
+    its rows and change rows are written, and read back NULL."""
+    path = table_path()
+    t = f"delta.`{path}`"
+    spark.sql(
+        f"CREATE TABLE {t} (id INT, v VARIANT) USING delta"
+        " TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+    ).collect()
+    # One file, so that each statement rewrites it and writes change files.
+    spark.sql(
+        f"INSERT INTO {t} SELECT /*+ COALESCE(1) */ id, parse_json(j) FROM VALUES"
+        " (1, '{\"a\": 1}'), (2, '\"s\"'), (3, NULL) AS s(id, j)"
+    ).collect()
+    assert len([a for a in _commit_actions(path, 1) if "add" in a]) == 1
+    if statement == "delete":
+        spark.sql(f"DELETE FROM {t} WHERE id >= 2").collect()
+        table = [(1, '{"a":1}')]
+        changes = [(2, False, "delete"), (3, True, "delete")]
+    elif statement == "update":
+        spark.sql(f"UPDATE {t} SET id = id + 10 WHERE id >= 2").collect()
+        table = [(1, '{"a":1}'), (12, '"s"'), (13, None)]
+        changes = [
+            (2, False, "update_preimage"),
+            (3, True, "update_preimage"),
+            (12, False, "update_postimage"),
+            (13, True, "update_postimage"),
+        ]
+    else:
+        spark.sql(
+            f"MERGE INTO {t} t USING (SELECT 3 AS id, parse_json('1') AS v"
+            " UNION ALL SELECT 4, CAST(NULL AS VARIANT)) s ON t.id = s.id"
+            " WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        ).collect()
+        table = [(1, '{"a":1}'), (2, '"s"'), (3, "1"), (4, None)]
+        changes = [
+            (3, False, "update_postimage"),
+            (3, True, "update_preimage"),
+            (4, True, "insert"),
+        ]
+    rows = spark.sql(f"SELECT id, to_json(v) FROM {t} ORDER BY id").collect()
+    assert [tuple(r) for r in rows] == table
+    assert _variant_changes(path, 2) == changes

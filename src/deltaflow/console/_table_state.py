@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -20,6 +22,7 @@ from deltalake import DeltaTable
 
 from deltaflow.console._commits import Commit, CommitLog
 from deltaflow.table._arrow import read_stream
+from deltaflow.table._log_upkeep import MANY_LOG_FILES
 from deltaflow.table._snapshot import catch_up, open_latest
 
 # A file counts as small below a quarter of delta.targetFileSize, and never above 32 MB
@@ -31,6 +34,9 @@ _BUCKET_EDGES = [1024 * 2**i for i in range(0, 21)]
 # Actions that leave the table's metadata alone: a commit of only these moves the cached
 # facts forward; any other (metaData, protocol, domainMetadata, ...) reloads them.
 _FILE_ONLY = frozenset({"add", "remove", "commitInfo", "txn", "cdc"})
+# The files in ``_delta_log`` are counted again at most this often: a table a real-time
+# stream writes gains ~20 versions a second, and a count of a large log costs ~0.1 s.
+LOG_COUNT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,22 @@ class TableState:
         self._facts: SnapshotFacts | None = None
         self._files: dict[str, tuple[int, int | None]] = {}  # live file -> (size, rows)
         self._lock = threading.Lock()
+        self._log_files: tuple[float, int | None] | None = None  # (counted at, count)
+
+    def log_files(self) -> int | None:
+        """How many files ``_delta_log`` holds (None: unreadable), counted at most once a
+        minute. Every reader that loads the table lists them all on a local disk."""
+        now = time.monotonic()
+        cached = self._log_files
+        if cached is not None and now - cached[0] < LOG_COUNT_SECONDS:
+            return cached[1]
+        try:
+            with os.scandir(os.path.join(self.path, "_delta_log")) as entries:
+                count: int | None = sum(1 for _ in entries)
+        except OSError:
+            count = None
+        self._log_files = (now, count)
+        return count
 
     def facts(self) -> SnapshotFacts:
         """The latest snapshot's facts, moved forward commit by commit when versions were
@@ -120,6 +142,8 @@ class TableState:
         """The table list's row: size, files, small-file health, last write."""
         facts = self.facts()
         last = self.log.page(None, 1)
+        log_files = self.log_files()
+        warnings = _warnings(facts, log_files)
         return {
             "id": self.id,
             "root": self.root,
@@ -130,7 +154,9 @@ class TableState:
             "num_rows": facts.num_rows,
             "small_files": facts.small_files,
             "small_file_bytes": facts.small_file_bytes,
-            "health": _health(facts),
+            "log_files": log_files,
+            "health": warnings[0] if warnings else "ok",
+            "warnings": warnings,
             "last_commit": _brief(last[0]) if last else None,
             "streams": sorted({a for c in self.log.page(None, 50) for a, _ in c.transactions}),
         }
@@ -156,11 +182,16 @@ def _brief(commit: Commit) -> dict[str, Any]:
     return {"version": commit.version, "timestamp": commit.timestamp, "operation": commit.operation}
 
 
-def _health(facts: SnapshotFacts) -> str:
-    """``ok``, or ``small-files`` when most files (and more than a handful) are small."""
+def _warnings(facts: SnapshotFacts, log_files: int | None) -> list[str]:
+    """What needs care: ``small-files`` when most files (and more than a handful) are
+    small; ``long-log`` when ``_delta_log`` holds so many files that every load of the
+    table lists them for a long time (a real-time writer's 30 days of log)."""
+    found = []
     if facts.small_files > 8 and facts.small_files * 2 > facts.num_files:
-        return "small-files"
-    return "ok"
+        found.append("small-files")
+    if log_files is not None and log_files >= MANY_LOG_FILES:
+        found.append("long-log")
+    return found
 
 
 def small_file_bytes(properties: dict[str, str | None]) -> int:

@@ -34,10 +34,12 @@ def conform(
     """
     if array is None:
         return pa.nulls(length, target)
+    if pa.types.is_struct(target):
+        if array.type.equals(target):
+            return _required_children_filled(array)
+        return _conform_struct(array, physical, target)
     if array.type.equals(target):
         return array
-    if pa.types.is_struct(target):
-        return _conform_struct(array, physical, target)
     if pa.types.is_map(target):
         return _conform_map(array, physical, target)
     if pa.types.is_list(target) or pa.types.is_large_list(target):
@@ -66,6 +68,41 @@ def _conform_struct(array: pa.Array, physical: pa.DataType, target: pa.DataType)
         child = children[position] if position is not None else None
         conformed.append(conform(child, physical_field.type, target.field(i).type, len(array)))
     return pa.StructArray.from_arrays(conformed, fields=list(target), mask=_validity(array))
+
+
+def _required_children_filled(array: pa.Array) -> pa.Array:
+    """``array`` with a value in each required child under a null row.
+
+    A NULL VARIANT reaches us from Spark as a null struct whose required ``value`` and
+    ``metadata`` children hold nulls too; Parquet writers refuse nulls in a required
+    column even where the parent is null. Those slots are never read, so an empty value
+    fills them. A null under a *valid* row stays, and the writer still refuses it.
+    """
+    if not array.null_count or all(f.nullable for f in array.type):
+        return array
+    parent_null = pc.is_null(array)
+    children = []
+    for i, field in enumerate(array.type):
+        child = array.field(i)
+        if not field.nullable and child.null_count:
+            filler = _empty_scalar(field.type)
+            if filler is not None:
+                child = pc.if_else(parent_null, filler, child)
+        children.append(child)
+    return pa.StructArray.from_arrays(children, fields=list(array.type), mask=parent_null)
+
+
+def _empty_scalar(kind: pa.DataType) -> pa.Scalar | None:
+    """A placeholder value of ``kind``, or None where no plain one exists (nested types)."""
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return pa.scalar(b"", kind)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return pa.scalar("", kind)
+    if pa.types.is_boolean(kind):
+        return pa.scalar(False)
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        return pa.scalar(0, kind)
+    return None
 
 
 def _conform_list(array: pa.Array, physical: pa.DataType, target: pa.DataType) -> pa.Array:

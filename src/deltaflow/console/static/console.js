@@ -87,19 +87,29 @@ function cell(value, cls) { return el("td", { class: cls }, value === null || va
 
 // ---- tables page ---------------------------------------------------------------------
 
+// A log this long makes every load of the table list it for a long time (docs/realtime.md).
+function longLogBadge(t) {
+  return el("span", { class: "badge warn long-log",
+    title: "every reader lists these files when it loads the table; keep less log history:"
+      + " ALTER TABLE ... SET TBLPROPERTIES ('delta.logRetentionDuration' = 'interval 2 hours')" },
+    fmtNum(t.log_files) + " log files");
+}
+
 async function tablesPage() {
   const body = await api("/api/tables");
   document.getElementById("roots").textContent = "under " + body.roots.join(", ");
   const rows = body.tables.map((t) => {
     if (t.error) return el("tr", { "data-id": t.id }, el("td", {}, t.id), el("td", { colspan: 9, class: "bad" }, t.error));
     const link = el("a", { href: "/table?id=" + encodeURIComponent(t.id) }, t.id);
-    const health = el("span", { class: "badge " + (t.health === "ok" ? "ok" : "warn") },
-      t.small_files + " of " + t.num_files);
+    const warnings = t.warnings || [];
+    const health = [el("span", { class: "badge " + (warnings.includes("small-files") ? "warn" : "ok") },
+      t.small_files + " of " + t.num_files)];
+    if (warnings.includes("long-log")) health.push(" ", longLogBadge(t));
     const last = t.last_commit || {};
     return el("tr", { "data-id": t.id },
       el("td", {}, link), cell(t.version, "num version"), cell(fmtNum(t.num_rows), "num rows"),
       cell(fmtNum(t.num_files), "num files"), cell(fmtBytes(t.size_bytes), "num size"),
-      el("td", { class: "health" }, health),
+      el("td", { class: "health" }, ...health),
       el("td", { title: fmtTime(last.timestamp) }, last.timestamp ? ago(last.timestamp) : "-"),
       cell(last.operation, "operation"), cell(t.streams.join(", "), "streams"),
       cell(t.readers.join(", "), "readers"));
@@ -153,6 +163,8 @@ async function loadDetail(id) {
   document.getElementById("num-files").textContent = fmtNum(t.num_files);
   document.getElementById("size").textContent = fmtBytes(t.size_bytes);
   document.getElementById("small-files").textContent = t.small_files + " < " + fmtBytes(t.small_file_bytes);
+  const logFiles = document.getElementById("log-files");
+  logFiles.replaceChildren((t.warnings || []).includes("long-log") ? longLogBadge(t) : fmtNum(t.log_files));
   document.getElementById("partitions").textContent = t.partition_columns.join(", ") || "none";
   document.getElementById("clustering").textContent = t.clustering_columns.join(", ") || "none";
   document.querySelector("#schema tbody").replaceChildren(...t.schema.fields.map((f) =>
