@@ -145,6 +145,92 @@ def test_update_delete_merge_on_s3a(spark, object_store, uris):
     assert operations[:3] == ["MERGE", "UPDATE", "DELETE"]
 
 
+@pytest.mark.parametrize("feature", ["delta.enableChangeDataFeed", "delta.enableDeletionVectors"])
+def test_dml_on_change_feed_and_deletion_vector_tables_on_s3a(spark, object_store, uris, feature):
+    """DML on a table with the change data feed (change rows written by Python workers) or
+    deletion vectors (vectors written beside the data, by the brain's pyarrow, which has no
+    ``s3a://`` of its own) on S3A, on fs.s3a.* alone; rows and feed read back through
+    deltaflow and, where it can read them, delta-rs."""
+    uri, s3 = uris()
+    frame(spark, 0, 30).write.format("delta").option(feature, "true").save(uri)
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id < 5")
+    spark.sql(f"UPDATE delta.`{uri}` SET k = 'u' WHERE id >= 27")
+    frame(spark, 28, 4).createOrReplaceTempView("more")
+    spark.sql(
+        f"""MERGE INTO delta.`{uri}` t USING more s ON t.id = s.id
+            WHEN MATCHED THEN UPDATE SET k = 'm' WHEN NOT MATCHED THEN INSERT *"""
+    )
+    expected = [(i, str(i % 3)) for i in range(5, 27)] + [(27, "u"), (28, "m"), (29, "m")]
+    expected += [(30, "0"), (31, "1")]
+    read = spark.read.format("delta").load(uri).collect()
+    assert sorted((r.id, r.k) for r in read) == expected
+    if feature == "delta.enableDeletionVectors":
+        # delta-rs does not read deletion vectors: the history shows they were written.
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").collect()
+        metrics = {r.operation: r.operationMetrics for r in history}
+        assert int(metrics["DELETE"]["numDeletionVectorsAdded"]) >= 1
+        return
+    assert rows_of(object_store, s3) == expected
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 1)
+        .load(uri)
+        .collect()
+    )
+    got = sorted((r._commit_version, r._change_type, r.id, r.k) for r in changes)
+    want = [(1, "delete", i, str(i % 3)) for i in range(5)]
+    want += [(2, "update_preimage", i, str(i % 3)) for i in range(27, 30)]
+    want += [(2, "update_postimage", i, "u") for i in range(27, 30)]
+    want += [(3, "update_preimage", i, "u") for i in (28, 29)]
+    want += [(3, "update_postimage", i, "m") for i in (28, 29)]
+    want += [(3, "insert", 30, "0"), (3, "insert", 31, "1")]
+    assert got == sorted(want)
+
+
+def test_sql_insert_alter_and_clustering_on_s3a(spark, object_store, uris):
+    """SQL INSERT INTO / INSERT OVERWRITE (a partition, dynamic), ALTER TABLE, and a
+    clustered table's CREATE and OPTIMIZE, by path on S3A."""
+    uri, s3 = uris()
+    t = f"delta.`{uri}`"
+    spark.sql(f"CREATE TABLE {t} (id BIGINT, k STRING) USING delta PARTITIONED BY (k)")
+    spark.sql(f"INSERT INTO {t} VALUES (1, 'a'), (2, 'b'), (3, 'a')")
+    spark.sql(f"INSERT OVERWRITE {t} PARTITION (k = 'a') VALUES (10)")
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    try:
+        spark.sql(f"INSERT OVERWRITE {t} VALUES (20, 'b'), (30, 'c')")
+    finally:
+        spark.conf.unset("spark.sql.sources.partitionOverwriteMode")
+    assert rows_of(object_store, s3) == [(10, "a"), (20, "b"), (30, "c")]
+    spark.sql(f"ALTER TABLE {t} SET TBLPROPERTIES ('deltaflow.test' = 'yes')")
+    spark.sql(f"ALTER TABLE {t} ADD COLUMNS (note STRING)")
+    spark.sql(f"INSERT INTO {t} VALUES (40, 'd', 'new')")
+    delta = table(object_store, s3)
+    assert delta.metadata().configuration.get("deltaflow.test") == "yes"
+    assert [f.name for f in delta.schema().fields] == ["id", "k", "note"]
+    got = spark.sql(f"SELECT id, k, note FROM {t}").collect()
+    assert sorted(tuple(r) for r in got) == [
+        (10, "a", None),
+        (20, "b", None),
+        (30, "c", None),
+        (40, "d", "new"),
+    ]
+
+    clustered, clustered_s3 = uris("clustered")
+    c = f"delta.`{clustered}`"
+    spark.sql(f"CREATE TABLE {c} (id BIGINT, v STRING) USING delta CLUSTER BY (id)")
+    for first in range(0, 40, 10):
+        spark.sql(
+            f"INSERT INTO {c} SELECT id, cast(id AS STRING) FROM range({first}, {first + 10})"
+        )
+    before = len(table(object_store, clustered_s3).file_uris())
+    spark.sql(f"OPTIMIZE {c}")
+    after = table(object_store, clustered_s3)
+    assert len(after.file_uris()) < before
+    assert after.history(1)[0]["operation"] == "OPTIMIZE"
+    assert [r[0] for r in rows_of(object_store, clustered_s3)] == list(range(40))
+
+
 def added_by(store: _object_store.ObjectStore, s3: str, version: int) -> set[str]:
     """The data files ``version`` of the table at ``s3`` added."""
     before = set(

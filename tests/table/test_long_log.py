@@ -261,3 +261,48 @@ def test_a_compaction_on_the_log_writer_reads_a_bounded_set_of_small_files(
     # Nothing left under the size but one file: no commit.
     again = _cluster_optimize.cluster(load_snapshot(_uri.normalize_uri(path)), small=(sizes[0], 1))
     assert again.version is None
+
+
+def test_a_real_time_sink_warns_once_of_a_log_its_retention_lets_grow_long(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A partition's start (``sink.transactions``) checks the target's log retention
+    against the sink's commit cap, once per table and process."""
+    from deltaflow.spark.bridge import _realtime
+
+    default, short = str(tmp_path / "default"), str(tmp_path / "short")
+    write_deltalake(default, pa.table({"k": [1]}))
+    write_deltalake(
+        short,
+        pa.table({"k": [1]}),
+        configuration={"delta.logRetentionDuration": "interval 2 hours"},
+    )
+
+    def start(path: str, interval_ms: int | None = None) -> list[str]:
+        caplog.clear()
+        options = {} if interval_ms is None else {"realTimeCommitIntervalMs": str(interval_ms)}
+        with caplog.at_level(logging.WARNING, logger="deltaflow.realtime"):
+            answer = _realtime.transactions(
+                {"path": path, "appIds": ["q/rtm-p0"], "options": options}
+            )
+        assert answer["versions"] == {"q/rtm-p0": None}
+        return [r.getMessage() for r in caplog.records if r.name == "deltaflow.realtime"]
+
+    _realtime._LOG_SIZE.forget()
+    try:
+        # 30 days at 20 commits a second: ~52 million files.
+        (warning,) = start(default)
+        assert "51,840,000 files" in warning and "interval 30 days, the default" in warning
+        assert "'delta.logRetentionDuration' = 'interval 2 hours'" in warning
+        assert start(default) == []  # once per table
+        assert start(short) == []  # 2 hours at 20 a second: 144,000 files
+        _realtime._LOG_SIZE.forget()
+        (warning,) = start(short, interval_ms=5)  # ... at 200 a second: 1,440,000
+        assert "1,440,000 files" in warning and "(interval 2 hours)" in warning
+        _realtime._LOG_SIZE.forget()
+        missing = str(tmp_path / "missing")
+        assert start(missing) == []  # no table yet: a later epoch checks it
+        write_deltalake(missing, pa.table({"k": [1]}))
+        assert len(start(missing)) == 1
+    finally:
+        _realtime._LOG_SIZE.forget()

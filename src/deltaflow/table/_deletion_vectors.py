@@ -30,6 +30,7 @@ from typing import Any, Literal, cast
 import numpy.typing as npt
 import pyarrow.fs as pafs
 
+from deltaflow.table import _uri
 from deltaflow.table._roaring import (
     PORTABLE_ROARING_MAGIC,
     RowIndexes,
@@ -183,8 +184,7 @@ def _filesystem(location: str, filesystem: pafs.FileSystem | None) -> tuple[pafs
     if filesystem is not None:
         return filesystem, location
     if _URI_SCHEME_RE.match(location):
-        fs, path = pafs.FileSystem.from_uri(location)
-        return fs, path
+        return _uri.filesystem(location)  # s3a:// too, which pyarrow does not know
     # Not a URI (or a Windows drive letter): a local path, used as is so that
     # characters like '%' or '#' in directory names keep their literal meaning.
     return pafs.LocalFileSystem(), location

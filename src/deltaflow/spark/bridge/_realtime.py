@@ -16,13 +16,14 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from deltalake import DeltaTable
 
 from deltaflow import _step_times
 from deltaflow.errors import InvalidOptionError
-from deltaflow.table import _uri
+from deltaflow.table import _log_upkeep, _reader_leases, _uri
 from deltaflow.table._log_head import Heads, LogHead
 from deltaflow.table._snapshot import open_latest, table_exists
 from deltaflow.table.errors import ConcurrentWriteError
@@ -39,6 +40,12 @@ COMMIT_INTERVAL_OPTION = "realTimeCommitIntervalMs"
 # One INFO line per epoch and query with the brain's commit steps (the JVM writer logs
 # its own steps per epoch the same way): where a real-time commit's milliseconds go.
 timing_log = logging.getLogger("deltaflow.realtime.commits")
+log = logging.getLogger("deltaflow.realtime")
+
+# A local table whose log could hold more files than this at the sink's commit cap, for its
+# delta.logRetentionDuration, is warned about once per process: every load of the table
+# lists them all (~0.7 s at 100,000 files here, 7 s at a million; docs/realtime.md).
+LONG_LOG_FILES = 200_000
 
 
 def commit_interval_ms(options: dict[str, str]) -> int:
@@ -78,12 +85,69 @@ def transactions(args: dict[str, Any]) -> dict[str, Any]:
     if _uses_head(uri) and (_HEADS.holds(uri, _owner(app_ids[0])) or table_exists(uri)):
         # Every partition's ``Start``: from the head, caught up by name (no load).
         with _HEADS.use(uri, _owner(app_ids[0])) as head:
+            _LOG_SIZE.check(uri, interval, head.snapshot().configuration)
             return {"versions": {a: head.txn(a) for a in app_ids}, "intervalMs": interval}
     if not table_exists(uri):
         return {"versions": dict.fromkeys(app_ids), "intervalMs": interval}
     table = open_latest(uri)
+    _LOG_SIZE.check(uri, interval, table.metadata().configuration)
     versions = {app_id: table.transaction_version(app_id) for app_id in app_ids}
     return {"versions": versions, "intervalMs": interval}
+
+
+class _LogSize:
+    """Warns, once per table and process, when a real-time sink's commits could keep a
+    local ``_delta_log`` past :data:`LONG_LOG_FILES` files under the table's retention.
+    Checked at a partition's ``Start`` of an existing table, from the metadata the start
+    reads anyway (the sink's first epoch into a new table: its next epoch)."""
+
+    def __init__(self) -> None:
+        self._checked: set[str] = set()
+        self._lock = threading.Lock()
+
+    def check(
+        self, uri: str, interval_ms: int, configuration: Mapping[str, str | None]
+    ) -> int | None:
+        """The files the log of ``uri`` (whose table has ``configuration``) could hold;
+        None when not checked (done before, or not local). Warned about when too many."""
+        if not _uri.is_local(uri):
+            return None
+        with self._lock:
+            if uri in self._checked:
+                return None
+            self._checked.add(uri)
+        raw = _log_upkeep.table_property(configuration, "delta.logRetentionDuration")
+        retention = _reader_leases.interval_seconds(raw)
+        if retention is None:
+            retention = _log_upkeep.DEFAULT_LOG_RETENTION_SECONDS
+        files = int(retention * 1000 / interval_ms)
+        if files > LONG_LOG_FILES:
+            log.warning(
+                "real-time sink into %s: at up to %d commits a second (realTimeCommitIntervalMs"
+                " %d) its _delta_log can grow to about %s files, kept for"
+                " delta.logRetentionDuration (%s). On a local disk every reader (delta-rs,"
+                " Polars, delta-spark, a cold scan) lists them all on each load: ~0.7 s at"
+                " 100,000 files, ~7 s at a million. To keep loads fast, keep less log"
+                " history (time travel, and a stopped downstream stream's restart, then"
+                " reach back only that far): ALTER TABLE delta.`%s` SET TBLPROPERTIES"
+                " ('delta.logRetentionDuration' = 'interval 2 hours'); or commit less often"
+                " (realTimeCommitIntervalMs). See docs/realtime.md, 'A long-running"
+                " query's log'.",
+                uri,
+                1000 // interval_ms,
+                interval_ms,
+                f"{files:,}",
+                raw or "interval 30 days, the default",
+                uri,
+            )
+        return files
+
+    def forget(self) -> None:
+        with self._lock:
+            self._checked.clear()
+
+
+_LOG_SIZE = _LogSize()
 
 
 def commit_rolls(args: dict[str, Any]) -> dict[str, Any]:

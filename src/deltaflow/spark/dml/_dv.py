@@ -33,10 +33,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow.fs as pafs
 
 from deltaflow.spark.write import _replace_where
-from deltaflow.table import _commit, _conditional_put, _log_commit, _schema
+from deltaflow.table import _commit, _conditional_put, _log_commit, _schema, _uri
 from deltaflow.table._deletion_vectors import write_deletion_vectors
 from deltaflow.table._snapshot import FileEntry, Snapshot
 from deltaflow.table.errors import CorruptTableError
@@ -128,7 +127,7 @@ class Marked:
 
     def delete_files(self) -> None:
         for path in self.dv_files:
-            fs, inner = pafs.FileSystem.from_uri(path)
+            fs, inner = _uri.filesystem(path)
             with contextlib.suppress(FileNotFoundError):
                 fs.delete_file(inner)
 
