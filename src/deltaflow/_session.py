@@ -196,6 +196,17 @@ def _driver_object_store_env(spark: SparkSession) -> None:
     (as the connector does for the brain). Never printed."""
     for key, value in _object_store_variables(spark).items():
         os.environ.setdefault(key, value)
+    worker_object_store_env(spark.sparkContext)
+
+
+def worker_object_store_env(sc: Any) -> None:
+    """The same variables for the Python workers of the functions this process makes
+    through ``sc`` (its ``environment``: the envVars of every ``mapInArrow`` it builds,
+    such as DML's target scans and change writers on the Python path): the workers are
+    the JVM's children, whose environment lacks them. The driver and the brain both call
+    this. Never printed."""
+    for key, value in _jvm_object_store_variables(sc._jvm).items():
+        sc.environment.setdefault(key, value)
 
 
 def _object_store_variables(spark: SparkSession) -> dict[str, str]:
@@ -205,7 +216,11 @@ def _object_store_variables(spark: SparkSession) -> dict[str, str]:
     data source workers (the driver's planners and every task) and the driver Python get
     them, so they reach the store as the brain does: delta-rs and pyarrow read only the
     environment. The values stay in environments: never printed, never in a plan string."""
-    wanted = spark._jvm.io.deltaflow.spark.HadoopStores.pythonWorkerVariables()  # type: ignore[attr-defined]
+    return _jvm_object_store_variables(spark._jvm)  # type: ignore[attr-defined]
+
+
+def _jvm_object_store_variables(jvm: Any) -> dict[str, str]:
+    wanted = jvm.io.deltaflow.spark.HadoopStores.pythonWorkerVariables()
     return {str(key): str(wanted.get(key)) for key in wanted.keySet().toArray()}
 
 

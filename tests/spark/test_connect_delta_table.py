@@ -443,6 +443,30 @@ def test_merge_every_clause_kind_and_schema_evolution(client: Client, tables: Pa
     assert int(entry["operationMetrics"]["numTargetRowsInserted"]) == 1
 
 
+def test_the_sessions_auto_merge_over_connect(client: Client, tables: Path) -> None:
+    """A Connect client's spark.databricks.delta.schema.autoMerge.enabled reaches the
+    server's writes and MERGE, as a classic session's does."""
+    path = seeded(tables / "auto_merged")
+    client.run(
+        f"""
+        spark.conf.set("spark.databricks.delta.schema.autoMerge.enabled", "true")
+        try:
+            spark.createDataFrame([(4, "n4", 1)], "id long, name string, a int").write.format(
+                "delta").mode("append").save({path!r})
+            src = spark.createDataFrame([(1, "one", "b1")], "id long, name string, b string")
+            (DeltaTable.forPath(spark, {path!r}).alias("t").merge(src.alias("s"), "t.id = s.id")
+             .whenMatchedUpdateAll().execute())
+        finally:
+            spark.conf.unset("spark.databricks.delta.schema.autoMerge.enabled")
+        result = None
+        """
+    )
+    data = DeltaRsTable(path).to_pyarrow_table().to_pydict()
+    rows = sorted(zip(data["id"], data["name"], data["a"], data["b"], strict=True))
+    assert rows == [(1, "one", None, "b1"), (2, "n2", None, None), (3, "n3", None, None),
+                    (4, "n4", 1, None)]  # fmt: skip
+
+
 @pytest.mark.skipif(
     tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (4, 2),
     reason="pyspark's trigger(realTime=...) came with 4.2 (4.1 has it on the JVM only)",

@@ -145,32 +145,56 @@ def test_update_delete_merge_on_s3a(spark, object_store, uris):
     assert operations[:3] == ["MERGE", "UPDATE", "DELETE"]
 
 
-@pytest.mark.parametrize("feature", ["delta.enableChangeDataFeed", "delta.enableDeletionVectors"])
-def test_dml_on_change_feed_and_deletion_vector_tables_on_s3a(spark, object_store, uris, feature):
-    """DML on a table with the change data feed (change rows written by Python workers) or
-    deletion vectors (vectors written beside the data, by the brain's pyarrow, which has no
-    ``s3a://`` of its own) on S3A, on fs.s3a.* alone; rows and feed read back through
+@pytest.mark.parametrize(
+    ("feature", "as_jobs"),
+    [
+        ("delta.enableChangeDataFeed", False),
+        ("delta.enableChangeDataFeed", True),
+        ("delta.enableDeletionVectors", False),
+        ("delta.columnMapping.mode", True),
+    ],
+)
+def test_dml_on_tables_with_features_on_s3a(spark, object_store, uris, feature, as_jobs):
+    """DML on S3A, on fs.s3a.* alone, over tables whose DML takes the Python path somewhere:
+    change rows (written in the brain for a small statement, in Python workers as Spark
+    jobs), deletion vectors (written by the brain's pyarrow, which has no ``s3a://`` of its
+    own), a column-mapped table (read by Python workers). Rows and feed read back through
     deltaflow and, where it can read them, delta-rs."""
     uri, s3 = uris()
-    frame(spark, 0, 30).write.format("delta").option(feature, "true").save(uri)
-    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id < 5")
-    spark.sql(f"UPDATE delta.`{uri}` SET k = 'u' WHERE id >= 27")
-    frame(spark, 28, 4).createOrReplaceTempView("more")
-    spark.sql(
-        f"""MERGE INTO delta.`{uri}` t USING more s ON t.id = s.id
-            WHEN MATCHED THEN UPDATE SET k = 'm' WHEN NOT MATCHED THEN INSERT *"""
-    )
+    value = "name" if feature == "delta.columnMapping.mode" else "true"
+    frame(spark, 0, 30).write.format("delta").option(feature, value).save(uri)
+    confs = _DML_AS_SPARK_JOBS if as_jobs else {}
+    for key, setting in confs.items():
+        spark.conf.set(key, setting)
+    try:
+        spark.sql(f"DELETE FROM delta.`{uri}` WHERE id < 5")
+        spark.sql(f"UPDATE delta.`{uri}` SET k = 'u' WHERE id >= 27")
+        frame(spark, 28, 4).createOrReplaceTempView("more")
+        spark.sql(
+            f"""MERGE INTO delta.`{uri}` t USING more s ON t.id = s.id
+                WHEN MATCHED THEN UPDATE SET k = 'm' WHEN NOT MATCHED THEN INSERT *"""
+        )
+    finally:
+        for key in confs:
+            spark.conf.unset(key)
     expected = [(i, str(i % 3)) for i in range(5, 27)] + [(27, "u"), (28, "m"), (29, "m")]
     expected += [(30, "0"), (31, "1")]
     read = spark.read.format("delta").load(uri).collect()
     assert sorted((r.id, r.k) for r in read) == expected
-    if feature == "delta.enableDeletionVectors":
-        # delta-rs does not read deletion vectors: the history shows they were written.
-        history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").collect()
-        metrics = {r.operation: r.operationMetrics for r in history}
-        assert int(metrics["DELETE"]["numDeletionVectorsAdded"]) >= 1
+    if feature in ("delta.enableDeletionVectors", "delta.columnMapping.mode"):
+        # delta-rs's to_pyarrow_table() applies neither; its SQL engine applies both.
+        from deltalake import QueryBuilder
+
+        found = QueryBuilder().register("t", table(object_store, s3)).execute("SELECT id, k FROM t")
+        assert sorted(tuple(r.values()) for r in pa.table(found.read_all()).to_pylist()) == expected
+        if feature == "delta.enableDeletionVectors":
+            history = spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").collect()
+            metrics = {r.operation: r.operationMetrics for r in history}
+            assert int(metrics["DELETE"]["numDeletionVectorsAdded"]) >= 1
         return
     assert rows_of(object_store, s3) == expected
+    if feature != "delta.enableChangeDataFeed":
+        return
     changes = (
         spark.read.format("delta")
         .option("readChangeFeed", "true")

@@ -123,6 +123,33 @@ def test_merge_with_schema_evolution(spark, people):
     assert [r.tag for r in spark.table(people).where("id = 1").collect()] == ["x"]
 
 
+def test_merge_evolves_the_schema_under_the_sessions_auto_merge(spark, people):
+    """delta-spark's spark.databricks.delta.schema.autoMerge.enabled: MERGE evolves the
+    schema without WITH SCHEMA EVOLUTION, from SQL and from DeltaTable.merge."""
+    from deltaflow import DeltaTable
+    from tests.spark._conf import conf_set
+
+    source = "SELECT 1 AS id, 'ann' AS name, 30 AS age, 'x' AS tag"
+    statement = (
+        f"MERGE INTO {people} t USING ({source}) s ON t.id = s.id"
+        " WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    )
+    spark.sql(statement)
+    assert "tag" not in spark.table(people).columns  # the switch is off by default
+    with conf_set(spark, "spark.databricks.delta.schema.autoMerge.enabled", "true"):
+        spark.sql(statement)
+        assert [r.tag for r in spark.table(people).where("id = 1").collect()] == ["x"]
+        extra = spark.sql("SELECT 2 AS id, 'y' AS note")
+        (
+            DeltaTable.forName(spark, people)
+            .alias("t")
+            .merge(extra.alias("s"), "t.id = s.id")
+            .whenMatchedUpdateAll()
+            .execute()
+        )
+    assert [r.note for r in spark.table(people).where("id = 2").collect()] == ["y"]
+
+
 def test_dml_by_path_and_on_tables_other_writers_see(spark, table_path):
     path = table_path("by_path")
     deltalake.write_deltalake(path, pa.table({"id": pa.array([1, 2, 3], pa.int64())}))

@@ -214,6 +214,52 @@ def test_merge_schema_adds_columns(spark: Any, table_path: Any, people: Any) -> 
     assert DeltaTable(path).schema().to_arrow().names == ["id", "name", "country", "age"]
 
 
+AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"
+
+
+def test_the_sessions_auto_merge_adds_columns_to_writes_and_streams(
+    spark: Any, table_path: Any, people: Any, tmp_path: Path
+) -> None:
+    """delta-spark's session switch is mergeSchema's default, for batch writes and a
+    stream's micro-batches; an explicit mergeSchema=false still refuses."""
+    from tests.spark._conf import conf_set
+
+    path = table_path()
+    people.write.format("delta").save(path)
+    more = spark.createDataFrame(
+        [(4, "dee", "fr", 7)], "id long, name string, country string, age int"
+    )
+    with pytest.raises(SchemaMismatchError):
+        write(more, path)
+    source = table_path()
+    spark.createDataFrame(
+        [(5, "eve", "de", 9, "x")], "id long, name string, country string, age int, tag string"
+    ).write.format("delta").save(source)
+    with conf_set(spark, AUTO_MERGE, "true"):
+        with pytest.raises(SchemaMismatchError):
+            write(more, path, mergeSchema="false")
+        write(more, path)
+        query = (
+            spark.readStream.format("delta")
+            .load(source)
+            .writeStream.format("delta")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start(path)
+        )
+        query.awaitTermination(180)
+    assert query.exception() is None
+    rows = read_all(spark, path)
+    assert [(r["id"], r["age"], r["tag"]) for r in rows] == [
+        (1, None, None), (2, None, None), (3, None, None), (4, 7, None), (5, 9, "x")
+    ]  # fmt: skip
+    assert DeltaTable(path).schema().to_arrow().names == [
+        "id", "name", "country", "age", "tag"
+    ]  # fmt: skip
+    with conf_set(spark, AUTO_MERGE, "yes"), pytest.raises(InvalidOptionError, match=AUTO_MERGE):
+        write(more, path)
+
+
 def test_overwrite_schema_replaces_schema(spark: Any, table_path: Any, people: Any) -> None:
     path = table_path()
     people.write.format("delta").partitionBy("country").save(path)

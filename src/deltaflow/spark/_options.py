@@ -8,7 +8,7 @@ ones so that a typo never silently changes what a query does.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -107,6 +107,9 @@ _CANONICAL = {name.lower(): name for name in TABLE_PROPERTIES} | {
 }
 OPTIMIZE_WRITE_PROPERTY = "delta.autoOptimize.optimizeWrite"
 OPTIMIZE_WRITE_CONF = "spark.databricks.delta.optimizeWrite.enabled"
+# delta-spark's session switch for schema evolution: the default of a write's mergeSchema
+# (handed over as a write option by the connector) and of MERGE's WITH SCHEMA EVOLUTION.
+AUTO_MERGE_CONF = "spark.databricks.delta.schema.autoMerge.enabled"
 OPTIMIZE_WRITE_BIN_SIZE_CONF = "spark.databricks.delta.optimizeWrite.binSize"
 DEFAULT_OPTIMIZE_WRITE_BIN_SIZE = 512 * 1024 * 1024  # delta-spark's default, 512 MiB
 # Keys Spark itself may add to a source's options (SQL tables, DataFrameWriter).
@@ -413,7 +416,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     return WriteOptions(
         path=_path(lowered),
         partition_by=partition_by,
-        merge_schema=_bool(lowered, "mergeSchema"),
+        merge_schema=bool(_optional_bool(lowered, "mergeSchema", AUTO_MERGE_CONF)),
         overwrite_schema=_bool(lowered, "overwriteSchema"),
         replace_where=lowered.get("replacewhere"),
         txn_app_id=app_id,
@@ -470,6 +473,12 @@ def checked_table_properties(
             )
         out[name] = str(value)
     return out
+
+
+def session_auto_merge(get_conf: Callable[[str, str], str | None]) -> bool:
+    """The session's :data:`AUTO_MERGE_CONF` (``get_conf``: ``spark.conf.get``), checked."""
+    return _bool({AUTO_MERGE_CONF.lower(): get_conf(AUTO_MERGE_CONF, "false") or "false"},
+                 AUTO_MERGE_CONF)  # fmt: skip
 
 
 def _optional_bool(options: dict[str, str], *keys: str) -> bool | None:

@@ -89,6 +89,9 @@ def _connect() -> SparkContext:
     worker_python = conf.get("spark.pyspark.python", None) or sys.executable
     os.environ.setdefault("PYSPARK_PYTHON", worker_python)
     sc = _HostContext(gateway=gateway, jsc=jsc, conf=conf)
+    from deltaflow._session import worker_object_store_env
+
+    worker_object_store_env(sc)
     _claim_default_session(sc)
     return sc
 

@@ -134,10 +134,20 @@ class DeltaMergeBuilder:
             assert row is not None
             return (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
         self._check()
-        m = _merge.execute(self._spark, self.spec)
+        m = _merge.execute(self._spark, self._with_session_evolution())
         updated = m.matched_updated + m.by_source_updated
         deleted = m.matched_deleted + m.by_source_deleted
         return (updated + deleted + m.inserted, updated, deleted, m.inserted)
+
+    def _with_session_evolution(self) -> MergeSpec:
+        """The spec, evolving the schema also when the session turns delta-spark's
+        ``spark.databricks.delta.schema.autoMerge.enabled`` on (as delta-spark's MERGE does
+        without WITH SCHEMA EVOLUTION)."""
+        from deltaflow.spark._options import session_auto_merge
+
+        if self.spec.schema_evolution or not session_auto_merge(self._spark.conf.get):
+            return self.spec
+        return dataclasses.replace(self.spec, schema_evolution=True)
 
     def _check(self) -> None:
         """delta-spark's checks of the declared clauses, before anything runs."""

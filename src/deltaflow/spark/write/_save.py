@@ -36,7 +36,7 @@ def save_delta(
     original_option: Any,
     original_save: Any,
 ) -> None:
-    from deltaflow.spark._options import parse_write_options
+    from deltaflow.spark._options import AUTO_MERGE_CONF, parse_write_options
     from deltaflow.spark.write._plan import plan_write
 
     location = path or state["path"]
@@ -48,6 +48,11 @@ def save_delta(
         original_option(writer, "partitionBy", options["partitionBy"])
     if location:
         options["path"] = location
+    # The session's schema auto-merge is mergeSchema's default (the connector hands it to
+    # the plan the same way).
+    auto_merge = writer._df.sparkSession.conf.get(AUTO_MERGE_CONF, None)
+    if auto_merge is not None:
+        options.setdefault(AUTO_MERGE_CONF, auto_merge)
     parsed = parse_write_options(options)
     uri = _uri.normalize_uri(parsed.path)
     # The same checks the source runs while Spark plans the job; here they raise typed.

@@ -45,7 +45,8 @@ object DeltaBatchWrite extends Logging {
   private val PlanConfs = Seq("deltaflow.write.nativeWrite", "deltaflow.write.directWrite",
     "spark.sql.parquet.writeLegacyFormat")
   private val SessionWriteConfs = Seq("spark.databricks.delta.autoCompact.",
-    "spark.databricks.delta.optimizeWrite.", "spark.deltaflow.autoCompact.")
+    "spark.databricks.delta.optimizeWrite.", "spark.deltaflow.autoCompact.",
+    "spark.databricks.delta.schema.autoMerge.")
   private val AdvisorySizeConf = "spark.sql.adaptive.advisoryPartitionSizeInBytes"
   private val AdaptiveConf = "spark.sql.adaptive.enabled"
 
@@ -93,8 +94,9 @@ object DeltaBatchWrite extends Logging {
     val opts = args.putObject("options")
     // Table properties a new table gets from the session (they only apply at creation).
     TableDefaults.applyTo(parameters, session).foreach { case (k, v) => opts.put(k, v) }
-    // The session's auto compaction / optimized write settings travel as write options, so
-    // the commit sees them on either route (the Python data source has no session).
+    // The session's auto compaction / optimized write / schema auto-merge settings travel
+    // as write options, so the plan and the commit see them on either route (the Python
+    // data source has no session).
     session.conf.getAll.foreach { case (k, v) =>
       if (SessionWriteConfs.exists(k.startsWith) && !opts.has(k)) opts.put(k, v)
     }
