@@ -318,6 +318,17 @@ def test_at_version_names(spark, table_path):
     with pytest.raises(deltaflow.VersionNotFoundError):
         spark.sql(f"SELECT * FROM delta.`{path}@v9`").collect()
 
+    # The DataFrame reader's path, as delta-spark's load("/path@v1").
+    reader = spark.read.format("delta")
+    assert [r.id for r in reader.load(f"{path}@v1").collect()] == [1]
+    assert [r.id for r in reader.load(f"{path}@{at}").collect()] == [1]
+    with pytest.raises(deltaflow.TableNotFoundError):
+        reader.load(f"{path}-missing@v1").collect()
+    # A table whose own path ends so is read as it is named.
+    literal = table_path("named@v1")
+    spark.range(3).write.format("delta").save(literal)
+    assert reader.load(literal).count() == 3
+
 
 # ---- REPLACE: the statement's properties are the table's -------------------------------
 

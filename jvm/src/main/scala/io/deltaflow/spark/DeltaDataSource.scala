@@ -52,7 +52,14 @@ class DeltaDataSource extends TableProvider with DataSourceRegister
   }
 
   private def resolve(properties: util.Map[String, String]): Table =
-    DeltaDataSource.tableFor(properties, None)
+    try DeltaDataSource.tableFor(properties, None)
+    catch {
+      // delta-spark's `load("/path@v3")` and `load("/path@yyyyMMddHHmmssSSS")`: no table at
+      // the path as written, and it ends so: the table before the suffix, at that version.
+      case missing: DeltaflowException if missing.errorType == "TableNotFoundError" =>
+        DeltaDataSource.withTimeTravelSuffix(properties)
+          .map(DeltaDataSource.tableFor(_, None)).getOrElse(throw missing)
+    }
 
   // Every Spark type may reach the brain, which knows what Delta can store (VARIANT
   // needs the variantType feature); Spark's default refuses VARIANT here.
@@ -80,6 +87,20 @@ class DeltaDataSource extends TableProvider with DataSourceRegister
 }
 
 object DeltaDataSource {
+  private val TimeTravelKeys = Set("versionasof", "timestampasof")
+
+  /** `properties` with a path ending in `@v<n>` or `@yyyyMMddHHmmssSSS` (and no time
+   *  travel option of its own) cut there, the suffix made the time travel option. */
+  private[spark] def withTimeTravelSuffix(
+      properties: util.Map[String, String]): Option[util.Map[String, String]] = {
+    val given = properties.asScala.toMap
+    if (given.keys.exists(k => TimeTravelKeys.contains(k.toLowerCase))) return None
+    for {
+      (key, path) <- given.find(_._1.equalsIgnoreCase("path"))
+      (base, travel) <- DeltaCatalog.versionSuffix(path)
+    } yield (given + (key -> base) ++ travel).asJava
+  }
+
   /** The connector's table, or the Python data source's for a table the brain routes
    *  there. `entry`: the catalog's entry for it, when it was named so; `byName`: the
    *  catalog resolved it from a path identifier (delta.`/path`). */
