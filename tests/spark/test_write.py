@@ -260,6 +260,27 @@ def test_the_sessions_auto_merge_adds_columns_to_writes_and_streams(
         write(more, path)
 
 
+def test_partitioning_by_every_column_is_refused_and_writes_nothing(
+    spark: Any, table_path: Any, tmp_path: Path
+) -> None:
+    """Data files would hold no column: the rows were silently dropped (a table of 0
+    rows reported as written). Refused typed, as delta-spark does, from every writer."""
+    from pyspark.sql import functions as F
+
+    path = table_path()
+    with pytest.raises(InvalidOptionError, match="every column"):
+        spark.range(3).write.format("delta").partitionBy("id").save(path)
+    assert not os.path.exists(path)
+    name = "all_partitions_" + tmp_path.name[-6:].replace("-", "_")
+    with pytest.raises(InvalidOptionError, match="every column"):
+        spark.range(3).write.format("delta").partitionBy("id").saveAsTable(name)
+    # writeTo() is pyspark's own (not patched): Py4J's error, typed inside.
+    with pytest.raises(Exception, match="every column") as refused:
+        spark.range(3).writeTo(name).using("delta").partitionedBy(F.col("id")).create()
+    assert isinstance(deltaflow.errors.typed_error(refused.value), InvalidOptionError)
+    assert not spark.catalog.tableExists(name)
+
+
 def test_overwrite_schema_replaces_schema(spark: Any, table_path: Any, people: Any) -> None:
     path = table_path()
     people.write.format("delta").partitionBy("country").save(path)

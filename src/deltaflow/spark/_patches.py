@@ -200,7 +200,12 @@ def _writer(cls: Any) -> dict[str, Callable[..., Any]]:
                 name == "saveAsTable" or state["implied_format"] not in (None, "delta")
             ):
                 original_partition_by(self, *state["partition_by"])
-            return original(self, *args, **kwargs)
+            if name != "saveAsTable":
+                return original(self, *args, **kwargs)
+            # A Delta table's errors come from deltaflow's catalog and write plan: typed,
+            # not the Py4J error around them (other formats' errors are left as they are).
+            with raising_typed():
+                return original(self, *args, **kwargs)
 
         return method
 
@@ -354,8 +359,8 @@ PATCHES = (
         "pyspark.sql.readwriter.DataFrameWriter",
         ("format", "mode", "option", "options", "partitionBy", "save", *_DIRECT_WRITES),
         _writer,
-        "typed errors and skipped duplicate app transactions before any job;"
-        " partitionBy as an option the Python writer reads",
+        "typed errors and skipped duplicate app transactions before any job, and"
+        " saveAsTable's typed errors; partitionBy as an option the Python writer reads",
     ),
     Patch(
         "pyspark.sql.streaming.readwriter.DataStreamWriter",

@@ -360,6 +360,14 @@ def _plan_new_table(
             )
     names = {f["name"].lower(): f["name"] for f in incoming["fields"]}
     partitions = tuple(names[c.lower()] for c in options.partition_by)
+    if partitions and len({p.lower() for p in partitions}) >= len(names):
+        # Data files would hold no column, and the rows nothing to be written as.
+        raise InvalidOptionError(
+            f"partitionBy {list(partitions)} of the table {uri} names every column the data"
+            " has: Delta needs at least one data column (delta-spark:"
+            " DELTA_CANNOT_USE_ALL_COLUMNS_FOR_PARTITION). Partition by fewer columns.",
+            option="partitionBy",
+        )
     if replace_where is not None:
         _replace_where.validate(
             uri,
