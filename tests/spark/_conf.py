@@ -18,3 +18,12 @@ def conf_set(spark: Any, key: str, value: str) -> Iterator[None]:
             spark.conf.unset(key)
         else:
             spark.conf.set(key, before)
+
+
+@contextlib.contextmanager
+def confs_set(spark: Any, confs: dict[str, str]) -> Iterator[None]:
+    """:func:`conf_set` for each of ``confs``."""
+    with contextlib.ExitStack() as stack:
+        for key, value in confs.items():
+            stack.enter_context(conf_set(spark, key, value))
+        yield

@@ -24,6 +24,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from tests import _object_store
+from tests.spark._conf import confs_set
 from tests.spark.test_hosts import start_connect_server, stop, wait_for_port
 
 pytestmark = pytest.mark.slow
@@ -163,10 +164,7 @@ def test_dml_on_tables_with_features_on_s3a(spark, object_store, uris, feature, 
     uri, s3 = uris()
     value = "name" if feature == "delta.columnMapping.mode" else "true"
     frame(spark, 0, 30).write.format("delta").option(feature, value).save(uri)
-    confs = _DML_AS_SPARK_JOBS if as_jobs else {}
-    for key, setting in confs.items():
-        spark.conf.set(key, setting)
-    try:
+    with confs_set(spark, _DML_AS_SPARK_JOBS if as_jobs else {}):
         spark.sql(f"DELETE FROM delta.`{uri}` WHERE id < 5")
         spark.sql(f"UPDATE delta.`{uri}` SET k = 'u' WHERE id >= 27")
         frame(spark, 28, 4).createOrReplaceTempView("more")
@@ -174,9 +172,6 @@ def test_dml_on_tables_with_features_on_s3a(spark, object_store, uris, feature, 
             f"""MERGE INTO delta.`{uri}` t USING more s ON t.id = s.id
                 WHEN MATCHED THEN UPDATE SET k = 'm' WHEN NOT MATCHED THEN INSERT *"""
         )
-    finally:
-        for key in confs:
-            spark.conf.unset(key)
     expected = [(i, str(i % 3)) for i in range(5, 27)] + [(27, "u"), (28, "m"), (29, "m")]
     expected += [(30, "0"), (31, "1")]
     read = spark.read.format("delta").load(uri).collect()
@@ -279,9 +274,7 @@ def test_dml_as_spark_jobs_writes_with_the_jvm_writer_on_s3a(spark, object_store
     writer (``stage_native``) on S3A, not with the Python writer in Python workers."""
     uri, s3 = uris()
     frame(spark, 0, 30).repartition(2).write.format("delta").save(uri)
-    for key, value in _DML_AS_SPARK_JOBS.items():
-        spark.conf.set(key, value)
-    try:
+    with confs_set(spark, _DML_AS_SPARK_JOBS):
         spark.sql(f"DELETE FROM delta.`{uri}` WHERE id % 10 = 0")
         spark.sql(f"UPDATE delta.`{uri}` SET k = 'u' WHERE id % 10 = 1")
         frame(spark, 25, 10).createOrReplaceTempView("dml_changes")
@@ -290,9 +283,6 @@ def test_dml_as_spark_jobs_writes_with_the_jvm_writer_on_s3a(spark, object_store
                 WHEN MATCHED THEN UPDATE SET k = 'm'
                 WHEN NOT MATCHED THEN INSERT *"""
         )
-    finally:
-        for key in _DML_AS_SPARK_JOBS:
-            spark.conf.unset(key)
     operations = [h["operation"] for h in table(object_store, s3).history()]
     assert operations[:3] == ["MERGE", "UPDATE", "DELETE"]
     for version in (1, 2, 3):
