@@ -8,6 +8,7 @@ directories, resolve the same place.
 from __future__ import annotations
 
 import os
+import re
 from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
@@ -44,7 +45,15 @@ def delta_rs_uri(uri: str) -> str:
 
 
 def join(uri: str, relative: str) -> str:
+    """``relative`` under ``uri``; an absolute URI as it is (Delta allows a data file's
+    path to be one: a shallow clone's files stay where its source keeps them)."""
+    if _ABSOLUTE.match(relative):
+        return relative
     return uri.rstrip("/") + "/" + relative.lstrip("/")
+
+
+# A URI with a scheme: what a Delta log path is when it is not relative to the table.
+_ABSOLUTE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:(//|/)")
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:

@@ -37,7 +37,11 @@ from deltaflow.table import (
 )
 from deltaflow.table._protocol import Protocol
 from deltaflow.table._snapshot import Snapshot, load_snapshot
-from deltaflow.table.errors import ConcurrentWriteError, VersionNotFoundError
+from deltaflow.table.errors import (
+    ConcurrentWriteError,
+    UnsupportedFeatureError,
+    VersionNotFoundError,
+)
 
 Row = tuple[Any, ...]
 log = logging.getLogger("deltaflow.maintenance")
@@ -288,6 +292,16 @@ def _compact(
         unsupported = _log_write.from_delta_rs(exc, uri, "OPTIMIZE")
         if unsupported is not None:
             raise unsupported from exc
+        if "is outside table root" in str(exc):
+            raise UnsupportedFeatureError(
+                f"OPTIMIZE of {uri}: some of its data files live outside the table (their"
+                " log paths are absolute, as a shallow clone's are), and delta-rs, which"
+                " compacts for deltaflow, reads only files under the table's root. Reads,"
+                " writes, DELETE / UPDATE / MERGE and VACUUM work on such a table;"
+                " OPTIMIZE does not yet. Nothing was committed.",
+                table_uri=uri,
+                feature="absolutePaths",
+            ) from exc
         raise
     upkeep(uri, table)
     return metrics
