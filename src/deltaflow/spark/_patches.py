@@ -308,6 +308,23 @@ def _sql(cls: Any) -> dict[str, Callable[..., Any]]:
     return {"sql": sql}
 
 
+_WRITER_V2_METHODS = ("create", "replace", "createOrReplace", "append", "overwrite",
+                      "overwritePartitions")  # fmt: skip
+
+
+def _writer_v2(cls: Any) -> dict[str, Callable[..., Any]]:
+    def typed(name: str) -> Callable[..., Any]:
+        original = getattr(cls, name)
+
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with raising_typed():
+                return original(self, *args, **kwargs)
+
+        return method
+
+    return {name: typed(name) for name in _WRITER_V2_METHODS}
+
+
 def _foreach_batch(cls: Any) -> dict[str, Callable[..., Any]]:
     original = cls.foreachBatch
 
@@ -376,6 +393,13 @@ PATCHES = (
         _sql,
         "the typed deltaflow error (e.g. TableNotFoundError) of a statement the connector"
         " refused, not the Py4J error around it",
+    ),
+    Patch(
+        "pyspark.sql.readwriter.DataFrameWriterV2",
+        _WRITER_V2_METHODS,
+        _writer_v2,
+        "writeTo()'s typed errors (the catalog's and the write plan's), not the Py4J error"
+        " around them",
     ),
     Patch(
         "pyspark.sql.streaming.readwriter.DataStreamWriter",
