@@ -179,7 +179,7 @@ def register_sources(spark: SparkSession) -> None:
     spark.dataSource.register(DeltaDataSource)
     spark.dataSource.register(CloudFilesDataSource)
     # The AWS variables the session's fs.s3a.* settings imply, for every source's workers.
-    wanted = _object_store_variables(spark)
+    wanted = _object_store_variables(spark._jvm)  # type: ignore[attr-defined]
     for name in (PYTHON_SOURCE_NAME, "cloudFiles"):
         env_vars = _worker_env(spark, name)
         if env_vars is not None:
@@ -194,9 +194,10 @@ def _driver_object_store_env(spark: SparkSession) -> None:
     through delta-rs and pyarrow, which read only the environment, so the AWS variables
     the session's ``fs.s3a.*`` settings imply are set here where they are not set already
     (as the connector does for the brain). Never printed."""
-    for key, value in _object_store_variables(spark).items():
+    variables = _object_store_variables(spark._jvm)  # type: ignore[attr-defined]
+    for key, value in variables.items():
         os.environ.setdefault(key, value)
-    worker_object_store_env(spark.sparkContext)
+    _add_to_worker_env(spark.sparkContext, variables)
 
 
 def worker_object_store_env(sc: Any) -> None:
@@ -205,21 +206,21 @@ def worker_object_store_env(sc: Any) -> None:
     such as DML's target scans and change writers on the Python path): the workers are
     the JVM's children, whose environment lacks them. The driver and the brain both call
     this. Never printed."""
-    for key, value in _jvm_object_store_variables(sc._jvm).items():
+    _add_to_worker_env(sc, _object_store_variables(sc._jvm))
+
+
+def _add_to_worker_env(sc: Any, variables: dict[str, str]) -> None:
+    for key, value in variables.items():
         sc.environment.setdefault(key, value)
 
 
-def _object_store_variables(spark: SparkSession) -> dict[str, str]:
+def _object_store_variables(jvm: Any) -> dict[str, str]:
     """Credentials from one place: the AWS variables the session's ``fs.s3a.*`` settings
     imply, less those the driver JVM's own environment sets (the JVM's
     ``HadoopStores.pythonWorkerVariables``; empty without S3 settings). deltaflow's Python
     data source workers (the driver's planners and every task) and the driver Python get
     them, so they reach the store as the brain does: delta-rs and pyarrow read only the
     environment. The values stay in environments: never printed, never in a plan string."""
-    return _jvm_object_store_variables(spark._jvm)  # type: ignore[attr-defined]
-
-
-def _jvm_object_store_variables(jvm: Any) -> dict[str, str]:
     wanted = jvm.io.deltaflow.spark.HadoopStores.pythonWorkerVariables()
     return {str(key): str(wanted.get(key)) for key in wanted.keySet().toArray()}
 

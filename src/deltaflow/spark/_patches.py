@@ -15,6 +15,7 @@ the rest of its kind: read checks in :mod:`deltaflow.spark.read._checks`, delta 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 from collections.abc import Callable
@@ -200,11 +201,10 @@ def _writer(cls: Any) -> dict[str, Callable[..., Any]]:
                 name == "saveAsTable" or state["implied_format"] not in (None, "delta")
             ):
                 original_partition_by(self, *state["partition_by"])
-            if name != "saveAsTable":
-                return original(self, *args, **kwargs)
             # A Delta table's errors come from deltaflow's catalog and write plan: typed,
             # not the Py4J error around them (other formats' errors are left as they are).
-            with raising_typed():
+            typed = raising_typed() if name == "saveAsTable" else contextlib.nullcontext()
+            with typed:
                 return original(self, *args, **kwargs)
 
         return method

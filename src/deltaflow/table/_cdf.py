@@ -34,7 +34,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow.fs as pafs
@@ -494,7 +493,7 @@ def plan_changes(snapshot: Snapshot, span: ChangeRange) -> list[ChangeFile]:
 
 
 def file_uri(table_uri: str, path: str) -> str:
-    return path if urlparse(path).scheme else _uri.join(table_uri, path)
+    return _uri.join(table_uri, path)
 
 
 def check_files_exist(table_uri: str, files: Iterable[ChangeFile]) -> None:

@@ -273,8 +273,7 @@ def plan_scan(args: dict[str, Any]) -> dict[str, Any]:
 def _location(table_uri: str, log_path: str) -> str:
     """A data file's absolute, percent-decoded location (what Hadoop's ``Path(String)``
     takes) from its path in the log (URI-encoded, relative or absolute)."""
-    decoded = unquote(log_path)
-    return decoded if urlparse(log_path).scheme else _uri.join(table_uri, decoded)
+    return _uri.join(table_uri, unquote(log_path))
 
 
 def file_item(

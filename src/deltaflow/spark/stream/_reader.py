@@ -24,7 +24,6 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
-from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -540,7 +539,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if entry.deletion_vector is not None:
             descriptor = _deletion_vectors.DeletionVectorDescriptor.from_json(entry.deletion_vector)
             deleted = _deletion_vectors.read_deleted_rows(self.uri, descriptor).astype(np.int64)
-        uri = entry.path if urlparse(entry.path).scheme else _uri.join(self.uri, entry.path)
+        uri = _uri.join(self.uri, entry.path)
         return FileTask(
             uri=uri, size=entry.size, partition_values=entry.partition_values, deleted_rows=deleted
         )
