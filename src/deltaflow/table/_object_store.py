@@ -26,7 +26,6 @@ _S3_SETTINGS = (
 )
 # Markers in delta-rs (object_store) and pyarrow (AWS SDK) error text, lower-cased.
 _CREDENTIAL_MARKERS = (
-    "403",
     "forbidden",
     "signaturedoesnotmatch",
     "invalidaccesskeyid",
@@ -35,6 +34,9 @@ _CREDENTIAL_MARKERS = (
     "credential",
     "169.254.169.254",  # no credentials anywhere: object_store fell back to instance metadata
 )
+# The status code alone: the text also holds ports and durations ("127.0.0.1:40312",
+# "in 4.0312s") whose digits may contain it.
+_FORBIDDEN_STATUS = re.compile(r"(?<![\w.:])403(?![\w.])")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _DETAIL_LIMIT = 600
 _UNREACHABLE_MARKERS = (
@@ -57,7 +59,7 @@ def object_store_error(uri: str, exc: BaseException, doing: str) -> ObjectStoreE
         return None
     text = str(exc)
     lowered = text.lower()
-    if any(marker in lowered for marker in _CREDENTIAL_MARKERS):
+    if _FORBIDDEN_STATUS.search(lowered) or any(m in lowered for m in _CREDENTIAL_MARKERS):
         kind, what = "credentials", "refused the request: no credentials, or ones it rejects"
     elif any(marker in lowered for marker in _UNREACHABLE_MARKERS):
         kind, what = "unreachable", "did not answer"
