@@ -59,6 +59,8 @@ CORE_TESTS = (
     "tests/spark/test_stream_source.py",
     "tests/spark/test_streaming.py",
     "tests/spark/test_stream_to_table.py",
+    # Schema evolution of catalog writes: analyzer internals that differ between minors.
+    "tests/spark/test_catalog_schema_evolution.py",
     "tests/pipelines/test_runner.py",
     # Real-time mode (Spark 4.1+; on 4.0 they assert the typed refusal and skip the rest).
     "tests/spark/test_realtime_source.py",

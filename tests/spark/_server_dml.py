@@ -35,10 +35,11 @@ class Tables:
     cdf: str  # delta.enableChangeDataFeed
     dv: str  # delta.enableDeletionVectors
     parts: str  # partitioned by p
+    clone: str  # a shallow clone of dv
 
     @classmethod
     def under(cls, root: Path) -> Tables:
-        return cls(str(root / "cdf"), str(root / "dv"), str(root / "parts"))
+        return cls(*(str(root / name) for name in ("cdf", "dv", "parts", "clone")))
 
 
 def setup(t: Tables) -> list[str]:
@@ -89,10 +90,12 @@ def partition_overwrites(path: str) -> list[str]:
 
 
 def commands(t: Tables) -> list[str]:
-    """VACUUM the deletion-vector table, RESTORE the change-feed one, then show both."""
+    """VACUUM the deletion-vector table and clone it, RESTORE the change-feed one, then
+    show it."""
     return [
         "SET spark.databricks.delta.retentionDurationCheck.enabled = false",
         f"VACUUM delta.`{t.dv}` RETAIN 0 HOURS",
+        f"CREATE TABLE delta.`{t.clone}` SHALLOW CLONE delta.`{t.dv}`",
         f"RESTORE TABLE delta.`{t.cdf}` TO VERSION AS OF 1",
         f"DESCRIBE HISTORY delta.`{t.cdf}`",
         f"DESCRIBE DETAIL delta.`{t.cdf}`",
@@ -145,6 +148,9 @@ def check_tables(t: Tables, *, overwrites: bool = True) -> None:
             int(merge["numTargetRowsInserted"]),
             int(merge["numTargetRowsDeleted"]),
         ) == (1, 1, 1), merge
+    # The clone reads the vacuumed table's files, deletion vectors applied.
+    assert rows(t.clone) == AFTER_DML
+    assert [h["operation"] for h in DeltaTable(t.clone).history()] == ["CLONE"]
     # The change feed's files for the DML commits; deletion vectors for the other table.
     assert any((Path(t.cdf) / "_change_data").iterdir())
     dv_delete = (Path(t.dv) / "_delta_log" / f"{3:020d}.json").read_text()

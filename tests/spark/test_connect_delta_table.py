@@ -467,6 +467,51 @@ def test_the_sessions_auto_merge_over_connect(client: Client, tables: Path) -> N
                     (4, "n4", 1, None)]  # fmt: skip
 
 
+def test_clone_methods_run_on_the_server(client: Client, tables: Path) -> None:
+    """DeltaTable.clone / cloneAtVersion from a Connect client: the server writes the
+    clones (the client cannot open table storage)."""
+    source = seeded(tables / "clone_source")
+    write_deltalake(
+        source, pa.table({"id": pa.array([4], pa.int64()), "name": ["n4"]}), mode="append"
+    )
+    latest, first = tables / "clone_latest", tables / "clone_first"
+    counts = client.run(
+        f"""
+        table = DeltaTable.forPath(spark, {source!r})
+        result = [table.clone({str(latest)!r}, isShallow=True).toDF().count(),
+                  table.cloneAtVersion(0, {str(first)!r}, isShallow=True).toDF().count()]
+        """
+    )
+    assert counts == [4, 3]
+    assert [h["operation"] for h in DeltaRsTable(str(first)).history()] == ["CLONE"]
+
+
+def test_catalog_writes_evolve_the_schema_over_connect(client: Client, tables: Path) -> None:
+    """A Connect client's saveAsTable / writeTo with mergeSchema, and its SQL INSERT under
+    autoMerge, add the new columns to a catalog table on the server."""
+    path = tables / "evolved"
+    client.run(
+        f"""
+        spark.sql("CREATE TABLE evolved (id BIGINT, name STRING) USING delta LOCATION '{path}'")
+        spark.createDataFrame([(1, "a", 1)], "id long, name string, a int").write.format(
+            "delta").mode("append").option("mergeSchema", "true").saveAsTable("evolved")
+        spark.createDataFrame([("b", 2, "x")], "name string, id long, b string").writeTo(
+            "evolved").option("mergeSchema", "true").append()
+        spark.conf.set("spark.databricks.delta.schema.autoMerge.enabled", "true")
+        try:
+            spark.sql("INSERT INTO evolved BY NAME SELECT 3 AS id, 'c' AS name, 3.5D AS c")
+        finally:
+            spark.conf.unset("spark.databricks.delta.schema.autoMerge.enabled")
+        result = None
+        """
+    )
+    data = DeltaRsTable(str(path)).to_pyarrow_table()
+    assert data.column_names == ["id", "name", "a", "b", "c"]
+    assert sorted(zip(*data.to_pydict().values(), strict=True)) == [
+        (1, "a", 1, None, None), (2, "b", None, "x", None), (3, "c", None, None, 3.5)
+    ]  # fmt: skip
+
+
 @pytest.mark.skipif(
     tuple(int(p) for p in pyspark.__version__.split(".")[:2]) < (4, 2),
     reason="pyspark's trigger(realTime=...) came with 4.2 (4.1 has it on the JVM only)",

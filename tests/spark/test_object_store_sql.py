@@ -115,3 +115,39 @@ def test_column_mapped_table_on_s3_created_written_and_read(spark, object_store)
         assert rs.metadata().configuration["delta.columnMapping.maxColumnId"] == "2"
         found = QueryBuilder().register("t", rs).execute("SELECT * FROM t").read_all()
         assert sorted(tuple(r.values()) for r in pa.table(found).to_pylist()) == expected
+
+
+def test_inserts_add_columns_to_an_s3_table_under_schema_evolution(spark, object_store):
+    """The Python route's table (an object store) evolves as a local one: SQL INSERT under
+    the session's autoMerge, writeTo with mergeSchema."""
+    from tests.spark._conf import conf_set
+
+    uri = object_store.uri()
+    spark.createDataFrame([(1, "a")], "id long, name string").write.format("delta").save(uri)
+    with conf_set(spark, "spark.databricks.delta.schema.autoMerge.enabled", "true"):
+        spark.sql(f"INSERT INTO delta.`{uri}` SELECT 2 AS id, 'b' AS name, 2.5D AS score")
+    spark.createDataFrame([("c", 3, "x")], "name string, id long, tag string").writeTo(
+        f"delta.`{uri}`"
+    ).option("mergeSchema", "true").append()
+
+    rs = DeltaTable(uri, storage_options=object_store.storage_options)
+    data = rs.to_pyarrow_table()
+    assert data.column_names == ["id", "name", "score", "tag"]
+    assert sorted(tuple(r.values()) for r in data.to_pylist()) == [
+        (1, "a", None, None), (2, "b", 2.5, None), (3, "c", None, "x")
+    ]  # fmt: skip
+
+
+def test_merge_schema_adds_struct_fields_on_s3(spark, object_store):
+    uri = object_store.uri()
+    spark.createDataFrame([(1, (1,))], "id long, s struct<a:int>").write.format("delta").save(uri)
+    spark.createDataFrame([(2, (2, "z"))], "id long, s struct<a:int, b:string>").write.format(
+        "delta"
+    ).mode("append").option("mergeSchema", "true").save(uri)
+
+    rs = DeltaTable(uri, storage_options=object_store.storage_options)
+    assert rs.version() == 1
+    assert sorted(rs.to_pyarrow_table().to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "s": {"a": 1, "b": None}},
+        {"id": 2, "s": {"a": 2, "b": "z"}},
+    ]

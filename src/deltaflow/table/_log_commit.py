@@ -374,6 +374,8 @@ def create_table(
     description: str | None = None,
     operation: str = "CREATE TABLE",
     operation_parameters: Mapping[str, Any] | None = None,
+    operation_metrics: Mapping[str, str] | None = None,
+    domains: Sequence[Mapping[str, Any]] = (),
 ) -> bool:
     """Write version 0 of a new local table with exactly ``protocol``; False when a
     version 0 exists already (nothing written).
@@ -384,14 +386,15 @@ def create_table(
     log_dir = log_location(table_uri, "Creating a table with deletion vectors enabled")
     now_ms = int(time.time() * 1000)
     parameters = dict(operation_parameters or {})
-    parameters.setdefault("partitionBy", json.dumps(list(partition_columns)))
+    if operation != "CLONE":  # delta-spark's CLONE records its source, not partitioning
+        parameters.setdefault("partitionBy", json.dumps(list(partition_columns)))
     info = {
         "timestamp": now_ms,
         "operation": operation,
         "operationParameters": parameters,
         "isolationLevel": ISOLATION_LEVEL,
         "isBlindAppend": True,
-        "operationMetrics": {"numFiles": str(len(adds))},
+        "operationMetrics": dict(operation_metrics or {"numFiles": str(len(adds))}),
         "engineInfo": engine_info(),
         "txnId": str(uuid.uuid4()),
     }
@@ -410,6 +413,7 @@ def create_table(
         {"protocol": dict(protocol)},
         {"metaData": metadata},
     ]
+    actions.extend({"domainMetadata": dict(d)} for d in domains)
     actions.extend({"add": dict(a)} for a in adds)
     text = "\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n"
     return put_version(log_dir, 0, text.encode("utf-8"))

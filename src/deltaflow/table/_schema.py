@@ -287,22 +287,35 @@ def struct_mismatches(
             if not allow_new:
                 problems.append(f"{path} (new column of type {type_to_string(field['type'])})")
             continue
-        src_t, tgt_t = field["type"], target["type"]
-        if (
-            isinstance(src_t, dict)
-            and isinstance(tgt_t, dict)
-            and src_t["type"] == tgt_t["type"] == "struct"
-        ):
-            problems.extend(struct_mismatches(src_t, tgt_t, allow_new=allow_new, prefix=path + "."))
-        elif not is_widening(src_t, tgt_t):
-            problems.append(
-                f"{path} (data type {type_to_string(src_t)}, table type {type_to_string(tgt_t)})"
-            )
+        problems.extend(_type_mismatches(field["type"], target["type"], allow_new, path))
     return problems
 
 
+def _type_mismatches(source: JsonType, target: JsonType, allow_new: bool, path: str) -> list[str]:
+    """:func:`struct_mismatches` for one column's type: structs at any depth (inside arrays
+    and maps too) may gain fields under ``allow_new``; anything else must widen."""
+    if isinstance(source, dict) and isinstance(target, dict) and source["type"] == target["type"]:
+        kind = source["type"]
+        if kind == "struct":
+            return struct_mismatches(source, target, allow_new=allow_new, prefix=path + ".")
+        if kind == "array":
+            return _type_mismatches(
+                source["elementType"], target["elementType"], allow_new, path + ".element"
+            )
+        if kind == "map":
+            return _type_mismatches(
+                source["keyType"], target["keyType"], allow_new, path + ".key"
+            ) + _type_mismatches(
+                source["valueType"], target["valueType"], allow_new, path + ".value"
+            )
+    if is_widening(source, target):
+        return []
+    return [f"{path} (data type {type_to_string(source)}, table type {type_to_string(target)})"]
+
+
 def merge_schemas(table: dict[str, Any], incoming: dict[str, Any]) -> dict[str, Any]:
-    """``table`` with the columns only ``incoming`` has appended (recursively, for structs)."""
+    """``table`` with the columns only ``incoming`` has appended (recursively, for structs,
+    also inside arrays and maps)."""
     merged = copy.deepcopy(table)
     by_name = {f["name"].lower(): f for f in merged["fields"]}
     for field in incoming["fields"]:
@@ -312,14 +325,27 @@ def merge_schemas(table: dict[str, Any], incoming: dict[str, Any]) -> dict[str, 
             new_field["nullable"] = True
             merged["fields"].append(new_field)
             continue
-        src_t, tgt_t = field["type"], target["type"]
-        if (
-            isinstance(src_t, dict)
-            and isinstance(tgt_t, dict)
-            and src_t["type"] == tgt_t["type"] == "struct"
-        ):
-            target["type"] = merge_schemas(tgt_t, src_t)
+        target["type"] = _merged_type(target["type"], field["type"])
     return merged
+
+
+def _merged_type(table: JsonType, incoming: JsonType) -> JsonType:
+    """``table`` with the struct fields only ``incoming`` has, inside arrays and maps too."""
+    if not (isinstance(table, dict) and isinstance(incoming, dict)):
+        return table
+    if table["type"] != incoming["type"]:
+        return table
+    if table["type"] == "struct":
+        return merge_schemas(table, incoming)
+    if table["type"] == "array":
+        return {**table, "elementType": _merged_type(table["elementType"], incoming["elementType"])}
+    if table["type"] == "map":
+        return {
+            **table,
+            "keyType": _merged_type(table["keyType"], incoming["keyType"]),
+            "valueType": _merged_type(table["valueType"], incoming["valueType"]),
+        }
+    return table
 
 
 def field_type(schema: dict[str, Any], name: str) -> JsonType:

@@ -126,21 +126,33 @@ class Snapshot:
         return entries
 
     def deleted_rows(self) -> dict[str, np.ndarray]:
-        """Relative path -> sorted indexes of rows removed by deletion vectors."""
+        """Path (relative, or the absolute URI of a file outside the table) -> sorted
+        indexes of rows removed by deletion vectors."""
         if not self.has_deletion_vectors_enabled:
             return {}
         out: dict[str, np.ndarray] = {}
         prefix = _uri.delta_rs_uri(self.uri).rstrip("/") + "/"
         reader = self.delta_table.deletion_vectors()
         table = _arrow.read_stream(reader)
+        outside: dict[tuple[str, str, str], str] | None = None
         for file_uri, selection in zip(
             table.column("filepath").to_pylist(),
             table.column("selection_vector").to_pylist(),
             strict=True,
         ):
-            relative = _relative_path(file_uri, prefix)
+            key = _relative_path(file_uri, prefix)
+            if _uri.is_absolute(key):
+                # A file outside the table (a shallow clone's): the key is the log's own
+                # spelling of its URI (file:/x, file:///x, percent-encoded or not).
+                if outside is None:
+                    outside = {
+                        _same_file(f.path): f.path
+                        for f in self.files(stats=False)
+                        if _uri.is_absolute(f.path)
+                    }
+                key = outside.get(_same_file(key), key)
             keep = np.asarray(selection, dtype=bool)
-            out[relative] = np.flatnonzero(~keep).astype(np.int64)
+            out[key] = np.flatnonzero(~keep).astype(np.int64)
         return out
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
@@ -158,7 +170,16 @@ def _relative_path(file_uri: str, prefix: str) -> str:
     local_prefix = prefix[len("file://") :] if prefix.startswith("file://") else prefix
     if path.startswith(local_prefix):
         return path[len(local_prefix) :]
-    return path
+    # A file outside the table (a shallow clone's): the log names it by absolute URI.
+    return file_uri
+
+
+def _same_file(uri: str) -> tuple[str, str, str]:
+    """A URI reduced to what names the file, however the log spelled it."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(uri)
+    return parsed.scheme, parsed.netloc, unquote(parsed.path)
 
 
 def _physical_to_logical(schema: dict[str, Any]) -> dict[str, str]:

@@ -44,10 +44,15 @@ def delta_rs_uri(uri: str) -> str:
     return local_path(uri) if is_local(uri) else uri
 
 
+def is_absolute(path: str) -> bool:
+    """Whether a log path is a URI of its own rather than relative to the table."""
+    return bool(_ABSOLUTE.match(path))
+
+
 def join(uri: str, relative: str) -> str:
     """``relative`` under ``uri``; an absolute URI as it is (Delta allows a data file's
     path to be one: a shallow clone's files stay where its source keeps them)."""
-    if _ABSOLUTE.match(relative):
+    if is_absolute(relative):
         return relative
     return uri.rstrip("/") + "/" + relative.lstrip("/")
 

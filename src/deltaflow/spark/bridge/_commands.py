@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from deltaflow.spark.commands import _convert, _describe, _maintenance, _reorg, _vacuum
+from deltaflow.spark.commands import _clone, _convert, _describe, _maintenance, _reorg, _vacuum
 from deltaflow.table import _uri
 
 
@@ -59,6 +59,19 @@ def reorg(args: dict[str, Any]) -> dict[str, Any]:
 
 def convert(args: dict[str, Any]) -> dict[str, Any]:
     return {"converted": _convert.convert(_table(args), args.get("partitionSchema")), "rows": []}
+
+
+def clone(args: dict[str, Any]) -> dict[str, Any]:
+    version = args.get("version")
+    rows = _clone.shallow_clone(
+        _table(args),
+        _uri.normalize_uri(str(args["target"])),
+        version=None if version is None else int(version),
+        timestamp=args.get("timestamp"),
+        properties={str(k): str(v) for k, v in (args.get("properties") or {}).items()},
+        source_name=args.get("sourceName"),
+    )
+    return _answer(rows)
 
 
 def generate(args: dict[str, Any]) -> dict[str, Any]:

@@ -50,6 +50,8 @@ The whole interface, every operation the JVM may call:
 ``sql.reorg``      ``{uri, where}`` -> ``rows``: REORG ... APPLY (PURGE), OPTIMIZE's row.
 ``sql.convert``    ``{uri, partitionSchema}`` -> ``{converted, rows: []}``.
 ``sql.generate``   ``{uri, mode}`` -> ``{rows: []}``: the symlink manifest written.
+``sql.clone``      ``{uri, target, version | timestamp, properties, sourceName}`` ->
+                   ``rows``: SHALLOW CLONE's metrics; the clone's version 0 written.
                    (Rows of ``sql.*`` are JSON arrays in the order of the command's
                    output schema: see :mod:`deltaflow.spark.bridge._commands`.)
 ``dml.run``        ``{session, kind, uri, name, alias?, condition?, assignments?,
@@ -136,6 +138,7 @@ OPERATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "sql.reorg": _commands.reorg,
     "sql.convert": _commands.convert,
     "sql.generate": _commands.generate,
+    "sql.clone": _commands.clone,
     "dml.run": run_dml,
     "session.sources": register_sources,
     "stream.open": _stream.open_stream,
@@ -162,6 +165,7 @@ _COMMITTING_OPS = frozenset(
         "sql.optimize",
         "sql.reorg",
         "sql.convert",
+        "sql.clone",
         "dml.run",
         "catalog.create",
         "catalog.alter",

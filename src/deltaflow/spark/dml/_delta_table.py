@@ -309,6 +309,80 @@ class DeltaTable:
             return _remote.restore_to_timestamp(self._spark, self._sql_name(), timestamp)
         return self.restoreToVersion(load_snapshot(self._uri, timestamp=timestamp).version)
 
+    def clone(
+        self,
+        target: str,
+        isShallow: bool,
+        replace: bool = False,
+        properties: Mapping[str, str] | None = None,
+    ) -> DeltaTable:
+        """A shallow clone of the table's latest version at ``target`` (a catalog table
+        name, or a path), as ``CREATE TABLE <target> SHALLOW CLONE``; the clone's table."""
+        return self._clone("", target, isShallow, replace, properties)
+
+    def cloneAtVersion(
+        self,
+        version: int,
+        target: str,
+        isShallow: bool,
+        replace: bool = False,
+        properties: Mapping[str, str] | None = None,
+    ) -> DeltaTable:
+        """:meth:`clone` of ``version``."""
+        args.check_int(version, "version")
+        return self._clone(f" VERSION AS OF {int(version)}", target, isShallow, replace, properties)
+
+    def cloneAtTimestamp(
+        self,
+        timestamp: str,
+        target: str,
+        isShallow: bool,
+        replace: bool = False,
+        properties: Mapping[str, str] | None = None,
+    ) -> DeltaTable:
+        """:meth:`clone` of the latest version committed at or before ``timestamp``."""
+        args.check_str(timestamp, "timestamp")
+        return self._clone(
+            f" TIMESTAMP AS OF {_sql_string(timestamp)}", target, isShallow, replace, properties
+        )
+
+    def _clone(
+        self,
+        as_of: str,
+        target: str,
+        shallow: bool,
+        replace: bool,
+        properties: Mapping[str, str] | None,
+    ) -> DeltaTable:
+        args.check_str(target, "target")
+        if not shallow:
+            raise UnsupportedFeatureError(
+                f"A deep clone of {self._sql_name()} would copy its data files, which deltaflow"
+                " does not do (nor does delta-spark): pass isShallow=True.",
+                table_uri=self._uri,
+                feature="deepClone",
+            )
+        by_path = "/" in target or "://" in target
+        name = "delta.`" + target.replace("`", "``") + "`" if by_path else target
+        pairs = ", ".join(
+            f"{_sql_string(k)} = {_sql_string(v)}" for k, v in (properties or {}).items()
+        )
+        statement = (
+            f"CREATE {'OR REPLACE ' if replace else ''}TABLE {name} SHALLOW CLONE"
+            f" {self._sql_name()}{as_of}{f' TBLPROPERTIES ({pairs})' if pairs else ''}"
+        )
+        if not (self._remote or _has_sql_extension(self._spark)):
+            raise UnsupportedFeatureError(
+                f"{statement}: cloning runs as SQL, and this session lacks deltaflow's SQL"
+                " extension. Start it with deltaflow.session() or deltaflow.spark_conf().",
+                table_uri=self._uri,
+                feature="sqlExtension",
+            )
+        _remote.run(self._spark, statement).collect()
+        if by_path:
+            return DeltaTable.forPath(self._spark, target)
+        return DeltaTable.forName(self._spark, target)
+
     def generate(self, mode: str) -> None:
         """Write the manifest files ``mode`` names (``"symlink_format_manifest"``:
         ``_symlink_format_manifest/``, for Presto / Athena), as ``GENERATE``."""

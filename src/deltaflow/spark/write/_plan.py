@@ -91,6 +91,9 @@ class WritePlan:
     # table: ``configuration`` is the table's whole new configuration, committed in new
     # metadata beside the data (history kept, the protocol only ever upgraded).
     replace_table: bool = False
+    # mergeSchema added fields inside struct columns: ``schema`` (their new types, new
+    # columns too) is committed beside the data by the log writer, in one commit.
+    evolves_nested: bool = False
 
 
 def should_optimize_write(options: WriteOptions, configuration: Mapping[str, str | None]) -> bool:
@@ -188,11 +191,12 @@ def plan_write(
         dict(options.table_properties) if replacing else snapshot.configuration
     )
     new_columns: tuple[dict[str, Any], ...] = ()
+    nested = False
     if replace_schema:
         _refuse_mapped_replace(uri, snapshot, options)
         schema = _replaced_schema(uri, snapshot, incoming, options)
     else:
-        schema, new_columns = _checked_schema(uri, snapshot, incoming, options)
+        schema, new_columns, nested = _checked_schema(uri, snapshot, incoming, options)
     if replace_where is not None:
         _replace_where.validate(
             uri, replace_where, arrow_schema(schema), tuple(partitions), snapshot.configuration
@@ -208,7 +212,9 @@ def plan_write(
         physical_schema=physical,
         partition_columns=tuple(partitions),
         read_version=snapshot.version,
-        new_columns=new_columns,
+        # Struct fields added: the whole new schema is committed with the data instead.
+        new_columns=() if nested else new_columns,
+        evolves_nested=nested,
         configuration=dict(options.table_properties) if replacing else {},
         num_indexed_cols=_stats.num_indexed_cols(properties),
         options=options,
@@ -314,9 +320,10 @@ def _replaced_schema(
 
 def _checked_schema(
     uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
-) -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
-    """Schema enforcement: the data must fit the table (``mergeSchema`` may add columns);
-    the table's schema for this write and the columns it adds."""
+) -> tuple[dict[str, Any], tuple[dict[str, Any], ...], bool]:
+    """Schema enforcement: the data must fit the table (``mergeSchema`` may add columns and
+    struct fields); the table's schema for this write, the columns it adds, and whether it
+    adds struct fields."""
     partitions = snapshot.partition_columns
     table_logical = _schema.logical_schema(snapshot.schema)
     problems = _schema.struct_mismatches(incoming, table_logical, allow_new=options.merge_schema)
@@ -328,7 +335,7 @@ def _checked_schema(
             table_uri=uri,
             columns=tuple(p.split(" (")[0] for p in problems),
         )
-    schema, new_columns = _merged_schema(uri, snapshot, incoming, options)
+    schema, new_columns, nested = _merged_schema(uri, snapshot, incoming, options)
     if options.partition_by and tuple(c.lower() for c in options.partition_by) != tuple(
         c.lower() for c in partitions
     ):
@@ -339,7 +346,7 @@ def _checked_schema(
             table_uri=uri,
             columns=tuple(options.partition_by),
         )
-    return schema, new_columns
+    return schema, new_columns, nested
 
 
 def _plan_new_table(
@@ -406,11 +413,14 @@ def _plan_new_table(
 
 def _merged_schema(
     uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
-) -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
-    """The table's schema for this write, and the columns ``mergeSchema`` adds to it."""
+) -> tuple[dict[str, Any], tuple[dict[str, Any], ...], bool]:
+    """The table's schema for this write, the top-level columns ``mergeSchema`` adds to it,
+    and whether it also adds fields inside struct columns (at any depth)."""
+    from deltaflow.table import _conditional_put
+
     table_logical = _schema.logical_schema(snapshot.schema)
     if not options.merge_schema:
-        return snapshot.schema, ()
+        return snapshot.schema, (), False
     merged = _schema.merge_schemas(table_logical, incoming)
     known = {f["name"].lower() for f in table_logical["fields"]}
     new_columns = tuple(
@@ -418,26 +428,30 @@ def _merged_schema(
         for f in merged["fields"]
         if f["name"].lower() not in known
     )
-    nested_change = [
-        f["name"]
+    nested = {
+        f["name"]: f["type"]
         for f, g in zip(merged["fields"], table_logical["fields"], strict=False)
         if f["type"] != g["type"]
-    ]
-    if nested_change:
-        raise UnsupportedFeatureError(
-            f"mergeSchema would add nested fields to {', '.join(nested_change)} of table"
-            f" {uri}; deltaflow can add top-level columns only so far.",
-            table_uri=uri,
-            feature="mergeSchema-nested",
-        )
-    if new_columns and snapshot.column_mapping_mode != "none":
+    }
+    if (new_columns or nested) and snapshot.column_mapping_mode != "none":
         raise UnsupportedFeatureError(
             f"mergeSchema on column-mapped table {uri} is not supported yet.",
             table_uri=uri,
             feature="columnMapping",
         )
-    schema = {**snapshot.schema, "fields": snapshot.schema["fields"] + list(new_columns)}
-    return schema, new_columns
+    if nested and not _conditional_put.supported(uri):
+        raise UnsupportedFeatureError(
+            f"mergeSchema would add nested fields to {', '.join(nested)} of table {uri}: the"
+            " new schema is committed with the data by deltaflow's own log writer, which"
+            " needs a store with put-if-absent. Add the fields first (ALTER TABLE ... ADD"
+            " COLUMNS (s.field type)), then write.",
+            table_uri=uri,
+            feature="mergeSchema-nested",
+        )
+    # The table's own fields (their metadata kept), struct columns widened, new ones last.
+    fields = [{**f, "type": nested.get(f["name"], f["type"])} for f in snapshot.schema["fields"]]
+    schema = {**snapshot.schema, "fields": fields + list(new_columns)}
+    return schema, new_columns, bool(nested)
 
 
 def _skipped_plan(snapshot: Snapshot, options: WriteOptions) -> WritePlan:

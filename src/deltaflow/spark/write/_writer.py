@@ -57,6 +57,7 @@ def commit_request(
         clustering_columns=plan.options.clustering_columns,
         auto_compact=plan.options.auto_compact,
         replace_table=plan.replace_table,
+        evolves_nested=plan.evolves_nested,
     )
     if plan.dynamic_overwrite and plan.read_version is not None:
         # Explicit removes of the touched partitions' files; delta-rs derives none (and

@@ -10,7 +10,8 @@ import io.deltaflow.spark.sql.{DeltaSqlParser, TableChanges}
  * a session's SQL, as delta-spark's `DeltaSparkSessionExtension` does for it. The SQL parser
  * learns Delta's own statements ([[DeltaSqlParser]]) and the `table_changes` functions
  * ([[TableChanges]]); everything else stays Spark's. Catalog reads honour `readChangeFeed`
- * and dynamic partition overwrites work ([[DeltaAnalysis]]). ALTER TABLE forms Spark's
+ * and dynamic partition overwrites work ([[DeltaAnalysis]]); writes into a catalog table
+ * evolve its schema under `mergeSchema` or autoMerge ([[WriteSchemaEvolution]]). ALTER TABLE forms Spark's
  * analysis would refuse for a Delta table go to its catalog ([[AlterTableRule]]). A
  * stream into a catalog table is checked when it starts ([[StreamWriteCheck]]), and a
  * continuous trigger from or into Delta refused ([[StreamTriggerCheck]]).
@@ -27,6 +28,9 @@ class DeltaSparkSessionExtension extends (SparkSessionExtensions => Unit) {
     TableChanges.functions.foreach(extensions.injectTableFunction)
     extensions.injectResolutionRule(session => new DeltaAnalysis(session))
     extensions.injectResolutionRule(session => new AlterTableRule(session))
+    // Twice: before Resolution for the DataFrame API's writes, in it for SQL INSERT.
+    extensions.injectHintResolutionRule(session => new WriteSchemaEvolution(session))
+    extensions.injectResolutionRule(session => new WriteSchemaEvolution(session))
     extensions.injectCheckRule(_ => new StreamWriteCheck)
     extensions.injectHintResolutionRule(session => new StreamTriggerCheck(session))
   }

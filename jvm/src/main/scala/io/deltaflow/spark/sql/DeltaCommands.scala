@@ -78,6 +78,10 @@ private[sql] object Schemas {
 
   val Vacuum: StructType = StructType.fromDDL("path string")
 
+  val Clone: StructType = StructType.fromDDL(
+    "source_table_size bigint, source_num_of_files bigint, num_removed_files bigint, " +
+      "num_copied_files bigint, removed_files_size bigint, copied_files_size bigint")
+
   val Empty: StructType = new StructType()
 }
 
@@ -166,13 +170,13 @@ private[sql] case class RestoreCommand(target: TableRef, version: Option[Long], 
 private[sql] object RestoreCommand {
   /** The timestamp expression (a literal, or e.g. `current_timestamp() - INTERVAL 1 DAY`),
    *  evaluated by Spark in the session's time zone, as an ISO instant. */
-  def instant(session: SparkSession, text: String): String = {
+  def instant(session: SparkSession, text: String, statement: String = "RESTORE"): String = {
     val value = try {
       session.sql(s"SELECT CAST(($text) AS TIMESTAMP)").head().get(0)
     } catch {
       case e: Exception =>
         throw DeltaflowException.of("InvalidOptionError",
-          s"RESTORE ... TIMESTAMP AS OF $text: not a timestamp (${firstLine(e)}). Write a " +
+          s"$statement ... TIMESTAMP AS OF $text: not a timestamp (${firstLine(e)}). Write a " +
             "timestamp literal such as '2026-01-31 12:00:00' or an expression of type TIMESTAMP.",
           Map("option" -> "timestampAsOf"))
     }
@@ -181,7 +185,7 @@ private[sql] object RestoreCommand {
       case i: java.time.Instant => i.toString
       case _ =>
         throw DeltaflowException.of("InvalidOptionError",
-          s"RESTORE ... TIMESTAMP AS OF $text: the timestamp is null. Write a timestamp " +
+          s"$statement ... TIMESTAMP AS OF $text: the timestamp is null. Write a timestamp " +
             "literal such as '2026-01-31 12:00:00'.",
           Map("option" -> "timestampAsOf"))
     }
@@ -213,4 +217,49 @@ private[sql] case class GenerateCommand(target: TableRef, mode: String) extends 
   override def outputSchema: StructType = Schemas.Empty
   override def arguments(session: SparkSession, table: ResolvedTable, args: ObjectNode): Unit =
     args.put("mode", mode)
+}
+
+/**
+ * `CREATE [OR REPLACE] TABLE [IF NOT EXISTS] <target> SHALLOW CLONE <source> [VERSION AS OF
+ * n | TIMESTAMP AS OF ts] [TBLPROPERTIES (...)] [LOCATION '...']`: the brain writes the
+ * clone's version 0 (`sql.clone`), then a catalog target gets its entry, managed unless a
+ * LOCATION was given, as `CREATE TABLE` would make it. delta-spark's output row.
+ */
+private[sql] case class CloneCommand(
+    target: TableRef,
+    source: TableRef,
+    replace: Boolean,
+    ifNotExists: Boolean,
+    version: Option[Long],
+    timestamp: Option[String],
+    properties: Map[String, String],
+    location: Option[String]) extends LeafRunnableCommand {
+
+  override lazy val output: Seq[Attribute] = DataTypeUtils.toAttributes(Schemas.Clone)
+
+  override def run(session: SparkSession): Seq[Row] = {
+    val from = DeltaTables.resolve(source, "SHALLOW CLONE")
+    val into = DeltaTables.cloneTarget(target, location)
+    if (into.exists) {
+      if (ifNotExists) return Seq.empty
+      throw DeltaflowException.of(if (replace) "UnsupportedFeatureError" else "TableAlreadyExistsError",
+        s"SHALLOW CLONE into ${into.shown}: the table exists already. " +
+          (if (replace) "Replacing an existing table by a clone is not supported yet: drop it " +
+            "first (DROP TABLE), then clone."
+          else "Use CREATE TABLE IF NOT EXISTS, or drop it first."),
+        Map("table_uri" -> into.shown) ++ (if (replace) Map("feature" -> "cloneReplace") else Map()))
+    }
+    val args = Brain.newArgs()
+    args.put("uri", from.uri)
+    args.put("target", into.uri)
+    args.put("sourceName", from.name.getOrElse(s"delta.`${from.uri}`"))
+    version.foreach(args.put("version", _))
+    timestamp.foreach(text =>
+      args.put("timestamp", RestoreCommand.instant(session, text, "SHALLOW CLONE")))
+    val props = args.putObject("properties")
+    properties.foreach { case (k, v) => props.put(k, v) }
+    val answer = Brain.call("sql.clone", args)
+    into.register(session)
+    JsonRows.toRows(answer.get("rows"), Schemas.Clone)
+  }
 }

@@ -18,12 +18,15 @@ import io.deltaflow.spark.DeltaflowException
  *   RESTORE [TABLE] table [TO] VERSION AS OF n | TIMESTAMP AS OF timestamp
  *   CONVERT TO DELTA table [NO STATISTICS] [PARTITIONED BY (col type, ...)]
  *   GENERATE mode FOR TABLE table
+ *   CREATE [OR REPLACE] TABLE [IF NOT EXISTS] table SHALLOW CLONE table
+ *     [VERSION AS OF n | TIMESTAMP AS OF timestamp] [TBLPROPERTIES (k = v, ...)] [LOCATION path]
  *   table := name[.name...] | delta.`/path` | '/path'
  * }}}
  *
  * `parse` answers `None` for any other text, which then goes to Spark's parser unchanged.
  * A text that starts like one of these statements (`VACUUM`, `OPTIMIZE`, `RESTORE`,
- * `CONVERT TO DELTA`, `GENERATE ... FOR TABLE`, `DESCRIBE HISTORY|DETAIL <table>`) but
+ * `CONVERT TO DELTA`, `GENERATE ... FOR TABLE`, `DESCRIBE HISTORY|DETAIL <table>`,
+ * `CREATE TABLE <table> [SHALLOW] CLONE`) but
  * does not follow it fails with a `SqlSyntaxError` saying where and what was expected.
  */
 private[sql] object DeltaStatements {
@@ -40,6 +43,7 @@ private[sql] object DeltaStatements {
       case "CONVERT" if tokens.length > 2 && tokens(1).isWord("TO") && tokens(2).isWord("DELTA") =>
         Some(convert(c, delegate))
       case "GENERATE" if tokens.length > 2 && tokens(2).isWord("FOR") => Some(generate(c))
+      case "CREATE" | "REPLACE" => cloneHead(new Cursor(sql, tokens)).map(_ => clone(c))
       case _ => None
     }
   }
@@ -178,6 +182,55 @@ private[sql] object DeltaStatements {
     ConvertCommand(table, partitionSchema)
   }
 
+  private val CloneSyntax =
+    "CREATE [OR REPLACE] TABLE [IF NOT EXISTS] <table> SHALLOW CLONE <source> " +
+      "[VERSION AS OF <version> | TIMESTAMP AS OF '<timestamp>'] " +
+      "[TBLPROPERTIES (<key> = <value>, ...)] [LOCATION '<path>']"
+
+  /** `CREATE [OR REPLACE] TABLE [IF NOT EXISTS] t` / `REPLACE TABLE t` followed by
+   *  `[SHALLOW | DEEP] CLONE`: (replace, ifNotExists, target), the cursor at the clone's
+   *  kind. None for any other CREATE / REPLACE, which is Spark's. */
+  private def cloneHead(c: Cursor): Option[(Boolean, Boolean, TableRef)] = {
+    val replace = if (c.accept("REPLACE")) true
+      else { c.next(); c.accept("OR") && c.accept("REPLACE") }
+    if (!c.accept("TABLE")) return None
+    val ifNotExists = c.accept("IF") && c.accept("NOT") && c.accept("EXISTS")
+    if (!c.peek.exists(_.isName)) return None
+    val target = c.table()
+    if (c.peek.exists(t => t.isWord("SHALLOW") || t.isWord("DEEP") || t.isWord("CLONE"))) {
+      Some((replace, ifNotExists, target))
+    } else None
+  }
+
+  private def clone(c: Cursor): LogicalPlan = {
+    val (replace, ifNotExists, target) = cloneHead(c).get
+    if (!c.accept("SHALLOW")) {
+      val deep = c.accept("DEEP")
+      throw DeltaflowException.of("UnsupportedFeatureError",
+        s"${if (deep) "DEEP CLONE" else "CLONE"} copies a table's data files, which deltaflow " +
+          "does not do (nor does delta-spark). Write SHALLOW CLONE to reference the source's " +
+          "files, or copy the data with CREATE TABLE ... AS SELECT * FROM <source>.",
+        Map("feature" -> "deepClone"))
+    }
+    c.expect("CLONE", CloneSyntax)
+    val source = c.table()
+    var version: Option[Long] = None
+    var timestamp: Option[String] = None
+    if (c.accept("VERSION")) {
+      c.expect("AS", CloneSyntax); c.expect("OF", CloneSyntax)
+      version = Some(c.integer("a version number"))
+    } else if (c.accept("TIMESTAMP")) {
+      c.expect("AS", CloneSyntax); c.expect("OF", CloneSyntax)
+      val text = c.textUntil(t => t.isWord("TBLPROPERTIES") || t.isWord("LOCATION"))
+      if (text.isEmpty) c.fail("a timestamp", CloneSyntax)
+      timestamp = Some(text)
+    }
+    val properties = if (c.accept("TBLPROPERTIES")) c.properties(CloneSyntax) else Map.empty[String, String]
+    val location = if (c.accept("LOCATION")) Some(c.string("a location", CloneSyntax)) else None
+    c.end("TBLPROPERTIES, LOCATION or the end of the statement", CloneSyntax)
+    CloneCommand(target, source, replace, ifNotExists, version, timestamp, properties, location)
+  }
+
   private val GenerateSyntax = "GENERATE symlink_format_manifest FOR TABLE <table>"
 
   private def generate(c: Cursor): LogicalPlan = {
@@ -198,6 +251,7 @@ private[sql] object DeltaStatements {
       words.head match {
         case "DESC" | "DESCRIBE" => words.take(2).mkString(" ")
         case "CONVERT" => "CONVERT TO DELTA"
+        case "CREATE" | "REPLACE" => "SHALLOW CLONE"
         case first => first
       }
     }
@@ -249,6 +303,33 @@ private[sql] object DeltaStatements {
       case Some(t) if t.kind == Token.Number && t.value.forall(_.isDigit) =>
         next(); t.value.toLong
       case _ => fail(what, s"$statementName ...")
+    }
+
+    def string(what: String, syntax: String): String = peek match {
+      case Some(t) if t.kind == Token.Str => next(); t.value
+      case _ => fail(what, syntax)
+    }
+
+    /** `(key = value, ...)`: keys quoted or dotted names, values literals; `=` optional. */
+    def properties(syntax: String): Map[String, String] = {
+      expectSymbol("(", syntax)
+      val out = Map.newBuilder[String, String]
+      do {
+        val key = peek match {
+          case Some(t) if t.kind == Token.Str => next(); t.value
+          case Some(t) if t.isName => names1().mkString(".")
+          case _ => fail("a property key", syntax)
+        }
+        acceptSymbol("=")
+        val value = peek match {
+          case Some(t) if t.kind == Token.Str || t.kind == Token.Number || t.kind == Token.Word =>
+            next(); t.value
+          case _ => fail(s"a value for $key", syntax)
+        }
+        out += key -> value
+      } while (acceptSymbol(","))
+      expectSymbol(")", syntax)
+      out.result()
     }
 
     def number(what: String, syntax: String): Double = peek match {

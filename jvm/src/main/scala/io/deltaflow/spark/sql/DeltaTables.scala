@@ -3,6 +3,7 @@ package io.deltaflow.spark.sql
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.catalog.{CatalogStorageFormat, CatalogTable, CatalogTableType, CatalogUtils}
 import org.apache.spark.sql.connector.catalog.Identifier
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.types.StructType
 
 import io.deltaflow.spark.{DeltaCatalog, DeltaflowException}
@@ -16,6 +17,11 @@ private[sql] case class NameRef(parts: Seq[String]) extends TableRef
 
 /** Where a statement's table lives; `entry` is its catalog entry, if it has one. */
 private[sql] case class ResolvedTable(uri: String, name: Option[String], entry: Option[CatalogTable])
+
+/** Where a SHALLOW CLONE goes: `uri`, how to name it in errors, whether a table is there
+ *  already, and how to enter it in the catalog once written (nothing for a path). */
+private[sql] case class CloneTarget(
+    uri: String, shown: String, exists: Boolean, register: SparkSession => Unit)
 
 /** Resolves the tables Delta's statements name, through the session catalog. */
 private[sql] object DeltaTables {
@@ -34,11 +40,41 @@ private[sql] object DeltaTables {
     case NameRef(parts) => catalogTable(parts, statement)
   }
 
+  /** The target of `CREATE TABLE <target> SHALLOW CLONE ...`: a path (`delta.\`/p\``), or
+   *  a session catalog name, at `location` or the managed location Spark picks. */
+  def cloneTarget(ref: TableRef, location: Option[String]): CloneTarget = ref match {
+    case NameRef(Seq(format, path)) if format.equalsIgnoreCase("delta") && isPath(format, path) =>
+      CloneTarget(path, s"delta.`$path`", holdsLog(path), _ => ())
+    case PathRef(path) =>
+      throw DeltaflowException.of("SqlSyntaxError",
+        s"SHALLOW CLONE into '$path': name the new table, or its path as delta.`$path`.",
+        Map("statement" -> "SHALLOW CLONE", "expected" -> "a table name or delta.`<path>`"))
+    case NameRef(parts) =>
+      val (local, shown) = sessionName(parts, "SHALLOW CLONE into")
+      val catalog = session.sessionState.catalog
+      val ident = TableIdentifier(local.last, Some(local.init.headOption
+        .getOrElse(catalog.getCurrentDatabase)))
+      val uri = location.getOrElse(CatalogUtils.URIToString(catalog.defaultTablePath(ident)))
+      val name = ident.unquotedString
+      CloneTarget(uri, shown, catalog.tableExists(ident), s =>
+        DeltaCatalog.registerTable(s.asInstanceOf[org.apache.spark.sql.classic.SparkSession],
+          name, uri, managed = location.isEmpty))
+  }
+
+  // Whether `path` has a `_delta_log`; false where Hadoop cannot look (the brain checks
+  // again before it writes, and refuses an existing table).
+  private def holdsLog(path: String): Boolean =
+    try {
+      val log = new org.apache.hadoop.fs.Path(CatalogUtils.stringToURI(path).toString, "_delta_log")
+      log.getFileSystem(session.sessionState.newHadoopConf()).exists(log)
+    } catch { case _: java.io.IOException => false }
+
   private def isPath(format: String, path: String): Boolean =
     DeltaCatalog.isPathIdentifier(Identifier.of(Array("delta"), path))
 
-  private def catalogTable(parts: Seq[String], statement: String): ResolvedTable = {
-    val catalog = session.sessionState.catalog
+  /** A name of the session catalog without its `spark_catalog.` prefix, and the name as
+   *  written, for errors; a name of another catalog is refused. */
+  private def sessionName(parts: Seq[String], statement: String): (Seq[String], String) = {
     val local = if (parts.length == 3 && parts.head.equalsIgnoreCase("spark_catalog")) parts.tail
       else parts
     val shown = parts.map(p => s"`${p.replace("`", "``")}`").mkString(".")
@@ -48,6 +84,12 @@ private[sql] object DeltaTables {
           "(spark_catalog) only. Name the table as db.table, or by its path: delta.`<path>`.",
         Map("table_uri" -> shown, "feature" -> "otherCatalogs"))
     }
+    (local, shown)
+  }
+
+  private def catalogTable(parts: Seq[String], statement: String): ResolvedTable = {
+    val catalog = session.sessionState.catalog
+    val (local, shown) = sessionName(parts, statement)
     val ident = TableIdentifier(local.last, local.init.headOption)
     if (local.length == 1 && catalog.isTempView(local)) {
       throw notDelta(statement, shown, "a temporary view")

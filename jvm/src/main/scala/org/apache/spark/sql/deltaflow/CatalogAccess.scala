@@ -1,11 +1,12 @@
 package org.apache.spark.sql.deltaflow
 
 import scala.jdk.CollectionConverters._
+import scala.util.Try
 
 import org.apache.spark.sql.catalyst.analysis.NamespaceAlreadyExistsException
 import org.apache.spark.sql.catalyst.catalog.{CatalogTable, CatalogUtils}
 import org.apache.spark.sql.classic.SparkSession
-import org.apache.spark.sql.connector.catalog.{CatalogPlugin, CatalogV2Util, Column, SupportsNamespaces, Table, TableCatalog, V1Table}
+import org.apache.spark.sql.connector.catalog.{CatalogPlugin, CatalogV2Util, Column, Identifier, LookupCatalog, SupportsNamespaces, Table, TableCatalog, V1Table}
 import org.apache.spark.sql.types.{MetadataBuilder, StructType}
 import org.apache.spark.util.Utils
 
@@ -48,6 +49,22 @@ object CatalogAccess {
         case None => field
       }
     })
+  }
+
+  /** The table a write names (`writeTo(t)`), loaded as Spark's name resolution would load
+   *  it (current catalog and namespace); None for a temporary view or a missing table. */
+  def loadWriteTarget(
+      session: SparkSession, parts: Seq[String]): Option[(TableCatalog, Identifier, Table)] = {
+    if (session.sessionState.catalog.isTempView(parts)) return None
+    val lookup = new LookupCatalog {
+      override protected val catalogManager = session.sessionState.catalogManager
+    }
+    import lookup._
+    parts match {
+      case CatalogAndIdentifier(catalog: TableCatalog, ident) =>
+        Try(catalog.loadTable(ident)).toOption.map(table => (catalog, ident, table))
+      case _ => None
+    }
   }
 
   /** The session's `spark_catalog` plugin (deltaflow's catalog when configured). */

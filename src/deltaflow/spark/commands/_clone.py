@@ -1,0 +1,118 @@
+"""``CREATE TABLE t SHALLOW CLONE s``: a new table whose first commit adds the source's
+files where they are, by absolute URI (delta-spark's shallow clone).
+
+Version 0 of the clone holds the source version's protocol, its metadata under a new table
+id (the clone's ``TBLPROPERTIES`` over the source's configuration), its metadata domains
+(clustering columns) and every live ``add`` with its path made absolute; a deletion vector
+stored beside the source (``u``) is named by its absolute path (``p``). Nothing is copied:
+the clone reads the source's files until its own writes replace them, and VACUUM of the
+clone never deletes them (they are not under its root). VACUUM of the *source* may,
+which is why delta-spark says a shallow clone depends on its source's retention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, urlparse
+
+from deltaflow.errors import InvalidOptionError
+from deltaflow.table import _clustering, _log_commit, _uri
+from deltaflow.table._deletion_vectors import DeletionVectorDescriptor
+from deltaflow.table._protocol import Protocol
+from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
+from deltaflow.table.errors import TableAlreadyExistsError
+
+Row = tuple[Any, ...]
+
+# delta-spark's CLONE operationMetrics, in the order of the statement's output row.
+CLONE_METRICS = (
+    "sourceTableSize",
+    "sourceNumOfFiles",
+    "numRemovedFiles",
+    "numCopiedFiles",
+    "removedFilesSize",
+    "copiedFilesSize",
+)
+
+
+def shallow_clone(
+    source_uri: str,
+    target_uri: str,
+    *,
+    version: int | None = None,
+    timestamp: str | None = None,
+    properties: Mapping[str, str] | None = None,
+    source_name: str | None = None,
+) -> list[Row]:
+    """Create ``target_uri`` as a shallow clone of ``source_uri`` (its latest version, or
+    ``version`` / the latest at or before ``timestamp``); the statement's one output row.
+    ``source_name``: how the statement named the source, for the commit's parameters."""
+    if version is not None and timestamp is not None:
+        raise InvalidOptionError(
+            f"SHALLOW CLONE of {source_uri}: give VERSION AS OF or TIMESTAMP AS OF, not both.",
+            option="version",
+        )
+    if table_exists(target_uri):
+        raise TableAlreadyExistsError(
+            f"Cannot clone into {target_uri}: a Delta table is there already. Clone into a new"
+            " location, or drop that table first.",
+            table_uri=target_uri,
+        )
+    source = load_snapshot(source_uri, version=version, timestamp=timestamp)
+    files = source.files(stats=False)
+    actions = _log_commit.add_actions_of(source.uri, source.version, [f.path for f in files])
+    root = _root(source.uri)
+    adds = [_absolute(actions[f.path], root) for f in files]
+    size = sum(f.size for f in files)
+    row: Row = (size, len(files), 0, 0, 0, 0)
+    configuration = {k: v for k, v in source.configuration.items() if v is not None}
+    configuration.update(properties or {})
+    created = _log_commit.create_table(
+        target_uri,
+        schema=source.schema,
+        partition_columns=source.partition_columns,
+        configuration=configuration,
+        protocol=Protocol.of(source).to_action(),
+        adds=adds,
+        description=source.description,
+        domains=_domains(source),
+        operation="CLONE",
+        # delta-spark's CLONE parameters (4.4 records these two).
+        operation_parameters={"source": source_name or source.uri, "sourceVersion": source.version},
+        operation_metrics={k: str(v) for k, v in zip(CLONE_METRICS, row, strict=True)},
+    )
+    if not created:
+        raise TableAlreadyExistsError(
+            f"Cannot clone into {target_uri}: another writer created a table there meanwhile.",
+            table_uri=target_uri,
+        )
+    return [row]
+
+
+def _root(uri: str) -> str:
+    """The source's root as a URI data file paths can follow (percent-encoded, as the
+    log's relative paths are)."""
+    parsed = urlparse(uri)
+    path = quote(parsed.path.rstrip("/"), safe="/")
+    if not parsed.netloc and parsed.scheme == "file":
+        return f"file://{path}"
+    return f"{parsed.scheme}://{parsed.netloc}{path}"
+
+
+def _absolute(add: Mapping[str, Any], root: str) -> dict[str, Any]:
+    out = dict(add)
+    if not _uri.is_absolute(str(add["path"])):
+        out["path"] = f"{root}/{add['path']}"
+    dv = add.get("deletionVector")
+    if dv:
+        descriptor = DeletionVectorDescriptor.from_json(dv)
+        if descriptor.storage_type == "u":
+            absolute = descriptor.absolute_path(root)
+            out["deletionVector"] = {**dv, "storageType": "p", "pathOrInlineDv": absolute}
+    return out
+
+
+def _domains(source: Snapshot) -> list[dict[str, Any]]:
+    """The source's live metadata domains (clustering columns, ...), as they are."""
+    return list(_clustering.read_domains(source.uri, source.version).values())

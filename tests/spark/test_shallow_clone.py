@@ -1,0 +1,176 @@
+"""``CREATE TABLE t SHALLOW CLONE s``, as delta-spark's: version 0 of the clone references
+the source version's files by absolute URI, under a new table id, with the statement's
+properties; the clone then lives its own life (DML, VACUUM) and never touches the source's
+files. Also ``DeltaTable.clone`` / ``cloneAtVersion`` / ``cloneAtTimestamp``."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import uuid
+from typing import Any
+from urllib.parse import urlparse
+
+import deltalake
+import pyarrow as pa
+import pytest
+
+from deltaflow import DeltaTable
+from deltaflow.errors import typed_error
+from deltaflow.table.errors import TableAlreadyExistsError, UnsupportedFeatureError
+from tests.spark._conf import conf_set
+
+RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+
+
+@pytest.fixture
+def names(spark: Any) -> Any:
+    made: list[str] = []
+
+    def make() -> str:
+        made.append("clone_" + uuid.uuid4().hex[:8])
+        return made[-1]
+
+    yield make
+    for name in made:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def _ids(spark: Any, table: str) -> list[int]:
+    return sorted(r.id for r in spark.table(table).collect())
+
+
+def _location(spark: Any, table: str) -> str:
+    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect()
+    return urlparse(next(r.data_type for r in rows if r.col_name == "Location")).path
+
+
+def _version_zero(path: str) -> list[dict[str, Any]]:
+    with open(os.path.join(path, "_delta_log", f"{0:020d}.json")) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _refused(call: Any) -> Exception:
+    with pytest.raises(Exception) as caught:
+        call()
+    error = typed_error(caught.value)
+    assert error is not None, caught.value
+    return error
+
+
+def test_a_clone_references_the_source_files_and_lives_its_own_life(spark, names):
+    source, clone = names(), names()
+    spark.range(10).selectExpr("id", "id % 2 AS p").write.format("delta").partitionBy(
+        "p"
+    ).saveAsTable(source)
+    spark.sql(f"DELETE FROM {source} WHERE id = 3")
+    source_dir = _location(spark, source)
+    source_files = sorted(glob.glob(f"{source_dir}/**/*.parquet", recursive=True))
+
+    [row] = spark.sql(f"CREATE TABLE {clone} SHALLOW CLONE {source}").collect()
+    live = pa.table(deltalake.DeltaTable(source_dir).get_add_actions(flatten=True)).to_pydict()
+    assert row.asDict() == {
+        "source_table_size": sum(live["size_bytes"]),
+        "source_num_of_files": len(live["path"]),
+        "num_removed_files": 0,
+        "num_copied_files": 0,
+        "removed_files_size": 0,
+        "copied_files_size": 0,
+    }
+    assert _ids(spark, clone) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    clone_dir = _location(spark, clone)
+    assert clone_dir != source_dir
+    described = {r.col_name: r.data_type for r in spark.sql(f"DESCRIBE EXTENDED {clone}").collect()}
+    assert described["Type"] == "MANAGED"
+    actions = _version_zero(clone_dir)
+    adds = [a["add"] for a in actions if "add" in a]
+    assert adds and all(a["path"].startswith("file:///") for a in adds)
+    metadata = next(a["metaData"] for a in actions if "metaData" in a)
+    source_metadata = deltalake.DeltaTable(source_dir).metadata()
+    assert metadata["id"] != source_metadata.id
+    assert metadata["partitionColumns"] == ["p"]
+    [entry] = spark.sql(f"DESCRIBE HISTORY {clone}").collect()
+    assert entry.operation == "CLONE"
+    assert entry.operationParameters["sourceVersion"] == "1"
+
+    # The clone changes alone; the source and its files stay as they were.
+    spark.sql(f"DELETE FROM {clone} WHERE id < 5")
+    spark.sql(f"INSERT INTO {clone} VALUES (20, 0)")
+    with conf_set(spark, RETENTION_CHECK, "false"):
+        spark.sql(f"VACUUM {clone} RETAIN 0 HOURS")
+    assert _ids(spark, clone) == [5, 6, 7, 8, 9, 20]
+    assert _ids(spark, source) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
+    assert sorted(glob.glob(f"{source_dir}/**/*.parquet", recursive=True)) == source_files
+
+    # An existing target: IF NOT EXISTS does nothing, the rest are refused typed.
+    assert spark.sql(f"CREATE TABLE IF NOT EXISTS {clone} SHALLOW CLONE {source}").collect() == []
+    error = _refused(lambda: spark.sql(f"CREATE TABLE {clone} SHALLOW CLONE {source}"))
+    assert isinstance(error, TableAlreadyExistsError)
+    error = _refused(lambda: spark.sql(f"CREATE OR REPLACE TABLE {clone} SHALLOW CLONE {source}"))
+    assert isinstance(error, UnsupportedFeatureError) and error.feature == "cloneReplace"
+    error = _refused(lambda: spark.sql(f"CREATE TABLE {names()} DEEP CLONE {source}"))
+    assert isinstance(error, UnsupportedFeatureError) and error.feature == "deepClone"
+    assert _ids(spark, clone) == [5, 6, 7, 8, 9, 20]
+
+
+def test_a_clone_of_a_version_with_properties_at_a_location(spark, names, tmp_path):
+    source, clone = names(), names()
+    spark.range(3).write.format("delta").saveAsTable(source)
+    spark.sql(f"ALTER TABLE {source} SET TBLPROPERTIES ('team' = 'ingest')")
+    spark.range(3, 6).write.format("delta").mode("append").saveAsTable(source)
+    location = str(tmp_path / "clone")
+
+    spark.sql(
+        f"CREATE TABLE {clone} SHALLOW CLONE {source} VERSION AS OF 0"
+        f" TBLPROPERTIES ('owner.note' = 'copy', delta.logRetentionDuration = 'interval 2 days')"
+        f" LOCATION '{location}'"
+    )
+    assert _ids(spark, clone) == [0, 1, 2]
+    properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {clone}").collect()}
+    assert properties["owner.note"] == "copy"
+    assert properties["delta.logRetentionDuration"] == "interval 2 days"
+    assert "team" not in properties  # version 0 had none
+    described = {r.col_name: r.data_type for r in spark.sql(f"DESCRIBE EXTENDED {clone}").collect()}
+    assert (described["Type"], urlparse(described["Location"]).path) == ("EXTERNAL", location)
+
+
+def test_a_clone_of_a_table_with_deletion_vectors_by_path(spark, table_path):
+    source, clone = table_path(), table_path()
+    spark.range(20).write.format("delta").option("delta.enableDeletionVectors", "true").save(source)
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE id % 3 = 0")
+    source_files = sorted(glob.glob(f"{source}/*"))
+
+    spark.sql(f"CREATE TABLE delta.`{clone}` SHALLOW CLONE delta.`{source}`")
+    expected = [i for i in range(20) if i % 3]
+    assert sorted(r.id for r in spark.read.format("delta").load(clone).collect()) == expected
+    vectors = [a["add"]["deletionVector"] for a in _version_zero(clone) if "add" in a]
+    assert vectors and all(v["storageType"] == "p" for v in vectors if v)
+    found = deltalake.QueryBuilder().register("t", deltalake.DeltaTable(clone))
+    assert pa.table(found.execute("SELECT id FROM t").read_all())["id"].to_pylist() == expected
+
+    spark.sql(f"DELETE FROM delta.`{clone}` WHERE id = 1")
+    with conf_set(spark, RETENTION_CHECK, "false"):
+        spark.sql(f"VACUUM delta.`{clone}` RETAIN 0 HOURS")
+    assert sorted(r.id for r in spark.read.format("delta").load(clone).collect()) == expected[1:]
+    assert sorted(glob.glob(f"{source}/*")) == source_files
+
+
+def test_delta_table_clone_methods(spark, names, tmp_path):
+    source = names()
+    spark.range(2).write.format("delta").saveAsTable(source)
+    spark.range(2, 4).write.format("delta").mode("append").saveAsTable(source)
+    table = DeltaTable.forName(spark, source)
+
+    by_name = names()
+    cloned = table.clone(by_name, isShallow=True, properties={"k": "v"})
+    assert sorted(r.id for r in cloned.toDF().collect()) == [0, 1, 2, 3]
+    assert cloned.detail().collect()[0].properties["k"] == "v"
+    path = str(tmp_path / "at_version")
+    at_version = table.cloneAtVersion(0, path, isShallow=True)
+    assert sorted(r.id for r in at_version.toDF().collect()) == [0, 1]
+    first = table.history().orderBy("version").collect()[0].timestamp
+    at_time = table.cloneAtTimestamp(str(first), names(), isShallow=True)
+    assert sorted(r.id for r in at_time.toDF().collect()) == [0, 1]
+    error = _refused(lambda: table.clone(names(), isShallow=False))
+    assert isinstance(error, UnsupportedFeatureError) and error.feature == "deepClone"
