@@ -21,7 +21,7 @@ from deltaflow.table import _clustering, _log_commit, _uri
 from deltaflow.table._deletion_vectors import DeletionVectorDescriptor
 from deltaflow.table._protocol import Protocol
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
-from deltaflow.table.errors import TableAlreadyExistsError
+from deltaflow.table.errors import CorruptTableError, TableAlreadyExistsError
 
 Row = tuple[Any, ...]
 
@@ -62,6 +62,14 @@ def shallow_clone(
     source = load_snapshot(source_uri, version=version, timestamp=timestamp)
     files = source.files(stats=False)
     actions = _log_commit.add_actions_of(source.uri, source.version, [f.path for f in files])
+    missing = [f.path for f in files if f.path not in actions]
+    if missing:
+        raise CorruptTableError(
+            f"SHALLOW CLONE of {source.uri}: the log of version {source.version} lists no add"
+            f" action for {len(missing)} live file(s), e.g. {missing[0]}. Nothing was written.",
+            table_uri=source.uri,
+            path=missing[0],
+        )
     root = _root(source.uri)
     adds = [_absolute(actions[f.path], root) for f in files]
     size = sum(f.size for f in files)

@@ -16,9 +16,10 @@ import org.apache.spark.sql.types.{ArrayType, DataType, MapType, StructType}
 
 /**
  * Writes into a catalog Delta table that bring columns it lacks, with schema evolution on:
- * `saveAsTable(t)` / `writeTo(t).append()` / `insertInto(t)` with the write option
- * `mergeSchema=true`, and any of them or SQL `INSERT INTO t` while the session sets
- * delta-spark's `spark.databricks.delta.schema.autoMerge.enabled=true`. By path
+ * `saveAsTable(t)` / `writeTo(t).append()` with the write option `mergeSchema=true`, and
+ * those, `insertInto(t)` (which ignores write options, as delta-spark's does) or SQL
+ * `INSERT INTO t` while the session sets delta-spark's
+ * `spark.databricks.delta.schema.autoMerge.enabled=true`. By path
  * (`save(path)`) these already evolve: the brain's write plan adds the new columns by name.
  *
  * Spark checks a V2 write's columns against the table's (`ResolveOutputRelation`) in the

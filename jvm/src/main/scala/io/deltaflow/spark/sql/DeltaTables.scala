@@ -6,6 +6,8 @@ import org.apache.spark.sql.connector.catalog.Identifier
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.types.StructType
 
+import org.apache.spark.sql.deltaflow.CatalogAccess
+
 import io.deltaflow.spark.{DeltaCatalog, DeltaflowException}
 
 /** The table a statement names, as written. */
@@ -51,6 +53,14 @@ private[sql] object DeltaTables {
         Map("statement" -> "SHALLOW CLONE", "expected" -> "a table name or delta.`<path>`"))
     case NameRef(parts) =>
       val (local, shown) = sessionName(parts, "SHALLOW CLONE into")
+      if (!CatalogAccess.sessionCatalogPlugin(session).isInstanceOf[DeltaCatalog]) {
+        throw DeltaflowException.of("UnsupportedFeatureError",
+          s"SHALLOW CLONE into $shown: the session's spark_catalog is not deltaflow's, so the " +
+            "clone could not be entered in it. Clone into a path (delta.`<path>`) and register " +
+            "it with CREATE TABLE ... USING delta LOCATION, or start the session with " +
+            "deltaflow.spark_conf().",
+          Map("table_uri" -> shown, "feature" -> "sessionCatalog"))
+      }
       val catalog = session.sessionState.catalog
       val ident = TableIdentifier(local.last, Some(local.init.headOption
         .getOrElse(catalog.getCurrentDatabase)))
