@@ -557,7 +557,10 @@ def _create_with_own_protocol(request: CommitRequest) -> bool:
         adds=[a.to_log_action() for a in request.adds],
         description=request.description,
         operation="WRITE",
-        operation_parameters={"mode": "ErrorIfExists"},
+        operation_parameters={
+            "mode": "ErrorIfExists",
+            "partitionBy": json.dumps(list(request.partition_columns)),
+        },
     )
     if not created:
         raise TableAlreadyExistsError(

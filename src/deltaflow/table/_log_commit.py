@@ -385,9 +385,12 @@ def create_table(
     """
     log_dir = log_location(table_uri, "Creating a table with deletion vectors enabled")
     now_ms = int(time.time() * 1000)
-    parameters = dict(operation_parameters or {})
-    if operation != "CLONE":  # delta-spark's CLONE records its source, not partitioning
-        parameters.setdefault("partitionBy", json.dumps(list(partition_columns)))
+    # The operation's own parameters; CREATE TABLE's (the default) name the partitioning.
+    parameters = (
+        dict(operation_parameters)
+        if operation_parameters is not None
+        else {"partitionBy": json.dumps(list(partition_columns))}
+    )
     info = {
         "timestamp": now_ms,
         "operation": operation,
