@@ -8,6 +8,9 @@ only N events/s), all in one Spark session, one after the other:
   and Spark's Kafka connector come from Maven Central (``tests/reference/_kafka.py``); neither
   is part of deltaflow. A producer in this process stamps each event at send time; a consumer
   here records when it reaches B.
+* ``kafka -> kafka RTM, fsync per append`` (``kafka-fsync``): the anchor with both topics set
+  to ``flush.messages=1``, so the broker fsyncs each append before it acknowledges it, as a
+  Delta commit is fsynced before it counts. Spark's Kafka sink stays at least once.
 * ``delta -> delta RTM``: a delta-rs writer commits the due events to a source table every
   50 ms; the RTM query copies them to a target table; a probe tails the target's
   ``_delta_log`` (one ``stat`` every 2 ms), takes the time the commit file appears, then reads
@@ -47,7 +50,7 @@ during the measurement window / events created in it; the Kafka broker's CPU is 
 apart. Every result records the load average: the machine is shared.
 
     .venv/bin/python bench/bench_realtime.py [--quick] [--rows 1000] [--only kafka,delta]
-    (parts: kafka, delta, dedup, foreach, delta-kafka, serve, cdf, microbatch)
+    (parts: kafka, kafka-fsync, delta, dedup, foreach, delta-kafka, serve, cdf, microbatch)
 
 ``BENCH_RT_TIMING_LINES=1`` turns the logger ``org.apache.spark.sql.deltaflow`` to INFO, so
 the real-time source's, writers' and driver's per-epoch timing lines (docs/realtime.md)
@@ -89,6 +92,7 @@ from _realtime_probes import (  # noqa: E402
 REALTIME = "5 minutes"  # the real-time trigger's checkpoint interval (Spark's own examples)
 NAMES = {
     "kafka": "kafka -> kafka RTM",
+    "kafka-fsync": "kafka -> kafka RTM, fsync per append",
     "delta": "delta -> delta RTM",
     "dedup": "delta -> dropDuplicates -> delta RTM",
     "foreach": "delta -> foreach RTM",
@@ -234,12 +238,16 @@ def measure(
     return result
 
 
-def kafka_variant(spark: Any, broker: Any, rate: int, args: Any, out: Path, pid: int) -> dict:
+def kafka_variant(
+    spark: Any, broker: Any, rate: int, args: Any, out: Path, pid: int, part: str = "kafka"
+) -> dict:
     a, b = f"a-{rate}-{time.time_ns()}", f"b-{rate}-{time.time_ns()}"
-    broker.create_topics(a, b)
+    # kafka-fsync: both topics fsync each append before the broker acknowledges it, as a
+    # Delta commit is fsynced before it counts (the plain anchor leaves it to the page cache).
+    broker.create_topics(a, b, config={"flush.messages": "1"} if part == "kafka-fsync" else None)
     probe = KafkaProbe(broker.bootstrap, b)
     return measure(
-        NAMES["kafka"],
+        NAMES[part],
         rate,
         args,
         KafkaProducer(broker.bootstrap, a, rate, probe),
@@ -411,7 +419,7 @@ def main() -> dict[str, object]:
     conf: dict[str, str] = {}
     broker = None
     anchor: dict[str, Any] = {}
-    if "kafka" in parts or "delta-kafka" in parts:
+    if {"kafka", "kafka-fsync", "delta-kafka"} & set(parts):
         try:
             version, _ = _kafka.connector_jars()
             conf = _kafka.spark_kafka_conf()
@@ -435,10 +443,10 @@ def main() -> dict[str, object]:
         for rate in rates:
             for part in parts:
                 try:
-                    if part in ("kafka", "delta-kafka") and broker is None:
+                    if part in ("kafka", "kafka-fsync", "delta-kafka") and broker is None:
                         continue
-                    if part == "kafka":
-                        result = kafka_variant(spark, broker, rate, args, out, jvm_pid)
+                    if part in ("kafka", "kafka-fsync"):
+                        result = kafka_variant(spark, broker, rate, args, out, jvm_pid, part)
                     else:
                         hook = serve if part == "serve" else None
                         result = delta_variant(spark, part, rate, args, out, jvm_pid, hook, broker)

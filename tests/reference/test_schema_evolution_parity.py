@@ -129,3 +129,11 @@ def test_catalog_write_evolves_as_delta_spark_does(spark, reference, case: str) 
     ours = frame(spark.table(table))
     theirs = reference.run(f"spark.table({table!r})")
     assert ours == theirs
+    # The new schema lands in the data's own commit (one version per write), as
+    # delta-spark commits it.
+    history = f"spark.sql('DESCRIBE HISTORY {table}').select('version', 'isBlindAppend')"
+    assert _ours_frame(spark, history) == reference.run(history)
+
+
+def _ours_frame(spark: Any, expression: str) -> Any:
+    return frame(eval(expression, {"spark": spark}))  # the expression delta-spark evaluates

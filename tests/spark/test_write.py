@@ -212,6 +212,12 @@ def test_merge_schema_adds_columns(spark: Any, table_path: Any, people: Any) -> 
     rows = read_all(spark, path)
     assert [r["age"] for r in rows] == [None, None, None, 7]
     assert DeltaTable(path).schema().to_arrow().names == ["id", "name", "country", "age"]
+    # One commit, as delta-spark's: the new schema beside the rows, a blind append.
+    assert version(path) == 1
+    entry = log_entries(path, 1)
+    assert "age" in next(a["metaData"]["schemaString"] for a in entry if "metaData" in a)
+    assert len(adds(path, 1)) >= 1
+    assert next(a["commitInfo"] for a in entry if "commitInfo" in a)["isBlindAppend"] is True
 
 
 AUTO_MERGE = "spark.databricks.delta.schema.autoMerge.enabled"

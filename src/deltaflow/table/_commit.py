@@ -434,7 +434,10 @@ def _commit_once(request: CommitRequest) -> CommitResult:
         or request.identity_generated
         or request.clustering_columns is not None
         or request.evolves_nested
+        or (request.new_columns and _conditional_put.supported(request.table_uri))
     ):
+        # mergeSchema's new columns go in the data's own commit, as delta-spark commits
+        # them; delta-rs below cannot change the schema inside a write transaction.
         return _log_write.commit_write(request)
 
     # Appends are blind and commit on the newest version. Anything that removes files
@@ -462,8 +465,9 @@ def _commit_once(request: CommitRequest) -> CommitResult:
         from deltalake.schema import Field as DeltaField
 
         fields = [DeltaField.from_json(json.dumps(f)) for f in request.new_columns]
-        # delta-rs cannot change the schema inside a write transaction, so the new
-        # columns land one commit earlier; readers of that version see them empty.
+        # Only on a store without put-if-absent (no log writer there): delta-rs cannot
+        # change the schema inside a write transaction, so the new columns land one
+        # commit earlier; readers of that version see them empty.
         table.alter.add_columns(fields, post_commithook_properties=_log_upkeep.DELTA_RS_HOOKS_OFF)
         table = DeltaTable(location, storage_options=request.storage_options)
         _log_upkeep.after_commit(

@@ -70,6 +70,11 @@ def commit_properties(
         custom["userMetadata"] = request.user_metadata
     if "operationMetrics" not in custom and request.operation in WRITE_OPERATIONS:
         custom["operationMetrics"] = write_metrics(request)
+    # delta-rs records no isBlindAppend; delta-spark does on every commit (true for one that
+    # only adds files and read nothing), and DESCRIBE HISTORY shows it.
+    custom.setdefault(
+        "isBlindAppend", request.mode == "append" and not request.removes and request.read is None
+    )
     return CommitProperties(
         custom_metadata=custom or None,
         max_commit_retries=MAX_COMMIT_RETRIES,

@@ -432,7 +432,9 @@ def _commit_change(
     info.pop("isBlindAppend", None)
     if request.user_metadata is not None:
         info["userMetadata"] = request.user_metadata
-    blind = not whole and not removes and metadata is None and not draft.domains
+    # As delta-spark's: only adds and nothing read, whatever the metadata (a mergeSchema
+    # append is blind too). A winner's metadata change still conflicts with it.
+    blind = not whole and not removes and not draft.domains
     read = request.read or _log_commit.ReadSet(
         files=frozenset(r["path"] for r in removes), blind_append=blind, whole_table=whole
     )
