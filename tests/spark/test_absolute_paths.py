@@ -1,7 +1,8 @@
 """Tables whose log names data files by absolute URI, as delta-spark's shallow clones do
 (``CREATE TABLE t SHALLOW CLONE s``: version 0 adds the source's files where they are).
-deltaflow reads them, runs DML and VACUUM on them, and never touches the source's files;
-OPTIMIZE is refused typed (delta-rs compacts only files under the table's root)."""
+deltaflow reads them, runs DML, OPTIMIZE and VACUUM on them, and never touches the source's
+files (OPTIMIZE with ZORDER BY or WHERE is refused typed: delta-rs, which does those, reads
+only files under the table's root)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,12 @@ def shallow_clone(source: str, target: str) -> None:
         handle.writelines(json.dumps(a) + "\n" for a in out)
 
 
+def _log_paths(path: str) -> list[str]:
+    """The live files' paths as the log names them."""
+    adds = deltalake.DeltaTable(path).get_add_actions(flatten=True)
+    return sorted(pa.table(adds).column("path").to_pylist())
+
+
 def _ids(spark: Any, path: str) -> list[int]:
     return sorted(r.id for r in spark.read.format("delta").load(path).collect())
 
@@ -64,7 +71,7 @@ def test_a_shallow_clone_reads_changes_and_vacuums_without_touching_its_source(s
     )
     assert _ids(spark, clone) == [0, 1, 2, 6, 7, 8, 9, 20, 104]
     with pytest.raises(deltaflow.UnsupportedFeatureError, match="outside the table") as refused:
-        spark.sql(f"OPTIMIZE delta.`{clone}`")
+        spark.sql(f"OPTIMIZE delta.`{clone}` ZORDER BY (id)")
     assert refused.value.feature == "absolutePaths"
 
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
@@ -75,3 +82,31 @@ def test_a_shallow_clone_reads_changes_and_vacuums_without_touching_its_source(s
     assert sorted(glob.glob(f"{source}/**/*.parquet", recursive=True)) == source_files
     assert _ids(spark, source) == list(range(10))
     assert _ids(spark, clone) == [0, 1, 2, 6, 7, 8, 9, 20, 104]
+
+
+def test_optimize_of_a_shallow_clone_compacts_into_its_own_root(spark, table_path):
+    """Each partition's small files, all of them the source's, become one new file under
+    the clone's root: removed from the clone, never deleted from the source."""
+    source, clone = table_path(), table_path()
+    spark.range(10).selectExpr("id", "id % 2 AS p").repartition(4).write.format(
+        "delta"
+    ).partitionBy("p").save(source)
+    source_files = sorted(glob.glob(f"{source}/**/*.parquet", recursive=True))
+    shallow_clone(source, clone)
+    before = _log_paths(clone)
+    assert len(before) > 2 and all(p.startswith("file:") for p in before)
+
+    metrics = spark.sql(f"OPTIMIZE delta.`{clone}`").collect()[0].metrics
+    assert (metrics.numFilesRemoved, metrics.numFilesAdded) == (len(before), 2)
+    assert metrics.partitionsOptimized == 2
+    after = _log_paths(clone)
+    assert len(after) == 2 and all(p.startswith("p=") for p in after)
+    assert all(os.path.exists(os.path.join(clone, p)) for p in after)
+    assert _ids(spark, clone) == list(range(10))
+    found = deltalake.QueryBuilder().register("t", deltalake.DeltaTable(clone))
+    ids = pa.table(found.execute("SELECT id, p FROM t").read_all()).to_pylist()
+    assert sorted((r["id"], r["p"]) for r in ids) == [(i, i % 2) for i in range(10)]
+    last = spark.sql(f"DESCRIBE HISTORY delta.`{clone}` LIMIT 1").collect()[0]
+    assert last.operation == "OPTIMIZE"
+    assert sorted(glob.glob(f"{source}/**/*.parquet", recursive=True)) == source_files
+    assert _ids(spark, source) == list(range(10))

@@ -151,3 +151,24 @@ def test_merge_schema_adds_struct_fields_on_s3(spark, object_store):
         {"id": 1, "s": {"a": 1, "b": None}},
         {"id": 2, "s": {"a": 2, "b": "z"}},
     ]
+
+
+def test_a_shallow_clone_on_s3_compacts_and_vacuums_without_touching_its_source(
+    spark, object_store
+):
+    """On S3 delta-rs's VACUUM runs in its lite mode, which deletes the files the log
+    removed wherever they are: a clone's DML removes its source's files, which VACUUM of
+    the clone must leave be. OPTIMIZE rewrites them under the clone's own prefix."""
+    from tests.spark._conf import conf_set
+
+    source, clone = object_store.uri(), object_store.uri()
+    spark.range(8).repartition(4).write.format("delta").save(source)
+    spark.sql(f"CREATE TABLE delta.`{clone}` SHALLOW CLONE delta.`{source}`")
+    assert spark.sql(f"OPTIMIZE delta.`{clone}`").collect()[0].metrics.numFilesAdded == 1
+    rs = DeltaTable(clone, storage_options=object_store.storage_options)
+    assert [u.startswith(clone + "/") for u in rs.file_uris()] == [True]
+    spark.sql(f"DELETE FROM delta.`{clone}` WHERE id < 4")
+    with conf_set(spark, "spark.databricks.delta.retentionDurationCheck.enabled", "false"):
+        spark.sql(f"VACUUM delta.`{clone}` RETAIN 0 HOURS")
+    assert _rows(spark, source) == [(i,) for i in range(8)]
+    assert _rows(spark, clone) == [(i,) for i in range(4, 8)]

@@ -150,10 +150,35 @@ def test_a_clone_of_a_table_with_deletion_vectors_by_path(spark, table_path):
     assert pa.table(found.execute("SELECT id FROM t").read_all())["id"].to_pylist() == expected
 
     spark.sql(f"DELETE FROM delta.`{clone}` WHERE id = 1")
+    # OPTIMIZE rewrites the source's files, their deleted rows left out, under the clone.
+    assert spark.sql(f"OPTIMIZE delta.`{clone}`").collect()[0].metrics.numFilesAdded == 1
+    assert not [a for a in _log_adds(clone) if "deletionVector" in a or ":" in a["path"]]
     with conf_set(spark, RETENTION_CHECK, "false"):
         spark.sql(f"VACUUM delta.`{clone}` RETAIN 0 HOURS")
     assert sorted(r.id for r in spark.read.format("delta").load(clone).collect()) == expected[1:]
     assert sorted(glob.glob(f"{source}/*")) == source_files
+
+
+def test_vacuum_of_a_clone_never_deletes_its_sources_files(spark, table_path):
+    """A clone's DELETE that removes whole source files leaves tombstones naming them;
+    VACUUM (delta-rs's lite mode on a deletion-vector table) must leave them be."""
+    source, clone = table_path(), table_path()
+    spark.range(6).write.format("delta").option("delta.enableDeletionVectors", "true").save(source)
+    source_files = sorted(glob.glob(f"{source}/*.parquet"))
+    spark.sql(f"CREATE TABLE delta.`{clone}` SHALLOW CLONE delta.`{source}`")
+    spark.sql(f"DELETE FROM delta.`{clone}` WHERE id >= 0")
+    with conf_set(spark, RETENTION_CHECK, "false"):
+        listed = spark.sql(f"VACUUM delta.`{clone}` RETAIN 0 HOURS DRY RUN").collect()
+        spark.sql(f"VACUUM delta.`{clone}` RETAIN 0 HOURS")
+    assert not [r for r in listed if source in r[0]]
+    assert sorted(glob.glob(f"{source}/*.parquet")) == source_files
+    assert sorted(r.id for r in spark.read.format("delta").load(source).collect()) == list(range(6))
+    assert spark.read.format("delta").load(clone).count() == 0
+
+
+def _log_adds(path: str) -> list[dict]:
+    adds = deltalake.DeltaTable(path).get_add_actions(flatten=True)
+    return pa.table(adds).select(["path"]).to_pylist()
 
 
 def test_delta_table_clone_methods(spark, names, tmp_path):

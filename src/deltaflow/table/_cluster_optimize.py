@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from deltaflow.table import _clustering, _log_commit, _log_write, _stats, _uri
+from deltaflow.table import _clustering, _log_commit, _log_write, _partitions, _stats, _uri
 from deltaflow.table._snapshot import FileEntry, Snapshot
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,79 @@ def cluster(
     )
 
 
+@dataclass(frozen=True)
+class CompactResult:
+    version: int | None  # None: nothing to compact, no commit
+    files_added: list[int]  # sizes
+    files_removed: list[int]
+    partitions: int  # partitions compacted
+    considered: int  # live files looked at
+
+
+def compact(snapshot: Snapshot, parameters: Mapping[str, Any]) -> CompactResult:
+    """OPTIMIZE's bin-packing on deltaflow's own reader, writer and log writer: in each
+    partition, the files under half the target size (two at least) rewritten as files of
+    about the target size, one ``dataChange=false`` commit for every partition. For a
+    table delta-rs cannot compact: one whose log names files outside its root (a shallow
+    clone's; they are removed from the table, never deleted, and the new files go under
+    the table's own root). Reads a partition's small files into memory at a time."""
+    entries = snapshot.files(stats=False)
+    target = target_file_size(snapshot.configuration)
+    adds = _log_commit.add_actions_of(snapshot.uri, snapshot.version, [e.path for e in entries])
+    groups: dict[tuple[tuple[str, str | None], ...], list[FileEntry]] = {}
+    for entry in entries:
+        if entry.size < target // 2:
+            raw = (adds.get(entry.path) or {}).get("partitionValues") or {}
+            key = tuple(sorted((str(k), v) for k, v in raw.items()))
+            groups.setdefault(key, []).append(entry)
+    chosen = {key: files for key, files in groups.items() if len(files) >= 2}
+    if not chosen:
+        return CompactResult(None, [], [], 0, len(entries))
+    written: list[dict[str, Any]] = []
+    removed: list[FileEntry] = []
+    try:
+        for key, files in chosen.items():
+            table = _read(snapshot, files)
+            written += _write(snapshot, table, sum(e.size for e in files), {}, dict(key))
+            removed += files
+        removes = [
+            _log_write.remove_action(adds.get(e.path, {}), e.path, e.size, data_change=False)
+            for e in removed
+        ]
+        version = _log_commit.commit(
+            _log_commit.LogCommitRequest(
+                table_uri=snapshot.uri,
+                read_version=snapshot.version,
+                operation="OPTIMIZE",
+                operation_parameters=dict(parameters),
+                operation_metrics={
+                    "numAddedFiles": str(len(written)),
+                    "numRemovedFiles": str(len(removes)),
+                    "numAddedBytes": str(sum(a["size"] for a in written)),
+                    "numRemovedBytes": str(sum(e.size for e in removed)),
+                },
+                adds=written,
+                removes=removes,
+                read=_log_commit.ReadSet(files=frozenset(e.path for e in removed)),
+                partitioned=bool(snapshot.partition_columns),
+                checkpoint_interval=_log_commit.checkpoint_interval(snapshot.configuration),
+            )
+        )
+    except BaseException:
+        _delete(snapshot.uri, [a["path"] for a in written])
+        raise
+    log.info(
+        "compacted %d files of %s into %d (version %d)",
+        len(removed),
+        snapshot.uri,
+        len(written),
+        version,
+    )
+    return CompactResult(
+        version, [a["size"] for a in written], [e.size for e in removed], len(chosen), len(entries)
+    )
+
+
 def pending_files(snapshot: Snapshot) -> list[FileEntry]:
     """The live files an incremental OPTIMIZE would rewrite (not clustered yet by the
     current clustering columns; without clustering columns, the small ones)."""
@@ -203,7 +276,11 @@ def _read(snapshot: Snapshot, files: list[Any]) -> pa.Table:
     tables = []
     for entry in files:
         relative = unquote(entry.path)
-        with fs.open_input_file(f"{root.rstrip('/')}/{relative}") as handle:
+        if _uri.is_absolute(entry.path):  # a file outside the table (a shallow clone's)
+            file_fs, where = _uri.filesystem(_uri.normalize_uri(relative))
+        else:
+            file_fs, where = fs, f"{root.rstrip('/')}/{relative}"
+        with file_fs.open_input_file(where) as handle:
             table = pq.read_table(handle, coerce_int96_timestamp_unit="us")
         gone = deleted.get(relative, deleted.get(entry.path))
         if gone is not None and len(gone):
@@ -296,8 +373,19 @@ def hilbert_index(coords: np.ndarray, bits: int) -> np.ndarray:
 
 
 def _write(
-    snapshot: Snapshot, table: pa.Table, input_bytes: int, tags: dict[str, str]
+    snapshot: Snapshot,
+    table: pa.Table,
+    input_bytes: int,
+    tags: dict[str, str],
+    partition: Mapping[str, str | None] | None = None,
 ) -> list[dict[str, Any]]:
+    """``table`` as files of about the target size; ``partition``: the raw partition
+    values of every row (the files go in its directory, as Spark names it)."""
+    folder = (
+        _partitions.partition_dir(list(snapshot.partition_columns), dict(partition)) + "/"
+        if partition
+        else ""
+    )
     target = target_file_size(snapshot.configuration)
     bytes_per_row = input_bytes / max(table.num_rows, 1)
     rows_per_file = max(int(target / max(bytes_per_row, 1e-9)), 1)
@@ -309,7 +397,9 @@ def _write(
             chunk = table.slice(start, rows_per_file)
             if chunk.num_rows == 0:
                 break
-            name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+            name = f"{folder}part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+            if folder and _uri.is_local(snapshot.uri):  # object stores have no directories
+                fs.create_dir(f"{root.rstrip('/')}/{folder}", recursive=True)
             with fs.open_output_stream(f"{root.rstrip('/')}/{name}") as sink:
                 pq.write_table(
                     chunk,
@@ -322,7 +412,7 @@ def _write(
             size = fs.get_file_info(f"{root.rstrip('/')}/{name}").size
             add: dict[str, Any] = {
                 "path": _log_commit.encode_path(name),
-                "partitionValues": {},
+                "partitionValues": dict(partition or {}),
                 "size": size,
                 "modificationTime": int(time.time() * 1000),
                 "dataChange": False,

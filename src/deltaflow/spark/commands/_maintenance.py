@@ -292,19 +292,54 @@ def _compact(
         unsupported = _log_write.from_delta_rs(exc, uri, "OPTIMIZE")
         if unsupported is not None:
             raise unsupported from exc
-        if "is outside table root" in str(exc):
+        if "is outside table root" not in str(exc):
+            raise
+        if columns or filters:
             raise UnsupportedFeatureError(
-                f"OPTIMIZE of {uri}: some of its data files live outside the table (their"
-                " log paths are absolute, as a shallow clone's are), and delta-rs, which"
-                " compacts for deltaflow, reads only files under the table's root. Reads,"
-                " writes, DELETE / UPDATE / MERGE and VACUUM work on such a table;"
-                " OPTIMIZE does not yet. Nothing was committed.",
+                f"OPTIMIZE of {uri} with {'ZORDER BY' if columns else 'WHERE'}: some of its"
+                " data files live outside the table (their log paths are absolute, as a"
+                " shallow clone's are), and only a plain OPTIMIZE compacts such a table"
+                " (delta-rs, which Z-orders and filters for deltaflow, reads only files"
+                " under the table's root). Run OPTIMIZE without it. Nothing was committed.",
                 table_uri=uri,
                 feature="absolutePaths",
             ) from exc
-        raise
+        return _compact_outside_root(uri, parameters)
     upkeep(uri, table)
     return metrics
+
+
+def _compact_outside_root(uri: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """OPTIMIZE of a table with files outside its root, on deltaflow's own reader and
+    log writer (``_cluster_optimize.compact``), in delta-rs's metrics' shape."""
+    snapshot = load_snapshot(uri)
+    result = _cluster_optimize.compact(snapshot, parameters)
+
+    def summary(sizes: list[int]) -> dict[str, Any]:
+        if not sizes:
+            return {"min": 0, "max": 0, "avg": 0.0, "totalFiles": 0, "totalSize": 0}
+        total = sum(sizes)
+        return {
+            "min": min(sizes),
+            "max": max(sizes),
+            "avg": total / len(sizes),
+            "totalFiles": len(sizes),
+            "totalSize": total,
+        }
+
+    if result.version is not None:
+        _log_upkeep.after_commit(uri, result.version, configuration=snapshot.configuration)
+    return {
+        "numFilesAdded": len(result.files_added),
+        "numFilesRemoved": len(result.files_removed),
+        "filesAdded": summary(result.files_added),
+        "filesRemoved": summary(result.files_removed),
+        "partitionsOptimized": result.partitions,
+        "numBatches": 1 if result.version is not None else 0,
+        "totalConsideredFiles": result.considered,
+        "totalFilesSkipped": result.considered - len(result.files_removed),
+        "preserveInsertionOrder": True,
+    }
 
 
 def upkeep(uri: str, table: _DeltaRsTable) -> None:

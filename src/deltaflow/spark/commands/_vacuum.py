@@ -107,6 +107,12 @@ def vacuum(
     if keep:  # to say what the leases keep: the plan without them (lists, deletes nothing)
         unguarded = _full_plan(table, snapshot.uri, plan, None, dvs)
     orphans = [] if full and not unwritable else _full_plan(table, snapshot.uri, plan, keep, dvs)
+    if not full and not unwritable:
+        # delta-rs's lite mode deletes the files the log removed wherever they are: after
+        # DML on a shallow clone, its source's files. Then it only lists, and deltaflow
+        # deletes what lies under the table's root (delta-spark never deletes elsewhere).
+        listed = table.vacuum(**plan, dry_run=True, full=False, keep_versions=keep)
+        unwritable = any(not _inside(snapshot.uri, f) for f in listed)
     removed = table.vacuum(
         **plan,
         dry_run=dry_run or unwritable,
@@ -117,7 +123,7 @@ def vacuum(
         else None,
         keep_versions=keep,
     )
-    files = sorted(set(removed) | set(orphans))
+    files = sorted(f for f in set(removed) | set(orphans) if _inside(snapshot.uri, f))
     _report_readers(snapshot.uri, readers, unguarded, files, dry_run=dry_run)
     if not dry_run and not unwritable:
         upkeep(snapshot.uri, table)
@@ -216,6 +222,13 @@ def _delete_files(table_uri: str, files: list[str]) -> None:
         target = _uri.local_path(uri) if _uri.is_local(uri) else _uri.filesystem(uri)[1]
         with contextlib.suppress(FileNotFoundError):  # deleted by a concurrent VACUUM
             fs.delete_file(target)
+
+
+def _inside(table_uri: str, path: str) -> bool:
+    """Whether a file delta-rs names lies under the table's root (a shallow clone's log
+    also names its source's files, which VACUUM of the clone must never delete)."""
+    root = _uri.normalize_uri(table_uri).rstrip("/") + "/"
+    return _uri.normalize_uri(_file_uri(table_uri, path)).startswith(root)
 
 
 def _file_uri(table_uri: str, path: str) -> str:
