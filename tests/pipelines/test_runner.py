@@ -398,3 +398,35 @@ def test_query_functions_run_once_to_analyse_and_again_only_when_needed(
     for name in ("plain", "flaky", "downstream"):
         assert sorted(r["id"] for r in _rows(str(tables / name))) == [0, 1, 2, 3, 4]
     assert _rows(str(tables / "total")) == [{"n": 5}]
+
+
+def test_refreshes_and_full_refreshes_keep_a_partitioned_datasets_partitioning(
+    spark: Any, tmp_path: Path
+) -> None:
+    # Both overwrite with overwriteSchema, which takes the partitioning from partitionBy.
+    landing = tmp_path / "landing"
+    _land(spark, landing, [(1, "a", 1.0), (2, "b", 2.0)])
+    schema = "id BIGINT, kind STRING, amount DOUBLE"
+    with dp.collect() as declared:
+        dp.create_streaming_table("orders", schema=schema, partition_cols=["kind"])
+
+        @dp.append_flow(target="orders")
+        def live() -> Any:
+            return spark.readStream.schema(schema).json(str(landing))
+
+        @dp.materialized_view(partition_cols=["kind"])
+        def totals() -> Any:
+            return spark.read.table("orders").groupBy("kind").count()
+
+    graph = declared.graph()
+    settings = _settings(tmp_path)
+    tables = {name: str(tmp_path / f"storage/tables/{name}") for name in ("orders", "totals")}
+    for full_refresh in (None, None, ["orders", "totals"]):
+        report = dp.run_update(spark, graph, settings, full_refresh=full_refresh)
+        assert report.state == "COMPLETED"
+        for path in tables.values():
+            assert DeltaRsTable(path).metadata().partition_columns == ["kind"], path
+        assert sorted((r["kind"], r["count"]) for r in _rows(tables["totals"])) == [
+            ("a", 1),
+            ("b", 1),
+        ]

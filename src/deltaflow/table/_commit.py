@@ -187,6 +187,9 @@ class CommitRequest:
     # CREATE OR REPLACE TABLE: the request's schema, partitioning, configuration and
     # comment replace the table's, and every live file is removed.
     replace_table: bool = False
+    # overwriteSchema with new partition columns: ``partition_columns`` (and ``schema``)
+    # replace the table's beside the data, every live file removed (the log writer).
+    replace_partitioning: bool = False
     # The writer's session settings for auto compaction (the table's property decides
     # when they leave it open); see :mod:`deltaflow.table._auto_compact`.
     auto_compact: _auto_compact.AutoCompactSettings = _auto_compact.DEFAULT_SETTINGS
@@ -434,6 +437,7 @@ def _commit_once(request: CommitRequest) -> CommitResult:
         or request.identity_generated
         or request.clustering_columns is not None
         or request.evolves_nested
+        or request.replace_partitioning
     ):
         return _log_write.commit_write(request)
 
