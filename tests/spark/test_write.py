@@ -336,7 +336,9 @@ def test_overwrite_schema_changes_the_partitioning_in_one_commit(
     assert {tuple(a["partitionValues"]) for a in added} == {("b",)}
     assert all(a["path"].startswith("b=") for a in added)
     assert version(path) == 1
-    assert sorted(r.id for r in spark.read.format("delta").load(path).where("b = '1'").collect()) == [
+    assert sorted(
+        r.id for r in spark.read.format("delta").load(path).where("b = '1'").collect()
+    ) == [
         1,
         4,
     ]
@@ -377,7 +379,12 @@ def test_overwrite_schema_beside_replace_where_or_dynamic_overwrite(
         "overwrite"
     ).option("overwriteSchema", "true").option("replaceWhere", "a = 1").save(path)
     assert sorted(r.id for r in spark.read.format("delta").load(path).collect()) == [
-        0, 2, 4, 101, 103, 105
+        0,
+        2,
+        4,
+        101,
+        103,
+        105,
     ]
     assert DeltaTable(path).metadata().partition_columns == ["a"]
     # Without partitionBy the table becomes unpartitioned: a dynamic overwrite then
