@@ -52,6 +52,17 @@ def _declare(spark: Any, landing: Path) -> dp.Graph:
     return declared.graph()
 
 
+def _landed_table(spark: Any, landing: Path, name: str, **options: Any) -> None:
+    """Declare (inside ``dp.collect()``) streaming table ``name`` fed by the JSON files
+    landing in ``landing``."""
+    schema = "id BIGINT, kind STRING, amount DOUBLE"
+    dp.create_streaming_table(name, schema=schema, **options)
+
+    @dp.append_flow(target=name)
+    def live() -> Any:
+        return spark.readStream.schema(schema).json(str(landing))
+
+
 def dlt_col(name: str) -> Any:
     from pyspark.sql import functions as F
 
@@ -217,11 +228,7 @@ def test_full_refresh_reprocesses_from_scratch_and_once_flows_run_once(
     _land(spark, landing, [(1, "a", 1.0), (2, "a", 2.0)])
     schema = "id BIGINT, kind STRING, amount DOUBLE"
     with dp.collect() as declared:
-        dp.create_streaming_table("events", schema=schema)
-
-        @dp.append_flow(target="events")
-        def live() -> Any:
-            return spark.readStream.schema(schema).json(str(landing))
+        _landed_table(spark, landing, "events")
 
         @dp.append_flow(target="events", once=True)
         def backfill() -> Any:
@@ -406,13 +413,8 @@ def test_refreshes_and_full_refreshes_keep_a_partitioned_datasets_partitioning(
     # Both overwrite with overwriteSchema, which takes the partitioning from partitionBy.
     landing = tmp_path / "landing"
     _land(spark, landing, [(1, "a", 1.0), (2, "b", 2.0)])
-    schema = "id BIGINT, kind STRING, amount DOUBLE"
     with dp.collect() as declared:
-        dp.create_streaming_table("orders", schema=schema, partition_cols=["kind"])
-
-        @dp.append_flow(target="orders")
-        def live() -> Any:
-            return spark.readStream.schema(schema).json(str(landing))
+        _landed_table(spark, landing, "orders", partition_cols=["kind"])
 
         @dp.materialized_view(partition_cols=["kind"])
         def totals() -> Any:

@@ -82,8 +82,8 @@ def _replace_script(source: str, target: str) -> str:
         "info = next(a['commitInfo'] for a in actions(2) if 'commitInfo' in a)\n"
         "ids = [next(a['metaData']['id'] for a in actions(v) if 'metaData' in a) for v in (0, 2)]\n"
         "result = [with_rows, [list(r)[1:] for r in cloned.collect()], info['operation'],"
-        " info['isBlindAppend'], info.get('readVersion'), info['operationParameters']['sourceVersion'],"
-        " ids[0] == ids[1]]\n"
+        " info['isBlindAppend'], info.get('readVersion'),"
+        " info['operationParameters']['sourceVersion'], ids[0] == ids[1]]\n"
     )
 
 

@@ -73,6 +73,18 @@ CASES: dict[str, Case] = {
     "saveAsTable, overwriteSchema, another partitionBy": Case(
         f"{_OVERWRITE}{_SCHEMA}.partitionBy('b').saveAsTable('{{t}}')", True, by_name=True
     ),
+    "CREATE OR REPLACE TABLE AS SELECT, another PARTITIONED BY": Case(
+        "spark.sql('CREATE OR REPLACE TABLE {t} USING delta PARTITIONED BY (b) AS SELECT id,"
+        " id % 2 AS a, id % 3 AS b FROM range(6)')",
+        True,
+        by_name=True,
+    ),
+    "CREATE OR REPLACE TABLE AS SELECT, no PARTITIONED BY": Case(
+        "spark.sql('CREATE OR REPLACE TABLE {t} USING delta AS SELECT id, id % 2 AS a,"
+        " id % 3 AS b FROM range(6)')",
+        True,
+        by_name=True,
+    ),
 }
 
 _DETAIL = 'spark.sql("DESCRIBE DETAIL {target}").collect()[0].partitionColumns'

@@ -303,12 +303,18 @@ def _log_actions(path: str, at: int) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f]
 
 
+def _partitioned_by_a(spark: Any, path: str, b_type: str = "BIGINT") -> Any:
+    """A table at ``path`` partitioned by ``a``; the rows written (id, a, b)."""
+    rows = spark.range(6).selectExpr("id", "id % 2 AS a", f"CAST(id % 3 AS {b_type}) AS b")
+    rows.write.format("delta").partitionBy("a").save(path)
+    return rows
+
+
 def test_overwrite_schema_changes_the_partitioning_in_one_commit(
     spark: Any, table_path: Any
 ) -> None:
     path = table_path()
-    rows = spark.range(6).selectExpr("id", "id % 2 AS a", "CAST(id % 3 AS STRING) AS b")
-    rows.write.format("delta").partitionBy("a").save(path)
+    rows = _partitioned_by_a(spark, path, "STRING")
     table_id = DeltaTable(path).metadata().id
     # Another partitioning without overwriteSchema: delta-spark's DELTA_METADATA_MISMATCH.
     for mode in ("overwrite", "append"):
@@ -357,8 +363,7 @@ def test_overwrite_schema_beside_replace_where_or_dynamic_overwrite(
     spark: Any, table_path: Any
 ) -> None:
     path = table_path()
-    rows = spark.range(6).selectExpr("id", "id % 2 AS a", "id % 3 AS b")
-    rows.write.format("delta").partitionBy("a").save(path)
+    rows = _partitioned_by_a(spark, path)
     # A dynamic partition overwrite of a table partitioned after the write is refused
     # (delta-spark: DELTA_OVERWRITE_SCHEMA_WITH_DYNAMIC_PARTITION_OVERWRITE).
     for partition_by in (["a"], ["b"]):

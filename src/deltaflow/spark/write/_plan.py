@@ -373,9 +373,7 @@ def _checked_schema(
     return schema, new_columns, nested
 
 
-def _new_partitioning(
-    uri: str, incoming: dict[str, Any], options: WriteOptions
-) -> tuple[str, ...]:
+def _new_partitioning(uri: str, incoming: dict[str, Any], options: WriteOptions) -> tuple[str, ...]:
     """The partition columns of a table this write creates or replaces: its
     ``partitionBy``, spelled as the data spells them."""
     for column in options.partition_by:

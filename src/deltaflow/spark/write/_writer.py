@@ -109,7 +109,11 @@ def _operation(plan: WritePlan) -> tuple[str, dict[str, Any] | None]:
         }
     if plan.repartitions:
         # The log writer's commit: delta-spark's parameters of an overwriteSchema WRITE.
-        return "WRITE", {"mode": "Overwrite", "partitionBy": partition_by, "canOverwriteSchema": True}
+        return "WRITE", {
+            "mode": "Overwrite",
+            "partitionBy": partition_by,
+            "canOverwriteSchema": True,
+        }
     if plan.read_version is not None:
         return "WRITE", None
     mode = _SAVE_MODES.get(plan.save_mode or plan.mode, "Append")
