@@ -1,6 +1,8 @@
 """Shallow clones between deltaflow and delta-spark: each engine clones a table with
 deletion vectors by ``CREATE TABLE delta.`<clone>` SHALLOW CLONE delta.`<source>```; both
-engines read each clone alike, and the statement answers the same row shape."""
+engines read each clone alike, and the statement answers the same row shape. Then
+``CREATE OR REPLACE TABLE ... SHALLOW CLONE`` over an existing table: refused by both while
+it has rows, and the same CLONE commit on it once emptied."""
 
 from __future__ import annotations
 

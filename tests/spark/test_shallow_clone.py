@@ -1,7 +1,8 @@
 """``CREATE TABLE t SHALLOW CLONE s``, as delta-spark's: version 0 of the clone references
 the source version's files by absolute URI, under a new table id, with the statement's
 properties; the clone then lives its own life (DML, VACUUM) and never touches the source's
-files. Also ``DeltaTable.clone`` / ``cloneAtVersion`` / ``cloneAtTimestamp``."""
+files. Also ``DeltaTable.clone`` / ``cloneAtVersion`` / ``cloneAtTimestamp``, and ``CREATE OR
+REPLACE`` over an existing table (an empty one only, as delta-spark 4.4)."""
 
 from __future__ import annotations
 

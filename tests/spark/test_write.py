@@ -359,6 +359,22 @@ def test_overwrite_schema_changes_the_partitioning_in_one_commit(
     assert DeltaTable(path).metadata().id == table_id
 
 
+def test_repartitioning_is_refused_up_front_where_the_log_writer_cannot_commit(
+    spark: Any, table_path: Any
+) -> None:
+    from deltaflow.spark.write._plan import _require_log_writer
+    from deltaflow.table._snapshot import load_snapshot
+
+    path = table_path()
+    _partitioned_by_a(spark, path)
+    snapshot = load_snapshot(path)
+    _require_log_writer(snapshot.uri, snapshot, ("b",))  # a local table: allowed
+    with pytest.raises(UnsupportedFeatureError) as refused:
+        _require_log_writer("hdfs://namenode/t", snapshot, ("b",))
+    assert refused.value.feature == "overwriteSchema-repartition"
+    assert refused.value.table_uri == "hdfs://namenode/t"
+
+
 def test_overwrite_schema_beside_replace_where_or_dynamic_overwrite(
     spark: Any, table_path: Any
 ) -> None:

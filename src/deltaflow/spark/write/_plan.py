@@ -203,6 +203,8 @@ def plan_write(
     repartitions = [p.lower() for p in partitions] != [
         p.lower() for p in snapshot.partition_columns
     ]
+    if repartitions:
+        _require_log_writer(uri, snapshot, partitions)
     column_mapping = snapshot.column_mapping_mode != "none" and not replace_schema
     physical = _schema.physical_schema(schema) if column_mapping else _schema.logical_schema(schema)
     physical_names = _schema.top_level_physical_names(schema) if column_mapping else {}
@@ -318,6 +320,26 @@ def _replaced_schema(
             option="partitionOverwriteMode",
         )
     return schema, partitions
+
+
+def _require_log_writer(uri: str, snapshot: Snapshot, partitions: tuple[str, ...]) -> None:
+    """A repartitioning overwrite commits through deltaflow's log writer (delta-rs keeps a
+    table's partition columns), which needs a conditional put: refused before anything
+    is written where the store has none."""
+    from deltaflow.table import _conditional_put
+
+    if _conditional_put.supported(uri):
+        return
+    raise UnsupportedFeatureError(
+        f"overwriteSchema cannot change the partition columns of table {uri} from"
+        f" {list(snapshot.partition_columns)} to {list(partitions)} here: the new"
+        " partitioning is committed by deltaflow's own log writer, which needs a conditional"
+        f" put (put-if-absent) that {uri.split('://', 1)[0]}:// does not offer. Keep the"
+        " partition columns (partitionBy the table's), or write to a local, S3, GCS or"
+        " Azure location.",
+        table_uri=uri,
+        feature="overwriteSchema-repartition",
+    )
 
 
 def _kept_partitioning(
