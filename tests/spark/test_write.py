@@ -371,7 +371,8 @@ def test_repartitioning_is_refused_up_front_where_the_log_writer_cannot_commit(
     _require_log_writer(snapshot.uri, snapshot, ("b",))  # a local table: allowed
     with pytest.raises(UnsupportedFeatureError) as refused:
         _require_log_writer("hdfs://namenode/t", snapshot, ("b",))
-    assert refused.value.feature == "overwriteSchema-repartition"
+    # The log writer's own refusal, as for every commit it cannot make there.
+    assert refused.value.feature == "logCommit"
     assert refused.value.table_uri == "hdfs://namenode/t"
 
 

@@ -19,6 +19,7 @@ from deltaflow.errors import InvalidOptionError
 from deltaflow.spark._options import OPTIMIZE_WRITE_PROPERTY, WriteOptions
 from deltaflow.spark.write import _generated, _replace_where
 from deltaflow.table import _commit, _constraints, _log_write, _schema, _stats
+from deltaflow.table._protocol import Protocol
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
 from deltaflow.table.errors import (
     SchemaMismatchError,
@@ -326,19 +327,11 @@ def _require_log_writer(uri: str, snapshot: Snapshot, partitions: tuple[str, ...
     """A repartitioning overwrite commits through deltaflow's log writer (delta-rs keeps a
     table's partition columns), which needs a conditional put: refused before anything
     is written where the store has none."""
-    from deltaflow.table import _conditional_put
-
-    if _conditional_put.supported(uri):
-        return
-    raise UnsupportedFeatureError(
-        f"overwriteSchema cannot change the partition columns of table {uri} from"
-        f" {list(snapshot.partition_columns)} to {list(partitions)} here: the new"
-        " partitioning is committed by deltaflow's own log writer, which needs a conditional"
-        f" put (put-if-absent) that {uri.split('://', 1)[0]}:// does not offer. Keep the"
-        " partition columns (partitionBy the table's), or write to a local, S3, GCS or"
-        " Azure location.",
-        table_uri=uri,
-        feature="overwriteSchema-repartition",
+    _log_write.require_conditional_put(
+        uri,
+        Protocol.of(snapshot),
+        f"overwriteSchema from partition columns {list(snapshot.partition_columns)} to"
+        f" {list(partitions)}",
     )
 
 
