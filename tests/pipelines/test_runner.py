@@ -52,6 +52,17 @@ def _declare(spark: Any, landing: Path) -> dp.Graph:
     return declared.graph()
 
 
+def _landed_table(spark: Any, landing: Path, name: str, **options: Any) -> None:
+    """Declare (inside ``dp.collect()``) streaming table ``name`` fed by the JSON files
+    landing in ``landing``."""
+    schema = "id BIGINT, kind STRING, amount DOUBLE"
+    dp.create_streaming_table(name, schema=schema, **options)
+
+    @dp.append_flow(target=name)
+    def live() -> Any:
+        return spark.readStream.schema(schema).json(str(landing))
+
+
 def dlt_col(name: str) -> Any:
     from pyspark.sql import functions as F
 
@@ -217,11 +228,7 @@ def test_full_refresh_reprocesses_from_scratch_and_once_flows_run_once(
     _land(spark, landing, [(1, "a", 1.0), (2, "a", 2.0)])
     schema = "id BIGINT, kind STRING, amount DOUBLE"
     with dp.collect() as declared:
-        dp.create_streaming_table("events", schema=schema)
-
-        @dp.append_flow(target="events")
-        def live() -> Any:
-            return spark.readStream.schema(schema).json(str(landing))
+        _landed_table(spark, landing, "events")
 
         @dp.append_flow(target="events", once=True)
         def backfill() -> Any:
@@ -398,3 +405,30 @@ def test_query_functions_run_once_to_analyse_and_again_only_when_needed(
     for name in ("plain", "flaky", "downstream"):
         assert sorted(r["id"] for r in _rows(str(tables / name))) == [0, 1, 2, 3, 4]
     assert _rows(str(tables / "total")) == [{"n": 5}]
+
+
+def test_refreshes_and_full_refreshes_keep_a_partitioned_datasets_partitioning(
+    spark: Any, tmp_path: Path
+) -> None:
+    # Both overwrite with overwriteSchema, which takes the partitioning from partitionBy.
+    landing = tmp_path / "landing"
+    _land(spark, landing, [(1, "a", 1.0), (2, "b", 2.0)])
+    with dp.collect() as declared:
+        _landed_table(spark, landing, "orders", partition_cols=["kind"])
+
+        @dp.materialized_view(partition_cols=["kind"])
+        def totals() -> Any:
+            return spark.read.table("orders").groupBy("kind").count()
+
+    graph = declared.graph()
+    settings = _settings(tmp_path)
+    tables = {name: str(tmp_path / f"storage/tables/{name}") for name in ("orders", "totals")}
+    for full_refresh in (None, None, ["orders", "totals"]):
+        report = dp.run_update(spark, graph, settings, full_refresh=full_refresh)
+        assert report.state == "COMPLETED"
+        for path in tables.values():
+            assert DeltaRsTable(path).metadata().partition_columns == ["kind"], path
+        assert sorted((r["kind"], r["count"]) for r in _rows(tables["totals"])) == [
+            ("a", 1),
+            ("b", 1),
+        ]

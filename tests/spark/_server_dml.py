@@ -1,6 +1,7 @@
 """One scenario of Delta SQL for every Spark host: DML on a table with the change data
 feed and on one with deletion vectors, the change feed read back, partition overwrites,
-DESCRIBE HISTORY / DETAIL, VACUUM and RESTORE, then two bad statements. Each host's test
+DESCRIBE HISTORY / DETAIL, VACUUM, shallow clones (one replacing an emptied table) and
+RESTORE, then two bad statements. Each host's test
 runs the statements its own way (a classic session, a Connect client, ``spark-sql -e``,
 beeline against the Thrift server); the checks read the tables with delta-rs."""
 
@@ -90,12 +91,14 @@ def partition_overwrites(path: str) -> list[str]:
 
 
 def commands(t: Tables) -> list[str]:
-    """VACUUM the deletion-vector table and clone it, RESTORE the change-feed one, then
-    show it."""
+    """VACUUM the deletion-vector table and clone it, empty the clone and replace it by a
+    clone again, RESTORE the change-feed one, then show it."""
     return [
         "SET spark.databricks.delta.retentionDurationCheck.enabled = false",
         f"VACUUM delta.`{t.dv}` RETAIN 0 HOURS",
         f"CREATE TABLE delta.`{t.clone}` SHALLOW CLONE delta.`{t.dv}`",
+        f"DELETE FROM delta.`{t.clone}`",
+        f"CREATE OR REPLACE TABLE delta.`{t.clone}` SHALLOW CLONE delta.`{t.dv}`",
         f"RESTORE TABLE delta.`{t.cdf}` TO VERSION AS OF 1",
         f"DESCRIBE HISTORY delta.`{t.cdf}`",
         f"DESCRIBE DETAIL delta.`{t.cdf}`",
@@ -150,7 +153,8 @@ def check_tables(t: Tables, *, overwrites: bool = True) -> None:
         ) == (1, 1, 1), merge
     # The clone reads the vacuumed table's files, deletion vectors applied.
     assert rows(t.clone) == AFTER_DML
-    assert [h["operation"] for h in DeltaTable(t.clone).history()] == ["CLONE"]
+    assert [h["operation"] for h in DeltaTable(t.clone).history()] == ["CLONE", "DELETE", "CLONE"]
+    assert rows(t.clone, version=1) == []
     # The change feed's files for the DML commits; deletion vectors for the other table.
     assert any((Path(t.cdf) / "_change_data").iterdir())
     dv_delete = (Path(t.dv) / "_delta_log" / f"{3:020d}.json").read_text()

@@ -67,6 +67,41 @@ def test_classic_replace_where_with_save_as_table_overwrites_only_matching_rows(
         spark.sql(f"DROP TABLE IF EXISTS {name}")
 
 
+def test_classic_overwrite_repartitions_only_with_overwrite_schema(spark):
+    name = _name()
+    spark.sql(f"CREATE TABLE {name} (id BIGINT, a BIGINT, b BIGINT) USING delta PARTITIONED BY (a)")
+    rows = spark.range(6).selectExpr("id", "id % 2 AS a", "id % 3 AS b")
+    try:
+        spark.sql(f"INSERT INTO {name} VALUES (100, 1, 1)")
+        location = _location(spark, name)
+        # delta-spark's V1 writer: another partitionBy needs overwriteSchema
+        # (DELTA_METADATA_MISMATCH), none keeps the table's partitioning.
+        with pytest.raises(Exception) as refused:
+            rows.write.format("delta").mode("overwrite").partitionBy("b").saveAsTable(name)
+        assert type(typed_error(refused.value)).__name__ == "SchemaMismatchError", refused.value
+        assert deltalake.DeltaTable(location).version() == 1
+        rows.write.format("delta").mode("overwrite").saveAsTable(name)
+        assert deltalake.DeltaTable(location).metadata().partition_columns == ["a"]
+
+        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").partitionBy(
+            "b"
+        ).saveAsTable(name)
+        table = deltalake.DeltaTable(location)
+        assert table.metadata().partition_columns == ["b"]
+        assert table.history(1)[0]["operation"] == "CREATE OR REPLACE TABLE AS SELECT"
+        assert sorted((r.id, r.b) for r in spark.table(name).where("b = 2").collect()) == [
+            (2, 2),
+            (5, 2),
+        ]
+        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").saveAsTable(
+            name
+        )
+        assert deltalake.DeltaTable(location).metadata().partition_columns == []
+        assert spark.table(name).count() == 6
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
 CONNECT_CLIENT = textwrap.dedent(
     """
     import sys

@@ -293,20 +293,135 @@ def test_overwrite_schema_replaces_schema(spark: Any, table_path: Any, people: A
     )
     with pytest.raises(SchemaMismatchError):
         other.write.format("delta").mode("overwrite").save(path)
-    other.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+    other.write.format("delta").mode("overwrite").option("overwriteSchema", "true").partitionBy(
+        "country"
+    ).save(path)
     assert version(path) == 1
     assert DeltaTable(path).metadata().partition_columns == ["country"]
     assert read_all(spark, path) == [
         {"id": "1", "kind": "x", "country": "nl"},
         {"id": "2", "kind": "y", "country": None},
     ]
-    # delta-rs cannot change partitioning in an overwrite yet: refused up front, typed.
-    with pytest.raises(UnsupportedFeatureError) as info:
-        other.write.format("delta").mode("overwrite").option("overwriteSchema", "true").partitionBy(
-            "kind"
-        ).save(path)
-    assert info.value.feature == "overwriteSchema-repartition"
+
+
+def _log_actions(path: str, at: int) -> list[dict[str, Any]]:
+    with open(os.path.join(path, "_delta_log", f"{at:020d}.json")) as f:
+        return [json.loads(line) for line in f]
+
+
+def _partitioned_by_a(spark: Any, path: str, b_type: str = "BIGINT") -> Any:
+    """A table at ``path`` partitioned by ``a``; the rows written (id, a, b)."""
+    rows = spark.range(6).selectExpr("id", "id % 2 AS a", f"CAST(id % 3 AS {b_type}) AS b")
+    rows.write.format("delta").partitionBy("a").save(path)
+    return rows
+
+
+def test_overwrite_schema_changes_the_partitioning_in_one_commit(
+    spark: Any, table_path: Any
+) -> None:
+    path = table_path()
+    rows = _partitioned_by_a(spark, path, "STRING")
+    table_id = DeltaTable(path).metadata().id
+    # Another partitioning without overwriteSchema: delta-spark's DELTA_METADATA_MISMATCH.
+    for mode in ("overwrite", "append"):
+        with pytest.raises(SchemaMismatchError):
+            rows.write.format("delta").mode(mode).partitionBy("b").save(path)
+    assert version(path) == 0
+
+    rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").partitionBy(
+        "b"
+    ).save(path)
+    actions = _log_actions(path, 1)
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    assert info["operation"] == "WRITE"
+    assert info["operationParameters"] == {
+        "mode": "Overwrite",
+        "partitionBy": '["b"]',
+        "canOverwriteSchema": True,
+    }
+    assert info["isBlindAppend"] is False and info["readVersion"] == 0
+    metadata = next(a["metaData"] for a in actions if "metaData" in a)
+    assert metadata["partitionColumns"] == ["b"] and metadata["id"] == table_id
+    removed = [a["remove"]["partitionValues"] for a in actions if "remove" in a]
+    assert removed and all(set(values) == {"a"} for values in removed)
+    added = [a["add"] for a in actions if "add" in a]
+    assert {tuple(a["partitionValues"]) for a in added} == {("b",)}
+    assert all(a["path"].startswith("b=") for a in added)
     assert version(path) == 1
+    assert sorted(
+        r.id for r in spark.read.format("delta").load(path).where("b = '1'").collect()
+    ) == [
+        1,
+        4,
+    ]
+    assert sorted((r.id, r.a, r.b) for r in spark.read.format("delta").load(path).collect()) == [
+        (i, i % 2, str(i % 3)) for i in range(6)
+    ]
+
+    # overwriteSchema without partitionBy leaves the table unpartitioned, as in delta-spark.
+    rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+    assert DeltaTable(path).metadata().partition_columns == []
+    assert spark.read.format("delta").load(path).count() == 6
+    assert DeltaTable(path).metadata().id == table_id
+
+
+def test_repartitioning_is_refused_up_front_where_the_log_writer_cannot_commit(
+    spark: Any, table_path: Any
+) -> None:
+    from deltaflow.spark.write._plan import _require_log_writer
+    from deltaflow.table._snapshot import load_snapshot
+
+    path = table_path()
+    _partitioned_by_a(spark, path)
+    snapshot = load_snapshot(path)
+    _require_log_writer(snapshot.uri, snapshot, ("b",))  # a local table: allowed
+    with pytest.raises(UnsupportedFeatureError) as refused:
+        _require_log_writer("hdfs://namenode/t", snapshot, ("b",))
+    # The log writer's own refusal, as for every commit it cannot make there.
+    assert refused.value.feature == "logCommit"
+    assert refused.value.table_uri == "hdfs://namenode/t"
+
+
+def test_overwrite_schema_beside_replace_where_or_dynamic_overwrite(
+    spark: Any, table_path: Any
+) -> None:
+    path = table_path()
+    rows = _partitioned_by_a(spark, path)
+    # A dynamic partition overwrite of a table partitioned after the write is refused
+    # (delta-spark: DELTA_OVERWRITE_SCHEMA_WITH_DYNAMIC_PARTITION_OVERWRITE).
+    for partition_by in (["a"], ["b"]):
+        with pytest.raises(InvalidOptionError) as refused:
+            rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(
+                "partitionOverwriteMode", "dynamic"
+            ).partitionBy(*partition_by).save(path)
+        assert refused.value.option == "partitionOverwriteMode"
+    assert version(path) == 0
+    # replaceWhere: overwriteSchema is ignored, so the table's schema is enforced...
+    wider = rows.selectExpr("*", "'x' AS c").where("a = 1")
+    with pytest.raises(SchemaMismatchError):
+        wider.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(
+            "replaceWhere", "a = 1"
+        ).save(path)
+    # ...and rows that fit it replace the predicate's rows only.
+    rows.where("a = 1").selectExpr("id + 100 AS id", "a", "b").write.format("delta").mode(
+        "overwrite"
+    ).option("overwriteSchema", "true").option("replaceWhere", "a = 1").save(path)
+    assert sorted(r.id for r in spark.read.format("delta").load(path).collect()) == [
+        0,
+        2,
+        4,
+        101,
+        103,
+        105,
+    ]
+    assert DeltaTable(path).metadata().partition_columns == ["a"]
+    # Without partitionBy the table becomes unpartitioned: a dynamic overwrite then
+    # replaces everything (delta-spark does the same).
+    rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(
+        "partitionOverwriteMode", "dynamic"
+    ).save(path)
+    assert DeltaTable(path).metadata().partition_columns == []
+    assert spark.read.format("delta").load(path).count() == 6
 
 
 # ---- 4. replaceWhere -----------------------------------------------------------------------

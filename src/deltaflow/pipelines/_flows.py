@@ -346,7 +346,9 @@ class FlowRun:
     def _write(self, flow: Flow, df: DataFrame, mode: str, app: tuple[str, int] | None) -> None:
         writer = df.write.format("delta").mode(mode)
         if mode == "overwrite":
-            writer = writer.option("overwriteSchema", "true")
+            # overwriteSchema takes the partitioning from partitionBy (none: unpartitioned).
+            dataset = self._resolution.datasets[flow.target].dataset
+            writer = writer.option("overwriteSchema", "true").partitionBy(*dataset.partition_cols)
         else:
             writer = writer.option("mergeSchema", "true")
         if app is not None:

@@ -341,6 +341,8 @@ def _truncate(
             .write.format("delta")
             .mode("overwrite")
             .option("overwriteSchema", "true")
+            # overwriteSchema takes the partitioning from partitionBy (none: unpartitioned).
+            .partitionBy(*resolved.dataset.partition_cols)
             .save(storage.table_path(resolved.dataset))
         )
 

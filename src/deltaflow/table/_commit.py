@@ -187,6 +187,9 @@ class CommitRequest:
     # CREATE OR REPLACE TABLE: the request's schema, partitioning, configuration and
     # comment replace the table's, and every live file is removed.
     replace_table: bool = False
+    # overwriteSchema with new partition columns: ``partition_columns`` (and ``schema``)
+    # replace the table's beside the data, every live file removed (the log writer).
+    replace_partitioning: bool = False
     # The writer's session settings for auto compaction (the table's property decides
     # when they leave it open); see :mod:`deltaflow.table._auto_compact`.
     auto_compact: _auto_compact.AutoCompactSettings = _auto_compact.DEFAULT_SETTINGS
@@ -435,6 +438,7 @@ def _commit_once(request: CommitRequest) -> CommitResult:
         or request.clustering_columns is not None
         or request.evolves_nested
         or (request.new_columns and _conditional_put.supported(request.table_uri))
+        or request.replace_partitioning
     ):
         # mergeSchema's new columns go in the data's own commit, as delta-spark commits
         # them; delta-rs below cannot change the schema inside a write transaction.

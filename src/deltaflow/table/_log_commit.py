@@ -376,9 +376,12 @@ def create_table(
     operation_parameters: Mapping[str, Any] | None = None,
     operation_metrics: Mapping[str, str] | None = None,
     domains: Sequence[Mapping[str, Any]] = (),
+    created_time: int | None = None,
+    extra_commit_info: Mapping[str, Any] | None = None,
 ) -> bool:
     """Write version 0 of a new local table with exactly ``protocol``; False when a
-    version 0 exists already (nothing written).
+    version 0 exists already (nothing written). ``created_time``: the metadata's (now
+    when None); ``extra_commit_info``: commitInfo fields over the defaults.
 
     Used where delta-rs would write a protocol listing features the table does not use
     (:func:`deltaflow.table._protocol.protocol_for_new_table`).
@@ -400,6 +403,7 @@ def create_table(
         "operationMetrics": dict(operation_metrics or {"numFiles": str(len(adds))}),
         "engineInfo": engine_info(),
         "txnId": str(uuid.uuid4()),
+        **(extra_commit_info or {}),
     }
     metadata = {
         "id": str(uuid.uuid4()),
@@ -409,7 +413,7 @@ def create_table(
         "schemaString": json.dumps(dict(schema), separators=(",", ":")),
         "partitionColumns": list(partition_columns),
         "configuration": dict(configuration),
-        "createdTime": now_ms,
+        "createdTime": now_ms if created_time is None else created_time,
     }
     actions: list[dict[str, Any]] = [
         {"commitInfo": info},

@@ -13,7 +13,8 @@ checks, put-if-absent):
 * **replace** (``replace_table``): ``CREATE OR REPLACE TABLE``: new metadata, a remove of
   every live file, history kept;
 * **writes**: appends, overwrites (removes of every live file), mergeSchema /
-  overwriteSchema (the metadata rides the data's commit), DML (its read set, ``cdc``);
+  overwriteSchema (the metadata rides the data's commit, new partition columns too), DML
+  (its read set, ``cdc``);
 * **restore**: :func:`restore`, RESTORE's adds and removes.
 
 What a feature adds to a commit comes from a hook in the feature's module, a function
@@ -312,7 +313,11 @@ def _first_draft(request: CommitRequest, current: Snapshot | None, label: str) -
         label=label,
         schema=_schema_after(request, current.schema),
         configuration=configuration,
-        partition_columns=current.partition_columns,
+        partition_columns=(
+            tuple(request.partition_columns)
+            if request.replace_partitioning
+            else current.partition_columns
+        ),
         current=current,
     )
 
@@ -409,9 +414,10 @@ def _commit_change(
         remove_all(draft.uri, current) if whole else [r.to_log_action() for r in request.removes]
     )
     metadata = None
-    if request.replace_table or (draft.schema, draft.configuration) != (
+    if request.replace_table or (draft.schema, draft.configuration, draft.partition_columns) != (
         current.schema,
         {k: v for k, v in current.configuration.items() if v is not None},
+        current.partition_columns,
     ):
         metadata = _metadata(current, draft.schema, draft, name if request.replace_table else None)
         if request.replace_table or request.description is not None:

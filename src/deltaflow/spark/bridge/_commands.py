@@ -70,6 +70,7 @@ def clone(args: dict[str, Any]) -> dict[str, Any]:
         timestamp=args.get("timestamp"),
         properties={str(k): str(v) for k, v in (args.get("properties") or {}).items()},
         source_name=args.get("sourceName"),
+        replace=bool(args.get("replace")),
     )
     return _answer(rows)
 

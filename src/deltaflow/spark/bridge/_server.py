@@ -50,8 +50,9 @@ The whole interface, every operation the JVM may call:
 ``sql.reorg``      ``{uri, where}`` -> ``rows``: REORG ... APPLY (PURGE), OPTIMIZE's row.
 ``sql.convert``    ``{uri, partitionSchema}`` -> ``{converted, rows: []}``.
 ``sql.generate``   ``{uri, mode}`` -> ``{rows: []}``: the symlink manifest written.
-``sql.clone``      ``{uri, target, version | timestamp, properties, sourceName}`` ->
-                   ``rows``: SHALLOW CLONE's metrics; the clone's version 0 written.
+``sql.clone``      ``{uri, target, version | timestamp, properties, sourceName, replace}``
+                   -> ``rows``: SHALLOW CLONE's metrics; the clone's version 0 written
+                   (``replace``: an empty table there replaced by a CLONE commit).
                    (Rows of ``sql.*`` are JSON arrays in the order of the command's
                    output schema: see :mod:`deltaflow.spark.bridge._commands`.)
 ``dml.run``        ``{session, kind, uri, name, alias?, condition?, assignments?,

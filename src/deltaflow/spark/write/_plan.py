@@ -19,6 +19,7 @@ from deltaflow.errors import InvalidOptionError
 from deltaflow.spark._options import OPTIMIZE_WRITE_PROPERTY, WriteOptions
 from deltaflow.spark.write import _generated, _replace_where
 from deltaflow.table import _commit, _constraints, _log_write, _schema, _stats
+from deltaflow.table._protocol import Protocol
 from deltaflow.table._snapshot import Snapshot, load_snapshot, table_exists
 from deltaflow.table.errors import (
     SchemaMismatchError,
@@ -94,6 +95,9 @@ class WritePlan:
     # mergeSchema added fields inside struct columns: ``schema`` (their new types, new
     # columns too) is committed beside the data by the log writer, in one commit.
     evolves_nested: bool = False
+    # overwriteSchema with other partition columns than the table's: the new schema and
+    # partitioning are committed beside the data by the log writer, in one commit.
+    repartitions: bool = False
 
 
 def should_optimize_write(options: WriteOptions, configuration: Mapping[str, str | None]) -> bool:
@@ -151,12 +155,6 @@ def plan_write(
     caller typed and skipped writes start no job) and when Spark plans the job.
     ``current``: the table's latest snapshot when the caller has it loaded already.
     """
-    if options.replace_where is not None and mode == "overwrite" and options.overwrite_schema:
-        raise InvalidOptionError(
-            "replaceWhere and overwriteSchema cannot be used together: replaceWhere keeps the"
-            " rows outside the predicate, which need the table's schema. Drop one of them.",
-            option="replaceWhere",
-        )
     replace_where = options.replace_where if mode == "overwrite" else None
     exists = current is not None or table_exists(uri)
     if not exists:
@@ -176,7 +174,9 @@ def plan_write(
     ):
         # A retry of a write that already committed: nothing to check, nothing to do.
         return _skipped_plan(snapshot, options)
-    replace_schema = mode == "overwrite" and options.overwrite_schema
+    # delta-spark ignores overwriteSchema beside replaceWhere: the rows kept outside the
+    # predicate need the table's schema, so the write is checked against it.
+    replace_schema = mode == "overwrite" and options.overwrite_schema and replace_where is None
     if mode == "overwrite" and snapshot.configuration.get("delta.appendOnly") == "true":
         raise UnsupportedFeatureError(
             f"Table {uri} is append-only (delta.appendOnly=true): overwrite is not allowed.",
@@ -194,13 +194,18 @@ def plan_write(
     nested = False
     if replace_schema:
         _refuse_mapped_replace(uri, snapshot, options)
-        schema = _replaced_schema(uri, snapshot, incoming, options)
+        schema, partitions = _replaced_schema(uri, snapshot, incoming, options)
     else:
         schema, new_columns, nested = _checked_schema(uri, snapshot, incoming, options)
     if replace_where is not None:
         _replace_where.validate(
             uri, replace_where, arrow_schema(schema), tuple(partitions), snapshot.configuration
         )
+    repartitions = [p.lower() for p in partitions] != [
+        p.lower() for p in snapshot.partition_columns
+    ]
+    if repartitions:
+        _require_log_writer(uri, snapshot, partitions)
     column_mapping = snapshot.column_mapping_mode != "none" and not replace_schema
     physical = _schema.physical_schema(schema) if column_mapping else _schema.logical_schema(schema)
     physical_names = _schema.top_level_physical_names(schema) if column_mapping else {}
@@ -220,6 +225,7 @@ def plan_write(
         options=options,
         optimize_write=should_optimize_write(options, properties),
         replace_table=replacing,
+        repartitions=repartitions,
         column_mapping=column_mapping,
         skip=mode == "ignore",
         partition_physical={p: physical_names.get(p, p) for p in partitions},
@@ -296,26 +302,59 @@ def _refuse_mapped_replace(uri: str, snapshot: Snapshot, options: WriteOptions) 
 
 def _replaced_schema(
     uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
-) -> dict[str, Any]:
-    """``overwriteSchema``: the written data's schema replaces the table's."""
-    partitions = snapshot.partition_columns
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``overwriteSchema``: the written data's schema replaces the table's, and its
+    ``partitionBy`` the table's partitioning (none given: unpartitioned, as delta-spark
+    does). A dynamic partition overwrite of a table partitioned after the write is
+    refused (delta-spark: DELTA_OVERWRITE_SCHEMA_WITH_DYNAMIC_PARTITION_OVERWRITE)."""
     schema = all_nullable(incoming)
-    names = {f["name"].lower(): f["name"] for f in schema["fields"]}
-    wanted = tuple(names.get(p.lower(), p) for p in options.partition_by) or tuple(
-        names[p.lower()] for p in partitions if p.lower() in names
-    )
-    if [p.lower() for p in wanted] != [p.lower() for p in partitions]:
-        # delta-rs 1.6 keeps a table's partition columns on overwrite (it fails with
-        # "Partition column ... not found in schema"), so a repartitioning commit
-        # cannot be built yet.
-        raise UnsupportedFeatureError(
-            f"overwriteSchema cannot change the partition columns of table {uri} from"
-            f" {list(partitions)} to {list(wanted)} yet. Write the data to a new location"
-            " instead, or keep the partition columns.",
-            table_uri=uri,
-            feature="overwriteSchema-repartition",
+    if options.create_keeps_partitioning:
+        return schema, _kept_partitioning(uri, snapshot, incoming, options)
+    partitions = _new_partitioning(uri, incoming, options)
+    if partitions and options.partition_overwrite_mode == "dynamic":
+        raise InvalidOptionError(
+            f"overwriteSchema cannot be used with a dynamic partition overwrite of {uri}"
+            f" (partitioned by {list(partitions)} after the write; delta-spark:"
+            " DELTA_OVERWRITE_SCHEMA_WITH_DYNAMIC_PARTITION_OVERWRITE). Drop"
+            " .option('partitionOverwriteMode', 'dynamic') to replace the whole table, or"
+            " overwriteSchema to replace only the partitions written.",
+            option="partitionOverwriteMode",
         )
-    return schema
+    return schema, partitions
+
+
+def _require_log_writer(uri: str, snapshot: Snapshot, partitions: tuple[str, ...]) -> None:
+    """A repartitioning overwrite commits through deltaflow's log writer (delta-rs keeps a
+    table's partition columns), which needs a conditional put: refused before anything
+    is written where the store has none."""
+    _log_write.require_conditional_put(
+        uri,
+        Protocol.of(snapshot),
+        f"overwriteSchema from partition columns {list(snapshot.partition_columns)} to"
+        f" {list(partitions)}",
+    )
+
+
+def _kept_partitioning(
+    uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
+) -> tuple[str, ...]:
+    """The table's partition columns, spelled as the data spells them, for a write that
+    must keep them; another ``partitionBy``, or data without them, is refused."""
+    names = {f["name"].lower(): f["name"] for f in incoming["fields"]}
+    partitions = snapshot.partition_columns
+    given = options.partition_by or partitions
+    if [c.lower() for c in given] != [p.lower() for p in partitions] or any(
+        p.lower() not in names for p in partitions
+    ):
+        raise SchemaMismatchError(
+            f"partitionBy {list(given)} of the data does not match the partition columns"
+            f" {list(partitions)} of table {uri} (delta-spark: DELTA_METADATA_MISMATCH)."
+            " Write with the table's partition columns, or overwrite with"
+            " .option('overwriteSchema', 'true') to repartition.",
+            table_uri=uri,
+            columns=tuple(given),
+        )
+    return tuple(names[p.lower()] for p in partitions)
 
 
 def _checked_schema(
@@ -349,14 +388,9 @@ def _checked_schema(
     return schema, new_columns, nested
 
 
-def _plan_new_table(
-    uri: str,
-    incoming: dict[str, Any],
-    mode: str,
-    options: WriteOptions,
-    replace_where: str | None,
-) -> WritePlan:
-    """The plan of a write that creates the table (it does not exist yet)."""
+def _new_partitioning(uri: str, incoming: dict[str, Any], options: WriteOptions) -> tuple[str, ...]:
+    """The partition columns of a table this write creates or replaces: its
+    ``partitionBy``, spelled as the data spells them."""
     for column in options.partition_by:
         if column.lower() not in {f["name"].lower() for f in incoming["fields"]}:
             raise SchemaMismatchError(
@@ -375,6 +409,18 @@ def _plan_new_table(
             " DELTA_CANNOT_USE_ALL_COLUMNS_FOR_PARTITION). Partition by fewer columns.",
             option="partitionBy",
         )
+    return partitions
+
+
+def _plan_new_table(
+    uri: str,
+    incoming: dict[str, Any],
+    mode: str,
+    options: WriteOptions,
+    replace_where: str | None,
+) -> WritePlan:
+    """The plan of a write that creates the table (it does not exist yet)."""
+    partitions = _new_partitioning(uri, incoming, options)
     if replace_where is not None:
         _replace_where.validate(
             uri,

@@ -58,6 +58,7 @@ def commit_request(
         auto_compact=plan.options.auto_compact,
         replace_table=plan.replace_table,
         evolves_nested=plan.evolves_nested,
+        replace_partitioning=plan.repartitions,
     )
     if plan.dynamic_overwrite and plan.read_version is not None:
         # Explicit removes of the touched partitions' files; delta-rs derives none (and
@@ -105,6 +106,13 @@ def _operation(plan: WritePlan) -> tuple[str, dict[str, Any] | None]:
             "partitionBy": partition_by,
             "clusterBy": json.dumps(list(options.clustering_columns or ())),
             "properties": json.dumps(dict(options.table_properties)),
+        }
+    if plan.repartitions:
+        # The log writer's commit: delta-spark's parameters of an overwriteSchema WRITE.
+        return "WRITE", {
+            "mode": "Overwrite",
+            "partitionBy": partition_by,
+            "canOverwriteSchema": True,
         }
     if plan.read_version is not None:
         return "WRITE", None

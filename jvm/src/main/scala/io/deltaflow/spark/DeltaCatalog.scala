@@ -468,8 +468,10 @@ private[spark] case class CreateRequest(
   }
 
   /** Parameters for a write that creates the table with its data in one commit.
-   *  `v1Overwrite`: the write is `saveAsTable`'s overwrite, which keeps the metadata. */
-  def writeParameters(uri: String, v1Overwrite: Boolean = false): Map[String, String] = {
+   *  `v1Overwrite`: the write is `saveAsTable`'s overwrite, which keeps the metadata;
+   *  `keepsPartitioning`: it keeps the partitioning too (no `overwriteSchema` asked). */
+  def writeParameters(uri: String, v1Overwrite: Boolean = false,
+      keepsPartitioning: Boolean = false): Map[String, String] = {
     val base = options ++ tableProperties.filter(_._1.startsWith("delta.")) + ("path" -> uri)
     val parts = if (partitionColumns.nonEmpty) {
       Map("partitionBy" -> partitionColumns.mkString(","))
@@ -481,6 +483,7 @@ private[spark] case class CreateRequest(
     spec.put("mode", mode)
     spec.put("managed", managed && !pathOnly)
     spec.put("replaceMetadata", replacesMetadata && !v1Overwrite)
+    if (keepsPartitioning) spec.put("keepsPartitioning", true)
     val props = spec.putObject("properties")
     tableProperties.foreach { case (k, v) => props.put(k, v) }
     comment.foreach(spec.put("comment", _))
@@ -569,7 +572,12 @@ private[spark] class StagedDeltaTable(request: CreateRequest)
           // (delta-spark's V1 writer).
           val keepsSchema = request.mode == "create" ||
             (v1Overwrite && info.options().containsKey("replaceWhere"))
-          val params = request.writeParameters(request.location, v1Overwrite) ++ options ++
+          // delta-spark's V1 writer changes the partitioning only when the writer asked
+          // for overwriteSchema; the schema this connector replaces either way.
+          val asked = options.exists { case (k, v) =>
+            k.equalsIgnoreCase("overwriteSchema") && v.trim.equalsIgnoreCase("true") }
+          val params = request.writeParameters(request.location, v1Overwrite,
+              keepsPartitioning = v1Overwrite && !asked) ++ options ++
             (if (keepsSchema) Map.empty else Map("overwriteSchema" -> "true"))
           DeltaBatchWrite.save(data, mode, params)
           written = true

@@ -223,7 +223,9 @@ private[sql] case class GenerateCommand(target: TableRef, mode: String) extends 
  * `CREATE [OR REPLACE] TABLE [IF NOT EXISTS] <target> SHALLOW CLONE <source> [VERSION AS OF
  * n | TIMESTAMP AS OF ts] [TBLPROPERTIES (...)] [LOCATION '...']`: the brain writes the
  * clone's version 0 (`sql.clone`), then a catalog target gets its entry, managed unless a
- * LOCATION was given, as `CREATE TABLE` would make it. delta-spark's output row.
+ * LOCATION was given, as `CREATE TABLE` would make it. OR REPLACE over an existing table:
+ * the brain commits the clone on its log (an empty table only, as delta-spark) and the
+ * entry stays. delta-spark's output row.
  */
 private[sql] case class CloneCommand(
     target: TableRef,
@@ -240,18 +242,17 @@ private[sql] case class CloneCommand(
   override def run(session: SparkSession): Seq[Row] = {
     val from = DeltaTables.resolve(source, "SHALLOW CLONE")
     val into = DeltaTables.cloneTarget(target, location)
-    if (into.exists) {
+    if (into.exists && !replace) {
       if (ifNotExists) return Seq.empty
-      throw DeltaflowException.of(if (replace) "UnsupportedFeatureError" else "TableAlreadyExistsError",
-        s"SHALLOW CLONE into ${into.shown}: the table exists already. " +
-          (if (replace) "Replacing an existing table by a clone is not supported yet: drop it " +
-            "first (DROP TABLE), then clone."
-          else "Use CREATE TABLE IF NOT EXISTS, or drop it first."),
-        Map("table_uri" -> into.shown) ++ (if (replace) Map("feature" -> "cloneReplace") else Map()))
+      throw DeltaflowException.of("TableAlreadyExistsError",
+        s"SHALLOW CLONE into ${into.shown}: the table exists already. Use CREATE TABLE IF NOT " +
+          "EXISTS or CREATE OR REPLACE TABLE, or drop it first.",
+        Map("table_uri" -> into.shown))
     }
     val args = Brain.newArgs()
     args.put("uri", from.uri)
     args.put("target", into.uri)
+    args.put("replace", replace)
     args.put("sourceName", from.name.getOrElse(s"delta.`${from.uri}`"))
     version.foreach(args.put("version", _))
     timestamp.foreach(text =>

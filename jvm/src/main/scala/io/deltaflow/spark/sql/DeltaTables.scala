@@ -64,11 +64,23 @@ private[sql] object DeltaTables {
       val catalog = session.sessionState.catalog
       val ident = TableIdentifier(local.last, Some(local.init.headOption
         .getOrElse(catalog.getCurrentDatabase)))
-      val uri = location.getOrElse(CatalogUtils.URIToString(catalog.defaultTablePath(ident)))
       val name = ident.unquotedString
-      CloneTarget(uri, shown, catalog.tableExists(ident), s =>
-        DeltaCatalog.registerTable(s.asInstanceOf[org.apache.spark.sql.classic.SparkSession],
-          name, uri, managed = location.isEmpty))
+      // A table there already (CREATE OR REPLACE): its entry and location stay.
+      val existing = if (catalog.tableExists(ident)) Some(catalog.getTableMetadata(ident)) else None
+      existing.filterNot(_.provider.exists(_.equalsIgnoreCase("delta"))).foreach { entry =>
+        throw DeltaflowException.of("TableAlreadyExistsError",
+          s"SHALLOW CLONE into $shown: it is a ${entry.provider.getOrElse("non-Delta")} " +
+            "table, which a clone cannot replace. Drop it first, or clone into another name.",
+          Map("table_uri" -> shown))
+      }
+      val uri = existing.map(e => CatalogUtils.URIToString(e.location))
+        .orElse(location)
+        .getOrElse(CatalogUtils.URIToString(catalog.defaultTablePath(ident)))
+      CloneTarget(uri, shown, existing.isDefined, s =>
+        if (existing.isEmpty) {
+          DeltaCatalog.registerTable(s.asInstanceOf[org.apache.spark.sql.classic.SparkSession],
+            name, uri, managed = location.isEmpty)
+        } else s.catalog.refreshTable(name))
   }
 
   // Whether `path` has a `_delta_log`; false where Hadoop cannot look (the brain checks
