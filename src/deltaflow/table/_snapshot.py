@@ -156,7 +156,29 @@ class Snapshot:
         return out
 
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
-        return list(self.delta_table.history(limit))
+        return commit_history(self.delta_table, self.uri, limit)
+
+
+def commit_history(table: DeltaTable, uri: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The commitInfo of each commit, newest first, with its ``version`` (delta-rs's
+    ``history()``). delta-rs fails on a commitInfo field it types more narrowly than the
+    protocol does (delta-spark writes ``readVersion: -1`` on a shallow clone's version 0);
+    then the commits are read from the log here."""
+    try:
+        return list(table.history(limit))
+    except DeltaError as exc:
+        if "expected u64" not in str(exc):
+            raise
+    out: list[dict[str, Any]] = []
+    version = table.version()
+    while version >= 0 and (limit is None or len(out) < limit):
+        actions = _log.read_commit(uri, version)
+        if actions is None:  # older commits were cleaned up
+            break
+        info: dict[str, Any] = next((a["commitInfo"] for _, a in actions if "commitInfo" in a), {})
+        out.append({**info, "version": version})
+        version -= 1
+    return out
 
 
 def _relative_path(file_uri: str, prefix: str) -> str:
@@ -389,7 +411,9 @@ def _version_at(table: DeltaTable, uri: str, timestamp: str | dt.datetime, lates
             timestamp=str(timestamp),
         ) from exc
     wanted_ms = int(wanted.timestamp() * 1000)
-    commits = sorted((c["version"], c["timestamp"]) for c in table.history() if "version" in c)
+    commits = sorted(
+        (c["version"], c["timestamp"]) for c in commit_history(table, uri) if "version" in c
+    )
     if not commits:
         return latest
     earliest_version, earliest_ts = commits[0]

@@ -34,7 +34,7 @@ from deltaflow.ingest.http import _schema_change
 from deltaflow.ingest.http._config import ServeConfig, TableConfig
 from deltaflow.ingest.http.errors import IngestCommitError, ServeConfigError
 from deltaflow.table import _auto_compact, _commit, _generated, _partitions, _stats, _uri
-from deltaflow.table._snapshot import catch_up, load_snapshot, table_exists
+from deltaflow.table._snapshot import catch_up, commit_history, load_snapshot, table_exists
 from deltaflow.table.errors import ConcurrentWriteError, UnsupportedFeatureError
 
 log = logging.getLogger("deltaflow.serve")
@@ -140,7 +140,7 @@ class TableWriter:
         if limit <= 0:
             return []
         found: list[tuple[str, int, int]] = []
-        for info in reversed(self.table.history(limit)):
+        for info in reversed(commit_history(self.table, self.config.uri, limit)):
             marker = _marker(info)
             if marker is None:
                 continue
@@ -276,7 +276,7 @@ class TableWriter:
             latest = self.table.version()
             if latest <= before:
                 return None
-            for info in self.table.history(latest - before):
+            for info in commit_history(self.table, self.config.uri, latest - before):
                 marker = _marker(info)
                 if marker is not None and marker.get("group") == group:
                     return int(info["version"])
