@@ -88,10 +88,6 @@ def cluster(
     cube = str(uuid.uuid4())
     tags = {ZCUBE_ID: cube, ZCUBE_CURVE: curve, ZCUBE_BY: by_tag} if physical else {}
     written = _write(snapshot, table, sum(e.size for e in candidates), tags)
-    removes = [
-        _log_write.remove_action(adds.get(e.path, {}), e.path, e.size, data_change=False)
-        for e in candidates
-    ]
     extra = dict(commit_info or {})
     parameters = {
         "predicate": "[]",
@@ -101,30 +97,7 @@ def cluster(
         "isFull": full,
         **dict(extra.pop("operationParameters", None) or {}),
     }
-    try:
-        version = _log_commit.commit(
-            _log_commit.LogCommitRequest(
-                table_uri=snapshot.uri,
-                read_version=snapshot.version,
-                operation="OPTIMIZE",
-                operation_parameters=parameters,
-                operation_metrics={
-                    "numAddedFiles": str(len(written)),
-                    "numRemovedFiles": str(len(removes)),
-                    "numAddedBytes": str(sum(a["size"] for a in written)),
-                    "numRemovedBytes": str(sum(e.size for e in candidates)),
-                },
-                adds=written,
-                removes=removes,
-                read=_log_commit.ReadSet(files=frozenset(e.path for e in candidates)),
-                partitioned=False,
-                checkpoint_interval=_log_commit.checkpoint_interval(snapshot.configuration),
-                extra_commit_info=extra,
-            )
-        )
-    except BaseException:
-        _delete(snapshot.uri, [a["path"] for a in written])
-        raise
+    version = _commit_rewrite(snapshot, adds, candidates, written, parameters, extra)
     log.info(
         "clustered %d files of %s into %d (version %d)",
         len(candidates),
@@ -172,11 +145,39 @@ def compact(snapshot: Snapshot, parameters: Mapping[str, Any]) -> CompactResult:
             table = _read(snapshot, files)
             written += _write(snapshot, table, sum(e.size for e in files), {}, dict(key))
             removed += files
-        removes = [
-            _log_write.remove_action(adds.get(e.path, {}), e.path, e.size, data_change=False)
-            for e in removed
-        ]
-        version = _log_commit.commit(
+    except BaseException:
+        _delete(snapshot.uri, [a["path"] for a in written])
+        raise
+    version = _commit_rewrite(snapshot, adds, removed, written, parameters, {})
+    log.info(
+        "compacted %d files of %s into %d (version %d)",
+        len(removed),
+        snapshot.uri,
+        len(written),
+        version,
+    )
+    return CompactResult(
+        version, [a["size"] for a in written], [e.size for e in removed], len(chosen), len(entries)
+    )
+
+
+def _commit_rewrite(
+    snapshot: Snapshot,
+    adds: Mapping[str, dict[str, Any]],
+    removed: list[FileEntry],
+    written: list[dict[str, Any]],
+    parameters: Mapping[str, Any],
+    extra: Mapping[str, Any],
+) -> int:
+    """OPTIMIZE's one ``dataChange=false`` commit: ``written`` in, ``removed`` out (its
+    read set: a concurrent DELETE / UPDATE of one of them conflicts, an append does not).
+    A failed commit deletes the files written."""
+    removes = [
+        _log_write.remove_action(adds.get(e.path, {}), e.path, e.size, data_change=False)
+        for e in removed
+    ]
+    try:
+        return _log_commit.commit(
             _log_commit.LogCommitRequest(
                 table_uri=snapshot.uri,
                 read_version=snapshot.version,
@@ -193,21 +194,12 @@ def compact(snapshot: Snapshot, parameters: Mapping[str, Any]) -> CompactResult:
                 read=_log_commit.ReadSet(files=frozenset(e.path for e in removed)),
                 partitioned=bool(snapshot.partition_columns),
                 checkpoint_interval=_log_commit.checkpoint_interval(snapshot.configuration),
+                extra_commit_info=dict(extra),
             )
         )
     except BaseException:
         _delete(snapshot.uri, [a["path"] for a in written])
         raise
-    log.info(
-        "compacted %d files of %s into %d (version %d)",
-        len(removed),
-        snapshot.uri,
-        len(written),
-        version,
-    )
-    return CompactResult(
-        version, [a["size"] for a in written], [e.size for e in removed], len(chosen), len(entries)
-    )
 
 
 def pending_files(snapshot: Snapshot) -> list[FileEntry]:
