@@ -37,6 +37,16 @@ def reference_sql(ref: ReferenceSpark, statement: str) -> None:
     ref.run(f"spark.sql({statement!r}).collect() and None")
 
 
+def deltaflow_run(spark: Any, code: str) -> Exception | None:
+    """Run a PySpark snippet in deltaflow's session, as the reference runs the same one;
+    what it raised (None: it ran)."""
+    try:
+        exec(code, {"spark": spark})
+    except Exception as exc:
+        return exc
+    return None
+
+
 def assert_same_reads(
     spark: Any,
     ref: ReferenceSpark,

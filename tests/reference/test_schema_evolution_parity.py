@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.reference import _compare
 from tests.reference._client import ReferenceJobError
 from tests.reference._server import frame
 
@@ -98,14 +99,6 @@ NESTED_CASES: dict[str, tuple[str, bool]] = {
 }
 
 
-def _ours(spark: Any, code: str) -> Exception | None:
-    try:
-        exec(code, {"spark": spark})  # the same snippet delta-spark runs
-    except Exception as exc:
-        return exc
-    return None
-
-
 @pytest.mark.parametrize("case", [*CASES, *NESTED_CASES])
 def test_catalog_write_evolves_as_delta_spark_does(spark, reference, case: str) -> None:
     create, (code, accepted) = (
@@ -116,14 +109,14 @@ def test_catalog_write_evolves_as_delta_spark_does(spark, reference, case: str) 
     statement = code.format(t=table)
 
     reference.run(setup)
-    assert _ours(spark, setup) is None
+    assert _compare.deltaflow_run(spark, setup) is None
     theirs_failed: ReferenceJobError | None = None
     try:
         reference.run(statement)
     except ReferenceJobError as exc:
         theirs_failed = exc
     assert (theirs_failed is None) == accepted, theirs_failed  # the case's premise
-    ours_failed = _ours(spark, statement)
+    ours_failed = _compare.deltaflow_run(spark, statement)
     assert (ours_failed is None) == accepted, ours_failed
 
     ours = frame(spark.table(table))

@@ -139,18 +139,40 @@ _DELTA_FIELD_ID = "delta.columnMapping.id"
 
 
 def with_field_ids(field: pa.Field, delta_field: dict[str, object]) -> pa.Field:
-    """``field`` (and nested struct fields) tagged with the Delta column-mapping ids."""
-    delta_type = delta_field.get("type")
-    arrow_type = field.type
-    if pa.types.is_struct(arrow_type) and isinstance(delta_type, dict):
-        children = delta_type.get("fields")
-        if isinstance(children, list) and len(children) == arrow_type.num_fields:
-            arrow_type = pa.struct(
-                [with_field_ids(arrow_type.field(i), children[i]) for i in range(len(children))]
-            )
-    tagged = pa.field(field.name, arrow_type, field.nullable)
+    """``field`` (and the struct fields nested in it, inside arrays and maps too) tagged
+    with the Delta column-mapping ids."""
+    tagged = pa.field(
+        field.name, _with_nested_ids(field.type, delta_field.get("type")), field.nullable
+    )
     metadata = delta_field.get("metadata")
     field_id = metadata.get(_DELTA_FIELD_ID) if isinstance(metadata, dict) else None
     return (
         tagged.with_metadata({PARQUET_FIELD_ID: str(field_id)}) if field_id is not None else tagged
     )
+
+
+def _with_nested_ids(arrow_type: pa.DataType, delta_type: object) -> pa.DataType:
+    """``arrow_type`` with the ids of the struct fields inside it. An array's element and a
+    map's key and value carry none themselves (as in delta-spark's files), but a struct in
+    them does: delta-spark in mode 'id' reads its fields by id, and reads nulls without."""
+    if not isinstance(delta_type, dict):
+        return arrow_type
+    kind = delta_type.get("type")
+    if kind == "struct" and pa.types.is_struct(arrow_type):
+        children = delta_type.get("fields")
+        if isinstance(children, list) and len(children) == arrow_type.num_fields:
+            return pa.struct(
+                [with_field_ids(arrow_type.field(i), children[i]) for i in range(len(children))]
+            )
+    elif kind == "array" and (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)):
+        element = arrow_type.value_field
+        element = element.with_type(_with_nested_ids(element.type, delta_type.get("elementType")))
+        return pa.large_list(element) if pa.types.is_large_list(arrow_type) else pa.list_(element)
+    elif kind == "map" and pa.types.is_map(arrow_type):
+        key, item = arrow_type.key_field, arrow_type.item_field
+        return pa.map_(
+            key.with_type(_with_nested_ids(key.type, delta_type.get("keyType"))),
+            item.with_type(_with_nested_ids(item.type, delta_type.get("valueType"))),
+            keys_sorted=arrow_type.keys_sorted,
+        )
+    return arrow_type

@@ -152,8 +152,9 @@ class CommitRequest:
     mode: Literal["append", "overwrite"] = "append"
     read_version: int | None = None  # None: the table did not exist when the write started
     new_columns: Sequence[dict[str, Any]] = ()  # mergeSchema: fields to add before appending
-    # mergeSchema added struct fields: ``schema`` is committed beside the data (log writer).
-    evolves_nested: bool = False
+    # mergeSchema added struct fields, or columns to a column-mapped table: ``schema`` and
+    # ``configuration`` (its raised maxColumnId) are committed beside the data (log writer).
+    evolves_in_commit: bool = False
     configuration: dict[str, str] = field(default_factory=dict)
     app_id: str | None = None
     app_version: int | None = None
@@ -436,7 +437,7 @@ def _commit_once(request: CommitRequest) -> CommitResult:
         or request.replace_table
         or request.identity_generated
         or request.clustering_columns is not None
-        or request.evolves_nested
+        or request.evolves_in_commit
         or (request.new_columns and _conditional_put.supported(request.table_uri))
         or request.replace_partitioning
     ):

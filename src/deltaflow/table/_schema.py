@@ -37,13 +37,19 @@ def column_mapping_mode(configuration: dict[str, str | None]) -> str:
 
 
 def assign_column_ids(
-    field: Field, configuration: MutableMapping[str, str], *, fresh_names: bool
+    field: Field,
+    configuration: MutableMapping[str, str],
+    *,
+    fresh_names: bool,
+    seed: str | None = None,
 ) -> None:
     """Give ``field`` and every field nested in it that lacks one a column id (counting on
     from ``delta.columnMapping.maxColumnId``, which moves on in ``configuration``) and a
     physical name: ``col-<uuid>`` when ``fresh_names`` (new columns, as delta-spark names
     them), else the field's current name (data files written without mapping stay
-    readable as they are)."""
+    readable as they are). ``seed`` (the table's location) makes the uuid a function of it
+    and the id instead of random: a write planned twice (by the connector, then by the
+    Python writer; a stream's batch, then its commit) names its new columns alike."""
     next_id = int(configuration.get(MAX_COLUMN_ID_KEY) or 0)
 
     def visit_type(t: JsonType) -> None:
@@ -63,11 +69,19 @@ def assign_column_ids(
         if FIELD_ID_KEY not in metadata:
             next_id += 1
             metadata[FIELD_ID_KEY] = next_id
-            metadata[PHYSICAL_NAME_KEY] = f"col-{uuid.uuid4()}" if fresh_names else f["name"]
+            metadata[PHYSICAL_NAME_KEY] = (
+                f["name"] if not fresh_names else f"col-{_physical_uuid(seed, next_id)}"
+            )
         visit_type(f["type"])
 
     visit(field)
     configuration[MAX_COLUMN_ID_KEY] = str(next_id)
+
+
+def _physical_uuid(seed: str | None, column_id: int) -> uuid.UUID:
+    if seed is None:
+        return uuid.uuid4()
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"{seed}#columnMapping.id={column_id}")
 
 
 def mapped_new_schema(
@@ -327,6 +341,45 @@ def merge_schemas(table: dict[str, Any], incoming: dict[str, Any]) -> dict[str, 
             continue
         target["type"] = _merged_type(target["type"], field["type"])
     return merged
+
+
+def merge_mapped_schemas(
+    table: dict[str, Any],
+    incoming: dict[str, Any],
+    configuration: dict[str, str | None],
+    seed: str,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """:func:`merge_schemas` for a column-mapped table, as delta-spark's ``mergeSchema``
+    evolves one: ``table``'s fields keep their ids and physical names, and every field only
+    ``incoming`` has (a column, or a field inside a struct at any depth) gets the next id
+    and a fresh ``col-<uuid>`` physical name. Also the configuration entry that moves with
+    it: ``delta.columnMapping.maxColumnId``, raised past every id handed out. ``seed``:
+    see :func:`assign_column_ids` (planning the same write twice gives the same names)."""
+    merged = merge_schemas(table, logical_schema(incoming))
+    # Counted on from the highest id in use too: a table whose maxColumnId lags its schema
+    # (written by an older writer) must not hand an id out twice.
+    highest = max(int(configuration.get(MAX_COLUMN_ID_KEY) or 0), _highest_column_id(table))
+    counter = {MAX_COLUMN_ID_KEY: str(highest)}
+    for f in merged["fields"]:
+        assign_column_ids(f, counter, fresh_names=True, seed=seed)
+    return merged, counter
+
+
+def _highest_column_id(schema: dict[str, Any]) -> int:
+    highest = 0
+
+    def visit(t: JsonType) -> None:
+        nonlocal highest
+        if isinstance(t, dict):
+            for f in t.get("fields", ()):
+                highest = max(highest, int(f.get("metadata", {}).get(FIELD_ID_KEY) or 0))
+                visit(f["type"])
+            for key in ("elementType", "keyType", "valueType"):
+                if key in t:
+                    visit(t[key])
+
+    visit(schema)
+    return highest
 
 
 def _merged_type(table: JsonType, incoming: JsonType) -> JsonType:

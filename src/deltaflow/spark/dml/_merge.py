@@ -621,6 +621,9 @@ def _commit_merge(
         read=read if _changes.uses_log_writer(snapshot.uri) else None,
         operation="MERGE",
         new_columns=plan.new_columns,
+        # Schema evolution of a column-mapped table: new ids and maxColumnId, in this commit.
+        evolves_in_commit=plan.evolves_in_commit,
+        configuration=plan.configuration,
         # Inserts may hand out identity values: the commit moves the high water marks.
         identity_generated=plan.identity_generated,
         commit_info={

@@ -117,6 +117,11 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
                 # second time per batch. A replayed batch is still caught: commit_batch
                 # checks the app transaction before committing.
                 plan = self.plan
+            elif self.plan.column_mapping and self.plan.evolves_in_commit:
+                # The files name the columns this batch adds as its plan did: committed by
+                # that plan, whose read version lets the log writer refuse the commit if
+                # the table's metadata moved since (a new plan could name them otherwise).
+                plan = self.plan
             else:
                 # Planned again against the table as it is now: earlier batches created
                 # it, added columns, or moved its version on.

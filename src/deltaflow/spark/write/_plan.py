@@ -92,9 +92,10 @@ class WritePlan:
     # table: ``configuration`` is the table's whole new configuration, committed in new
     # metadata beside the data (history kept, the protocol only ever upgraded).
     replace_table: bool = False
-    # mergeSchema added fields inside struct columns: ``schema`` (their new types, new
-    # columns too) is committed beside the data by the log writer, in one commit.
-    evolves_nested: bool = False
+    # mergeSchema added fields inside struct columns, or columns to a column-mapped table:
+    # ``schema`` (new columns too) and ``configuration`` (a raised maxColumnId) are
+    # committed beside the data by the log writer, in one commit.
+    evolves_in_commit: bool = False
     # overwriteSchema with other partition columns than the table's: the new schema and
     # partitioning are committed beside the data by the log writer, in one commit.
     repartitions: bool = False
@@ -190,13 +191,13 @@ def plan_write(
     properties: dict[str, str | None] = (
         dict(options.table_properties) if replacing else snapshot.configuration
     )
-    new_columns: tuple[dict[str, Any], ...] = ()
-    nested = False
     if replace_schema:
         _refuse_mapped_replace(uri, snapshot, options)
         schema, partitions = _replaced_schema(uri, snapshot, incoming, options)
+        evolution = _Evolution(schema)
     else:
-        schema, new_columns, nested = _checked_schema(uri, snapshot, incoming, options)
+        evolution = _checked_schema(uri, snapshot, incoming, options)
+    schema = evolution.schema
     if replace_where is not None:
         _replace_where.validate(
             uri, replace_where, arrow_schema(schema), tuple(partitions), snapshot.configuration
@@ -217,10 +218,9 @@ def plan_write(
         physical_schema=physical,
         partition_columns=tuple(partitions),
         read_version=snapshot.version,
-        # Struct fields added: the whole new schema is committed with the data instead.
-        new_columns=() if nested else new_columns,
-        evolves_nested=nested,
-        configuration=dict(options.table_properties) if replacing else {},
+        new_columns=evolution.new_columns,
+        evolves_in_commit=evolution.in_commit,
+        configuration=dict(options.table_properties) if replacing else evolution.configuration,
         num_indexed_cols=_stats.num_indexed_cols(properties),
         options=options,
         optimize_write=should_optimize_write(options, properties),
@@ -359,10 +359,9 @@ def _kept_partitioning(
 
 def _checked_schema(
     uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
-) -> tuple[dict[str, Any], tuple[dict[str, Any], ...], bool]:
+) -> _Evolution:
     """Schema enforcement: the data must fit the table (``mergeSchema`` may add columns and
-    struct fields); the table's schema for this write, the columns it adds, and whether it
-    adds struct fields."""
+    struct fields); the table's schema for this write and how it changes."""
     partitions = snapshot.partition_columns
     table_logical = _schema.logical_schema(snapshot.schema)
     problems = _schema.struct_mismatches(incoming, table_logical, allow_new=options.merge_schema)
@@ -374,7 +373,7 @@ def _checked_schema(
             table_uri=uri,
             columns=tuple(p.split(" (")[0] for p in problems),
         )
-    schema, new_columns, nested = _merged_schema(uri, snapshot, incoming, options)
+    evolution = _merged_schema(uri, snapshot, incoming, options)
     if options.partition_by and tuple(c.lower() for c in options.partition_by) != tuple(
         c.lower() for c in partitions
     ):
@@ -385,7 +384,7 @@ def _checked_schema(
             table_uri=uri,
             columns=tuple(options.partition_by),
         )
-    return schema, new_columns, nested
+    return evolution
 
 
 def _new_partitioning(uri: str, incoming: dict[str, Any], options: WriteOptions) -> tuple[str, ...]:
@@ -457,16 +456,30 @@ def _plan_new_table(
     )
 
 
+@dataclass(frozen=True)
+class _Evolution:
+    """The table's schema for a write and how the write changes it."""
+
+    schema: dict[str, Any]
+    # Top-level columns mergeSchema adds (the commit appends them to the table's schema).
+    new_columns: tuple[dict[str, Any], ...] = ()
+    # The schema changes in the data's own commit (the log writer): struct fields added,
+    # or any addition to a column-mapped table.
+    in_commit: bool = False
+    # Table properties that change with it (a column-mapped table's maxColumnId).
+    configuration: dict[str, str] = field(default_factory=dict)
+
+
 def _merged_schema(
     uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
-) -> tuple[dict[str, Any], tuple[dict[str, Any], ...], bool]:
-    """The table's schema for this write, the top-level columns ``mergeSchema`` adds to it,
-    and whether it also adds fields inside struct columns (at any depth)."""
+) -> _Evolution:
+    """The table's schema for this write and what ``mergeSchema`` adds to it: top-level
+    columns, fields inside struct columns (at any depth)."""
     from deltaflow.table import _conditional_put
 
     table_logical = _schema.logical_schema(snapshot.schema)
     if not options.merge_schema:
-        return snapshot.schema, (), False
+        return _Evolution(snapshot.schema)
     merged = _schema.merge_schemas(table_logical, incoming)
     known = {f["name"].lower() for f in table_logical["fields"]}
     new_columns = tuple(
@@ -480,11 +493,7 @@ def _merged_schema(
         if f["type"] != g["type"]
     }
     if (new_columns or nested) and snapshot.column_mapping_mode != "none":
-        raise UnsupportedFeatureError(
-            f"mergeSchema on column-mapped table {uri} is not supported yet.",
-            table_uri=uri,
-            feature="columnMapping",
-        )
+        return _mapped_merged_schema(uri, snapshot, incoming)
     if nested and not _conditional_put.supported(uri):
         raise UnsupportedFeatureError(
             f"mergeSchema would add nested fields to {', '.join(nested)} of table {uri}: the"
@@ -497,7 +506,32 @@ def _merged_schema(
     # The table's own fields (their metadata kept), struct columns widened, new ones last.
     fields = [{**f, "type": nested.get(f["name"], f["type"])} for f in snapshot.schema["fields"]]
     schema = {**snapshot.schema, "fields": fields + list(new_columns)}
-    return schema, new_columns, bool(nested)
+    if nested:  # the whole new schema, new columns too, is committed with the data
+        return _Evolution(schema, in_commit=True)
+    return _Evolution(schema, new_columns)
+
+
+def _mapped_merged_schema(uri: str, snapshot: Snapshot, incoming: dict[str, Any]) -> _Evolution:
+    """``mergeSchema`` on a column-mapped table: the new columns and struct fields get ids
+    and physical names (:func:`_schema.merge_mapped_schemas`), which the files this write
+    puts down use; the schema and the raised ``maxColumnId`` are committed with the data by
+    the log writer, in one commit, as delta-spark does."""
+    from deltaflow.table import _conditional_put
+
+    if not _conditional_put.supported(uri):
+        raise UnsupportedFeatureError(
+            f"mergeSchema would add columns to column-mapped table {uri}: their ids and"
+            " physical names are committed with the data by deltaflow's own log writer, which"
+            " needs a conditional put (put-if-absent) that"
+            f" {uri.split('://', 1)[0]}:// does not offer. Nothing was written. Write only"
+            " the table's columns, or copy the table to a local, S3, GCS or Azure location.",
+            table_uri=uri,
+            feature="columnMapping",
+        )
+    schema, configuration = _schema.merge_mapped_schemas(
+        snapshot.schema, all_nullable(incoming), snapshot.configuration, seed=uri
+    )
+    return _Evolution(schema, (), in_commit=True, configuration=configuration)
 
 
 def _skipped_plan(snapshot: Snapshot, options: WriteOptions) -> WritePlan:

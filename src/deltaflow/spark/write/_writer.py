@@ -57,7 +57,7 @@ def commit_request(
         clustering_columns=plan.options.clustering_columns,
         auto_compact=plan.options.auto_compact,
         replace_table=plan.replace_table,
-        evolves_nested=plan.evolves_nested,
+        evolves_in_commit=plan.evolves_in_commit,
         replace_partitioning=plan.repartitions,
     )
     if plan.dynamic_overwrite and plan.read_version is not None:
