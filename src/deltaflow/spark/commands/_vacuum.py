@@ -10,7 +10,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from deltalake import CommitProperties
@@ -107,12 +107,13 @@ def vacuum(
     if keep:  # to say what the leases keep: the plan without them (lists, deletes nothing)
         unguarded = _full_plan(table, snapshot.uri, plan, None, dvs)
     orphans = [] if full and not unwritable else _full_plan(table, snapshot.uri, plan, keep, dvs)
+    inside = _inside(snapshot.uri)
     if not full and not unwritable:
         # delta-rs's lite mode deletes the files the log removed wherever they are: after
         # DML on a shallow clone, its source's files. Then it only lists, and deltaflow
         # deletes what lies under the table's root (delta-spark never deletes elsewhere).
         listed = table.vacuum(**plan, dry_run=True, full=False, keep_versions=keep)
-        unwritable = any(not _inside(snapshot.uri, f) for f in listed)
+        unwritable = not all(map(inside, listed))
     removed = table.vacuum(
         **plan,
         dry_run=dry_run or unwritable,
@@ -123,7 +124,7 @@ def vacuum(
         else None,
         keep_versions=keep,
     )
-    files = sorted(f for f in set(removed) | set(orphans) if _inside(snapshot.uri, f))
+    files = sorted(filter(inside, set(removed) | set(orphans)))
     _report_readers(snapshot.uri, readers, unguarded, files, dry_run=dry_run)
     if not dry_run and not unwritable:
         upkeep(snapshot.uri, table)
@@ -224,11 +225,11 @@ def _delete_files(table_uri: str, files: list[str]) -> None:
             fs.delete_file(target)
 
 
-def _inside(table_uri: str, path: str) -> bool:
+def _inside(table_uri: str) -> Callable[[str], bool]:
     """Whether a file delta-rs names lies under the table's root (a shallow clone's log
     also names its source's files, which VACUUM of the clone must never delete)."""
     root = _uri.normalize_uri(table_uri).rstrip("/") + "/"
-    return _uri.normalize_uri(_file_uri(table_uri, path)).startswith(root)
+    return lambda path: _uri.normalize_uri(_file_uri(table_uri, path)).startswith(root)
 
 
 def _file_uri(table_uri: str, path: str) -> str:
