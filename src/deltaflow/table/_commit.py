@@ -68,6 +68,9 @@ class AddedFile:
     modification_time: int
     stats: str
     data_change: bool = True
+    # The protocol's add tags (readers ignore them): a real-time sink's row log names the
+    # log positions a file holds (``_rowlog.TAG``). Only deltaflow's log writer writes them.
+    tags: dict[str, str] | None = None
 
     def to_action(self) -> AddAction:
         return AddAction(
@@ -88,6 +91,7 @@ class AddedFile:
             "modificationTime": self.modification_time,
             "dataChange": self.data_change,
             "stats": self.stats,
+            **({"tags": dict(self.tags)} if self.tags else {}),
         }
 
     def to_cdc_action(self) -> dict[str, Any]:
