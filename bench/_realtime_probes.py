@@ -81,23 +81,26 @@ class Paced(threading.Thread):
             self.error = exc
 
 
-class KafkaProducer(threading.Thread):
-    """Runs ``bench/_kafka_producer.py`` in its own process (a Python producer sharing this
+class ChildProducer(threading.Thread):
+    """Runs an event source script in its own process (a Python producer sharing this
     process's GIL with the probe and py4j sent only ~2,000 events/s of 10,000, and the
     backlog made the anchor's p99 seconds): the child stamps each event's creation time
-    into its value and reports how many it sent; the probe reads the stamps into
-    ``created`` (``measure`` reads both through this object, as for the other sources)."""
+    into the event and reports how many it sent (``SENT <n>``); the probe reads the stamps
+    into ``created`` (``measure`` reads both through this object, as for the other
+    sources)."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: int, probe: KafkaProbe) -> None:
+    script = ""
+
+    def __init__(self, args: list[str], created: dict[int, float]) -> None:
         super().__init__(daemon=True)
-        self.args = [bootstrap, topic, str(rate)]
-        self.created = probe.created
+        self.args = args
+        self.created = created
         self.sent = 0
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        script = Path(__file__).with_name("_kafka_producer.py")
+        script = Path(__file__).with_name(self.script)
         child = subprocess.Popen(
             [sys.executable, str(script), *self.args],
             stdin=subprocess.PIPE,
@@ -119,6 +122,64 @@ class KafkaProducer(threading.Thread):
         except BaseException as exc:  # reported by the variant, never silently lost
             self.error = exc
             child.kill()
+
+
+class KafkaProducer(ChildProducer):
+    """``bench/_kafka_producer.py``: each value ``<id> <creation time>``."""
+
+    script = "_kafka_producer.py"
+
+    def __init__(self, bootstrap: str, topic: str, rate: int, probe: KafkaProbe) -> None:
+        super().__init__([bootstrap, topic, str(rate)], probe.created)
+
+
+class RowLogProducer(ChildProducer):
+    """``bench/_rowlog_producer.py``: appends events to the source table's row log and
+    commits them every second; each row's ``ts`` is when it was due."""
+
+    script = "_rowlog_producer.py"
+
+    def __init__(self, path: str, rate: int, app_id: str, probe: RowLogProbe) -> None:
+        super().__init__([path, str(rate), app_id], probe.created)
+
+
+class RowLogProbe(threading.Thread):
+    """Tails every writer's partition of a table's row log (``docs/notes/rowlog.md``) from
+    its start, every ``poll_s``: reads what their frames added and stamps each id with the
+    time the read ended (new writers' directories are looked for every 50 ms). ``created``
+    comes from the rows' ``ts`` (ns, when each event was due)."""
+
+    def __init__(self, path: str, poll_s: float = 0.0005) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.poll_s = poll_s
+        self.seen_at: dict[int, float] = {}
+        self.created: dict[int, float] = {}
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        from deltaflow.table import _rowlog
+
+        root = Path(self.path, _rowlog.DIRECTORY)
+        tails: dict[Path, Any] = {}
+        listed = 0.0
+        while not self.stop_event.is_set():
+            if time.monotonic() - listed > 0.05:  # new writers and partitions
+                listed = time.monotonic()
+                for partition in root.glob("*/p*"):
+                    if partition not in tails:
+                        tails[partition] = _rowlog.PartitionTail(
+                            str(partition), _rowlog.Position(0, 0)
+                        )
+            for tail in tails.values():
+                batches = tail.poll()
+                seen = time.time()  # after the read: never earlier than the rows were there
+                for batch in batches:
+                    ids, stamps = batch.column("id").to_pylist(), batch.column("ts").to_pylist()
+                    for event, ts in zip(ids, stamps, strict=True):
+                        self.seen_at.setdefault(event, seen)
+                        self.created.setdefault(event, ts / 1e9)
+            self.stop_event.wait(self.poll_s)
 
 
 class KafkaProbe(threading.Thread):

@@ -40,6 +40,12 @@ only N events/s), all in one Spark session, one after the other:
 * ``delta -> dropDuplicates -> delta RTM`` (``dedup``): as ``delta -> delta RTM`` with
   ``dropDuplicates("id")`` (Spark 4.3's pipelined shuffle, one shuffle partition): the
   shuffle hop's cost against the stateless variant.
+* ``delta (row log) -> delta (row log) RTM`` (``rowlog``): a writer process appends the
+  events to the source table's row log (``docs/notes/rowlog.md``: one fsynced frame per
+  1 ms tick, each row's ``ts`` the moment it was due) and commits them to the table every
+  second; the RTM query reads the log and writes the target with ``realTimeRowLog``; a
+  probe tails the target's row log (every 0.5 ms). Latency starts when the event was due,
+  as for the Kafka anchor.
 * ``delta -> delta micro-batch``: today's best Delta path, ``processingTime="0 seconds"``,
   as the baseline.
 
@@ -50,7 +56,8 @@ during the measurement window / events created in it; the Kafka broker's CPU is 
 apart. Every result records the load average: the machine is shared.
 
     .venv/bin/python bench/bench_realtime.py [--quick] [--rows 1000] [--only kafka,delta]
-    (parts: kafka, kafka-fsync, delta, dedup, foreach, delta-kafka, serve, cdf, microbatch)
+    (parts: kafka, kafka-fsync, delta, dedup, foreach, delta-kafka, serve, cdf, microbatch,
+    rowlog)
 
 ``BENCH_RT_TIMING_LINES=1`` turns the logger ``org.apache.spark.sql.deltaflow`` to INFO, so
 the real-time source's, writers' and driver's per-epoch timing lines (docs/realtime.md)
@@ -84,6 +91,8 @@ from _realtime_probes import (  # noqa: E402
     KafkaProbe,
     KafkaProducer,
     Paced,
+    RowLogProbe,
+    RowLogProducer,
     ServePoster,
     UdpRowWriter,
     tree_cpu_seconds,
@@ -100,6 +109,7 @@ NAMES = {
     "serve": "serve -> delta -> delta RTM",
     "cdf": "delta CDF -> delta RTM",
     "microbatch": "delta -> delta micro-batch",
+    "rowlog": "delta (row log) -> delta (row log) RTM",
 }
 PARTS = tuple(NAMES)
 ALLOWLIST = "spark.sql.streaming.realTimeMode.allowlistCheck"
@@ -274,13 +284,19 @@ def delta_variant(
 
     root = out / f"{part}-{rate}-{time.time_ns()}"
     source_path, target, checkpoint = str(root / "src"), str(root / "dst"), str(root / "chk")
-    if serve is None:
-        writer: Paced = DeltaWriter(source_path, rate)
+    writer: Any
+    if part == "rowlog":
+        _create_source(source_path)
+    elif serve is None:
+        writer = DeltaWriter(source_path, rate)
         _create_source(source_path, change_feed=part == "cdf")
     else:
         writer = serve(source_path, rate)
     probe: Any
-    if part == "foreach":
+    if part == "rowlog":
+        probe = RowLogProbe(target)
+        writer = RowLogProducer(source_path, rate, "bench-upstream", probe)
+    elif part == "foreach":
         probe = ForeachProbe()
     elif part == "delta-kafka":
         topic = f"from-delta-{rate}-{time.time_ns()}"
@@ -329,11 +345,13 @@ def delta_variant(
         stream = stream.format("delta")
         if COMMIT_INTERVAL_MS:  # the sink's commit interval, when the run asks for one
             stream = stream.option("realTimeCommitIntervalMs", COMMIT_INTERVAL_MS)
+        if part == "rowlog":
+            stream = stream.option("realTimeRowLog", "true")
         return stream.toTable(table)
 
     # Spark's real-time sink allowlist names only Spark's own sinks; the connector checks a
     # real-time query's operators itself (docs/realtime.md), so the check is off for them.
-    allowlist_off = part in ("delta", "serve", "cdf", "dedup")
+    allowlist_off = part in ("delta", "serve", "cdf", "dedup", "rowlog")
     if allowlist_off:
         spark.conf.set(ALLOWLIST, "false")
     # The source task and every shuffle partition run at once (Spark's slot check).
