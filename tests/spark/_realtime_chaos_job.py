@@ -14,6 +14,12 @@ change rows to wait for).
 ``source`` (the test appends ids to it, some twice) through ``dropDuplicates(["id"])`` in
 real-time mode (Spark >= 4.3, one shuffle partition) into the table at ``location``;
 ``ROWS``/``DONE`` as above (``rows``: distinct ids to wait for).
+
+``<location> <checkpoint> <rows> <downstream> rowlog``: the ids as in the first form, into
+the table at ``location`` with a row log (``realTimeRowLog``), and a second real-time
+query that reads that table (its row log, the union read of docs/notes/rowlog.md) into
+the table at ``downstream``, with a row log too (checkpoint ``<checkpoint>-down``);
+``ROWS``/``DONE`` count the downstream table's rows.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import inspect
 import sys
 import time
+from typing import Any
 
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame
@@ -39,10 +46,12 @@ def main(
         conf["spark.sql.shuffle.partitions"] = "1"
     spark = deltaflow.session(app_name="realtime-chaos", master="local[2]", conf=conf)
     jvm = spark._jvm
-    if source is None:
+    row_log = mode == "rowlog"
+    if source is None or row_log:
         spark.sql(f"CREATE TABLE IF NOT EXISTS rt (id INT) USING delta LOCATION '{location}'")
+        # With a row log a second query runs beside this one: one task each on local[2].
         stream = getattr(jvm, f"{_SOURCES}.LowLatencyMemoryStream").apply(
-            spark._jsparkSession, 2, jvm.org.apache.spark.sql.Encoders.INT()
+            spark._jsparkSession, 1 if row_log else 2, jvm.org.apache.spark.sql.Encoders.INT()
         )
         frame = DataFrame(stream.toDF(), spark).selectExpr("value AS id")
         target = "rt"
@@ -57,29 +66,27 @@ def main(
             .load(source)
         )
         target = f"delta.`{location}`"
-    writer = (
-        frame.writeStream.format("delta")
-        .outputMode("update")
-        .option("checkpointLocation", checkpoint)
-        .option("realTimeCommitIntervalMs", "20")
-    )
-    if "realTime" in inspect.signature(writer.trigger).parameters:
-        writer = writer.trigger(realTime="5 minutes")
-    else:  # PySpark 4.1 and 4.2 have the trigger only in Scala
-        writer._jwrite = writer._jwrite.trigger(
-            jvm.org.apache.spark.sql.streaming.Trigger.RealTime("5 minutes")
-        )
-    query = writer.toTable(target)
+    query = _start(frame, checkpoint, target, row_log, jvm)
+    queries = [query]
+    counted = location
+    if row_log:
+        assert source is not None
+        spark.sql(f"CREATE TABLE IF NOT EXISTS down (id INT) USING delta LOCATION '{source}'")
+        upstream = spark.readStream.format("delta").load(location)
+        queries.append(_start(upstream, f"{checkpoint}-down", "down", row_log, jvm))
+        counted = source
+        source = None  # the ids come from the memory source
     seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
     landed = -1
 
     def report() -> int:
         nonlocal landed
-        if query.exception() is not None:
-            print(f"FAILED {query.exception()}", flush=True)
-            sys.exit(1)
+        for q in queries:
+            if q.exception() is not None:
+                print(f"FAILED {q.exception()}", flush=True)
+                sys.exit(1)
         try:
-            n = DeltaTable(location).to_pyarrow_table().num_rows
+            n = DeltaTable(counted).to_pyarrow_table().num_rows
         except Exception:  # the table's first commit may not have landed yet
             n = 0
         if n != landed:
@@ -96,8 +103,27 @@ def main(
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and report() < rows:
         time.sleep(0.05)
-    query.stop()
+    for q in queries:
+        q.stop()
     print("DONE", flush=True)
+
+
+def _start(frame: DataFrame, checkpoint: str, target: str, row_log: bool, jvm: Any) -> Any:
+    writer = (
+        frame.writeStream.format("delta")
+        .outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .option("realTimeCommitIntervalMs", "20")
+    )
+    if row_log:
+        writer = writer.option("realTimeRowLog", "true")
+    if "realTime" in inspect.signature(writer.trigger).parameters:
+        writer = writer.trigger(realTime="5 minutes")
+    else:  # PySpark 4.1 and 4.2 have the trigger only in Scala
+        writer._jwrite = writer._jwrite.trigger(
+            jvm.org.apache.spark.sql.streaming.Trigger.RealTime("5 minutes")
+        )
+    return writer.toTable(target)
 
 
 if __name__ == "__main__":

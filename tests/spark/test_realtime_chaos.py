@@ -179,3 +179,30 @@ def test_sigkill_of_the_driver_mid_dedup_keeps_each_id_once(tmp_path) -> None:
     expected = sorted(set(sent))
     final_args = [location, str(tmp_path / "ck"), str(len(expected)), source, "dedup"]
     finish_and_check_ids(final_args, tmp_path, location, expected)
+
+
+def test_sigkill_of_the_driver_mid_row_log_chain_keeps_each_row_once(tmp_path) -> None:
+    """Two real-time queries with row logs (docs/notes/rowlog.md): ids into table A, and A
+    (read through its row log) into table B, the driver killed mid-epoch. At the end both
+    tables hold each id once, and B's row log, read from its start position by position,
+    holds exactly B's rows."""
+    from deltaflow.table import _rowlog
+
+    rng = random.Random(chaos_seed())
+    location, down = str(tmp_path / "a"), str(tmp_path / "b")
+    args = [location, str(tmp_path / "ck"), str(ROWS), down, "rowlog"]
+    for kill in range(KILLS):
+        child = Child(args, tmp_path / f"run{kill}.log", job=JOB)
+        try:
+            wait_until_rows_landed(child)
+            child.run_for(rng.uniform(0.0, 1.5))
+        finally:
+            child.kill()
+    finish_and_check_ids(args, tmp_path, down, list(range(ROWS)))
+    upstream = DeltaTable(location).to_pyarrow_table().column("id").to_pylist()
+    assert sorted(upstream) == list(range(ROWS))
+    logged: list[int] = []
+    for partition in sorted(Path(down, _rowlog.DIRECTORY).glob("*/p*")):
+        tail = _rowlog.PartitionTail(str(partition), _rowlog.Position(0, 0))
+        logged += [i for batch in tail.poll() for i in batch.column("id").to_pylist()]
+    assert sorted(logged) == list(range(ROWS))
