@@ -19,6 +19,7 @@ real-time mode (Spark >= 4.3, one shuffle partition) into the table at ``locatio
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 import time
 
@@ -62,6 +63,8 @@ def main(
         .outputMode("update")
         .option("checkpointLocation", checkpoint)
         .option("realTimeCommitIntervalMs", "20")
+        # test_realtime_rowlog_sink.py: the same kills with the sink's row log on.
+        .option("realTimeRowLog", os.environ.get("DELTAFLOW_TEST_ROW_LOG", "false"))
     )
     if "realTime" in inspect.signature(writer.trigger).parameters:
         writer = writer.trigger(realTime="5 minutes")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -245,11 +246,18 @@ def test_the_commit_interval_defaults_to_a_second_with_the_log(spark, table_path
     assert _realtime.commit_interval_ms(ROW_LOG) == 1000
     assert _realtime.commit_interval_ms({}) == 50
     assert _realtime.commit_interval_ms({**ROW_LOG, "realTimeCommitIntervalMs": "20"}) == 20
-    # Twelve bursts ~100 ms apart: at one commit a second (after a burst of 3) the query
-    # makes few commits; the log has every row as it comes.
+    # Twelve bursts, each sent once the log has the last: at one commit a second (after
+    # a burst of 3) the query makes few commits; with the option at 20 ms, about one per
+    # burst. The log has every row as it comes either way.
+    few = bursts_and_commits(spark, table_path)
+    many = bursts_and_commits(spark, table_path, realTimeCommitIntervalMs="20")
+    assert few <= 8 and many > few, (few, many)
+
+
+def bursts_and_commits(spark: Any, table_path: Any, **options: str) -> int:
     name, location = new_table(spark, NO_COMPACTION)
     source = MemoryStream(spark)
-    query = start(source.frame(), name, table_path("ck"), **ROW_LOG)
+    query = start(source.frame(), name, table_path("ck"), **ROW_LOG, **options)
     try:
         for i in range(12):
             source.add(list(range(10 * i, 10 * i + 10)))
@@ -262,8 +270,7 @@ def test_the_commit_interval_defaults_to_a_second_with_the_log(spark, table_path
     finally:
         query.stop()
     assert ids(location) == list(range(120))
-    # 12 bursts take ~1-3 s here: 3 back to back, then one a second, and the epoch's end.
-    assert commits(location) <= 8, commits(location)
+    return commits(location)
 
 
 def test_wrong_settings_are_refused_typed(spark, table_path) -> None:
@@ -351,3 +358,38 @@ def test_vacuum_and_every_reader_leave_the_log_alone(spark, table_path) -> None:
     read = spark.read.format("delta").load(location)
     assert read.columns == ["id"]
     assert sorted(r.id for r in read.collect()) == expected
+
+
+@pytest.mark.chaos
+def test_sigkill_of_the_driver_mid_epoch_keeps_the_log_and_the_table_in_step(tmp_path) -> None:
+    # test_realtime_chaos.py's job with the row log on: the driver killed mid-epoch after
+    # some rows were committed (and more logged), then a run to the end. Each row is in
+    # the table once, and the log, read as a reader reads it (a successor's segment
+    # supersedes its predecessor's torn tail), holds the table's rows at their positions.
+    import os
+    import random
+
+    from tests.spark.test_chaos import START_TIMEOUT, Child, chaos_seed
+    from tests.spark.test_realtime_chaos import JOB, wait_until_rows_landed
+
+    rows = 1000
+    rng = random.Random(chaos_seed())
+    location, checkpoint = str(tmp_path / "table"), str(tmp_path / "ck")
+    args = [location, checkpoint, str(rows)]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "DELTAFLOW_TEST_ROW_LOG": "true"}
+    child = Child(args, tmp_path / "run0.log", job=JOB, env=env)
+    try:
+        wait_until_rows_landed(child)
+        child.run_for(rng.uniform(0.0, 1.0))
+    finally:
+        child.kill()
+    final = Child(args, tmp_path / "final.log", job=JOB, env=env)
+    try:
+        final.wait_for("DONE", START_TIMEOUT + 120)
+    finally:
+        final.kill()
+    landed = DeltaTable(location).to_pyarrow_table().column("id").to_pylist()
+    assert sorted(landed) == list(range(rows))
+    committed = table_positions(location)
+    assert sorted(committed.values()) == list(range(rows))
+    assert positioned_log(location) == committed
