@@ -157,9 +157,7 @@ class SegmentWriter:
     """Appends frames to a new segment of its own; each append is synced before it
     returns when ``fsync`` (a row is durable when its frame is)."""
 
-    def __init__(
-        self, directory: str, epoch: int, from_row: int, *, fsync: bool = True
-    ) -> None:
+    def __init__(self, directory: str, epoch: int, from_row: int, *, fsync: bool = True) -> None:
         os.makedirs(directory, exist_ok=True)
         self.path = os.path.join(
             directory,
