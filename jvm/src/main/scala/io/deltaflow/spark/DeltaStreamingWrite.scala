@@ -17,7 +17,9 @@ import org.apache.spark.sql.deltaflow.{DirectWrite, FileRolls, RealTimeCommitEnd
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
 import org.apache.spark.sql.catalyst.streaming.WriteToStream
 import org.apache.spark.sql.execution.SortExec
+import org.apache.spark.sql.functions.{lit, when}
 import org.apache.spark.sql.streaming.OutputMode
+import org.apache.spark.sql.types.StringType
 
 /**
  * A stream into a Delta catalog table (`writeStream.toTable(name)`, Spark's declarative
@@ -167,13 +169,22 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
     val first = transactions(Seq.empty, Some((appId, epoch)))
     val intervalMs = first.path("intervalMs").asLong()
     val rowLog = Option(first.get("rowLog")).filterNot(_.isNull).map { dir =>
-      // The frames hold the table's logical values: the plan without the Parquet files'
-      // partition value escapes, and without the row checks the Parquet path runs first.
+      // The frames hold the values a reader of the table gets: the plan without the
+      // Parquet files' partition value escapes, and without the row checks the Parquet
+      // path runs first; an empty string partition value reads back as null (Delta).
       val logical = plan.deepCopy[ObjectNode]()
       logical.putArray("escapedPartitions")
       logical.remove("checks")
-      RowLog.Target(dir.asText(), StagedFileWrite.shape(session, schema,
-        df => DeltaBatchWrite.prepared(df, logical, shape = true)))
+      val lowered = partitions.map(_.toLowerCase).toSet
+      RowLog.Target(dir.asText(), StagedFileWrite.shape(session, schema, { df =>
+        val shaped = DeltaBatchWrite.prepared(df, logical, shape = true)
+        shaped.select(shaped.schema.fields.toSeq.map { f =>
+          val c = shaped.col("`" + f.name.replace("`", "``") + "`")
+          if (f.dataType == StringType && lowered.contains(f.name.toLowerCase)) {
+            when(c === "", lit(null).cast(StringType)).otherwise(c).alias(f.name)
+          } else c
+        }: _*)
+      }))
     }
     val runId = RealTimeQueries.runId(query)
     val endpoint = RealTimeCommits.open(env => new RealTimeCommitEndpoint(env,
