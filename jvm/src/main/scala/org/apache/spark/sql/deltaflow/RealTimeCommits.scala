@@ -563,6 +563,6 @@ class RealTimeWriter(
     logInfo(s"deltaflow real-time writer p$partitionId e$epochId a$attempt: ${rolls.get()} " +
       s"rolls ($early at the source's idle, before the grace); ${opens.summary}; " +
       s"${rowWaits.summary}; ${held.summary}; ${finishes.summary}; ${asks.summary}" +
-      logged.map(l => s"; ${l._1.waits.summary}").getOrElse(""))
+      logged.map(l => s"; ${l._1.summary}").getOrElse(""))
   }
 }

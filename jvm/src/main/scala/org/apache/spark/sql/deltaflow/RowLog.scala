@@ -98,8 +98,11 @@ final class RowLogAppender(directory: String, epoch: Long, schema: StructType, p
   @volatile private var failure: Throwable = _
   private var closed = false  // the task's thread's only
   private var channel: FileChannel = _  // the flusher's only
-  // A row's wait from its append to its frame's sync (the epoch's timing line).
+  // A frame's first row's wait from its append to the frame's sync (the epoch's timing
+  // line), and the frames sealed at the source's idle, before the linger ran out.
   val waits = new StepTimes("row log sync")
+  @volatile private var idleFrames = 0
+  def summary: String = s"${waits.summary} ($idleFrames frames at the source's idle)"
   private val flusher = new Thread(() => flushLoop(), s"deltaflow-rowlog-p$partition-e$epoch")
   flusher.setDaemon(true)
   flusher.start()
@@ -179,7 +182,11 @@ final class RowLogAppender(directory: String, epoch: Long, schema: StructType, p
           if (sealedFrames.nonEmpty) ready = true
           else if (batchRows > 0) {
             val left = batchStarted + LingerNanos - System.nanoTime()
-            if (idle || stopping || left <= 0) { seal(); ready = true }
+            if (idle || stopping || left <= 0) {
+              if (idle && left > 0) idleFrames += 1
+              seal()
+              ready = true
+            }
             else changed.awaitNanos(left)
           } else if (stopping) return
           else changed.await()
