@@ -34,6 +34,7 @@ from tests.spark.test_realtime_sink import (
     MemoryStream,
     ids,
     new_table,
+    real_time,
     start,
     wait_for_rows,
 )
@@ -438,3 +439,35 @@ def test_frames_carry_the_table_s_logical_columns_and_types(spark, table_path) -
     table = spark.read.format("delta").load(location).toArrow()
     assert logged == table.select(schema.names).sort_by("id").to_pylist()
     assert {r["kind"] for r in logged} == {None, "0", "1"}  # '' reads back as null
+
+
+def test_segments_of_finished_epochs_expire_when_an_epoch_starts(spark, table_path) -> None:
+    # Short epochs and no retention: once a later epoch starts, the first epoch's segments
+    # go (every row of them is in the table by then); the table keeps every row.
+    name, location = new_table(spark, NO_COMPACTION)
+    source = MemoryStream(spark)
+    writer = (
+        source.frame()
+        .writeStream.format("delta")
+        .outputMode("update")
+        .option("checkpointLocation", table_path("ck"))
+        .options(**ROW_LOG, realTimeRowLogRetentionMs="0", realTimeCommitIntervalMs="20")
+    )
+    with conf_set(spark, "spark.sql.streaming.realTimeMode.minBatchDuration", "1s"):
+        query = real_time(writer, "2 seconds").toTable(name)
+
+    def epochs() -> set[int]:
+        parts = Path(location, _rowlog.DIRECTORY).glob("*/p*")
+        return {s.epoch for part in parts for s in _rowlog.segments(str(part))}
+
+    try:
+        source.add(list(range(20)))
+        wait_for_rows(location, query, 20)
+        # The first rows' epoch (0, unless the first epoch ended before they came).
+        first = min(_rowlog.parse_tag(a["tags"][_rowlog.TAG])[2] for _, a in tagged_adds(location))
+        wait_until(lambda: first not in epochs(), 60, f"epoch {first}'s segments to expire")
+        source.add(list(range(20, 40)))
+        wait_for_rows(location, query, 40)
+    finally:
+        query.stop()
+    assert ids(location) == list(range(40))
