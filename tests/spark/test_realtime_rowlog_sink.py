@@ -285,6 +285,18 @@ def test_wrong_settings_are_refused_typed(spark, table_path) -> None:
         _realtime.check_row_log(ROW_LOG, "s3://bucket/table")
     assert raised.value.option == "realTimeRowLog"
     assert not _realtime.check_row_log({"realTimeRowLog": "false"}, "s3://bucket/table")
+    # deltaflow's Python stream writer runs micro-batches only.
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    from deltaflow.spark.stream._writer import stream_writer
+
+    with pytest.raises(InvalidOptionError) as raised:
+        stream_writer(
+            {**ROW_LOG, "path": table_path("p")},
+            StructType([StructField("id", IntegerType())]),
+            False,
+        )
+    assert raised.value.option == "realTimeRowLog"
 
     # In a real-time query: the first epoch fails typed.
     name, location = new_table(spark)

@@ -319,6 +319,9 @@ class RealTimeWriterFactory(
  * next roll (its directory and open Parquet file) is opened ahead on a thread of its own,
  * as soon as a row starts the current one, so the row path never creates a file. When the
  * task's source says it is idle ([[RealTimeIdle]]), the roll goes without the grace.
+ * With a row log ([[RowLog]], `realTimeRowLog`) each row also goes to the attempt's
+ * [[RowLogAppender]] at its epoch position, and a roll is handed over only once its rows'
+ * frames are synced.
  */
 class RealTimeWriter(
     endpoint: String,
