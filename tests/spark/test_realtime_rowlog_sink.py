@@ -406,6 +406,14 @@ def test_sigkill_of_the_driver_mid_epoch_keeps_the_log_and_the_table_in_step(tmp
     committed = table_positions(location)
     assert sorted(committed.values()) == list(range(rows))
     assert positioned_log(location) == committed
+    # The killed epoch was replayed: a successor's segment starts past row 0, after the
+    # rows the table held (the killed run's logged-but-uncommitted rows logged again).
+    segments = [
+        s
+        for part in Path(location, _rowlog.DIRECTORY).glob("*/p*")
+        for s in _rowlog.segments(str(part))
+    ]
+    assert any(s.from_row > 0 for s in segments), segments
 
 
 def test_frames_carry_the_table_s_logical_columns_and_types(spark, table_path) -> None:
