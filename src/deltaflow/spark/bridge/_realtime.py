@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -23,7 +24,7 @@ from deltalake import DeltaTable
 
 from deltaflow import _step_times
 from deltaflow.errors import InvalidOptionError
-from deltaflow.table import _log_upkeep, _reader_leases, _uri
+from deltaflow.table import _log_upkeep, _reader_leases, _rowlog, _uri
 from deltaflow.table._log_head import Heads, LogHead
 from deltaflow.table._snapshot import open_latest, table_exists
 from deltaflow.table.errors import ConcurrentWriteError
@@ -36,6 +37,15 @@ COMMIT_INTERVAL_DEFAULT_MS = 50
 COMMIT_INTERVAL_MIN_MS = 5
 COMMIT_INTERVAL_MAX_MS = 10_000
 COMMIT_INTERVAL_OPTION = "realTimeCommitIntervalMs"
+# With a row log (``docs/notes/rowlog.md``) rows are durable, and readable by real-time
+# readers, from the log within a millisecond or two; the Delta commits only serve every
+# other reader, so they come once a second: fewer, larger files and a shorter _delta_log.
+COMMIT_INTERVAL_ROW_LOG_DEFAULT_MS = 1000
+ROW_LOG_OPTION = "realTimeRowLog"
+ROW_LOG_RETENTION_OPTION = "realTimeRowLogRetentionMs"
+# Segments of finished epochs are kept this long for readers behind: a reader further
+# behind reads the tagged Parquet files instead (slower, still each row once).
+ROW_LOG_RETENTION_DEFAULT_MS = 3_600_000
 
 # One INFO line per epoch and query with the brain's commit steps (the JVM writer logs
 # its own steps per epoch the same way): where a real-time commit's milliseconds go.
@@ -48,11 +58,17 @@ log = logging.getLogger("deltaflow.realtime")
 LONG_LOG_FILES = 200_000
 
 
+def _option(options: Mapping[str, str], name: str) -> str | None:
+    return next((v for k, v in options.items() if k.lower() == name.lower()), None)
+
+
 def commit_interval_ms(options: dict[str, str]) -> int:
     """The sink's ``realTimeCommitIntervalMs`` option (the minimum spacing between its
-    commits), checked (typed error when wrong)."""
-    raw = next((v for k, v in options.items() if k.lower() == COMMIT_INTERVAL_OPTION.lower()), None)
+    commits), checked (typed error when wrong); 1000 ms by default with a row log."""
+    raw = _option(options, COMMIT_INTERVAL_OPTION)
     if raw is None:
+        if row_log(options):
+            return COMMIT_INTERVAL_ROW_LOG_DEFAULT_MS
         return COMMIT_INTERVAL_DEFAULT_MS
     try:
         value = int(str(raw).strip())
@@ -70,9 +86,65 @@ def commit_interval_ms(options: dict[str, str]) -> int:
     return value
 
 
+def row_log(options: Mapping[str, str]) -> bool:
+    """The sink's ``realTimeRowLog`` option: ``true`` or ``false`` (typed error otherwise)."""
+    raw = _option(options, ROW_LOG_OPTION)
+    if raw is None:
+        return False
+    value = str(raw).strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidOptionError(
+            f"realTimeRowLog is {raw!r}: give 'true' (a real-time sink appends each burst of"
+            " rows to a row log beside the table, for real-time readers, and commits to"
+            " Delta every realTimeCommitIntervalMs) or 'false' (the default).",
+            option=ROW_LOG_OPTION,
+        )
+    return value == "true"
+
+
+def row_log_retention_ms(options: Mapping[str, str]) -> int:
+    """The sink's ``realTimeRowLogRetentionMs``: how long segments of finished epochs stay."""
+    raw = _option(options, ROW_LOG_RETENTION_OPTION)
+    if raw is None:
+        return ROW_LOG_RETENTION_DEFAULT_MS
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise InvalidOptionError(
+            f"realTimeRowLogRetentionMs is {raw!r}: give a whole number of milliseconds, 0 or"
+            f" more (default {ROW_LOG_RETENTION_DEFAULT_MS}, an hour): how long the row log"
+            " keeps the segments of epochs the table has committed.",
+            option=ROW_LOG_RETENTION_OPTION,
+        )
+    return value
+
+
+def check_row_log(options: Mapping[str, str], uri: str) -> bool:
+    """Whether the sink into ``uri`` keeps a row log; refused typed where it cannot: this
+    slice appends to local files only (object stores have no append; a later slice)."""
+    if not row_log(options):
+        return False
+    row_log_retention_ms(options)
+    if not _uri.is_local(_uri.normalize_uri(uri)):
+        raise InvalidOptionError(
+            f"realTimeRowLog is on for {uri}, which is not on a local disk: the row log"
+            " appends to files and syncs them, which object stores cannot do. Remove"
+            " .option('realTimeRowLog', 'true'); the sink then commits every"
+            " realTimeCommitIntervalMs (default 50 ms) to Delta alone.",
+            option=ROW_LOG_OPTION,
+        )
+    return True
+
+
 def transactions(args: dict[str, Any]) -> dict[str, Any]:
     """``sink.transactions``: ``{path, appIds}`` -> ``{versions: {appId: version | None}}``,
-    the app transactions' versions in the table's log now (and the commit interval)."""
+    the app transactions' versions in the table's log now (and the commit interval).
+
+    With no ``appIds`` an epoch starts: the answer adds ``rowLog``, the writer's row log
+    directory when the sink keeps one (``appId``: the sink's app id), and segments of
+    epochs before ``epoch`` older than the retention are deleted."""
     uri = _uri.normalize_uri(str(args["path"]))
     options = {str(k): str(v) for k, v in (args.get("options") or {}).items()}
     interval = commit_interval_ms(options)
@@ -81,7 +153,12 @@ def transactions(args: dict[str, Any]) -> dict[str, Any]:
         # An epoch starts (its writer factory asks for the interval alone): its first
         # partition's ask seeds the table's heads again, one delta-rs load per epoch.
         _HEADS.forget(uri)
-        return {"versions": {}, "intervalMs": interval}
+        directory = None
+        if check_row_log(options, uri) and args.get("appId") is not None:
+            directory = _row_log_dir(uri, str(args["appId"]))
+            if args.get("epoch") is not None:
+                expire_row_log(directory, int(args["epoch"]), row_log_retention_ms(options))
+        return {"versions": {}, "intervalMs": interval, "rowLog": directory}
     if _uses_head(uri) and (_HEADS.holds(uri, _owner(app_ids[0])) or table_exists(uri)):
         # Every partition's ``Start``: from the head, caught up by name (no load).
         with _HEADS.use(uri, _owner(app_ids[0])) as head:
@@ -93,6 +170,43 @@ def transactions(args: dict[str, Any]) -> dict[str, Any]:
     _LOG_SIZE.check(uri, interval, table.metadata().configuration)
     versions = {app_id: table.transaction_version(app_id) for app_id in app_ids}
     return {"versions": versions, "intervalMs": interval}
+
+
+def _row_log_dir(uri: str, app_id: str) -> str:
+    """The writer's directory of the row log: ``<table>/_deltaflow_rowlog/<writer>``."""
+    return os.path.join(_uri.local_path(uri), _rowlog.DIRECTORY, _rowlog.encode_writer(app_id))
+
+
+def expire_row_log(directory: str, epoch: int, retention_ms: int) -> list[str]:
+    """Delete the writer's segments of epochs before ``epoch`` last written more than
+    ``retention_ms`` ago; the deleted paths. Called as ``epoch`` starts, when every
+    earlier epoch is committed in full (Spark starts an epoch after the last one's
+    commit), so each deleted row is in the table, its tagged file the readers' stand-in.
+    The current epoch's segments are never touched: its tasks may be writing them."""
+    cutoff = time.time() - retention_ms / 1000
+    deleted = []
+    try:
+        partitions = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    for name in partitions:
+        for segment in _rowlog.segments(os.path.join(directory, name)):
+            if segment.epoch >= epoch:
+                continue
+            try:
+                if os.stat(segment.path).st_mtime < cutoff:
+                    os.remove(segment.path)
+                    deleted.append(segment.path)
+            except FileNotFoundError:
+                pass  # a restarted driver's sink deleting the same segment
+    if deleted:
+        log.info(
+            "real-time row log %s: deleted %d segments before epoch %d",
+            directory,
+            len(deleted),
+            epoch,
+        )
+    return deleted
 
 
 class _LogSize:
@@ -239,6 +353,8 @@ def _collect_and_commit(
         with _step_times.step("collect"):
             for roll in rolls:
                 files = collect_staged(plan, native, roll.directory, job_id)
+                if args.get("rowLog"):
+                    files = [dataclasses.replace(f, tags=_row_log_tags(roll)) for f in files]
                 moved.extend(files)
                 _check_rows(uri, roll, files, rows_in(files))
     except BaseException:
@@ -265,6 +381,21 @@ def _collect_and_commit(
         "files": len(moved),
         "skipped": result.skipped,
     }
+
+
+def _row_log_tags(roll: Roll) -> dict[str, str]:
+    """The tag of a roll's adds: the row log positions its rows hold. A roll of a
+    partitioned table (or past ``maxRecordsPerFile``) has several files; each carries the
+    whole roll's range, so a reader skips or reads them together."""
+    app, partition = roll.app_id.rsplit("/rtm-p", 1)
+    value = _rowlog.tag(
+        _rowlog.encode_writer(app),
+        int(partition),
+        roll.start >> 32,
+        roll.start & 0xFFFFFFFF,
+        roll.end & 0xFFFFFFFF,
+    )
+    return {_rowlog.TAG: value}
 
 
 # Real-time sinks' log heads (table/_log_head.py), per table and endpoint owner

@@ -35,11 +35,17 @@ The whole interface, every operation the JVM may call:
                    version}`` or ``{check: {version, checks}}``: ALTER TABLE as one
                    metadata commit; see :mod:`deltaflow.spark.catalog._alter`.
 ``sink.check``     ``{options, outputMode, checkpointLocation, partitionColumns,
-                   perKeyOperators?, modeOnly?}`` -> ``{path, writeOptions}``: a
-                   stream's Delta sink settings, checked inside ``start()``; typed
-                   errors for wrong ones (update mode with per-key operators).
-``sink.transactions`` ``{path, appIds, options}`` -> ``{versions, intervalMs}``: app
-                   transaction versions of a real-time sink's partitions.
+                   perKeyOperators?, modeOnly?, realTime?}`` -> ``{path, writeOptions,
+                   rowLog}``: a stream's Delta sink settings, checked inside
+                   ``start()``; typed errors for wrong ones (update mode with per-key
+                   operators; ``realTimeRowLog`` where no real-time write can run).
+``sink.transactions`` ``{path, appIds, options, appId?, epoch?}`` -> ``{versions,
+                   intervalMs, rowLog?}``: app transaction versions of a real-time
+                   sink's partitions; with no ``appIds`` (an epoch starts) the row
+                   log's directory, its expired segments deleted.
+``sink.commitRolls`` ``write.plan``'s args, ``rolls``, ``rowLog?`` -> ``{route,
+                   version, files}``: rolls as one commit, tagged with their row log
+                   positions when ``rowLog``.
 ``stream.open``    ``{uri, schema, options}`` -> ``{handle}``: a stream source.
 ``sql.history``    ``{uri, limit}`` -> ``rows``: DESCRIBE HISTORY's rows, newest first.
 ``sql.detail``     ``{uri, name}`` -> ``rows``: DESCRIBE DETAIL's one row.

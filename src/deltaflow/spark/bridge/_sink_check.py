@@ -15,7 +15,7 @@ import pyarrow.fs as pafs
 from deltaflow.errors import InvalidOptionError
 from deltaflow.spark._options import parse_write_options
 from deltaflow.spark.bridge._ops import _get, options_of
-from deltaflow.spark.bridge._realtime import commit_interval_ms
+from deltaflow.spark.bridge._realtime import ROW_LOG_OPTION, check_row_log, commit_interval_ms
 from deltaflow.spark.bridge._sink_modes import check_output_mode
 from deltaflow.spark.stream._writer import FLOW_IDENTITY_OPTION, STREAM_ONLY_OPTIONS
 from deltaflow.table import _uri
@@ -55,11 +55,33 @@ def check_sink(args: dict[str, Any]) -> dict[str, Any]:
                 option=key,
             )
     commit_interval_ms(options)
+    row_log = check_row_log(options, path)
+    if row_log and not args.get("realTime"):
+        # The V1 sink (start(path)) and the Python stream writer run micro-batches only:
+        # a row log there would be silently not kept, and readers would wait for it.
+        raise_row_log_outside_real_time(path)
     stream_only = {k.lower() for k in STREAM_ONLY_OPTIONS} | {"path"}
     write = {k: v for k, v in options.items() if k.lower() not in stream_only}
     parse_write_options({**write, "path": path})
     _check_sink_target(_uri.normalize_uri(path), str(args["checkpointLocation"]))
-    return {"path": path, "writeOptions": write, "appId": _get(options, FLOW_IDENTITY_OPTION)}
+    return {
+        "path": path,
+        "writeOptions": write,
+        "appId": _get(options, FLOW_IDENTITY_OPTION),
+        "rowLog": row_log,
+    }
+
+
+def raise_row_log_outside_real_time(path: str) -> None:
+    """``realTimeRowLog`` on a stream that is not in real-time mode: refused, not ignored
+    (its readers would tail a log nobody writes)."""
+    raise InvalidOptionError(
+        f"realTimeRowLog is on for the stream into {path}, which does not run in real-time"
+        " mode: the row log is written by the real-time sink only. Start the query with"
+        " .trigger(realTime='5 minutes') and .toTable(name) (or"
+        " .toTable('delta.`/path`')), or remove .option('realTimeRowLog', 'true').",
+        option=ROW_LOG_OPTION,
+    )
 
 
 def _stream_has_run(checkpoint: str) -> bool:

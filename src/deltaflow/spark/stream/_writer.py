@@ -61,6 +61,8 @@ STREAM_ONLY_OPTIONS = (
     "asyncProgressTrackingEnabled",
     "asyncProgressTrackingCheckpointIntervalMs",
     "realTimeCommitIntervalMs",
+    "realTimeRowLog",
+    "realTimeRowLogRetentionMs",
     FLOW_IDENTITY_OPTION,
 )
 
@@ -292,6 +294,11 @@ def stream_writer(
     options: Mapping[str, str], schema: StructType, overwrite: bool
 ) -> DeltaStreamWriter:
     """The writer for ``DeltaDataSource.streamWriter``."""
+    from deltaflow.spark.bridge._realtime import row_log
+    from deltaflow.spark.bridge._sink_check import raise_row_log_outside_real_time
+
+    if row_log(options):  # micro-batches only: Spark's real-time mode takes no Python sink
+        raise_row_log_outside_real_time(str(options.get("path") or "the table"))
     stream_only = {name.lower() for name in STREAM_ONLY_OPTIONS}
     raw = {k: v for k, v in dict(options).items() if k.lower() not in stream_only}
     lowered = {k.lower(): v for k, v in dict(options).items()}

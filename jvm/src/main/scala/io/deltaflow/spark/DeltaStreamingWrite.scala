@@ -13,11 +13,13 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.write.{BatchWrite, DataWriter, DataWriterFactory, LogicalWriteInfo, PhysicalWriteInfo, WriterCommitMessage}
 import org.apache.spark.sql.connector.write.streaming.{StreamingDataWriterFactory, StreamingWrite}
-import org.apache.spark.sql.deltaflow.{DirectWrite, FileRolls, RealTimeCommitEndpoint, RealTimeCommits, RealTimeQueries, RealTimeWriterFactory, StagedFileWrite}
+import org.apache.spark.sql.deltaflow.{DirectWrite, FileRolls, RealTimeCommitEndpoint, RealTimeCommits, RealTimeQueries, RealTimeWriterFactory, RowLog, StagedFileWrite}
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
 import org.apache.spark.sql.catalyst.streaming.WriteToStream
 import org.apache.spark.sql.execution.SortExec
+import org.apache.spark.sql.functions.{lit, when}
 import org.apache.spark.sql.streaming.OutputMode
+import org.apache.spark.sql.types.StringType
 
 /**
  * A stream into a Delta catalog table (`writeStream.toTable(name)`, Spark's declarative
@@ -62,6 +64,15 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
       "txnVersion" -> batchId.toString)
     RealTimeQueries.find(queryId).filter(RealTimeQueries.isRealTime).foreach { query =>
       return realTime(query, batchId, appId, queryId)
+    }
+    if (checked.rowLog) {
+      // Refused, not ignored: real-time readers would tail a log nobody writes.
+      throw DeltaflowException.of("InvalidOptionError",
+        s"realTimeRowLog is on for the stream into ${info.uri}, which does not run in " +
+          "real-time mode: the row log is written by the real-time sink only. Start the " +
+          "query with .trigger(realTime='5 minutes'), or remove .option('realTimeRowLog', " +
+          "'true').",
+        Map("option" -> "realTimeRowLog"))
     }
     val mode = if (overwrite) SaveMode.Overwrite else SaveMode.Append
     val plan = DeltaBatchWrite.plan(session, writeInfo.schema(), mode, parameters,
@@ -153,21 +164,42 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
     // clone for the stream) and the epoch's plan do not change within it, and gathering
     // them (the session's confs, the schema's JSON) cost ~0.6 ms per commit (p99 4 ms).
     val commitArgs = DeltaBatchWrite.planArgs(session, schema, SaveMode.Append, base, None, None)
-    val first = transactions(Seq.empty)
+    // The epoch's start: the interval, and the row log's directory (its segments of
+    // epochs before this one past their retention deleted).
+    val first = transactions(Seq.empty, Some((appId, epoch)))
     val intervalMs = first.path("intervalMs").asLong()
+    val rowLog = Option(first.get("rowLog")).filterNot(_.isNull).map { dir =>
+      // The frames hold the values a reader of the table gets: the plan without the
+      // Parquet files' partition value escapes, and without the row checks the Parquet
+      // path runs first; an empty string partition value reads back as null (Delta).
+      val logical = plan.deepCopy[ObjectNode]()
+      logical.putArray("escapedPartitions")
+      logical.remove("checks")
+      val lowered = partitions.map(_.toLowerCase).toSet
+      RowLog.Target(dir.asText(), StagedFileWrite.shape(session, schema, { df =>
+        val shaped = DeltaBatchWrite.prepared(df, logical, shape = true)
+        shaped.select(shaped.schema.fields.toSeq.map { f =>
+          val c = shaped.col("`" + f.name.replace("`", "``") + "`")
+          if (f.dataType == StringType && lowered.contains(f.name.toLowerCase)) {
+            when(c === "", lit(null).cast(StringType)).otherwise(c).alias(f.name)
+          } else c
+        }: _*)
+      }))
+    }
     val runId = RealTimeQueries.runId(query)
     val endpoint = RealTimeCommits.open(env => new RealTimeCommitEndpoint(env,
       p => committedRows(transactions(Seq(partitionApp(p))).path("versions")
         .path(partitionApp(p)), epoch),
-      rolls => commitRolls(rolls, partitionApp, s"$appId/rtm", queryId, commitArgs, hadoopConf),
+      rolls => commitRolls(rolls, partitionApp, s"$appId/rtm", queryId, commitArgs, hadoopConf,
+        rowLog.isDefined),
       dir => RealTimeQueries.delete(dir, hadoopConf), intervalMs,
       e => failEpoch(epoch, runId, e)))
     planned = Some(Planned(epoch, plan, base, None, Some(endpoint)))
     logInfo(s"deltaflow real-time epoch $epoch into ${info.uri}: commits as rows are ready, " +
-      s"at most one every $intervalMs ms")
+      s"at most one every $intervalMs ms" + rowLog.map(t => s"; row log ${t.directory}").getOrElse(""))
     val graceMs = RealTimeCommits.graceMs(session.conf.getOption(RealTimeCommits.GraceConf))
     new RealTimeWriterFactory(endpoint.name, plan.get("staging").asText(), template, shape, sort,
-      failed, intervalMs, graceMs)
+      failed, intervalMs, graceMs, rowLog)
   }
 
   // A real-time commit failed: the epoch's job is cancelled now (RealTimeQueries.failRun
@@ -183,9 +215,10 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
     RealTimeQueries.failRun(session.sparkContext, runId, reason)
   }
 
-  private def transactions(appIds: Seq[String]): JsonNode = {
+  private def transactions(appIds: Seq[String], start: Option[(String, Long)] = None): JsonNode = {
     val args = Brain.newArgs()
     args.put("path", checked.path)
+    start.foreach { case (appId, epoch) => args.put("appId", appId); args.put("epoch", epoch) }
     val opts = args.putObject("options")
     options.foreach { case (k, v) => opts.put(k, v) }
     val ids = args.putArray("appIds")
@@ -197,7 +230,7 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
   // transaction (`sink.commitRolls`: planned, moved and committed in one brain call).
   private def commitRolls(rolls: Seq[RealTimeCommits.Roll], app: Int => String,
       cacheKey: String, queryId: String, commitArgs: ObjectNode,
-      hadoopConf: org.apache.hadoop.conf.Configuration): Unit = {
+      hadoopConf: org.apache.hadoop.conf.Configuration, rowLog: Boolean): Unit = {
     def version(roll: RealTimeCommits.Roll): Long = {
       if (roll.toRow >= (1L << 32) || roll.epoch >= (1L << 31)) {
         throw new IllegalStateException(s"deltaflow: a real-time epoch of more than 2^32 " +
@@ -209,6 +242,8 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
     val args = commitArgs.deepCopy()
     args.put("staging", head.directory)
     DeltaBatchWrite.putStream(args, (cacheKey, version(head), queryId))
+    // The brain tags each roll's adds with its row log positions.
+    if (rowLog) args.put("rowLog", true)
     val list = args.putArray("rolls")
     rolls.foreach { r =>
       val o = list.addObject()
@@ -321,7 +356,8 @@ object DeltaStreamingWrite {
 
   /** The brain's checked sink settings: the table's path, the write options each batch
    *  uses and the app id a pipeline flow names. */
-  final case class Checked(path: String, writeOptions: Map[String, String], appId: Option[String])
+  final case class Checked(path: String, writeOptions: Map[String, String], appId: Option[String],
+      rowLog: Boolean)
 
   // One check per query and settings: Spark builds the write again for every micro-batch.
   private val checkedStreams = new ConcurrentHashMap[(String, Map[String, String], Boolean), Checked]()
@@ -342,11 +378,13 @@ object DeltaStreamingWrite {
       }.orElse(session.conf.getOption(CheckpointConf)).getOrElse(info.uri + "/_delta_log")
       args.put("checkpointLocation", checkpoint)
       args.putArray("partitionColumns")
+      args.put("realTime", true)  // may run in real-time mode: a row log is allowed
       val answer = Brain.call("sink.check", args)
       Checked(answer.get("path").asText(),
         answer.get("writeOptions").properties().asScala
           .map(e => e.getKey -> e.getValue.asText()).toMap,
-        Option(answer.get("appId")).filterNot(_.isNull).map(_.asText()))
+        Option(answer.get("appId")).filterNot(_.isNull).map(_.asText()),
+        answer.path("rowLog").asBoolean(false))
     })
 }
 

@@ -266,6 +266,45 @@ object ConnectorTests {
       assertEq(done.contains("after"), true)
     }
 
+    check("the row log's appender writes synced, CRC-checked frames of at most 4096 rows") {
+      import java.nio.{ByteBuffer, ByteOrder}
+      import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
+      import org.apache.spark.sql.deltaflow.RowLogAppender
+      import org.apache.spark.unsafe.types.UTF8String
+      val dir = java.nio.file.Files.createTempDirectory("rowlog").resolve("w/p3")
+      val schema = StructType(Seq(StructField("id", IntegerType), StructField("s", StringType)))
+      val log = new RowLogAppender(dir.toString, 7L, schema, 3)
+      // Rows 10.. of the epoch (an attempt that skipped 10 the table held).
+      (10 until 5010).foreach { i =>
+        log.append(new GenericInternalRow(Array[Any](i, UTF8String.fromString(s"r$i"))), i)
+      }
+      log.close(sync = true)
+      val files = dir.toFile.listFiles().map(_.getName)
+      assertEq(files.length, 1)
+      assertEq(files.head.matches("""0{19}7-0{18}10-\d{13}-[0-9a-f]{8}\.arrows"""), true)
+      val bytes = java.nio.file.Files.readAllBytes(dir.resolve(files.head))
+      val buffer = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN)
+      var at = 0
+      val frames = ArrayBuffer[(Long, Int)]()
+      while (at < bytes.length) {
+        assertEq(new String(bytes, at, 4, StandardCharsets.US_ASCII), "DFRL")
+        val length = buffer.getInt(at + 4)
+        val crc = new java.util.zip.CRC32()
+        crc.update(bytes, at + 8, 12)
+        crc.update(bytes, at + 24, length)
+        assertEq(buffer.getInt(at + 20), crc.getValue.toInt)
+        frames += ((buffer.getLong(at + 8), buffer.getInt(at + 16)))
+        at += 24 + length
+      }
+      assertEq(at, bytes.length)
+      // Contiguous positions from row 10; none over 4096 rows (the 1 ms linger may cut
+      // frames sooner).
+      assertEq(frames.head._1, 10L)
+      frames.indices.drop(1).foreach(i => assertEq(frames(i)._1, frames(i - 1)._1 + frames(i - 1)._2))
+      assertEq(frames.map(_._2).sum, 5000)
+      assertEq(frames.forall(_._2 <= 4096), true)
+    }
+
     failures.foreach(f => System.err.println(s"FAILED $f"))
     println(s"$passed passed, ${failures.size} failed")
     if (failures.nonEmpty) sys.exit(1)

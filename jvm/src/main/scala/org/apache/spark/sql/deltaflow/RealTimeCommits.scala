@@ -10,6 +10,7 @@ import org.apache.spark.{SparkEnv, TaskContext}
 import org.apache.spark.internal.Logging
 import org.apache.spark.rpc.{RpcCallContext, RpcEnv, ThreadSafeRpcEndpoint}
 import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection
 import org.apache.spark.sql.connector.write.{DataWriter, WriterCommitMessage}
 import org.apache.spark.sql.connector.write.streaming.StreamingDataWriterFactory
 import org.apache.spark.sql.execution.SortExec
@@ -300,10 +301,11 @@ class RealTimeWriterFactory(
     sort: Option[SortExec],
     failed: Throwable => Throwable,
     intervalMs: Long,
-    graceMs: Long) extends StreamingDataWriterFactory {
+    graceMs: Long,
+    rowLog: Option[RowLog.Target]) extends StreamingDataWriterFactory {
   override def createWriter(partitionId: Int, taskId: Long, epochId: Long): DataWriter[InternalRow] =
     new RealTimeWriter(endpoint, staging, template, shape, sort, failed, intervalMs,
-      partitionId, taskId, epochId, graceMs)
+      partitionId, taskId, epochId, graceMs, rowLog)
 }
 
 /**
@@ -317,6 +319,9 @@ class RealTimeWriterFactory(
  * next roll (its directory and open Parquet file) is opened ahead on a thread of its own,
  * as soon as a row starts the current one, so the row path never creates a file. When the
  * task's source says it is idle ([[RealTimeIdle]]), the roll goes without the grace.
+ * With a row log ([[RowLog]], `realTimeRowLog`) each row also goes to the attempt's
+ * [[RowLogAppender]] at its epoch position, and a roll is handed over only once its rows'
+ * frames are synced.
  */
 class RealTimeWriter(
     endpoint: String,
@@ -329,7 +334,8 @@ class RealTimeWriter(
     partitionId: Int,
     taskId: Long,
     epochId: Long,
-    graceMs: Long) extends DataWriter[InternalRow] with Logging {
+    graceMs: Long,
+    rowLog: Option[RowLog.Target] = None) extends DataWriter[InternalRow] with Logging {
   import RealTimeCommits._
 
   private val env = SparkEnv.get
@@ -374,12 +380,25 @@ class RealTimeWriter(
   }
   private val opener: ExecutorService = Executors.newSingleThreadExecutor(
     taskThreads(s"deltaflow-rtm-open-p$partitionId-e$epochId"))
+  // The row log (RowLog): each row written is also appended there, at its epoch
+  // position, in the table's logical columns (a shape of its own: the Parquet rows may
+  // carry escaped partition values).
+  private val logged: Option[(RowLogAppender, InternalRow => InternalRow)] = rowLog.map { t =>
+    val projections = t.shape.steps.map { exprs =>
+      val p = UnsafeProjection.create(exprs)
+      p.initialize(partitionId)
+      p
+    }
+    (new RowLogAppender(s"${t.directory}/p$partitionId", epochId, RowLogAppender.schema(t.shape),
+      partitionId), (row: InternalRow) => projections.foldLeft(row)((r, p) => p(r)))
+  }
   private val handOvers = taskThreads(s"deltaflow-rtm-commit-p$partitionId-e$epochId")
     .newThread(() => handOverLoop())
   handOvers.start()
   RealTimeIdle.listen(attempt, sourceSays)
 
   private def sourceSays(idle: Boolean): Unit = lock.synchronized {
+    logged.foreach(_._1.sourceIdle(idle))  // a whole burst: its frame goes now
     sourceIdle = idle
     lock.notifyAll()  // the hand-over thread: its roll may go now
   }
@@ -407,6 +426,9 @@ class RealTimeWriter(
         handOver(last = false)
       }
       roll.foreach { r =>
+        // Its rows' frames first: a tagged add whose rows the log lacks would make a
+        // reader skip them (it takes the log's segment for the file).
+        logged.foreach(_._1.syncThrough(r.toRow))
         val nextIn = asks.time(driver.askSync[Long](r))
         val ahead = TimeUnit.MILLISECONDS.toNanos(nextIn - lead)
         lock.synchronized { nextDue = System.nanoTime() + ahead }
@@ -488,6 +510,7 @@ class RealTimeWriter(
         opened
       }
       writer.write(row)
+      logged.foreach { case (log, shaped) => log.append(shaped(row), seen - 1) }
     }
   }
 
@@ -516,6 +539,9 @@ class RealTimeWriter(
       if (failure != null) throw failure
       (handOver(last = true), seen)
     }
+    // Every frame synced before the task commits: Spark starts the next epoch only after
+    // this one's tasks committed, and readers move to the next epoch then.
+    logged.foreach(_._1.close(sync = true))
     rest.foreach(r => asks.time(driver.askSync[Long](r)))
     Rows(partitionId, rows)
   }
@@ -524,6 +550,7 @@ class RealTimeWriter(
     RealTimeIdle.forget(attempt)
     endHandOvers(interrupt = true)
     dropNext()
+    logged.foreach(_._1.close(sync = false))
     lock.synchronized {
       current.foreach { case (roll, writer, _) => discard((roll, writer)) }
       current = None
@@ -534,9 +561,11 @@ class RealTimeWriter(
     RealTimeIdle.forget(attempt)
     endHandOvers(interrupt = true)
     opener.shutdownNow()
+    logged.foreach(_._1.close(sync = false))  // closed already unless the task failed
     val early = lock.synchronized(idleHandOvers)
     logInfo(s"deltaflow real-time writer p$partitionId e$epochId a$attempt: ${rolls.get()} " +
       s"rolls ($early at the source's idle, before the grace); ${opens.summary}; " +
-      s"${rowWaits.summary}; ${held.summary}; ${finishes.summary}; ${asks.summary}")
+      s"${rowWaits.summary}; ${held.summary}; ${finishes.summary}; ${asks.summary}" +
+      logged.map(l => s"; ${l._1.summary}").getOrElse(""))
   }
 }
