@@ -140,6 +140,16 @@ object ConnectorTests {
       assertEq(payload.get("fields").get("table_uri").asText(), "x")
       assertEq(e.errorType, "TableNotFoundError")
     }
+    check("a source offset carries row log positions; one without them (older) has none") {
+      val brain = """{"sourceVersion":1,"reservoirId":"t","reservoirVersion":3,"index":-1,""" +
+        """"isStartingVersion":false}"""
+      val old = DeltaSourceOffset(brain.dropRight(1) + ""","rowsOfNextFile":2}""")
+      assertEq(DeltaSourceOffset.split(old), (brain, 2L, Map.empty[String, (Long, Long)]))
+      val withLog = DeltaSourceOffset.of(brain, 0L, Map("w/p1" -> (4L, 9L), "a%20b/p0" -> (1L, 0L)))
+      assertEq(withLog.json, brain.dropRight(1) + ""","rowLog":{"a%20b/p0":[1,0],"w/p1":[4,9]}}""")
+      assertEq(DeltaSourceOffset.split(withLog),
+        (brain, 0L, Map("w/p1" -> (4L, 9L), "a%20b/p0" -> (1L, 0L))))
+    }
     check("real-time commits: an average cap with bursts, not a fixed spacing") {
       val pacing = new org.apache.spark.sql.deltaflow.CommitPacing(50)
       val burst = org.apache.spark.sql.deltaflow.CommitPacing.Burst
