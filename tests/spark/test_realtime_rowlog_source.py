@@ -220,6 +220,24 @@ def test_a_successor_segment_supersedes_a_torn_one_each_position_once(
     wait_for(out, [0, 7, 100, 101, 102, 103, 104, 105, 106, 107], query)
 
 
+def test_a_fresh_query_reads_the_snapshot_then_the_log_after_its_app_transaction(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    source, out = table_path("src"), tmp_path / "out"
+    append(spark, source, [0])
+    sink = SimulatedSink(source)
+    segment = sink.attempt(epoch=1, from_row=0)
+    segment.append(batch([100, 101, 102]))
+    sink.commit(1, 0, [100, 101])  # in the snapshot the query starts with
+    segment.append(batch([103]))  # logged only
+    query = start(spark, source, str(tmp_path / "ck"), out)
+    stopping.append(query)
+    wait_for(out, [0, 100, 101, 102, 103], query)
+    sink.commit(1, 2, [102, 103])
+    append(spark, source, [7])
+    wait_for(out, [0, 7, 100, 101, 102, 103], query)
+
+
 def test_a_frame_of_another_schema_fails_the_query_typed(
     spark, table_path, tmp_path, stopping
 ) -> None:

@@ -147,6 +147,23 @@ final class PartitionTail(val key: String, dir: File, var position: RowLogPositi
   private var size = -1L // the current segment's size when last read
   // When no segment could continue this tail while some lay beyond it (nanoTime); 0: not.
   private var stalled = 0L
+  private var listing: Seq[RowLogSegment] = Nil
+  private var listingStamp = Long.MinValue // the directory's mtime (ns) when listed
+  private var listedAt = 0L // nanoTime
+
+  /** The directory's segments: listed again when its mtime moved (a segment created or
+   *  deleted), else at most every [[PartitionTail.RelistNanos]] (a store whose mtimes are
+   *  coarse), so that an idle poll costs two stats, not a listing. */
+  private def segments(): Seq[RowLogSegment] = {
+    val stamp = try java.nio.file.Files.getLastModifiedTime(dir.toPath)
+        .to(java.util.concurrent.TimeUnit.NANOSECONDS)
+      catch { case _: java.io.IOException => Long.MinValue + 1 }
+    val now = System.nanoTime()
+    if (stamp != listingStamp || now - listedAt > PartitionTail.RelistNanos) {
+      listing = RowLog.segments(dir); listingStamp = stamp; listedAt = now
+    }
+    listing
+  }
 
   /** Moves to `at`, past rows a tagged file stood in for (their segments are gone). */
   def moveTo(at: RowLogPosition): Unit = if (position < at) {
@@ -175,7 +192,7 @@ final class PartitionTail(val key: String, dir: File, var position: RowLogPositi
       moved = false
       readCurrent(decoder, out, limit, tableUri)
       if (!done) {
-        val listed = RowLog.segments(dir)
+        val listed = segments()
         val winner = RowLog.best(listed, position)
         if (winner.isDefined && winner != segment) {
           reset(); segment = winner; moved = true
@@ -230,6 +247,10 @@ final class PartitionTail(val key: String, dir: File, var position: RowLogPositi
       }
     }
   }
+}
+
+object PartitionTail {
+  val RelistNanos: Long = 100L * 1000 * 1000
 }
 
 /** Every `(writer, partition)` of a table's row log, for one real-time reader: which it
