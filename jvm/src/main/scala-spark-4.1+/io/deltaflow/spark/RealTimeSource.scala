@@ -14,7 +14,7 @@ import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming.{Offset, PartitionOffset, SupportsRealTimeMode, SupportsRealTimeRead}
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.RecordStatus
-import org.apache.spark.sql.deltaflow.{RealTimeFilesEndpoint, RealTimeIdle, StepTimes}
+import org.apache.spark.sql.deltaflow.{RealTimeFilesEndpoint, RealTimeIdle, RowLogArrow, StepTimes}
 import org.apache.spark.sql.sources.Filter
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.util.SerializableConfiguration
@@ -34,6 +34,11 @@ import org.apache.spark.util.SerializableConfiguration
  *
  * One partition: a Delta log is one sequence of commits; a commit's rows arrive in one
  * task, in log order.
+ *
+ * On a local table with a row log beside it (a real-time sink's `realTimeRowLog`,
+ * `docs/notes/rowlog.md`) the same task also tails the log ([[RowLogTails]]): its rows go
+ * out as soon as their frames are synced, the commits' files tagged with positions it holds
+ * are skipped, and the offset records its position in each `<writer>/p<n>`.
  */
 trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMicroBatchStream =>
   @volatile private var realTime = false
@@ -94,15 +99,20 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
   /** The row log this stream reads beside the table (`docs/notes/rowlog.md`): on a local
    *  table only (other stores have no row log in this slice), not for the change feed (it
    *  comes from Delta commits), and not when the output asks for `_metadata` or constant
-   *  columns, which only files have. Then every read comes from Delta. */
+   *  columns, which only files have, or prunes a nested column (a frame's vectors are whole
+   *  columns). Then every read comes from Delta. */
   private def rowLogPlan(start: Map[String, RowLogPosition],
       end: Option[Map[String, RowLogPosition]]): Option[RowLogPlan] =
     if (!RealTimePoll.isLocal(info.uri) || changeFeed || layout.metadataFields.nonEmpty ||
-        layout.constants.nonEmpty) None
+        layout.constants.nonEmpty || !wholeColumns) None
     else {
       val root = new java.io.File(new Path(info.uri).toUri.getPath, RowLog.Directory)
       Some(RowLogPlan(root.getPath, start, end, info.schema, layout.required))
     }
+
+  private def wholeColumns: Boolean = layout.required.fields.forall(f =>
+    info.schema.fields.exists(t => t.name.equalsIgnoreCase(f.name) &&
+      RowLogArrow.nullable(t.dataType) == RowLogArrow.nullable(f.dataType)))
 
   override def planInputPartitions(start: Offset): Array[InputPartition] = {
     val (position, rows, recorded) = DeltaSourceOffset.split(start)
