@@ -104,14 +104,16 @@ def close(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def realtime_start(args: dict[str, Any]) -> dict[str, Any]:
-    """``stream.rtStart`` ``{handle, start}`` -> ``{start, rowLog}``: a real-time epoch's
-    start, a fresh query's open position pinned to a version; and where the reader begins
-    each ``<writer>/p<n>`` of the table's row log, ``[epoch, row]`` (none without one)."""
+    """``stream.rtStart`` ``{handle, start, rowLogKnown?}`` -> ``{start, rowLog}``: a
+    real-time epoch's start, a fresh query's open position pinned to a version; and where
+    the reader begins each ``<writer>/p<n>`` of the table's row log that ``rowLogKnown``
+    (the ones its offset records) leaves out, ``[epoch, row]``."""
     from deltaflow.spark.stream._realtime import resolve_start, row_log_start
 
     reader = _reader(args)
     start = resolve_start(reader, args["start"])
-    return {"start": start, "rowLog": row_log_start(reader, start)}
+    known = frozenset(str(k) for k in args.get("rowLogKnown") or ())
+    return {"start": start, "rowLog": row_log_start(reader, start, known)}
 
 
 def realtime_item(task: Any) -> dict[str, Any]:

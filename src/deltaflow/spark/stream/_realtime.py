@@ -82,7 +82,9 @@ def positioned(
 
 
 @carry_errors
-def row_log_start(reader: DeltaStreamReader, start: dict[str, Any]) -> dict[str, list[int]]:
+def row_log_start(
+    reader: DeltaStreamReader, start: dict[str, Any], known: frozenset[str] = frozenset()
+) -> dict[str, list[int]]:
     """For a local table with a row log (``docs/notes/rowlog.md``), where a real-time
     reader at ``start`` (resolved) begins each ``<writer>/p<n>`` it finds there: the
     position after the rows its app transaction ``<app id>/rtm-p<n>`` records in the
@@ -90,7 +92,9 @@ def row_log_start(reader: DeltaStreamReader, start: dict[str, Any]) -> dict[str,
 
     That snapshot is ``start``'s version when the stream starts with it, else the one
     before (its commits from ``start``'s version on are still to read). Elsewhere, or
-    with ``readChangeFeed`` (the feed comes from Delta commits only): nothing.
+    with ``readChangeFeed`` (the feed comes from Delta commits only): nothing. ``known``:
+    the ``<writer>/p<n>`` whose position the caller's offset records; when it records every
+    one, no snapshot is loaded (each epoch's start asks).
     """
     from deltalake import DeltaTable
 
@@ -99,7 +103,7 @@ def row_log_start(reader: DeltaStreamReader, start: dict[str, Any]) -> dict[str,
     if reader.options.read_change_feed or not _uri.is_local(reader.uri):
         return {}
     root = os.path.join(_uri.local_path(reader.uri), _rowlog.DIRECTORY)
-    parts = _rowlog.partition_dirs(root)
+    parts = [(w, p) for w, p in _rowlog.partition_dirs(root) if f"{w}/p{p}" not in known]
     if not parts:
         return {}
     begin = reader._parse(start)

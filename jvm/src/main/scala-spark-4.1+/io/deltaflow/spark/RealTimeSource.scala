@@ -89,7 +89,12 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
    *  the positions the offset recorded. */
   private def resolve(position: String,
       recorded: Map[String, (Long, Long)]): (String, Map[String, RowLogPosition]) = {
-    val answer = call("stream.rtStart", _.set[JsonNode]("start", Brain.json.readTree(position)))
+    val answer = call("stream.rtStart", { args =>
+      args.set[JsonNode]("start", Brain.json.readTree(position))
+      // Those the offset records need no app transaction looked up.
+      val known = args.putArray("rowLogKnown")
+      recorded.keys.foreach(k => known.add(k))
+    })
     val found = Option(answer.get("rowLog")).toSeq.flatMap(_.properties().asScala)
       .map(p => p.getKey -> RowLogPosition(p.getValue.get(0).asLong(), p.getValue.get(1).asLong()))
     (answer.get("start").toString,
