@@ -11,6 +11,7 @@ attempt at an epoch's rows).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import time
@@ -32,8 +33,10 @@ from tests.spark.test_realtime_source import (
     HAS_REAL_TIME,
     MIN_EPOCH_CONF,
     WAIT,
+    FileSink,
     append,
     end_offsets,
+    real_time,
     received,
     start,
     wait_for,
@@ -236,6 +239,41 @@ def test_a_fresh_query_reads_the_snapshot_then_the_log_after_its_app_transaction
     sink.commit(1, 2, [102, 103])
     append(spark, source, [7])
     wait_for(out, [0, 7, 100, 101, 102, 103], query)
+
+
+def test_frames_match_columns_by_name_with_partitions_and_timestamps(
+    spark, table_path, tmp_path, stopping
+) -> None:
+    source, out = table_path("src"), tmp_path / "out"
+    first = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+    spark.createDataFrame([(0, first, "x")], "id long, ts timestamp, p string").write.format(
+        "delta"
+    ).partitionBy("p").save(source)
+    where = f"ts = timestamp'{first.isoformat()}' AND p = 'x'"  # read back exactly
+    out.mkdir()
+    writer = (
+        spark.readStream.format("delta")
+        .load(source)
+        .where(where)
+        .select("id")
+        .writeStream.foreach(FileSink(str(out)))
+        .outputMode("update")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+    )
+    query = real_time(writer, "2 seconds").start()
+    stopping.append(query)
+    wait_for(out, [0], query)
+    segment = SimulatedSink(source).attempt(epoch=1, from_row=0)
+    segment.append(  # the table's columns, in another order: matched by name
+        pa.record_batch(
+            {
+                "p": pa.array(["x", "x"]),
+                "ts": pa.array([first, first], pa.timestamp("us", tz="UTC")),
+                "id": pa.array([1, 2], pa.int64()),
+            }
+        )
+    )
+    wait_for(out, [0, 1, 2], query)
 
 
 def test_a_frame_of_another_schema_fails_the_query_typed(
