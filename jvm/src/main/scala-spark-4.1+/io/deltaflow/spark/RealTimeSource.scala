@@ -441,8 +441,8 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
     val epoch = Option(TaskContext.get()).flatMap(t => Option(t.getLocalProperty(
       RealTimeReader.EpochProperty))).getOrElse("?")
     logInfo(s"deltaflow real-time reader e$epoch of ${p.tableUri}: $filesRead files, " +
-      s"$rowsEmitted rows ($logRows from the row log); ${notices.summary}; ${opens.summary}; ${rests.summary}; " +
-      wholeFiles.summary)
+      s"$rowsEmitted rows ($logRows from the row log); ${notices.summary}; ${opens.summary}; " +
+      s"${rests.summary}; ${wholeFiles.summary}")
   }
 }
 

@@ -113,7 +113,9 @@ final class RowLogChunk(val tail: PartitionTail, val position: RowLogPosition,
 final class RowLogDecoder(schema: StructType, required: StructType, tableUri: String) {
   private val allocator = new RootAllocator(Long.MaxValue)
   private def lower(s: String) = s.toLowerCase(Locale.ROOT)
-  private val expected = schema.fields.map(f => lower(f.name) -> RowLogArrow.nullable(f.dataType)).toMap
+  private def types(s: StructType) =
+    s.fields.map(f => lower(f.name) -> RowLogArrow.nullable(f.dataType)).toMap
+  private val expected = types(schema)
 
   def decode(frame: RowLog.Frame, segment: File): (ArrowStreamReader, ColumnarBatch) = {
     val reader = new ArrowStreamReader(new ByteArrayInputStream(frame.payload), allocator)
@@ -121,11 +123,12 @@ final class RowLogDecoder(schema: StructType, required: StructType, tableUri: St
       reader.loadNextBatch()
       val root = reader.getVectorSchemaRoot
       val found = RowLogArrow.sparkSchema(root.getSchema)
-      val foundTypes = found.fields.map(f => lower(f.name) -> RowLogArrow.nullable(f.dataType)).toMap
-      if (foundTypes != expected) throw DeltaflowException.of("SourceSchemaChangedError",
+      if (types(found) != expected) throw DeltaflowException.of("SourceSchemaChangedError",
         s"A frame of the row log segment $segment of $tableUri has the schema " +
-          s"${found.simpleString}, not the stream's ${schema.simpleString}: the table's " +
-          "schema changed. Restart the query to read it with the new schema.",
+          s"${found.simpleString}, not the stream's ${schema.simpleString}: its writer " +
+          "writes another schema than the table's when this stream started. Restart the " +
+          "query once the table has that schema (the writer's next commit changes it), to " +
+          "read on with it.",
         Map("table_uri" -> tableUri), Map("version" -> -1L), Map("additive" -> false))
       val byName = found.fieldNames.map(lower).zipWithIndex.toMap
       val columns: Array[ColumnVector] = required.fields.map { f =>
@@ -202,7 +205,9 @@ final class PartitionTail(val key: String, dir: File, var position: RowLogPositi
             // A later epoch began after every task of this one synced its frames and
             // committed: read this one to its end once more, then move on.
             readCurrent(decoder, out, limit, tableUri)
-            if (!done) { position = RowLogPosition(later.map(_.epoch).min, 0L); reset(); moved = true }
+            if (!done) {
+              position = RowLogPosition(later.map(_.epoch).min, 0L); reset(); moved = true
+            }
           }
         } else {
           val ahead = listed.map(s => RowLogPosition(s.epoch, s.fromRow)).filter(_ > position)
