@@ -97,3 +97,14 @@ def test_each_committed_file_carries_its_row_log_tag(tmp_path) -> None:
     finally:
         _stream.close({"handle": handle})
     assert [f.get("rowLog") for f in files] == [f"{WRITER}/p3/1/0-2", None]
+
+
+def test_writer_names_decode_and_only_partition_directories_count(tmp_path) -> None:
+    for app_id in ("plain-app_1.2", "a b/c", "ünï%"):
+        assert _rowlog.decode_writer(_rowlog.encode_writer(app_id)) == app_id
+    root = tmp_path / _rowlog.DIRECTORY
+    for part in ("w/p0", "w/p12", "w/tmp", "x/p3"):
+        (root / part).mkdir(parents=True)
+    (root / "stray").write_text("")
+    assert _rowlog.partition_dirs(str(root)) == [("w", 0), ("w", 12), ("x", 3)]
+    assert _rowlog.partition_dirs(str(tmp_path / "absent")) == []
