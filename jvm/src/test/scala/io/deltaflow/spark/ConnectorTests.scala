@@ -312,6 +312,35 @@ object ConnectorTests {
       assertEq(RowLog.parseTag("a%20b/p2/7/10-25"), ("a%20b/p2", 7L, 10L, 25L))
     }
 
+    check("row log tails: each position once, a successor over a torn tail, a replay exactly") {
+      val root = java.nio.file.Files.createTempDirectory("rowlog").toFile
+      val dir = new java.io.File(root, "w/p0")
+      dir.mkdirs()
+      def segment(epoch: Long, from: Long, created: Long, frames: Array[Byte]*): Unit =
+        java.nio.file.Files.write(new java.io.File(dir, f"$epoch%020d-$from%020d-$created%013d-" +
+          "0000000a.arrows").toPath, frames.reduce(_ ++ _))
+      segment(1, 0, 1000, frame(0, Seq(10, 11)), frame(2, Seq(12, 13, 14)),
+        frame(5, Seq(15)).dropRight(3))  // its attempt died inside row 5's frame
+      segment(1, 3, 2000, frame(3, Seq(13, 14, 15)))  // the successor, from row 3
+      segment(2, 0, 3000, frame(0, Seq(20, 21)))
+      val schema = StructType(Seq(StructField("id", LongType)))
+      def drain(replayEnd: Option[Map[String, RowLogPosition]]) = {
+        val tails = new RowLogTails(root, Map("w/p0" -> RowLogPosition(1, 1)), replayEnd,
+          schema, schema, "t")
+        val out = ArrayBuffer.empty[Long]
+        while (tails.poll(_ => true)) {
+          var row = tails.next()
+          while (row.isDefined) { out += row.get.getLong(0); row = tails.next() }
+        }
+        val at = tails.positions("w/p0")
+        tails.close()
+        (out.toSeq, at)
+      }
+      assertEq(drain(None), (Seq(11L, 12L, 13L, 14L, 15L, 20L, 21L), RowLogPosition(2, 2)))
+      assertEq(drain(Some(Map("w/p0" -> RowLogPosition(2, 1)))),
+        (Seq(11L, 12L, 13L, 14L, 15L, 20L), RowLogPosition(2, 1)))
+    }
+
     failures.foreach(f => System.err.println(s"FAILED $f"))
     println(s"$passed passed, ${failures.size} failed")
     if (failures.nonEmpty) sys.exit(1)
