@@ -16,6 +16,7 @@ from urllib.parse import unquote, urlparse
 
 from deltaflow.table import _partitions, _schema, _uri
 from deltaflow.table._object_store import object_store_error
+from deltaflow.table._rowlog import TAG as ROW_LOG_TAG
 
 Actions = list[tuple[int, dict[str, Any]]]  # (line number, action)
 
@@ -154,6 +155,9 @@ class AddedData:
     size: int
     partition_values: dict[str, Any]  # logical column name -> typed value
     deletion_vector: dict[str, Any] | None
+    # Its ``deltaflow.rowLog`` tag: the row log positions a real-time sink's file holds
+    # (``_rowlog.tag``); a real-time reader that tails that log skips the file.
+    row_log: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +188,7 @@ def data_changes(actions: Actions, partitions: PartitionParser) -> DataChanges:
                         int(add["size"]),
                         partitions.parse(add.get("partitionValues")),
                         add.get("deletionVector"),
+                        (add.get("tags") or {}).get(ROW_LOG_TAG),
                     )
                 )
         elif "remove" in action:

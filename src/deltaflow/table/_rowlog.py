@@ -21,6 +21,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from typing import NamedTuple
+from urllib.parse import unquote_to_bytes
 
 import pyarrow as pa
 
@@ -35,6 +36,7 @@ HEADER_SIZE = _HEADER.size  # 24
 _CRC_COVERS = struct.Struct("<qI")
 _SEGMENT = re.compile(r"^(\d{20})-(\d{20})-(\d{13})-([0-9a-f]{8})\.arrows$")
 _KEPT = re.compile(rb"[A-Za-z0-9._-]")
+_PARTITION = re.compile(r"^p\d+$")
 
 
 class Position(NamedTuple):
@@ -73,6 +75,28 @@ def encode_writer(app_id: str) -> str:
     return "".join(
         chr(b) if _KEPT.match(bytes([b])) else f"%{b:02X}" for b in app_id.encode("utf-8")
     )
+
+
+def decode_writer(writer: str) -> str:
+    """The app id a writer's directory name encodes (the inverse of :func:`encode_writer`)."""
+    return unquote_to_bytes(writer).decode("utf-8")
+
+
+def partition_dirs(root: str) -> list[tuple[str, int]]:
+    """The ``(writer, partition)`` directories under a row log's ``root``
+    (``<table>/_deltaflow_rowlog``); none when it is absent."""
+    try:
+        writers = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    found: list[tuple[str, int]] = []
+    for writer in writers:
+        try:
+            names = os.listdir(os.path.join(root, writer))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        found.extend((writer, int(n[1:])) for n in names if _PARTITION.match(n))
+    return sorted(found)
 
 
 def partition_dir(table_path: str, writer: str, partition: int) -> str:

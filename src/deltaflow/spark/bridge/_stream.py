@@ -104,11 +104,16 @@ def close(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def realtime_start(args: dict[str, Any]) -> dict[str, Any]:
-    """``stream.rtStart`` ``{handle, start}`` -> ``{start}``: a real-time epoch's start,
-    a fresh query's open position pinned to a version."""
-    from deltaflow.spark.stream._realtime import resolve_start
+    """``stream.rtStart`` ``{handle, start, rowLogKnown?}`` -> ``{start, rowLog}``: a
+    real-time epoch's start, a fresh query's open position pinned to a version; and where
+    the reader begins each ``<writer>/p<n>`` of the table's row log that ``rowLogKnown``
+    (the ones its offset records) leaves out, ``[epoch, row]``."""
+    from deltaflow.spark.stream._realtime import resolve_start, row_log_start
 
-    return {"start": resolve_start(_reader(args), args["start"])}
+    reader = _reader(args)
+    start = resolve_start(reader, args["start"])
+    known = frozenset(str(k) for k in args.get("rowLogKnown") or ())
+    return {"start": start, "rowLog": row_log_start(reader, start, known)}
 
 
 def realtime_item(task: Any) -> dict[str, Any]:
@@ -136,9 +141,11 @@ def realtime_next(args: dict[str, Any]) -> dict[str, Any]:
 
     found = next_files(_reader(args), args["after"], args.get("until"))
     files = []
-    for offset, task in found["files"]:
+    for offset, task, row_log in found["files"]:
         item = realtime_item(task)
         item["offset"] = offset
+        if row_log is not None:
+            item["rowLog"] = row_log
         files.append(item)
     return {
         "files": files,

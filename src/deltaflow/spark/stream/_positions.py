@@ -53,6 +53,7 @@ class LogFile:
     deletion_vector: dict[str, Any] | None = None  # the add action's descriptor
     deleted_rows: np.ndarray | None = None  # snapshot files: already resolved
     change: ChangeFile | None = None  # readChangeFeed: the change this file holds
+    row_log: str | None = None  # a committed file's deltaflow.rowLog tag (_rowlog.tag)
 
     @property
     def offset(self) -> Offset:

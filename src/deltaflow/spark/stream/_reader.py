@@ -496,7 +496,16 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._partition_parser = _log.PartitionParser(self.snapshot.schema)
         data = _log.data_changes(actions, self._partition_parser)
         files = tuple(
-            LogFile(version, a.index, False, a.path, a.size, a.partition_values, a.deletion_vector)
+            LogFile(
+                version,
+                a.index,
+                False,
+                a.path,
+                a.size,
+                a.partition_values,
+                a.deletion_vector,
+                row_log=a.row_log,
+            )
             for a in data.adds
         )
         if not self.options.read_change_feed:

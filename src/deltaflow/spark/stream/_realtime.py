@@ -13,6 +13,7 @@ the driver started, but they always reach the driver (Spark's RPC).
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from deltaflow.errors import carry_errors
@@ -70,10 +71,50 @@ def next_files(
 
 def positioned(
     reader: DeltaStreamReader, start: dict[str, Any], end: dict[str, Any]
-) -> list[tuple[dict[str, Any], FileTask | ChangeTask]]:
+) -> list[tuple[dict[str, Any], FileTask | ChangeTask, str | None]]:
     """The files of ``start`` -> ``end`` with the offset each one ends at: data files, or
     with ``readChangeFeed`` change files (their kind, version, timestamp and the rows to
-    read, deletion vectors resolved here, on the driver)."""
+    read, deletion vectors resolved here, on the driver); and a committed file's row log
+    tag (``_rowlog.tag``), which a reader tailing that log uses to skip it."""
     entries = reader._files_between(start, end)
     task = reader._change_task if reader.options.read_change_feed else reader._task
-    return [(e.offset.to_json(reader.table_id), task(e)) for e in entries]
+    return [(e.offset.to_json(reader.table_id), task(e), e.row_log) for e in entries]
+
+
+@carry_errors
+def row_log_start(
+    reader: DeltaStreamReader, start: dict[str, Any], known: frozenset[str] = frozenset()
+) -> dict[str, list[int]]:
+    """For a local table with a row log (``docs/notes/rowlog.md``), where a real-time
+    reader at ``start`` (resolved) begins each ``<writer>/p<n>`` it finds there: the
+    position after the rows its app transaction ``<app id>/rtm-p<n>`` records in the
+    snapshot the reader's Delta part has read, ``[epoch, row]``; (0, 0) without one.
+
+    That snapshot is ``start``'s version when the stream starts with it, else the one
+    before (its commits from ``start``'s version on are still to read). Elsewhere, or
+    with ``readChangeFeed`` (the feed comes from Delta commits only): nothing. ``known``:
+    the ``<writer>/p<n>`` whose position the caller's offset records; when it records every
+    one, no snapshot is loaded (each epoch's start asks).
+    """
+    from deltalake import DeltaTable
+
+    from deltaflow.table import _rowlog, _uri
+
+    if reader.options.read_change_feed or not _uri.is_local(reader.uri):
+        return {}
+    root = os.path.join(_uri.local_path(reader.uri), _rowlog.DIRECTORY)
+    parts = [(w, p) for w, p in _rowlog.partition_dirs(root) if f"{w}/p{p}" not in known]
+    if not parts:
+        return {}
+    begin = reader._parse(start)
+    version = begin.version if begin.is_starting else begin.version - 1
+    table = DeltaTable(_uri.delta_rs_uri(reader.uri), version=version) if version >= 0 else None
+    found = {}
+    for writer, partition in parts:
+        txn = (
+            table.transaction_version(f"{_rowlog.decode_writer(writer)}/rtm-p{partition}")
+            if table is not None
+            else None
+        )
+        found[f"{writer}/p{partition}"] = list(_rowlog.Position.of_transaction(txn))
+    return found

@@ -14,8 +14,9 @@ import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.read.{InputPartition, PartitionReader, PartitionReaderFactory}
 import org.apache.spark.sql.connector.read.streaming.{Offset, PartitionOffset, SupportsRealTimeMode, SupportsRealTimeRead}
 import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeRead.RecordStatus
-import org.apache.spark.sql.deltaflow.{RealTimeFilesEndpoint, RealTimeIdle, StepTimes}
+import org.apache.spark.sql.deltaflow.{RealTimeFilesEndpoint, RealTimeIdle, RowLogArrow, StepTimes}
 import org.apache.spark.sql.sources.Filter
+import org.apache.spark.sql.types.StructType
 import org.apache.spark.util.SerializableConfiguration
 
 /**
@@ -33,6 +34,11 @@ import org.apache.spark.util.SerializableConfiguration
  *
  * One partition: a Delta log is one sequence of commits; a commit's rows arrive in one
  * task, in log order.
+ *
+ * On a local table with a row log beside it (a real-time sink's `realTimeRowLog`,
+ * `docs/notes/rowlog.md`) the same task also tails the log ([[RowLogTails]]): its rows go
+ * out as soon as their frames are synced, the commits' files tagged with positions it holds
+ * are skipped, and the offset records its position in each `<writer>/p<n>`.
  */
 trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMicroBatchStream =>
   @volatile private var realTime = false
@@ -71,36 +77,74 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
       val file = ScanFile.fromJson(node)
       val fileLayout = if (changeFeed) changeLayouts.of(file) else layout
       RealTimeFile(node.get("offset").toString, FileReads.wholeFile(file, fileLayout),
-        file.change.map(c => (c.isCdc, c.version, file.location)))
+        file.change.map(c => (c.isCdc, c.version, file.location)),
+        Option(node.get("rowLog")).map(_.asText()))
     }.toArray
     RealTimeFiles(files, result.get("end").toString, result.get("latest").asLong(),
       result.path("more").asBoolean(false))
   }
 
-  private def resolve(position: String): String =
-    call("stream.rtStart", _.set[JsonNode]("start", Brain.json.readTree(position)))
-      .get("start").toString
+  /** The epoch's start, and where its reader begins each `<writer>/p<n>` of the row log:
+   *  the brain's answer for the start version (from the app transactions), overridden by
+   *  the positions the offset recorded. */
+  private def resolve(position: String,
+      recorded: Map[String, (Long, Long)]): (String, Map[String, RowLogPosition]) = {
+    val answer = call("stream.rtStart", { args =>
+      args.set[JsonNode]("start", Brain.json.readTree(position))
+      // Those the offset records need no app transaction looked up.
+      val known = args.putArray("rowLogKnown")
+      recorded.keys.foreach(k => known.add(k))
+    })
+    val found = Option(answer.get("rowLog")).toSeq.flatMap(_.properties().asScala)
+      .map(p => p.getKey -> RowLogPosition(p.getValue.get(0).asLong(), p.getValue.get(1).asLong()))
+    (answer.get("start").toString,
+      found.toMap ++ recorded.map { case (k, (e, r)) => k -> RowLogPosition(e, r) })
+  }
+
+  /** The row log this stream reads beside the table (`docs/notes/rowlog.md`): on a local
+   *  table only (other stores have no row log in this slice), not for the change feed (it
+   *  comes from Delta commits), and not when the output asks for `_metadata` or constant
+   *  columns, which only files have, or prunes a nested column (a frame's vectors are whole
+   *  columns). Then every read comes from Delta. */
+  private def rowLogPlan(start: Map[String, RowLogPosition],
+      end: Option[Map[String, RowLogPosition]]): Option[RowLogPlan] =
+    if (!RealTimePoll.isLocal(info.uri) || changeFeed || layout.metadataFields.nonEmpty ||
+        layout.constants.nonEmpty || !wholeColumns) None
+    else {
+      val root = new java.io.File(new Path(info.uri).toUri.getPath, RowLog.Directory)
+      Some(RowLogPlan(root.getPath, start, end, info.schema, layout.required))
+    }
+
+  private def wholeColumns: Boolean = layout.required.fields.forall(f =>
+    info.schema.fields.exists(t => t.name.equalsIgnoreCase(f.name) &&
+      RowLogArrow.nullable(t.dataType) == RowLogArrow.nullable(f.dataType)))
 
   override def planInputPartitions(start: Offset): Array[InputPartition] = {
-    val (position, rows) = DeltaSourceOffset.split(start)
-    Array(RealTimeInputPartition(address, resolve(position), rows, None, info.uri, pollMs))
+    val (position, rows, recorded) = DeltaSourceOffset.split(start)
+    val (begin, logStart) = resolve(position, recorded)
+    Array(RealTimeInputPartition(address, begin, rows, None, info.uri, pollMs,
+      rowLogPlan(logStart, None)))
   }
 
   /** An epoch the offset log recorded, read again exactly: its files, then as many rows
-   *  of the next file as the epoch had emitted. */
+   *  of the next file as the epoch had emitted; and the row log from the start's
+   *  positions up to the end's. */
   private[spark] def realTimeReplay(start: Offset, end: Offset): Array[InputPartition] = {
-    val (from, fromRows) = DeltaSourceOffset.split(start)
-    val (to, toRows) = DeltaSourceOffset.split(end)
-    val begin = resolve(from)
+    val (from, fromRows, fromLog) = DeltaSourceOffset.split(start)
+    val (to, toRows, toLog) = DeltaSourceOffset.split(end)
+    val (begin, logStart) = resolve(from, fromLog)
     val between = filesAfter(begin, Some(to)).files
     val partial = if (toRows == 0) Array.empty[RealTimeFile] else nextFiles(to).files.take(1)
     val replay = RealTimeReplay(between, partial.headOption, to, toRows)
-    Array(RealTimeInputPartition(address, begin, fromRows, Some(replay), info.uri, pollMs))
+    val logEnd = toLog.map { case (k, (e, r)) => k -> RowLogPosition(e, r) }
+    Array(RealTimeInputPartition(address, begin, fromRows, Some(replay), info.uri, pollMs,
+      rowLogPlan(logStart, Some(logEnd))))
   }
 
   override def mergeOffsets(offsets: Array[PartitionOffset]): Offset = {
     val Array(only: DeltaPartitionOffset) = offsets
-    DeltaSourceOffset.of(only.position, only.rows)
+    DeltaSourceOffset.of(only.position, only.rows,
+      only.rowLog.map { case (k, p) => k -> (p.epoch, p.row) })
   }
 
   private[spark] def realTimeReaderFactory(): PartitionReaderFactory = {
@@ -127,9 +171,10 @@ object StreamTrigger {
 }
 
 /** A file for a real-time reader, and the offset the stream is at once it is read whole;
- *  a change file: whether it is a cdc file, its version and location. */
+ *  a change file: whether it is a cdc file, its version and location; a real-time sink's
+ *  file: its `deltaflow.rowLog` tag (the row log positions it holds). */
 case class RealTimeFile(offset: String, partition: DeltaInputPartition,
-    change: Option[(Boolean, Long, String)] = None)
+    change: Option[(Boolean, Long, String)] = None, rowLogTag: Option[String] = None)
 
 /** How a change-feed reader reads cdc files, and where their `_change_type` is. */
 case class RealTimeChangeReads(cdc: PartitionReaderFactory, changeTypeAt: Int)
@@ -149,11 +194,19 @@ case class RealTimeInputPartition(
     startRows: Long,
     replay: Option[RealTimeReplay],
     tableUri: String,
-    pollMs: Long) extends InputPartition
+    pollMs: Long,
+    rowLog: Option[RowLogPlan] = None) extends InputPartition
+
+/** A reader's row log: its directory, where each `<writer>/p<n>` starts, a replay's ends,
+ *  the stream's schema (what each frame must have) and its output columns. */
+case class RowLogPlan(root: String, start: Map[String, RowLogPosition],
+    replayEnd: Option[Map[String, RowLogPosition]], schema: StructType, required: StructType)
 
 /** A real-time reader's position: the offset of the last file read whole (the brain's JSON)
- *  and how many rows of the next file it emitted. */
-case class DeltaPartitionOffset(position: String, rows: Long) extends PartitionOffset
+ *  and how many rows of the next file it emitted; and in the row log, the next row of each
+ *  `<writer>/p<n>`. */
+case class DeltaPartitionOffset(position: String, rows: Long,
+    rowLog: Map[String, RowLogPosition] = Map.empty) extends PartitionOffset
 
 class RealTimeReaderFactory(files: PartitionReaderFactory, conf: SerializableConfiguration,
     changes: Option[RealTimeChangeReads] = None) extends PartitionReaderFactory {
@@ -208,43 +261,80 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
   private val taskAttempt = Option(TaskContext.get()).map(_.taskAttemptId())
   private var idleSaid = false
   private var rowsEmitted = 0L  // rows handed on (not those a replay skipped)
+  // The table's row log, read beside its commits (docs/notes/rowlog.md): its rows go out
+  // as soon as their frames are whole; the commits' files that hold them are skipped.
+  private val rowLog = p.rowLog.map(l => new RowLogTails(new java.io.File(l.root), l.start,
+    l.replayEnd, l.schema, l.required, p.tableUri))
+  private var logRow: InternalRow = _  // the row log's row get() returns; null: a file's
+  private var logRows = 0L
+  private var currentTag: Option[String] = None  // the current file's row log tag, if read
+  // When the Delta part last had every commit made before then read (nanoTime): a stat
+  // found no next commit with nothing queued. A row log tail crosses a stretch no segment
+  // holds only after it (RowLog's PartitionTail.poll).
+  private var deltaReadAt = 0L
 
   p.replay.foreach { r =>
     queue ++= r.files
     r.partial.foreach(queue += _)
   }
 
-  override def getOffset: PartitionOffset = DeltaPartitionOffset(position, rows)
+  override def getOffset: PartitionOffset =
+    DeltaPartitionOffset(position, rows, rowLog.map(_.positions).getOrElse(Map.empty))
 
-  override def get(): InternalRow = current.get()
+  override def get(): InternalRow = if (logRow != null) logRow else current.get()
+
+  /** Hands on the row log's next waiting row, if one waits. */
+  private def emitFromLog(): Boolean = rowLog.exists(_.waiting) && {
+    logRow = rowLog.get.next().orNull
+    if (logRow != null) { sayIdle(false); rowsEmitted += 1; logRows += 1 }
+    logRow != null
+  }
+
+  private def pollLog(): Boolean = rowLog.exists(_.poll(since => deltaReadAt > since))
 
   override def next(): Boolean = nextWithTimeout(0L).hasRecord
 
   override def nextWithTimeout(timeoutMs: java.lang.Long): RecordStatus = {
     val deadline = System.currentTimeMillis() + timeoutMs
+    logRow = null
     while (true) {
       if (current != null) {
         if ((currentLimit < 0 || rows < currentLimit) && readNext()) {
           rows += 1
           rowsEmitted += 1
+          currentTag.foreach(t => rowLog.get.readTagged(t, rows - 1))
           return RecordStatus.newStatusWithoutArrivalTime(true)
         }
         closeCurrent()
+      } else if (emitFromLog()) {
+        return RecordStatus.newStatusWithoutArrivalTime(true)
       } else if (queue.nonEmpty) {
-        open(queue.dequeue())
+        // The log's rows first (a stat per tail), so that a tagged file is judged against
+        // positions with nothing waiting.
+        if (!pollLog()) open(queue.dequeue())
       } else if (p.replay.isDefined) {
-        if (!replayed) { position = p.replay.get.end; rows = p.replay.get.rows; replayed = true }
-        return RecordStatus.newStatusWithoutArrivalTime(false)
+        // A recorded epoch's log rows: all there already (synced before the epoch ended),
+        // unless retention deleted them, when the tagged files stood in. Its Delta part is
+        // read: the log's tails may cross what no segment holds.
+        deltaReadAt = System.nanoTime()
+        if (!rowLog.exists(l => !l.reached && pollLog())) {
+          if (!replayed) { position = p.replay.get.end; rows = p.replay.get.rows; replayed = true }
+          return RecordStatus.newStatusWithoutArrivalTime(false)
+        }
       } else {
         if (queueEnd != null) { position = queueEnd; rows = 0; queueEnd = null }
-        sayIdle(true)
         val polled = System.nanoTime()
-        if (nextVersion < 0 || committed(nextVersion)) {
-          fetch(polled)
-        } else {
-          val left = deadline - System.currentTimeMillis()
-          if (left <= 0) return RecordStatus.newStatusWithoutArrivalTime(false)
-          Thread.sleep(math.min(p.pollMs, left))
+        if (!pollLog()) {
+          sayIdle(true)
+          if (nextVersion < 0 || committed(nextVersion)) {
+            rowLog.foreach(_.discover(force = true))  // a commit may come with a new writer
+            fetch(polled)
+          } else {
+            deltaReadAt = polled
+            val left = deadline - System.currentTimeMillis()
+            if (left <= 0) return RecordStatus.newStatusWithoutArrivalTime(false)
+            Thread.sleep(math.min(p.pollMs, left))
+          }
         }
       }
     }
@@ -276,6 +366,11 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
   }
 
   private def open(file: RealTimeFile): Unit = {
+    // A real-time sink's file whose rows this reader's row log holds: read whole already.
+    val judged: Option[Option[Long]] = file.rowLogTag.flatMap(t => rowLog.map(_.tagged(t)))
+    if (judged.contains(None)) { position = file.offset; rows = 0; skip = 0; return }
+    val drop = judged.flatten.getOrElse(0L)
+    currentTag = file.rowLogTag.filter(_ => rowLog.isDefined)
     sayIdle(false)
     fileOpened = System.nanoTime()
     firstRowDue = true
@@ -287,8 +382,11 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
     val isPartial = p.replay.exists(_.partial.contains(file))
     currentLimit = if (isPartial) p.replay.get.rows else -1L
     rows = 0
+    // Rows emitted before a restart (`skip`), or already from the log (`drop`).
+    skip = math.max(skip, drop)
     while (skip > 0 && readNext()) { skip -= 1; rows += 1 }
     skip = 0
+    if (rows > 0) currentTag.foreach(t => rowLog.get.readTagged(t, rows - 1))
   }
 
   private def readNext(): Boolean = {
@@ -334,15 +432,17 @@ class RealTimeReader(p: RealTimeInputPartition, files: PartitionReaderFactory,
     current = null
     if (currentLimit < 0) { position = currentFile.offset; rows = 0 }
     currentLimit = -1L
+    currentTag = None
   }
 
   override def close(): Unit = {
     if (current != null) current.close()
+    rowLog.foreach(_.close())
     val epoch = Option(TaskContext.get()).flatMap(t => Option(t.getLocalProperty(
       RealTimeReader.EpochProperty))).getOrElse("?")
     logInfo(s"deltaflow real-time reader e$epoch of ${p.tableUri}: $filesRead files, " +
-      s"$rowsEmitted rows; ${notices.summary}; ${opens.summary}; ${rests.summary}; " +
-      wholeFiles.summary)
+      s"$rowsEmitted rows ($logRows from the row log); ${notices.summary}; ${opens.summary}; " +
+      s"${rests.summary}; ${wholeFiles.summary}")
   }
 }
 

@@ -149,20 +149,37 @@ object DeltaSourceOffset {
    *  Absent (0) whenever an epoch ended between files. */
   val RowsOfNextFile = "rowsOfNextFile"
 
+  /** And where a real-time reader is in each `<writer>/p<n>` of the table's row log
+   *  (`docs/notes/rowlog.md`): `{"<writer>/p<n>": [epoch, row]}`, the next row to emit.
+   *  Absent: no row log read (an older checkpoint, micro-batch, another store). The brain
+   *  never sees either key; micro-batch ignores them. */
+  val RowLog = "rowLog"
+
   def of(node: JsonNode): DeltaSourceOffset = DeltaSourceOffset(node.toString)
 
-  /** `position` (the brain's offset JSON) with `rows` of the next file emitted. */
-  def of(position: String, rows: Long): DeltaSourceOffset = {
+  /** `position` (the brain's offset JSON) with `rows` of the next file emitted, and the
+   *  row log's positions (`[epoch, row]` each, by `<writer>/p<n>`). */
+  def of(position: String, rows: Long,
+      rowLog: Map[String, (Long, Long)] = Map.empty): DeltaSourceOffset = {
     val node = Brain.json.readTree(position).asInstanceOf[ObjectNode]
     node.remove(RowsOfNextFile)
+    node.remove(RowLog)
     if (rows > 0) node.put(RowsOfNextFile, rows)
+    if (rowLog.nonEmpty) {
+      val log = node.putObject(RowLog)
+      // Sorted, so that equal positions make equal JSON.
+      rowLog.toSeq.sortBy(_._1).foreach { case (k, (e, r)) => log.putArray(k).add(e).add(r) }
+    }
     of(node)
   }
 
-  /** The brain's part of `offset` (compact JSON) and its rows of the next file. */
-  def split(offset: Offset): (String, Long) = {
+  /** The brain's part of `offset` (compact JSON), its rows of the next file and its row
+   *  log's positions. */
+  def split(offset: Offset): (String, Long, Map[String, (Long, Long)]) = {
     val node = Brain.json.readTree(offset.json()).asInstanceOf[ObjectNode]
     val rows = Option(node.remove(RowsOfNextFile)).map(_.asLong()).getOrElse(0L)
-    (node.toString, rows)
+    val log = Option(node.remove(RowLog)).toSeq.flatMap(_.properties().asScala)
+      .map(p => p.getKey -> (p.getValue.get(0).asLong(), p.getValue.get(1).asLong())).toMap
+    (node.toString, rows, log)
   }
 }

@@ -43,15 +43,17 @@ object DeltaflowException {
   }
 
   /** An error raised by the connector itself, with its wire marker; `numbers`: fields
-   *  the Python error holds as integers (a version). */
+   *  the Python error holds as integers (a version); `flags`: as booleans. */
   def of(errorType: String, message: String, fields: Map[String, String],
-      numbers: Map[String, Long] = Map.empty): DeltaflowException = {
+      numbers: Map[String, Long] = Map.empty,
+      flags: Map[String, Boolean] = Map.empty): DeltaflowException = {
     val payload = Brain.json.createObjectNode()
     payload.put("type", errorType)
     payload.put("message", message)
     val f = payload.putObject("fields")
     fields.foreach { case (k, v) => f.put(k, v) }
     numbers.foreach { case (k, v) => f.put(k, v) }
+    flags.foreach { case (k, v) => f.put(k, v) }
     val encoded = Base64.getEncoder.encodeToString(
       Brain.json.writeValueAsString(payload).getBytes(StandardCharsets.UTF_8))
     new DeltaflowException(errorType, message, fields, s"[deltaflow-error:$encoded]")

@@ -140,6 +140,16 @@ object ConnectorTests {
       assertEq(payload.get("fields").get("table_uri").asText(), "x")
       assertEq(e.errorType, "TableNotFoundError")
     }
+    check("a source offset carries row log positions; one without them (older) has none") {
+      val brain = """{"sourceVersion":1,"reservoirId":"t","reservoirVersion":3,"index":-1,""" +
+        """"isStartingVersion":false}"""
+      val old = DeltaSourceOffset(brain.dropRight(1) + ""","rowsOfNextFile":2}""")
+      assertEq(DeltaSourceOffset.split(old), (brain, 2L, Map.empty[String, (Long, Long)]))
+      val withLog = DeltaSourceOffset.of(brain, 0L, Map("w/p1" -> (4L, 9L), "a%20b/p0" -> (1L, 0L)))
+      assertEq(withLog.json, brain.dropRight(1) + ""","rowLog":{"a%20b/p0":[1,0],"w/p1":[4,9]}}""")
+      assertEq(DeltaSourceOffset.split(withLog),
+        (brain, 0L, Map("w/p1" -> (4L, 9L), "a%20b/p0" -> (1L, 0L))))
+    }
     check("real-time commits: an average cap with bursts, not a fixed spacing") {
       val pacing = new org.apache.spark.sql.deltaflow.CommitPacing(50)
       val burst = org.apache.spark.sql.deltaflow.CommitPacing.Burst
@@ -304,6 +314,70 @@ object ConnectorTests {
       assertEq(frames.map(_._2).sum, 5000)
       assertEq(frames.forall(_._2 <= 4096), true)
     }
+    check("row log frames: whole ones decode, a torn tail waits, damage before more is typed") {
+      val seg = new java.io.File("/t/seg.arrows")
+      val first = frame(0L, Seq(10L, 11L))
+      val second = frame(2L, Seq(12L))
+      val whole = first ++ second
+      val got = RowLog.frames(whole ++ frame(3L, Seq(13L)).dropRight(1), 0L, seg, "t")
+      assertEq(got.map(f => (f.fromRow, f.rows, f.end)),
+        Seq((0L, 2L, first.length.toLong), (2L, 1L, whole.length.toLong)))
+      assertEq(RowLog.frames(whole, 7L, seg, "t").head.end, 7L + first.length)
+      val damaged = first.clone()
+      damaged(30) = (damaged(30) ^ 1).toByte
+      assertEq(RowLog.frames(damaged, 0L, seg, "t"), Seq.empty)  // a torn last frame
+      val typed = try { RowLog.frames(damaged ++ second, 0L, seg, "t"); None }
+        catch { case e: DeltaflowException => Some((e.errorType, e.fields.get("path"))) }
+      assertEq(typed, Some(("CorruptTableError", Some(seg.toString))))
+      val schema = StructType(Seq(StructField("id", LongType)))
+      val decoder = new RowLogDecoder(schema, schema, "t")
+      val (reader, batch) = decoder.decode(got.head, seg)
+      assertEq((0 until batch.numRows()).map(batch.getRow(_).getLong(0)), Seq(10L, 11L))
+      reader.close()
+      val other = new RowLogDecoder(StructType(Seq(StructField("id", StringType))), schema, "t")
+      val refused = try { other.decode(got.head, seg); None }
+        catch { case e: DeltaflowException => Some(e.errorType) }
+      assertEq(refused, Some("SourceSchemaChangedError"))
+      decoder.close(); other.close()
+    }
+    check("row log: a position is read from its epoch's latest start at or before it") {
+      def seg(epoch: Long, from: Long, created: Long) =
+        RowLogSegment(new java.io.File(s"$epoch-$from-$created"), epoch, from, created, "0")
+      val listed = Seq(seg(1, 0, 5), seg(1, 3, 9), seg(1, 3, 7), seg(1, 8, 10), seg(2, 0, 11))
+      assertEq(RowLog.best(listed, RowLogPosition(1, 5)), Some(seg(1, 3, 9)))
+      assertEq(RowLog.best(listed, RowLogPosition(1, 2)), Some(seg(1, 0, 5)))
+      assertEq(RowLog.best(listed, RowLogPosition(3, 0)), None)
+      assertEq(RowLog.parseTag("a%20b/p2/7/10-25"), ("a%20b/p2", 7L, 10L, 25L))
+    }
+
+    check("row log tails: each position once, a successor over a torn tail, a replay exactly") {
+      val root = java.nio.file.Files.createTempDirectory("rowlog").toFile
+      val dir = new java.io.File(root, "w/p0")
+      dir.mkdirs()
+      def segment(epoch: Long, from: Long, created: Long, frames: Array[Byte]*): Unit =
+        java.nio.file.Files.write(new java.io.File(dir, f"$epoch%020d-$from%020d-$created%013d-" +
+          "0000000a.arrows").toPath, frames.reduce(_ ++ _))
+      segment(1, 0, 1000, frame(0, Seq(10, 11)), frame(2, Seq(12, 13, 14)),
+        frame(5, Seq(15)).dropRight(3))  // its attempt died inside row 5's frame
+      segment(1, 3, 2000, frame(3, Seq(13, 14, 15)))  // the successor, from row 3
+      segment(2, 0, 3000, frame(0, Seq(20, 21)))
+      val schema = StructType(Seq(StructField("id", LongType)))
+      def drain(replayEnd: Option[Map[String, RowLogPosition]]) = {
+        val tails = new RowLogTails(root, Map("w/p0" -> RowLogPosition(1, 1)), replayEnd,
+          schema, schema, "t")
+        val out = ArrayBuffer.empty[Long]
+        while (tails.poll(_ => true)) {
+          var row = tails.next()
+          while (row.isDefined) { out += row.get.getLong(0); row = tails.next() }
+        }
+        val at = tails.positions("w/p0")
+        tails.close()
+        (out.toSeq, at)
+      }
+      assertEq(drain(None), (Seq(11L, 12L, 13L, 14L, 15L, 20L, 21L), RowLogPosition(2, 2)))
+      assertEq(drain(Some(Map("w/p0" -> RowLogPosition(2, 1)))),
+        (Seq(11L, 12L, 13L, 14L, 15L, 20L), RowLogPosition(2, 1)))
+    }
 
     failures.foreach(f => System.err.println(s"FAILED $f"))
     println(s"$passed passed, ${failures.size} failed")
@@ -311,6 +385,27 @@ object ConnectorTests {
   }
 
   private val fileSizes = scala.collection.mutable.Map.empty[String, Int]
+
+  /** A row log frame of `ids` (`_rowlog.encode_frame`): header, then an Arrow IPC stream. */
+  private def frame(fromRow: Long, ids: Seq[Long]): Array[Byte] = {
+    val allocator = new org.apache.arrow.memory.RootAllocator(Long.MaxValue)
+    val vector = new org.apache.arrow.vector.BigIntVector("id", allocator)
+    ids.zipWithIndex.foreach { case (v, i) => vector.setSafe(i, v) }
+    vector.setValueCount(ids.size)
+    val root = org.apache.arrow.vector.VectorSchemaRoot.of(vector)
+    val bytes = new java.io.ByteArrayOutputStream()
+    val writer = new org.apache.arrow.vector.ipc.ArrowStreamWriter(root, null, bytes)
+    writer.start(); writer.writeBatch(); writer.end(); writer.close()
+    root.close(); allocator.close()
+    val payload = bytes.toByteArray
+    val covered = java.nio.ByteBuffer.allocate(12).order(java.nio.ByteOrder.LITTLE_ENDIAN)
+      .putLong(fromRow).putInt(ids.size).array()
+    val crc = new java.util.zip.CRC32()
+    crc.update(covered); crc.update(payload)
+    java.nio.ByteBuffer.allocate(RowLog.HeaderSize + payload.length)
+      .order(java.nio.ByteOrder.LITTLE_ENDIAN).put("DFRL".getBytes(StandardCharsets.US_ASCII))
+      .putInt(payload.length).put(covered).putInt(crc.getValue.toInt).put(payload).array()
+  }
 
   private def file(name: String, rowCount: Int): PartitionedFile = {
     fileSizes(s"file:/t/$name") = rowCount
