@@ -15,6 +15,10 @@ change rows to wait for).
 real-time mode (Spark >= 4.3, one shuffle partition) into the table at ``location``;
 ``ROWS``/``DONE`` as above (``rows``: distinct ids to wait for).
 
+``<location> <checkpoint> <rows> <source> copy``: the rows of the Delta table at ``source``
+(no ``startingVersion``: its snapshot when the query first starts, then its commits) in
+real-time mode into the table at ``location``; ``ROWS``/``DONE`` as above.
+
 ``<location> <checkpoint> <rows> <downstream> rowlog``: the ids as in the first form, into
 the table at ``location`` with a row log (``realTimeRowLog``), and a second real-time
 query that reads that table (its row log, the union read of docs/notes/rowlog.md) into
@@ -58,6 +62,9 @@ def main(
         target = "rt"
     elif mode == "dedup":
         frame = spark.readStream.format("delta").load(source).dropDuplicates(["id"])
+        target = f"delta.`{location}`"
+    elif mode == "copy":
+        frame = spark.readStream.format("delta").load(source)
         target = f"delta.`{location}`"
     else:
         frame = (

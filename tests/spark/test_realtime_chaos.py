@@ -206,3 +206,27 @@ def test_sigkill_of_the_driver_mid_row_log_chain_keeps_each_row_once(tmp_path) -
         tail = _rowlog.PartitionTail(str(partition), _rowlog.Position(0, 0))
         logged += [i for batch in tail.poll() for i in batch.column("id").to_pylist()]
     assert sorted(logged) == list(range(ROWS))
+
+
+def test_a_first_epoch_lost_with_its_driver_restarts_at_the_same_snapshot(tmp_path) -> None:
+    """Spark records a real-time epoch's offsets only at its end. A driver killed in the
+    first epoch of a query over a Delta table (no ``startingVersion``) starts that epoch
+    again from the initial offset: it must resolve to the snapshot the killed run read,
+    not the table's latest, which Z-ordering has since rewritten in another row order (the
+    sink would drop the wrong rows as already committed, and write others twice)."""
+    source, location = str(tmp_path / "source"), str(tmp_path / "table")
+    for start in range(1950, -1, -50):  # the snapshot: 40 files, highest ids first
+        ids = pa.array(range(start, start + 50), pa.int32())
+        write_deltalake(source, pa.table({"id": ids}), mode="append")
+    args = [location, str(tmp_path / "ck"), "10000000", source, "copy"]
+    child = Child(args, tmp_path / "run0.log", job=JOB)
+    try:
+        wait_until_rows_landed(child)  # some of the snapshot committed; killed at once
+    finally:
+        child.kill()
+    assert not list((tmp_path / "ck" / "commits").iterdir())  # killed in the first epoch
+    DeltaTable(source).optimize.z_order(["id"])  # one file, lowest ids first
+    more = pa.table({"id": pa.array(range(2000, 2050), pa.int32())})
+    write_deltalake(source, more, mode="append")
+    final_args = [location, str(tmp_path / "ck"), "2050", source, "copy"]
+    finish_and_check_ids(final_args, tmp_path, location, list(range(2050)))

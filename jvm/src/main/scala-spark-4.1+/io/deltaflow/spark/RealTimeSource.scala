@@ -101,6 +101,57 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
       found.toMap ++ recorded.map { case (k, (e, r)) => k -> RowLogPosition(e, r) })
   }
 
+  /** [[resolve]], with the query's first start kept in its checkpoint
+   *  (`<checkpoint>/sources/<n>/realtime-start`) and taken from there when the same start
+   *  comes again. Spark records an epoch's offsets only at its end, so a driver lost in the
+   *  first epoch starts it again from the initial offset, which would resolve to a later
+   *  snapshot: files compacted since, or the commits between read from a row log, give the
+   *  epoch's rows in another order, and the sink's replay premise (the n-th row of an
+   *  epoch is the same row in every attempt) would not hold. Later epochs start at the
+   *  recorded end of the one before, which resolves to itself. */
+  private def resolveKept(start: Offset, position: String, recorded: Map[String, (Long, Long)])
+      : (String, Map[String, RowLogPosition]) = metadataPath match {
+    case None => resolve(position, recorded)
+    case Some(dir) =>
+      val file = new Path(dir, RealTimeStartFile)
+      val fs = file.getFileSystem(SparkSession.active.sessionState.newHadoopConf())
+      val asked = Brain.json.readTree(start.json())
+      val kept = if (!fs.exists(file)) None else {
+        val in = fs.open(file)
+        try Some(Brain.json.readTree(in)) finally in.close()
+      }
+      kept.filter(_.get("offset") == asked) match {
+        case Some(k) =>
+          val log = k.get("rowLog").properties().asScala.map(p =>
+            p.getKey -> RowLogPosition(p.getValue.get(0).asLong(), p.getValue.get(1).asLong()))
+          (k.get("begin").toString, log.toMap)
+        case None =>
+          val resolved = resolve(position, recorded)
+          if (kept.isEmpty) keep(fs, file, asked, resolved)
+          resolved
+      }
+  }
+
+  private val RealTimeStartFile = "realtime-start"
+
+  /** Writes the first start where [[resolveKept]] finds it: a whole file or none (written
+   *  aside, then renamed into place). */
+  private def keep(fs: FileSystem, file: Path, offset: JsonNode,
+      resolved: (String, Map[String, RowLogPosition])): Unit = {
+    val node = Brain.json.createObjectNode()
+    node.set[JsonNode]("offset", offset)
+    node.set[JsonNode]("begin", Brain.json.readTree(resolved._1))
+    val log = node.putObject("rowLog")
+    resolved._2.foreach { case (k, p) => log.putArray(k).add(p.epoch).add(p.row) }
+    val aside = new Path(file.getParent, s".${file.getName}.${java.util.UUID.randomUUID()}.tmp")
+    val out = fs.create(aside, false)
+    try out.write(Brain.json.writeValueAsBytes(node)) finally out.close()
+    if (!fs.rename(aside, file)) {
+      fs.delete(aside, false)
+      throw new java.io.IOException(s"could not keep the real-time start at $file")
+    }
+  }
+
   /** The row log this stream reads beside the table (`docs/notes/rowlog.md`): on a local
    *  table only (other stores have no row log in this slice), not for the change feed (it
    *  comes from Delta commits), and not when the output asks for `_metadata` or constant
@@ -121,7 +172,7 @@ trait RealTimeSupport extends SupportsRealTimeMode with Logging { self: DeltaMic
 
   override def planInputPartitions(start: Offset): Array[InputPartition] = {
     val (position, rows, recorded) = DeltaSourceOffset.split(start)
-    val (begin, logStart) = resolve(position, recorded)
+    val (begin, logStart) = resolveKept(start, position, recorded)
     Array(RealTimeInputPartition(address, begin, rows, None, info.uri, pollMs,
       rowLogPlan(logStart, None)))
   }

@@ -109,6 +109,7 @@ class ChangeFeedTable(val info: TableInfo) extends Table with SupportsRead {
     override def readSchema(): StructType = ChangeFeedTable.this.schema()
     override def description(): String = s"DeltaChangeFeed delta.`${info.uri}`"
     override def toMicroBatchStream(checkpointLocation: String): MicroBatchStream =
-      new DeltaMicroBatchStream(info, options, changeFeed = true)
+      new DeltaMicroBatchStream(info, options, changeFeed = true,
+        metadataPath = Some(checkpointLocation))
   }
 }

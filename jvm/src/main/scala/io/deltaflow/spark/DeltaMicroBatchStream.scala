@@ -32,7 +32,10 @@ class DeltaMicroBatchStream(
     private[spark] val info: TableInfo,
     private[spark] val options: CaseInsensitiveStringMap,
     // The change feed ([[ChangeFeedTable]]): read by the real-time reader only.
-    private[spark] val changeFeed: Boolean = false)
+    private[spark] val changeFeed: Boolean = false,
+    // The source's directory in the query's checkpoint (`<checkpoint>/sources/<n>`), where
+    // real-time mode keeps its first epoch's resolved start.
+    private[spark] val metadataPath: Option[String] = None)
   extends MicroBatchStream with SupportsAdmissionControl with SupportsTriggerAvailableNow
   with ReportsSourceMetrics with RealTimeSupport with Logging {
 

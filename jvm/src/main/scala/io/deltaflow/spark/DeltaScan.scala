@@ -57,7 +57,7 @@ class DeltaScan(
   override def toBatch: Batch = this
 
   override def toMicroBatchStream(checkpointLocation: String): MicroBatchStream =
-    new DeltaMicroBatchStream(info, options)
+    new DeltaMicroBatchStream(info, options, metadataPath = Some(checkpointLocation))
 
   private lazy val plan: ScanPlan = ScanPlan.request(info, pushed, options)
 

@@ -13,7 +13,7 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.write.{BatchWrite, DataWriter, DataWriterFactory, LogicalWriteInfo, PhysicalWriteInfo, WriterCommitMessage}
 import org.apache.spark.sql.connector.write.streaming.{StreamingDataWriterFactory, StreamingWrite}
-import org.apache.spark.sql.deltaflow.{DirectWrite, FileRolls, RealTimeCommitEndpoint, RealTimeCommits, RealTimeQueries, RealTimeWriterFactory, RowLog, StagedFileWrite}
+import org.apache.spark.sql.deltaflow.{DirectWrite, FileRolls, RealTimeCommitEndpoint, RealTimeCommits, RealTimeQueries, RealTimeWriterFactory, RowLogWrite, StagedFileWrite}
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
 import org.apache.spark.sql.catalyst.streaming.WriteToStream
 import org.apache.spark.sql.execution.SortExec
@@ -176,7 +176,7 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
       logical.putArray("escapedPartitions")
       logical.remove("checks")
       val lowered = partitions.map(_.toLowerCase).toSet
-      RowLog.Target(dir.asText(), StagedFileWrite.shape(session, schema, { df =>
+      RowLogWrite.Target(dir.asText(), StagedFileWrite.shape(session, schema, { df =>
         val shaped = DeltaBatchWrite.prepared(df, logical, shape = true)
         shaped.select(shaped.schema.fields.toSeq.map { f =>
           val c = shaped.col("`" + f.name.replace("`", "``") + "`")

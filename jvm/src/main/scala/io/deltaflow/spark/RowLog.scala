@@ -27,13 +27,34 @@ case class RowLogPosition(epoch: Long, row: Long) extends Ordered[RowLogPosition
 /** One task attempt's rows of one epoch, from `fromRow` (`_rowlog.Segment`). */
 case class RowLogSegment(file: File, epoch: Long, fromRow: Long, created: Long, nonce: String)
 
-/** The row log's format, as `deltaflow.table._rowlog` defines it. */
+/** The row log's format, as `deltaflow.table._rowlog` defines it: both sides (the
+ *  source's tails below, the sink's `RowLogAppender`) use these. */
 object RowLog {
   val Directory = "_deltaflow_rowlog"
   val HeaderSize = 24
-  private val Magic = 0x4c524644 // "DFRL", read little-endian
+  private[spark] val Magic = 0x4c524644 // "DFRL", read little-endian
   private val SegmentName = """^(\d{20})-(\d{20})-(\d{13})-([0-9a-f]{8})\.arrows$""".r
   private val PartitionName = """^p(\d+)$""".r
+
+  def segmentName(epoch: Long, fromRow: Long, created: Long, nonce: Int): String =
+    f"$epoch%020d-$fromRow%020d-$created%013d-$nonce%08x.arrows"
+
+  /** A frame: the 24-byte header (magic, payload length, fromRow, rows, CRC-32 of
+   *  bytes 8-20 and the payload), then the payload. */
+  def frame(payload: Array[Byte], fromRow: Long, rows: Int): Array[Byte] = {
+    val out = ByteBuffer.allocate(HeaderSize + payload.length).order(ByteOrder.LITTLE_ENDIAN)
+    out.putInt(Magic).putInt(payload.length).putLong(fromRow).putInt(rows)
+    val crc = new CRC32()
+    crc.update(out.array(), 8, 12)
+    crc.update(payload)
+    out.putInt(crc.getValue.toInt).put(payload)
+    out.array()
+  }
+
+  def syncDirectory(dir: java.nio.file.Path): Unit = {
+    val channel = java.nio.channels.FileChannel.open(dir, java.nio.file.StandardOpenOption.READ)
+    try channel.force(true) finally channel.close()
+  }
 
   /** A tailed `(writer, partition)`'s key: `<writer>/p<n>`, as tags and offsets spell it. */
   def key(writer: String, partition: Int): String = s"$writer/p$partition"

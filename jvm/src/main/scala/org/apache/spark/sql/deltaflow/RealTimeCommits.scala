@@ -302,7 +302,7 @@ class RealTimeWriterFactory(
     failed: Throwable => Throwable,
     intervalMs: Long,
     graceMs: Long,
-    rowLog: Option[RowLog.Target]) extends StreamingDataWriterFactory {
+    rowLog: Option[RowLogWrite.Target]) extends StreamingDataWriterFactory {
   override def createWriter(partitionId: Int, taskId: Long, epochId: Long): DataWriter[InternalRow] =
     new RealTimeWriter(endpoint, staging, template, shape, sort, failed, intervalMs,
       partitionId, taskId, epochId, graceMs, rowLog)
@@ -335,7 +335,7 @@ class RealTimeWriter(
     taskId: Long,
     epochId: Long,
     graceMs: Long,
-    rowLog: Option[RowLog.Target] = None) extends DataWriter[InternalRow] with Logging {
+    rowLog: Option[RowLogWrite.Target] = None) extends DataWriter[InternalRow] with Logging {
   import RealTimeCommits._
 
   private val env = SparkEnv.get

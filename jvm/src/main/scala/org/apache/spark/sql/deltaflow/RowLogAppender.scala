@@ -3,10 +3,9 @@ package org.apache.spark.sql.deltaflow
 import java.io.ByteArrayOutputStream
 import java.nio.{ByteBuffer, ByteOrder}
 import java.nio.channels.{Channels, FileChannel}
-import java.nio.file.{Files, Path, Paths, StandardOpenOption}
+import java.nio.file.{Files, Paths, StandardOpenOption}
 import java.util.concurrent.TimeUnit
 import java.util.concurrent.locks.ReentrantLock
-import java.util.zip.CRC32
 
 import scala.collection.mutable
 
@@ -25,9 +24,7 @@ import org.apache.spark.sql.util.ArrowUtils
  * `<table>/_deltaflow_rowlog/<writer>/p<partition>/`, each frame synced before the rows
  * it holds count as durable.
  */
-object RowLog {
-  val Magic: Array[Byte] = "DFRL".getBytes("US-ASCII")
-  val HeaderSize = 24
+object RowLogWrite {
   // A frame is written once its batch holds this many rows, or `LingerNanos` after its
   // first row, or when the task's source says it is idle: whichever comes first. The
   // linger lets a burst's rows share a frame and an fdatasync; it bounds a row's wait.
@@ -37,32 +34,12 @@ object RowLog {
   /** What the writer factory gives each task: the writer's directory and the frames' shape
    *  (the table's logical columns, partition columns included, in table order). */
   final case class Target(directory: String, shape: StagedFileWrite.Shape)
-
-  def segmentName(epoch: Long, fromRow: Long, created: Long, nonce: Int): String =
-    f"$epoch%020d-$fromRow%020d-$created%013d-$nonce%08x.arrows"
-
-  /** A frame: the 24-byte header (magic, payload length, fromRow, rows, CRC-32 of
-   *  bytes 8-20 and the payload), then the payload. */
-  def frame(payload: Array[Byte], fromRow: Long, rows: Int): Array[Byte] = {
-    val out = ByteBuffer.allocate(HeaderSize + payload.length).order(ByteOrder.LITTLE_ENDIAN)
-    out.put(Magic).putInt(payload.length).putLong(fromRow).putInt(rows)
-    val crc = new CRC32()
-    crc.update(out.array(), 8, 12)
-    crc.update(payload)
-    out.putInt(crc.getValue.toInt).put(payload)
-    out.array()
-  }
-
-  def syncDirectory(dir: Path): Unit = {
-    val channel = FileChannel.open(dir, StandardOpenOption.READ)
-    try channel.force(true) finally channel.close()
-  }
 }
 
 /**
  * A task attempt's appender: `append` (the task's row path) puts a row into the open
  * Arrow batch and returns; a flusher thread of its own seals the batch into a frame when
- * it is due (see [[RowLog.MaxRows]]), writes every sealed frame and syncs them with one
+ * it is due (see [[RowLogWrite.MaxRows]]), writes every sealed frame and syncs them with one
  * `force(false)` (fdatasync). One sync in flight: rows arriving meanwhile go into the next
  * frame, so a burst pays one sync, not one per row. The segment is created (`CREATE_NEW`,
  * its directory synced) by the flusher before its first frame, off the row path.
@@ -73,7 +50,8 @@ object RowLog {
  * the next epoch after every task of this one committed; readers move on then).
  */
 final class RowLogAppender(directory: String, epoch: Long, schema: StructType, partition: Int) {
-  import RowLog._
+  import RowLogWrite._
+  import io.deltaflow.spark.RowLog.{frame, segmentName, syncDirectory}
 
   private val lock = new ReentrantLock()
   private val changed = lock.newCondition()
