@@ -141,14 +141,6 @@ def latest(path: str) -> int:
     return DeltaTable(path).version()
 
 
-@pytest.fixture
-def stopping() -> Iterator[list[Any]]:
-    queries: list[Any] = []
-    yield queries
-    for query in queries:
-        query.stop()
-
-
 def test_inserts_updates_deletes_merges_overwrites_match_the_micro_batch_feed(
     spark, table_path, tmp_path, stopping
 ) -> None:

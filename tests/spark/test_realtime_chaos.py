@@ -40,6 +40,12 @@ def test_sigkill_of_the_driver_mid_epoch_keeps_each_row_once(tmp_path) -> None:
     rng = random.Random(chaos_seed())
     location, checkpoint = str(tmp_path / "table"), str(tmp_path / "ck")
     args = [location, checkpoint, str(ROWS)]
+    kill_mid_epoch(args, tmp_path, rng)
+    finish_and_check_ids(args, tmp_path, location, list(range(ROWS)))
+
+
+def kill_mid_epoch(args: list[str], tmp_path: Path, rng: random.Random) -> None:
+    """``KILLS`` runs of the job, each killed at a random moment after rows landed."""
     for kill in range(KILLS):
         child = Child(args, tmp_path / f"run{kill}.log", job=JOB)
         try:
@@ -47,7 +53,6 @@ def test_sigkill_of_the_driver_mid_epoch_keeps_each_row_once(tmp_path) -> None:
             child.run_for(rng.uniform(0.0, 1.5))
         finally:
             child.kill()
-    finish_and_check_ids(args, tmp_path, location, list(range(ROWS)))
 
 
 def wait_until_rows_landed(child: Child) -> None:
@@ -191,13 +196,7 @@ def test_sigkill_of_the_driver_mid_row_log_chain_keeps_each_row_once(tmp_path) -
     rng = random.Random(chaos_seed())
     location, down = str(tmp_path / "a"), str(tmp_path / "b")
     args = [location, str(tmp_path / "ck"), str(ROWS), down, "rowlog"]
-    for kill in range(KILLS):
-        child = Child(args, tmp_path / f"run{kill}.log", job=JOB)
-        try:
-            wait_until_rows_landed(child)
-            child.run_for(rng.uniform(0.0, 1.5))
-        finally:
-            child.kill()
+    kill_mid_epoch(args, tmp_path, rng)
     finish_and_check_ids(args, tmp_path, down, list(range(ROWS)))
     upstream = DeltaTable(location).to_pyarrow_table().column("id").to_pylist()
     assert sorted(upstream) == list(range(ROWS))

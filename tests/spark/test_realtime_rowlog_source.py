@@ -59,15 +59,6 @@ def short_epochs(spark: Any) -> Iterator[None]:
         yield
 
 
-@pytest.fixture
-def stopping() -> Iterator[list[Any]]:
-    """Queries to stop when the test ends, whatever happened."""
-    queries: list[Any] = []
-    yield queries
-    for query in queries:
-        query.stop()
-
-
 class SimulatedSink:
     """A real-time sink's partition 0 with a row log: frames, then tagged commits."""
 

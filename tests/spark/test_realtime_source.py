@@ -136,15 +136,6 @@ def start(
     return real_time(writer, epoch).start()
 
 
-@pytest.fixture
-def stopping() -> Iterator[list[Any]]:
-    """Queries to stop when the test ends, whatever happened."""
-    queries: list[Any] = []
-    yield queries
-    for query in queries:
-        query.stop()
-
-
 def wait_for(out: Path, expected: list[int], query: Any, checkpoint: str | None = None) -> None:
     """Until the sink holds as many rows as ``expected``, then that it holds exactly them.
     After a restart pass the ``checkpoint``: the stopped query's last, uncommitted epoch

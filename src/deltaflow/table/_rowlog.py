@@ -25,6 +25,7 @@ from urllib.parse import unquote_to_bytes
 
 import pyarrow as pa
 
+from deltaflow._atomic import fsync_directory
 from deltaflow.table.errors import CorruptTableError
 
 DIRECTORY = "_deltaflow_rowlog"
@@ -191,7 +192,7 @@ class SegmentWriter:
         self._fsync = fsync
         self.next_row = from_row
         if fsync:
-            _sync_directory(directory)
+            fsync_directory(directory)
 
     def append(self, batch: pa.RecordBatch) -> None:
         frame = encode_frame(batch, self.next_row)
@@ -202,14 +203,6 @@ class SegmentWriter:
 
     def close(self) -> None:
         os.close(self._fd)
-
-
-def _sync_directory(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class PartitionTail:
