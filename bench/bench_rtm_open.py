@@ -64,7 +64,7 @@ VARIANTS = {
 RTM_EPOCH = "10 seconds"
 TIMING_LOGGER = "org.apache.spark.sql.deltaflow"
 READER_LINE = re.compile(
-    r"deltaflow real-time reader e(\d+) of (\S+): (\d+) files, (\d+) rows; .*"
+    r"deltaflow real-time reader e(\d+) of (\S+): (\d+) files, (\d+) rows[^;]*; .*"
     r"open (\d+)x p50 ([\d.]+) p99 ([\d.]+) max ([\d.]+) ms"
 )
 

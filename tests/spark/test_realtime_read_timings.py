@@ -34,7 +34,8 @@ MIN_EPOCH_CONF = "spark.sql.streaming.realTimeMode.minBatchDuration"
 LOGGER = "org.apache.spark.sql.deltaflow"
 STEP = r"(?:(\d+)x p50 ([\d.]+) p99 ([\d.]+) max ([\d.]+) ms|-)"
 LINE = re.compile(
-    r"deltaflow real-time reader e(\d+) of (\S+): (\d+) files, (\d+) rows; "
+    r"deltaflow real-time reader e(\d+) of (\S+): (\d+) files, (\d+) rows "
+    r"\((\d+) from the row log\); "
     rf"notice {STEP}; open {STEP}; rest of file {STEP}; file {STEP}$"
 )
 COMMITS = 4
@@ -46,13 +47,14 @@ def parse(line: str) -> dict[str, Any]:
     groups = match.groups()
     steps = {}
     for i, step in enumerate(("notice", "open", "rest", "file")):
-        count, *ms = groups[4 + 4 * i : 8 + 4 * i]
+        count, *ms = groups[5 + 4 * i : 9 + 4 * i]
         steps[step] = (int(count), *map(float, ms)) if count else (0, 0.0, 0.0, 0.0)
     return {
         "epoch": int(groups[0]),
         "table": groups[1],
         "files": int(groups[2]),
         "rows": int(groups[3]),
+        "row_log_rows": int(groups[4]),
         **steps,
     }
 
@@ -99,6 +101,7 @@ def test_each_epoch_logs_where_the_source_s_milliseconds_go(spark, table_path, t
     # again and skips the rows already emitted (not counted twice).
     assert sum(r["files"] for r in lines) == COMMITS
     assert sum(r["rows"] for r in lines) == COMMITS
+    assert all(r["row_log_rows"] == 0 for r in lines)  # no row log on this table
     assert len({r["epoch"] for r in lines}) == len(lines)  # one line per epoch
     for r in lines:
         assert r["rest"][0] == r["file"][0] == r["files"], r
