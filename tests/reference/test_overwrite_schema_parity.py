@@ -22,7 +22,8 @@ _SETUP = (
     "spark.sql('DROP TABLE IF EXISTS {t}')\n"
     "rows.write.format('delta').partitionBy('a').saveAsTable('{t}')\n"
 )
-_OVERWRITE = "rows.write.format('delta').mode('overwrite')"
+_OVER = ".write.format('delta').mode('overwrite')"
+_OVERWRITE = "rows" + _OVER
 _SCHEMA = ".option('overwriteSchema', 'true')"
 _DYNAMIC = ".option('partitionOverwriteMode', 'dynamic')"
 _WHERE = ".option('replaceWhere', 'a = 1')"
@@ -30,12 +31,19 @@ _WHERE = ".option('replaceWhere', 'a = 1')"
 
 class Case:
     def __init__(
-        self, code: str, accepted: bool, *, by_name: bool = False, same_params: bool = False
+        self,
+        code: str,
+        accepted: bool,
+        *,
+        by_name: bool = False,
+        same_params: bool = False,
+        same_history: bool = False,
     ):
         self.code = code
         self.accepted = accepted
         self.by_name = by_name  # the catalog table, else the path
         self.same_params = same_params  # both record the same operationParameters
+        self.same_history = same_history  # DESCRIBE HISTORY's last row agrees (catalog table)
 
 
 CASES: dict[str, Case] = {
@@ -72,6 +80,44 @@ CASES: dict[str, Case] = {
     ),
     "saveAsTable, overwriteSchema, another partitionBy": Case(
         f"{_OVERWRITE}{_SCHEMA}.partitionBy('b').saveAsTable('{{t}}')", True, by_name=True
+    ),
+    # saveAsTable's overwrite is delta-spark's V1 writer: a DataFrame overwrite of the table
+    # (schema enforced, columns by name), recorded as CREATE OR REPLACE TABLE AS SELECT.
+    "saveAsTable with a new column": Case(
+        f"rows.selectExpr('*', \"'x' AS c\"){_OVER}.partitionBy('a').saveAsTable('{{t}}')",
+        False,
+        by_name=True,
+    ),
+    "saveAsTable with another type": Case(
+        f"rows.selectExpr('id', 'a', 'CAST(b AS STRING) AS b'){_OVER}.partitionBy('a')"
+        ".saveAsTable('{t}')",
+        False,
+        by_name=True,
+    ),
+    "saveAsTable with a column left out": Case(
+        f"rows.selectExpr('id', 'a'){_OVER}.partitionBy('a').saveAsTable('{{t}}')",
+        True,
+        by_name=True,
+        same_history=True,
+    ),
+    "saveAsTable with the columns in another order": Case(
+        f"rows.selectExpr('b', 'a', 'id'){_OVER}.saveAsTable('{{t}}')",
+        True,
+        by_name=True,
+        same_history=True,
+    ),
+    "saveAsTable, mergeSchema, a new column": Case(
+        f"rows.selectExpr('*', \"'x' AS c\"){_OVER}.option('mergeSchema', 'true')"
+        ".partitionBy('a').saveAsTable('{t}')",
+        True,
+        by_name=True,
+        same_history=True,
+    ),
+    "saveAsTable, overwriteSchema, a new column": Case(
+        f"rows.selectExpr('*', \"'x' AS c\"){_OVER}{_SCHEMA}.partitionBy('a').saveAsTable('{{t}}')",
+        True,
+        by_name=True,
+        same_history=True,
     ),
     "CREATE OR REPLACE TABLE AS SELECT, another PARTITIONED BY": Case(
         "spark.sql('CREATE OR REPLACE TABLE {t} USING delta PARTITIONED BY (b) AS SELECT id,"
@@ -140,6 +186,11 @@ def test_overwrite_partitioning_as_delta_spark(spark, reference, tmp_path, name:
         for target in made.values():
             query = f"spark.sql('SELECT * FROM {target}')"
             assert frame(_ours(spark, f"result = {query}")) == reference.run(query), target
+    if case.same_history:
+        last = f"result = spark.sql('DESCRIBE HISTORY {table}').collect()[0]"
+        row = "result = [result.operation, result.operationParameters]"
+        ours = canonical(_ours(spark, f"{last}\n{row}"))
+        assert ours == reference.run(f"{last}\n{row}")
     if case.same_params:
         ours = canonical(_ours(spark, _LAST_PARAMETERS.format(p=str(tmp_path / "deltaflow"))))
         theirs = reference.run(_LAST_PARAMETERS.format(p=str(tmp_path / "delta-spark")))

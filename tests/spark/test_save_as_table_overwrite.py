@@ -13,6 +13,7 @@ import deltalake
 import pytest
 
 from deltaflow.errors import typed_error
+from deltaflow.spark._compat import PYSPARK_MINOR
 from tests.spark.test_hosts import run_connect_client
 
 pytestmark = pytest.mark.slow
@@ -102,6 +103,56 @@ def test_classic_overwrite_repartitions_only_with_overwrite_schema(spark):
         spark.sql(f"DROP TABLE IF EXISTS {name}")
 
 
+def test_classic_overwrite_enforces_the_schema_unless_asked(spark):
+    """A new column or another type is refused and changes nothing; a column left out is
+    written as nulls under the table's schema; mergeSchema adds, overwriteSchema replaces
+    (delta-spark's V1 writer, tests/reference/test_overwrite_schema_parity.py)."""
+    name = _name()
+    spark.sql(f"CREATE TABLE {name} (id BIGINT, a BIGINT) USING delta")
+    rows = spark.range(3).selectExpr("id", "id % 2 AS a")
+    try:
+        spark.sql(f"INSERT INTO {name} VALUES (100, 1)")
+        location = _location(spark, name)
+        for refused_rows in (
+            rows.selectExpr("*", "'x' AS c"),
+            rows.selectExpr("id", "CAST(a AS STRING) AS a"),
+        ):
+            with pytest.raises(Exception) as refused:
+                refused_rows.write.format("delta").mode("overwrite").saveAsTable(name)
+            error = typed_error(refused.value)
+            assert type(error).__name__ == "SchemaMismatchError", refused.value
+            assert "overwriteSchema" in str(error)  # says what to do
+            assert deltalake.DeltaTable(location).version() == 1
+            assert [tuple(r) for r in spark.table(name).collect()] == [(100, 1)]
+
+        rows.select("a", "id").write.format("delta").mode("overwrite").saveAsTable(name)
+        assert spark.table(name).columns == ["id", "a"]
+        rows.select("id").write.format("delta").mode("overwrite").saveAsTable(name)
+        assert spark.table(name).columns == ["id", "a"]
+        assert sorted(tuple(r) for r in spark.table(name).collect()) == [
+            (0, None),
+            (1, None),
+            (2, None),
+        ]
+        last = spark.sql(f"DESCRIBE HISTORY {name}").collect()[0]
+        assert last.operation == "CREATE OR REPLACE TABLE AS SELECT"
+        assert last.operationParameters["isV1SaveAsTableOverwrite"] == "true"
+        assert last.operationParameters["description"] is None
+
+        rows.selectExpr("*", "'x' AS c").write.format("delta").mode("overwrite").option(
+            "mergeSchema", "true"
+        ).saveAsTable(name)
+        assert spark.table(name).columns == ["id", "a", "c"]
+        rows.selectExpr("CAST(id AS STRING) AS s").write.format("delta").mode("overwrite").option(
+            "overwriteSchema", "true"
+        ).saveAsTable(name)
+        assert spark.table(name).columns == ["s"]
+        last = spark.sql(f"DESCRIBE HISTORY {name}").collect()[0]
+        assert last.operationParameters["canOverwriteSchema"] == "true"
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
 CONNECT_CLIENT = textwrap.dedent(
     """
     import sys
@@ -123,6 +174,13 @@ CONNECT_CLIENT = textwrap.dedent(
     print("KEPT_ROWS", spark.table("kept").count())
     print("KEPT_AT", spark.sql("DESCRIBE TABLE EXTENDED kept").where(
         "col_name = 'Location'").collect()[0].data_type)
+    try:
+        spark.range(3).selectExpr("id", "'a' AS part", "1 AS extra").write.format(
+            "delta").mode("overwrite").saveAsTable("kept")
+        print("NEW_COLUMN written")
+    except Exception as exc:
+        print("NEW_COLUMN refused", type(deltaflow.typed_error(exc)).__name__)
+    print("KEPT_COLUMNS", spark.table("kept").columns)
 
     def replace_where(label, rows):
         try:
@@ -156,6 +214,9 @@ def test_a_connect_client_keeps_metadata_and_replaces_where(tmp_path):
     assert "TEAM ingest" in out, result.stdout
     assert "COMMENT kept" in out, result.stdout
     assert "KEPT_ROWS 3" in out, result.stdout
+    if PYSPARK_MINOR >= (4, 1):  # Spark 4.0 marks saveAsTable's overwrite only in classic
+        assert "NEW_COLUMN refused SchemaMismatchError" in out, result.stdout
+        assert "KEPT_COLUMNS ['id', 'part']" in out, result.stdout
     location = urlparse(next(x for x in out if x.startswith("KEPT_AT ")).split(" ", 1)[1]).path
     metadata = deltalake.DeltaTable(location).metadata()
     assert metadata.configuration == {"team": "ingest"}

@@ -200,10 +200,9 @@ class WriteOptions:
     # CREATE OR REPLACE, writeTo().replace()); not saveAsTable's overwrite (delta-spark's
     # V1 writer keeps the table's properties).
     create_replaces_metadata: bool = False
-    # saveAsTable's overwrite without overwriteSchema: the connector replaces the schema,
-    # but the table's partitioning stays (another partitionBy is refused, as delta-spark's
-    # V1 writer does).
-    create_keeps_partitioning: bool = False
+    # saveAsTable's overwrite (delta-spark's V1 writer): a DataFrame overwrite of the
+    # table, recorded with isV1SaveAsTableOverwrite.
+    create_v1_overwrite: bool = False
 
 
 JVM_PATH_MODES = ("auto", "false")
@@ -408,13 +407,13 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     create_mode = None
     create_managed = False
     create_replaces_metadata = False
-    create_keeps_partitioning = False
+    create_v1_overwrite = False
     if CREATE_SPEC_OPTION in lowered:
         create = json.loads(lowered[CREATE_SPEC_OPTION])
         create_mode = create.get("mode")
         create_managed = bool(create.get("managed"))
         create_replaces_metadata = bool(create.get("replaceMetadata"))
-        create_keeps_partitioning = bool(create.get("keepsPartitioning"))
+        create_v1_overwrite = bool(create.get("v1Overwrite"))
         properties.update(checked_table_properties(create.get("properties") or {}))
         comment = create.get("comment")
         if create.get("clusteringColumns") is not None:
@@ -444,7 +443,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         create_mode=create_mode,
         create_managed=create_managed,
         create_replaces_metadata=create_replaces_metadata,
-        create_keeps_partitioning=create_keeps_partitioning,
+        create_v1_overwrite=create_v1_overwrite,
     )
 
 

@@ -103,10 +103,12 @@ def _history_row(commit: dict[str, Any], uri: str) -> Row:
     )
 
 
-def _string_map(values: Any) -> dict[str, str] | None:
+def _string_map(values: Any) -> dict[str, str | None] | None:
+    """A commit's JSON values as DESCRIBE HISTORY's strings; a null stays null (as in
+    delta-spark, e.g. CREATE TABLE's ``description`` without a comment)."""
     if not isinstance(values, dict):
         return None
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    return {k: v if isinstance(v, str) or v is None else json.dumps(v) for k, v in values.items()}
 
 
 def _timestamp(ms: Any) -> dt.datetime | None:

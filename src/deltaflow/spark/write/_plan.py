@@ -193,7 +193,7 @@ def plan_write(
     )
     if replace_schema:
         _refuse_mapped_replace(uri, snapshot, options)
-        schema, partitions = _replaced_schema(uri, snapshot, incoming, options)
+        schema, partitions = _replaced_schema(uri, incoming, options)
         evolution = _Evolution(schema)
     else:
         evolution = _checked_schema(uri, snapshot, incoming, options)
@@ -301,15 +301,13 @@ def _refuse_mapped_replace(uri: str, snapshot: Snapshot, options: WriteOptions) 
 
 
 def _replaced_schema(
-    uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
+    uri: str, incoming: dict[str, Any], options: WriteOptions
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """``overwriteSchema``: the written data's schema replaces the table's, and its
     ``partitionBy`` the table's partitioning (none given: unpartitioned, as delta-spark
     does). A dynamic partition overwrite of a table partitioned after the write is
     refused (delta-spark: DELTA_OVERWRITE_SCHEMA_WITH_DYNAMIC_PARTITION_OVERWRITE)."""
     schema = all_nullable(incoming)
-    if options.create_keeps_partitioning:
-        return schema, _kept_partitioning(uri, snapshot, incoming, options)
     partitions = _new_partitioning(uri, incoming, options)
     if partitions and options.partition_overwrite_mode == "dynamic":
         raise InvalidOptionError(
@@ -333,28 +331,6 @@ def _require_log_writer(uri: str, snapshot: Snapshot, partitions: tuple[str, ...
         f"overwriteSchema from partition columns {list(snapshot.partition_columns)} to"
         f" {list(partitions)}",
     )
-
-
-def _kept_partitioning(
-    uri: str, snapshot: Snapshot, incoming: dict[str, Any], options: WriteOptions
-) -> tuple[str, ...]:
-    """The table's partition columns, spelled as the data spells them, for a write that
-    must keep them; another ``partitionBy``, or data without them, is refused."""
-    names = {f["name"].lower(): f["name"] for f in incoming["fields"]}
-    partitions = snapshot.partition_columns
-    given = options.partition_by or partitions
-    if [c.lower() for c in given] != [p.lower() for p in partitions] or any(
-        p.lower() not in names for p in partitions
-    ):
-        raise SchemaMismatchError(
-            f"partitionBy {list(given)} of the data does not match the partition columns"
-            f" {list(partitions)} of table {uri} (delta-spark: DELTA_METADATA_MISMATCH)."
-            " Write with the table's partition columns, or overwrite with"
-            " .option('overwriteSchema', 'true') to repartition.",
-            table_uri=uri,
-            columns=tuple(given),
-        )
-    return tuple(names[p.lower()] for p in partitions)
 
 
 def _checked_schema(

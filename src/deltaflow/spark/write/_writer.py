@@ -100,13 +100,20 @@ def _operation(plan: WritePlan) -> tuple[str, dict[str, Any] | None]:
     partition_by = json.dumps(list(plan.partition_columns))
     operation = _CREATE_OPERATIONS.get(options.create_mode or "")
     if operation is not None:
-        return operation, {
+        parameters: dict[str, Any] = {
             "isManaged": "true" if options.create_managed else "false",
             "description": options.table_comment,
             "partitionBy": partition_by,
             "clusterBy": json.dumps(list(options.clustering_columns or ())),
             "properties": json.dumps(dict(options.table_properties)),
         }
+        if options.create_v1_overwrite:  # saveAsTable's overwrite, as delta-spark records it
+            parameters["isV1SaveAsTableOverwrite"] = "true"
+            if options.overwrite_schema:
+                parameters["canOverwriteSchema"] = "true"
+            elif options.merge_schema:
+                parameters["canMergeSchema"] = "true"
+        return operation, parameters
     if plan.repartitions:
         # The log writer's commit: delta-spark's parameters of an overwriteSchema WRITE.
         return "WRITE", {

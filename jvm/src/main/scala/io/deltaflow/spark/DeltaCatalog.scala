@@ -468,10 +468,9 @@ private[spark] case class CreateRequest(
   }
 
   /** Parameters for a write that creates the table with its data in one commit.
-   *  `v1Overwrite`: the write is `saveAsTable`'s overwrite, which keeps the metadata;
-   *  `keepsPartitioning`: it keeps the partitioning too (no `overwriteSchema` asked). */
-  def writeParameters(uri: String, v1Overwrite: Boolean = false,
-      keepsPartitioning: Boolean = false): Map[String, String] = {
+   *  `v1Overwrite`: the write is `saveAsTable`'s overwrite, which keeps the metadata and
+   *  is recorded as delta-spark's V1 writer records it (`isV1SaveAsTableOverwrite`). */
+  def writeParameters(uri: String, v1Overwrite: Boolean = false): Map[String, String] = {
     val base = options ++ tableProperties.filter(_._1.startsWith("delta.")) + ("path" -> uri)
     val parts = if (partitionColumns.nonEmpty) {
       Map("partitionBy" -> partitionColumns.mkString(","))
@@ -483,7 +482,7 @@ private[spark] case class CreateRequest(
     spec.put("mode", mode)
     spec.put("managed", managed && !pathOnly)
     spec.put("replaceMetadata", replacesMetadata && !v1Overwrite)
-    if (keepsPartitioning) spec.put("keepsPartitioning", true)
+    if (v1Overwrite) spec.put("v1Overwrite", true)
     val props = spec.putObject("properties")
     tableProperties.foreach { case (k, v) => props.put(k, v) }
     comment.foreach(spec.put("comment", _))
@@ -567,17 +566,16 @@ private[spark] class StagedDeltaTable(request: CreateRequest)
           val options = info.options().asCaseSensitiveMap().asScala.toMap
             .filterNot(_._1.equalsIgnoreCase(marker))
           val mode = if (request.mode == "create") SaveMode.ErrorIfExists else SaveMode.Overwrite
-          // A replace takes the query's schema; `saveAsTable`'s overwrite with replaceWhere
-          // keeps the rows outside the predicate, so it keeps the table's schema too
-          // (delta-spark's V1 writer).
-          val keepsSchema = request.mode == "create" ||
-            (v1Overwrite && info.options().containsKey("replaceWhere"))
-          // delta-spark's V1 writer changes the partitioning only when the writer asked
-          // for overwriteSchema; the schema this connector replaces either way.
-          val asked = options.exists { case (k, v) =>
-            k.equalsIgnoreCase("overwriteSchema") && v.trim.equalsIgnoreCase("true") }
-          val params = request.writeParameters(request.location, v1Overwrite,
-              keepsPartitioning = v1Overwrite && !asked) ++ options ++
+          // A replace takes the query's schema. `saveAsTable`'s overwrite is a DataFrame
+          // overwrite of the table (delta-spark's V1 writer): the table's schema and
+          // partitioning stay and the data must fit them (mergeSchema may add columns),
+          // unless the writer asked for overwriteSchema; with replaceWhere it keeps the
+          // rows outside the predicate, so their schema too.
+          val asked = !info.options().containsKey("replaceWhere") &&
+            options.exists { case (k, v) =>
+              k.equalsIgnoreCase("overwriteSchema") && v.trim.equalsIgnoreCase("true") }
+          val keepsSchema = request.mode == "create" || (v1Overwrite && !asked)
+          val params = request.writeParameters(request.location, v1Overwrite) ++ options ++
             (if (keepsSchema) Map.empty else Map("overwriteSchema" -> "true"))
           DeltaBatchWrite.save(data, mode, params)
           written = true
