@@ -63,7 +63,7 @@ CASES: dict[str, Case] = {
         f"{_OVERWRITE}{_SCHEMA}{_DYNAMIC}.partitionBy('a').save({{p!r}})", False
     ),
     "overwriteSchema, dynamic, unpartitioned": Case(
-        f"{_OVERWRITE}{_SCHEMA}{_DYNAMIC}.save({{p!r}})", True
+        f"{_OVERWRITE}{_SCHEMA}{_DYNAMIC}.save({{p!r}})", True, same_params=True
     ),
     "overwriteSchema, replaceWhere, a new column": Case(
         f"rows.where('a = 1').selectExpr('*', \"'x' AS c\").write.format('delta')"

@@ -115,12 +115,13 @@ def _operation(plan: WritePlan) -> tuple[str, dict[str, Any] | None]:
                 parameters["canMergeSchema"] = "true"
         return operation, parameters
     if plan.repartitions:
-        # The log writer's commit: delta-spark's parameters of an overwriteSchema WRITE.
-        return "WRITE", {
-            "mode": "Overwrite",
-            "partitionBy": partition_by,
-            "canOverwriteSchema": True,
-        }
+        # The log writer's commit: delta-spark's parameters of an overwriteSchema WRITE
+        # (a dynamic one that leaves the table unpartitioned replaces everything, and
+        # delta-spark still marks it dynamic).
+        parameters = {"mode": "Overwrite", "partitionBy": partition_by, "canOverwriteSchema": True}
+        if options.partition_overwrite_mode == "dynamic":
+            parameters["isDynamicPartitionOverwrite"] = True
+        return "WRITE", parameters
     if plan.read_version is not None:
         return "WRITE", None
     mode = _SAVE_MODES.get(plan.save_mode or plan.mode, "Append")
