@@ -226,6 +226,25 @@ def test_a_task_failure_is_retried_inside_the_epoch_where_spark_retries_tasks(
     assert "aborting job" not in stderr, stderr[-4000:]
 
 
+def test_a_retry_past_the_epoch_deadline_fails_the_epoch_and_the_restart_adds_no_duplicates(
+    tmp_path,
+) -> None:
+    # local[2,2]: a task fails only after the epoch's deadline (fixed once for every
+    # attempt), so its retry reads no row, while the failed attempt's rolls are committed.
+    # Without the epoch-end check the next epoch read those rows again and the table held
+    # them twice (12 duplicates); now the epoch fails typed before Spark records its
+    # offsets, and the restart replays it.
+    from tests.spark._result_job import run_result_job
+
+    result, _ = run_result_job("_realtime_retry_job.py", str(tmp_path), "short", cwd=tmp_path)
+    assert result["failed"], result
+    assert result["typed"] == "RealTimeEpochError", result
+    fields = result["fields"]
+    assert fields["rows"] < fields["visible"], fields
+    assert "restart the query" in result["error"], result["error"]
+    assert result["ids"] == list(range(40)), result["ids"]
+
+
 def test_a_shuffle_from_several_source_partitions_is_refused_typed(spark, table_path) -> None:
     if PYSPARK_MINOR < (4, 3):
         pytest.skip("Spark < 4.3 refuses dropDuplicates in real-time mode itself")

@@ -76,6 +76,29 @@ class RealTimeModeError(StreamingError):
         super().__init__(message, table_uri=table_uri, feature=feature)
 
 
+class RealTimeEpochError(StreamingError):
+    """Real-time epoch ``epoch`` into the Delta table at ``table_uri`` ended short in
+    ``partition``: its last task attempt read ``rows`` rows, fewer than the ``visible``
+    rows of the epoch an earlier attempt had already committed (or logged in the row log).
+    A task retried near the epoch's deadline reads less, because Spark fixes the deadline
+    once for every attempt. The epoch is not committed, so nothing is written twice; the
+    query stops. Restarting it from its checkpoint replays the epoch (``retryable``)."""
+
+    retryable = True
+
+    def __init__(
+        self, message: str, *, table_uri: str, epoch: int, partition: int, rows: int, visible: int
+    ) -> None:
+        super().__init__(
+            message,
+            table_uri=table_uri,
+            epoch=epoch,
+            partition=partition,
+            rows=rows,
+            visible=visible,
+        )
+
+
 class UnsupportedTriggerError(StreamingError):
     """A stream from or into the Delta table at ``table_uri`` was started with
     ``trigger`` (continuous processing), which deltaflow's source and sink do not take.

@@ -13,7 +13,7 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.classic.SparkSession
 import org.apache.spark.sql.connector.write.{BatchWrite, DataWriter, DataWriterFactory, LogicalWriteInfo, PhysicalWriteInfo, WriterCommitMessage}
 import org.apache.spark.sql.connector.write.streaming.{StreamingDataWriterFactory, StreamingWrite}
-import org.apache.spark.sql.deltaflow.{DirectWrite, FileRolls, RealTimeCommitEndpoint, RealTimeCommits, RealTimeQueries, RealTimeWriterFactory, RowLogWrite, StagedFileWrite}
+import org.apache.spark.sql.deltaflow.{DirectWrite, FileRolls, RealTimeCommitEndpoint, RealTimeCommits, RealTimeEpochEnd, RealTimeQueries, RealTimeWriterFactory, RowLogWrite, StagedFileWrite}
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, LogicalPlan}
 import org.apache.spark.sql.catalyst.streaming.WriteToStream
 import org.apache.spark.sql.execution.SortExec
@@ -194,7 +194,7 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
         rowLog.isDefined),
       dir => RealTimeQueries.delete(dir, hadoopConf), intervalMs,
       e => failEpoch(epoch, runId, e)))
-    planned = Some(Planned(epoch, plan, base, None, Some(endpoint)))
+    planned = Some(Planned(epoch, plan, base, None, Some(endpoint), rowLog.map(_.directory)))
     logInfo(s"deltaflow real-time epoch $epoch into ${info.uri}: commits as rows are ready, " +
       s"at most one every $intervalMs ms" + rowLog.map(t => s"; row log ${t.directory}").getOrElse(""))
     val graceMs = RealTimeCommits.graceMs(session.conf.getOption(RealTimeCommits.GraceConf))
@@ -263,10 +263,13 @@ class DeltaStreamingWrite(info: TableInfo, writeInfo: LogicalWriteInfo, overwrit
 
   override def commit(epochId: Long, messages: Array[WriterCommitMessage]): Unit = {
     val batch = current(epochId)
-    if (batch.realTime.isDefined) return endRealTime(batch)
-    batch.write match {
-      case None => DeltaBatchWrite.report(batch.plan, batch.parameters, None)
-      case Some(write) =>
+    (batch.realTime, batch.write) match {
+      case (Some(opened), _) =>
+        endRealTime(batch)
+        RealTimeEpochEnd.check(info.uri, epochId, messages, opened.endpoint.committedRows,
+          batch.rowLog)
+      case (None, None) => DeltaBatchWrite.report(batch.plan, batch.parameters, None)
+      case (None, Some(write)) =>
         var committed = false
         var asked = false
         try {
@@ -340,7 +343,7 @@ object DeltaStreamingWrite {
 
   private final case class Planned(batchId: Long, plan: JsonNode,
       parameters: Map[String, String], write: Option[BatchWrite],
-      realTime: Option[RealTimeCommits.Opened] = None)
+      realTime: Option[RealTimeCommits.Opened] = None, rowLog: Option[String] = None)
 
   /** The rows of `epoch` a partition's app transaction `version` records (all of them
    *  when it records a later epoch; none when an earlier one or nothing). */

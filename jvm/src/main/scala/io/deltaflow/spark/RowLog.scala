@@ -84,6 +84,33 @@ object RowLog {
     if (here.isEmpty) None else Some(here.maxBy(s => (s.fromRow, s.created, s.nonce)))
   }
 
+  /** The row after the last whole frame of `epoch` among `dir`'s segments (0 when none):
+   *  how far any attempt logged the epoch, readers may have emitted up to there. A header
+   *  walk (24 bytes a frame, then a seek past its payload); a frame counts once its bytes
+   *  are all there, its CRC unchecked, so this is an upper bound. */
+  def loggedThrough(dir: File, epoch: Long): Long =
+    segments(dir).filter(_.epoch == epoch).map { s =>
+      val file = new java.io.RandomAccessFile(s.file, "r")
+      try {
+        val header = ByteBuffer.allocate(HeaderSize).order(ByteOrder.LITTLE_ENDIAN)
+        val size = file.length()
+        var at = 0L
+        var through = s.fromRow
+        var whole = true
+        while (whole && at + HeaderSize <= size) {
+          file.seek(at)
+          file.readFully(header.array())
+          val end = at + HeaderSize + (header.getInt(4) & 0xffffffffL)
+          whole = header.getInt(0) == Magic && end <= size
+          if (whole) {
+            through = math.max(through, header.getLong(8) + (header.getInt(16) & 0xffffffffL))
+            at = end
+          }
+        }
+        through
+      } finally file.close()
+    }.foldLeft(0L)(math.max)
+
   /** A frame's header and payload, and the byte after it in its segment. */
   case class Frame(fromRow: Long, rows: Long, payload: Array[Byte], end: Long)
 

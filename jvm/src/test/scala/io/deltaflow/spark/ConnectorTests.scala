@@ -379,6 +379,34 @@ object ConnectorTests {
         (Seq(11L, 12L, 13L, 14L, 15L, 20L), RowLogPosition(2, 1)))
     }
 
+    check("an epoch that ends short of rows it made visible is refused, in the table or the log") {
+      import org.apache.spark.sql.deltaflow.{RealTimeCommits, RealTimeEpochEnd}
+      val root = java.nio.file.Files.createTempDirectory("rowlog").toFile
+      val dir = new java.io.File(root, "p0")
+      dir.mkdirs()
+      def segment(epoch: Long, from: Long, created: Long, frames: Array[Byte]*): Unit =
+        java.nio.file.Files.write(new java.io.File(dir, f"$epoch%020d-$from%020d-$created%013d-" +
+          "0000000b.arrows").toPath, frames.reduce(_ ++ _))
+      segment(4, 0, 1000, frame(0, Seq(1, 2)), frame(2, Seq(3, 4, 5)),
+        frame(5, Seq(6)).dropRight(3))  // a torn last frame does not count
+      segment(4, 3, 2000, frame(3, Seq(4)))
+      segment(5, 0, 3000, frame(0, Seq(7, 8, 9, 10, 11, 12, 13)))
+      assertEq(RowLog.loggedThrough(dir, 4), 5L)
+      assertEq(RowLog.loggedThrough(dir, 6), 0L)
+      val ended = Array[org.apache.spark.sql.connector.write.WriterCommitMessage](
+        RealTimeCommits.Rows(0, 4), RealTimeCommits.Rows(1, 9))
+      // Partition 0 ended at row 4: the table holds 3 of the epoch, its log reaches 5.
+      assertEq(RealTimeEpochEnd.shortfalls(ended, Map(0 -> 3L, 1 -> 9L), _ => 5L),
+        Seq((0, 4L, 5L)))
+      assertEq(RealTimeEpochEnd.shortfalls(ended, Map(0 -> 6L, 1 -> 9L), _ => 0L),
+        Seq((0, 4L, 6L)))
+      assertEq(RealTimeEpochEnd.shortfalls(ended, Map(0 -> 4L), _ => 4L), Seq.empty)
+      val refused = try {
+        RealTimeEpochEnd.check("t", 4, ended, Map(0 -> 3L), Some(root.toString)); None
+      } catch { case e: DeltaflowException => Some((e.errorType, e.getMessage.contains("5 of"))) }
+      assertEq(refused, Some(("RealTimeEpochError", true)))
+    }
+
     failures.foreach(f => System.err.println(s"FAILED $f"))
     println(s"$passed passed, ${failures.size} failed")
     if (failures.nonEmpty) sys.exit(1)

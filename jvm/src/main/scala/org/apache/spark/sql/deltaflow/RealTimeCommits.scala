@@ -91,6 +91,53 @@ object RealTimeCommits {
   }
 }
 
+/**
+ * An epoch must not end short of rows it already made visible. Spark fixes a real-time
+ * epoch's deadline once, for every attempt of its tasks, and takes each partition's end
+ * offset from the attempt that succeeded. A task retried inside the epoch (a cluster's
+ * `spark.task.maxFailures`, an executor lost) that starts near or past the deadline reads
+ * fewer rows than the failed attempt did, or none; yet the failed attempt's rolls may be
+ * committed (and, with a row log, its frames read). The next epoch would then read those
+ * rows again and write them twice. So the epoch's commit fails instead, before Spark
+ * records its offsets: the query stops with `RealTimeEpochError`, and its restart replays
+ * the epoch, with a deadline of its own, from the same offsets.
+ */
+object RealTimeEpochEnd {
+  /** `(partition, rows the epoch ended with, rows already visible)` for each partition
+   *  whose successful attempt saw fewer rows than the table holds for the epoch
+   *  (`committed`) or than its row log reaches (`logged`, asked only for partitions with
+   *  more than one segment in the epoch: one attempt logs only rows it saw). */
+  def shortfalls(messages: Array[WriterCommitMessage], committed: Map[Int, Long],
+      logged: Int => Long): Seq[(Int, Long, Long)] =
+    messages.toSeq.collect { case RealTimeCommits.Rows(partition, rows) =>
+      val held = committed.getOrElse(partition, 0L)
+      val visible = if (rows < held) held else math.max(held, logged(partition))
+      (partition, rows, visible)
+    }.filter { case (_, rows, visible) => rows < visible }
+
+  def check(uri: String, epoch: Long, messages: Array[WriterCommitMessage],
+      committed: Map[Int, Long], rowLog: Option[String]): Unit = {
+    val logged: Int => Long = p => rowLog.map { dir =>
+      val partition = new java.io.File(s"$dir/p$p")
+      val segments = io.deltaflow.spark.RowLog.segments(partition).count(_.epoch == epoch)
+      if (segments > 1) io.deltaflow.spark.RowLog.loggedThrough(partition, epoch) else 0L
+    }.getOrElse(0L)
+    shortfalls(messages, committed, logged).headOption.foreach { case (p, rows, visible) =>
+      throw io.deltaflow.spark.DeltaflowException.of("RealTimeEpochError",
+        s"Real-time epoch $epoch into $uri ended short in partition $p: its last task " +
+          s"attempt read $rows rows, but $visible of the epoch are already in the table or " +
+          "its row log (an earlier attempt wrote them; the retry started too near the " +
+          "epoch's deadline to read them again). The epoch is not committed, so no row is " +
+          "written twice: restart the query from its checkpoint, and it replays the epoch. " +
+          "Leave a spare task slot per executor so a retried task starts well before the " +
+          "deadline.",
+        Map("table_uri" -> uri),
+        numbers = Map("epoch" -> epoch, "partition" -> p.toLong, "rows" -> rows,
+          "visible" -> visible))
+    }
+  }
+}
+
 /** How long one step of the real-time sink took, each time (kept for the epoch's timing
  *  line in the log: where a row's latency goes). A few thousand samples an epoch. */
 final class StepTimes(name: String) {
@@ -193,6 +240,10 @@ class RealTimeCommitEndpoint(
         }
       }
   }
+
+  /** The rows of the epoch the table holds, per partition started in it (final once the
+   *  epoch's tasks committed: each waits for its last roll's group). */
+  def committedRows: Map[Int, Long] = lock.synchronized(through.toMap)
 
   private def refuse(roll: Roll, context: RpcCallContext): Unit = {
     discard(roll.directory)
