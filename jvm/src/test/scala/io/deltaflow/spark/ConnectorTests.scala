@@ -354,13 +354,10 @@ object ConnectorTests {
       val root = java.nio.file.Files.createTempDirectory("rowlog").toFile
       val dir = new java.io.File(root, "w/p0")
       dir.mkdirs()
-      def segment(epoch: Long, from: Long, created: Long, frames: Array[Byte]*): Unit =
-        java.nio.file.Files.write(new java.io.File(dir, f"$epoch%020d-$from%020d-$created%013d-" +
-          "0000000a.arrows").toPath, frames.reduce(_ ++ _))
-      segment(1, 0, 1000, frame(0, Seq(10, 11)), frame(2, Seq(12, 13, 14)),
+      writeSegment(dir, 1, 0, 1000, frame(0, Seq(10, 11)), frame(2, Seq(12, 13, 14)),
         frame(5, Seq(15)).dropRight(3))  // its attempt died inside row 5's frame
-      segment(1, 3, 2000, frame(3, Seq(13, 14, 15)))  // the successor, from row 3
-      segment(2, 0, 3000, frame(0, Seq(20, 21)))
+      writeSegment(dir, 1, 3, 2000, frame(3, Seq(13, 14, 15)))  // the successor, from row 3
+      writeSegment(dir, 2, 0, 3000, frame(0, Seq(20, 21)))
       val schema = StructType(Seq(StructField("id", LongType)))
       def drain(replayEnd: Option[Map[String, RowLogPosition]]) = {
         val tails = new RowLogTails(root, Map("w/p0" -> RowLogPosition(1, 1)), replayEnd,
@@ -384,13 +381,10 @@ object ConnectorTests {
       val root = java.nio.file.Files.createTempDirectory("rowlog").toFile
       val dir = new java.io.File(root, "p0")
       dir.mkdirs()
-      def segment(epoch: Long, from: Long, created: Long, frames: Array[Byte]*): Unit =
-        java.nio.file.Files.write(new java.io.File(dir, f"$epoch%020d-$from%020d-$created%013d-" +
-          "0000000b.arrows").toPath, frames.reduce(_ ++ _))
-      segment(4, 0, 1000, frame(0, Seq(1, 2)), frame(2, Seq(3, 4, 5)),
+      writeSegment(dir, 4, 0, 1000, frame(0, Seq(1, 2)), frame(2, Seq(3, 4, 5)),
         frame(5, Seq(6)).dropRight(3))  // a torn last frame does not count
-      segment(4, 3, 2000, frame(3, Seq(4)))
-      segment(5, 0, 3000, frame(0, Seq(7, 8, 9, 10, 11, 12, 13)))
+      writeSegment(dir, 4, 3, 2000, frame(3, Seq(4)))
+      writeSegment(dir, 5, 0, 3000, frame(0, Seq(7, 8, 9, 10, 11, 12, 13)))
       assertEq(RowLog.loggedThrough(dir, 4), 5L)
       assertEq(RowLog.loggedThrough(dir, 6), 0L)
       val ended = Array[org.apache.spark.sql.connector.write.WriterCommitMessage](
@@ -413,6 +407,12 @@ object ConnectorTests {
   }
 
   private val fileSizes = scala.collection.mutable.Map.empty[String, Int]
+
+  /** A row log segment of `frames` in `dir`, named as the sink names it. */
+  private def writeSegment(dir: java.io.File, epoch: Long, from: Long, created: Long,
+      frames: Array[Byte]*): Unit =
+    java.nio.file.Files.write(new java.io.File(dir,
+      RowLog.segmentName(epoch, from, created, 10)).toPath, frames.reduce(_ ++ _))
 
   /** A row log frame of `ids` (`_rowlog.encode_frame`): header, then an Arrow IPC stream. */
   private def frame(fromRow: Long, ids: Seq[Long]): Array[Byte] = {
