@@ -84,12 +84,12 @@ object RowLog {
     if (here.isEmpty) None else Some(here.maxBy(s => (s.fromRow, s.created, s.nonce)))
   }
 
-  /** The row after the last whole frame of `epoch` among `dir`'s segments (0 when none):
-   *  how far any attempt logged the epoch, readers may have emitted up to there. A header
-   *  walk (24 bytes a frame, then a seek past its payload); a frame counts once its bytes
-   *  are all there, its CRC unchecked, so this is an upper bound. */
-  def loggedThrough(dir: File, epoch: Long): Long =
-    segments(dir).filter(_.epoch == epoch).map { s =>
+  /** The row after the last whole frame among `listed` (one epoch's segments; 0 when
+   *  none): how far any attempt logged the epoch, readers may have emitted up to there. A
+   *  header walk (24 bytes a frame, then a seek past its payload); a frame counts once its
+   *  bytes are all there, its CRC unchecked, so this is an upper bound. */
+  def loggedThrough(listed: Seq[RowLogSegment]): Long =
+    listed.map { s =>
       val file = new java.io.RandomAccessFile(s.file, "r")
       try {
         val header = ByteBuffer.allocate(HeaderSize).order(ByteOrder.LITTLE_ENDIAN)

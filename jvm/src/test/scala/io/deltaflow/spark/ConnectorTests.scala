@@ -385,8 +385,9 @@ object ConnectorTests {
         frame(5, Seq(6)).dropRight(3))  // a torn last frame does not count
       writeSegment(dir, 4, 3, 2000, frame(3, Seq(4)))
       writeSegment(dir, 5, 0, 3000, frame(0, Seq(7, 8, 9, 10, 11, 12, 13)))
-      assertEq(RowLog.loggedThrough(dir, 4), 5L)
-      assertEq(RowLog.loggedThrough(dir, 6), 0L)
+      def epochSegments(epoch: Long) = RowLog.segments(dir).filter(_.epoch == epoch)
+      assertEq(RowLog.loggedThrough(epochSegments(4)), 5L)
+      assertEq(RowLog.loggedThrough(epochSegments(6)), 0L)
       val ended = Array[org.apache.spark.sql.connector.write.WriterCommitMessage](
         RealTimeCommits.Rows(0, 4), RealTimeCommits.Rows(1, 9))
       // Partition 0 ended at row 4: the table holds 3 of the epoch, its log reaches 5.

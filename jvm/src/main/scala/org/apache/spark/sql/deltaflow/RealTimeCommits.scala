@@ -118,9 +118,9 @@ object RealTimeEpochEnd {
   def check(uri: String, epoch: Long, messages: Array[WriterCommitMessage],
       committed: Map[Int, Long], rowLog: Option[String]): Unit = {
     val logged: Int => Long = p => rowLog.map { dir =>
-      val partition = new java.io.File(s"$dir/p$p")
-      val segments = io.deltaflow.spark.RowLog.segments(partition).count(_.epoch == epoch)
-      if (segments > 1) io.deltaflow.spark.RowLog.loggedThrough(partition, epoch) else 0L
+      val listed = io.deltaflow.spark.RowLog.segments(new java.io.File(s"$dir/p$p"))
+        .filter(_.epoch == epoch)
+      if (listed.size > 1) io.deltaflow.spark.RowLog.loggedThrough(listed) else 0L
     }.getOrElse(0L)
     shortfalls(messages, committed, logged).headOption.foreach { case (p, rows, visible) =>
       throw io.deltaflow.spark.DeltaflowException.of("RealTimeEpochError",
